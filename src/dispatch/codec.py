@@ -1,0 +1,84 @@
+"""Strict, name-based encoding (S13).
+
+Every enum encodes as its name (``"node-lost"``), every event as a JSON object tagged with
+its ``type``. Decoding refuses an unknown name, an unknown field or a wrong type with a
+DecodeError naming the field and the word; a record from a newer build is refused, never
+misread.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, TypeVar
+
+import msgspec
+
+from dispatch.events import Event
+
+T = TypeVar("T")
+
+
+class DecodeError(ValueError):
+    """A stored or received document that cannot be decoded, with where and why."""
+
+    def __init__(self, message: str, *, field: str = "", job_id: str | None = None,
+                 seq: int | None = None) -> None:
+        self.field = field
+        self.job_id = job_id
+        self.seq = seq
+        self.reason = message
+        where = []
+        if job_id is not None:
+            where.append(f"job {job_id}")
+        if seq is not None:
+            where.append(f"seq {seq}")
+        if field:
+            where.append(f"field {field}")
+        prefix = ", ".join(where)
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+_AT = re.compile(r" - at `(\$[^`]*)`$")
+
+_encoder = msgspec.json.Encoder()
+_event_decoder = msgspec.json.Decoder(Event)
+
+
+def _wrap(err: msgspec.DecodeError, job_id: str | None, seq: int | None) -> DecodeError:
+    text = str(err)
+    m = _AT.search(text)
+    field = m.group(1) if m else ""
+    message = text[: m.start()] if m else text
+    return DecodeError(message, field=field, job_id=job_id, seq=seq)
+
+
+def encode(value: Any) -> bytes:
+    return _encoder.encode(value)
+
+
+def decode(data: bytes | str, typ: type[T]) -> T:
+    try:
+        return msgspec.json.decode(data, type=typ, strict=True)
+    except msgspec.DecodeError as err:
+        raise _wrap(err, None, None) from None
+
+
+def encode_event(event: Event) -> bytes:
+    return _encoder.encode(event)
+
+
+def decode_event(data: bytes | str, *, job_id: str | None = None,
+                 seq: int | None = None) -> Event:
+    try:
+        event: Event = _event_decoder.decode(data)
+    except msgspec.DecodeError as err:
+        raise _wrap(err, job_id, seq) from None
+    if seq is not None and event.seq != seq:
+        raise DecodeError(f"stored at seq {seq} but says seq {event.seq}", field="$.seq",
+                          job_id=job_id, seq=seq)
+    return event
+
+
+def to_builtins(value: Any) -> Any:
+    """Plain JSON-ready data (enums as names, times as RFC 3339)."""
+    return msgspec.to_builtins(value)

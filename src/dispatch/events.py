@@ -1,0 +1,207 @@
+"""The events of a job's life: the record is an append-only list of these (S6-S8, S10, S14).
+
+Each event carries the job's per-job sequence number ``seq`` (1, 2, ...) and its time ``at``.
+The ``type`` tag is the event's name in the record; the codec refuses a name it doesn't know.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from dispatch.model import Cause, State
+from dispatch.policy import Action, Declarations
+from dispatch.spec import JobSpec
+
+
+class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True,
+             forbid_unknown_fields=True):
+    seq: int
+    at: datetime
+
+
+class JobCreated(_Event, tag="created"):
+    """The job exists, with its spec, policy (inside the spec) and the backend's declarations."""
+
+    job_id: str
+    spec: JobSpec
+    declarations: Declarations
+    supersedes: str | None = None
+    actor: str | None = None
+
+
+class SubmissionIntended(_Event, tag="submission-intended"):
+    """The supervisor is about to submit (intent before action). ``cause`` is the cause
+    recovered from, for a submission after the first."""
+
+    submission: int
+    token: str
+    gated: bool = False
+    cause: Cause | None = None
+
+
+class SubmissionAttempted(_Event, tag="submission-attempted"):
+    """A supervisor claims the right to (re)try the submit call for an intended submission."""
+
+    submission: int
+    supervisor: str = ""
+
+
+class SubmissionBound(_Event, tag="submission-bound"):
+    """The submission's object is known: its ref on the scheduler."""
+
+    submission: int
+    ref: str
+
+
+class SubmissionRejected(_Event, tag="submission-rejected"):
+    """The scheduler refused the submission; no object exists. Ends it like an execution."""
+
+    submission: int
+    cause: Cause
+
+
+class ExecutionEnded(_Event, tag="execution-ended"):
+    """One execution of a submission's object ended, with its cause."""
+
+    submission: int
+    ref: str
+    execution: int
+    cause: Cause
+    final: bool = True  # the object itself ended (False: the scheduler runs it again)
+
+
+class RecoveryStarted(_Event, tag="recovery-started"):
+    """A rule took the job back to run again; spends one unit of the rule's budget."""
+
+    rule: int
+    action: Action
+    cause: Cause
+    native: bool = False  # the backend carries it out (e.g. Slurm requeue)
+
+
+class HoldPlaced(_Event, tag="hold-placed"):
+    cause: Cause
+    recovery: bool = True
+    actor: str | None = None
+
+
+class HoldReleased(_Event, tag="hold-released"):
+    """A person resolved a hold: resubmit (a new submission), or the hold simply ends."""
+
+    actor: str | None = None
+    resubmit: bool = True
+
+
+class CancelRequested(_Event, tag="cancel-requested"):
+    actor: str | None = None
+
+
+class CancelSent(_Event, tag="cancel-sent"):
+    ref: str
+
+
+class GiveUpRequested(_Event, tag="give-up-requested"):
+    actor: str | None = None
+
+
+class GateOpened(_Event, tag="gate-opened"):
+    submission: int
+    ref: str
+
+
+class StopRequested(_Event, tag="stop-requested"):
+    submission: int
+    ref: str
+    cause: Cause
+
+
+class DuplicateStopped(_Event, tag="duplicate-stopped"):
+    """An object the supervisor did not mean to have (S15): stopped, never counted."""
+
+    ref: str
+    token: str
+    cause: Cause
+
+
+class OutcomeCommitted(_Event, tag="outcome-committed"):
+    """Terminal, never changes (S7)."""
+
+    state: State
+    cause: Cause
+
+
+class EscalationRaised(_Event, tag="escalation-raised"):
+    message: str
+    cause: Cause | None = None
+
+
+class Superseded(_Event, tag="superseded"):
+    by: str
+    actor: str | None = None
+
+
+class SegmentPublished(_Event, tag="segment-published"):
+    """A segment-health decision was published for an allocation unit (H1)."""
+
+    unit_job_id: str
+    task_id: str
+    reason: str
+    actor: str | None = None
+    nodes: tuple[str, ...] = ()
+    path: str = ""
+
+
+class SegmentCleared(_Event, tag="segment-cleared"):
+    unit_job_id: str
+    task_id: str
+    reason: str = ""
+    actor: str | None = None
+
+
+Event = (
+    JobCreated
+    | SubmissionIntended
+    | SubmissionAttempted
+    | SubmissionBound
+    | SubmissionRejected
+    | ExecutionEnded
+    | RecoveryStarted
+    | HoldPlaced
+    | HoldReleased
+    | CancelRequested
+    | CancelSent
+    | GiveUpRequested
+    | GateOpened
+    | StopRequested
+    | DuplicateStopped
+    | OutcomeCommitted
+    | EscalationRaised
+    | Superseded
+    | SegmentPublished
+    | SegmentCleared
+)
+
+EVENT_TYPES: tuple[type[_Event], ...] = (
+    JobCreated,
+    SubmissionIntended,
+    SubmissionAttempted,
+    SubmissionBound,
+    SubmissionRejected,
+    ExecutionEnded,
+    RecoveryStarted,
+    HoldPlaced,
+    HoldReleased,
+    CancelRequested,
+    CancelSent,
+    GiveUpRequested,
+    GateOpened,
+    StopRequested,
+    DuplicateStopped,
+    OutcomeCommitted,
+    EscalationRaised,
+    Superseded,
+    SegmentPublished,
+    SegmentCleared,
+)

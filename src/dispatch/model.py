@@ -1,0 +1,212 @@
+"""The vocabulary of dispatch: states, causes, what a backend reports, what a caller reads.
+
+Everything here is immutable data. No I/O, no clock: time is always passed in.
+Enums encode as their names (the seed's spelling, e.g. ``"node-lost"``); see codec.py.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+import msgspec
+
+
+class State(StrEnum):
+    """A job's coarse state (S1). Also used for what a backend reports of one object."""
+
+    PENDING = "pending"
+    HELD = "held"
+    RUNNING = "running"
+    RECOVERING = "recovering"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
+
+
+class CauseKind(StrEnum):
+    """Why a job (or object) is in its state (S2). A closed list: never stretched."""
+
+    NONE = "none"
+    PREEMPTED = "preempted"
+    NODE_LOST = "node-lost"
+    OUT_OF_MEMORY = "out-of-memory"
+    TIME_LIMIT = "time-limit"
+    NON_ZERO_EXIT = "non-zero-exit"
+    LAUNCH_FAILED = "launch-failed"
+    NO_CAPACITY = "no-capacity"
+    HELD = "held"
+    RELEASED = "released"
+    REQUEUED = "requeued"
+    CANCELLED = "cancelled"
+    DUPLICATE = "duplicate"
+    UNKNOWN = "unknown"
+
+
+class Provenance(StrEnum):
+    """Who said so: the scheduler, the application (an exit code), or an actor."""
+
+    SCHEDULER = "scheduler"
+    APPLICATION = "application"
+    ACTOR = "actor"
+
+
+class Level(StrEnum):
+    """How much a Status knows: the full record, or only what the scheduler shows (S12)."""
+
+    FULL = "full"
+    OBJECT_ONLY = "object-only"
+
+
+class Cause(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Why: a kind, who said so, and the scheduler's own words kept verbatim."""
+
+    kind: CauseKind
+    provenance: Provenance = Provenance.SCHEDULER
+    actor: str | None = None
+    detail: str = ""
+    exit_code: int | None = None
+    at: datetime | None = None
+
+
+class SchedulerUnreachable(Exception):
+    """The scheduler could not be asked. Never a state: no transition is made on it (S3, R3)."""
+
+    def __init__(self, backend: str, reason: str) -> None:
+        super().__init__(f"{backend} scheduler unreachable: {reason}")
+        self.backend = backend
+        self.reason = reason
+
+
+class Execution(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One run of one scheduler object. A requeued Slurm job has several executions.
+
+    ``index`` counts from 0 within the object. ``cause`` is set once the execution ended.
+    """
+
+    index: int
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    cause: Cause | None = None
+    nodes: tuple[str, ...] = ()
+
+    @property
+    def ended(self) -> bool:
+        return self.cause is not None
+
+
+class ObjectReport(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What a backend sees of one scheduler object (a Slurm job, a TrainJob, a local process group).
+
+    ``state`` is the object's own state in the State vocabulary: an ended object is
+    succeeded / failed / cancelled, which is the object's end, not the job's (S6).
+    ``token`` is the idempotency token the object was submitted with ("<job>.<submission>").
+    ``lost_since`` is when the backend first saw a node of this running object lost (S11).
+    """
+
+    ref: str
+    token: str | None
+    state: State
+    cause: Cause
+    executions: tuple[Execution, ...] = ()
+    nodes: tuple[str, ...] = ()
+    lost_since: datetime | None = None
+    gated: bool = False
+
+    @property
+    def ended(self) -> bool:
+        return self.state.terminal
+
+    @property
+    def alive(self) -> bool:
+        return not self.state.terminal
+
+
+def token_for(job_id: str, submission: int) -> str:
+    return f"{job_id}.{submission}"
+
+
+def parse_token(token: str) -> tuple[str, int] | None:
+    """Split an idempotency token; None when it is not one of ours."""
+    job_id, sep, number = token.rpartition(".")
+    if not sep or not job_id or not number.isdigit():
+        return None
+    return job_id, int(number)
+
+
+class Discovery(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything a backend showed in one batched look, at ``at``.
+
+    ``complete`` is False when the backend could only answer for some objects; decide
+    makes no transition for a job whose objects are missing from an incomplete look.
+    """
+
+    at: datetime
+    objects: tuple[ObjectReport, ...] = ()
+    complete: bool = True
+
+    def of_job(self, job_id: str) -> tuple[ObjectReport, ...]:
+        out = []
+        for obj in self.objects:
+            if obj.token is None:
+                continue
+            parsed = parse_token(obj.token)
+            if parsed is not None and parsed[0] == job_id:
+                out.append(obj)
+        return tuple(out)
+
+    def index(self) -> dict[str, tuple[ObjectReport, ...]]:
+        """Objects grouped by job id, for a tick over many jobs (one pass, not one per job)."""
+        grouped: dict[str, list[ObjectReport]] = {}
+        for obj in self.objects:
+            if obj.token is None:
+                continue
+            parsed = parse_token(obj.token)
+            if parsed is not None:
+                grouped.setdefault(parsed[0], []).append(obj)
+        return {k: tuple(v) for k, v in grouped.items()}
+
+
+class Transition(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One committed transition in a job's history (S10): never "running"."""
+
+    at: datetime
+    state: State
+    cause: Cause | None = None
+    seq: int = 0
+    note: str = ""
+
+
+class Escalation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    at: datetime
+    message: str
+    cause: Cause | None = None
+    seq: int = 0
+
+
+class Status(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):
+    """What a caller reads about a job."""
+
+    job: str
+    name: str
+    state: State
+    cause: Cause | None
+    level: Level
+    history: tuple[Transition, ...] = ()
+    escalations: tuple[Escalation, ...] = ()
+    supersedes: str | None = None
+    superseded_by: str | None = None
+    submissions: int = 0
+    budget_used: dict[str, int] = msgspec.field(default_factory=dict)
+    objects: tuple[str, ...] = ()
+    settled: bool = False
+    backend: str = ""
+    created_at: datetime | None = None

@@ -1,0 +1,194 @@
+"""Job specs and policy files: strict decoding from YAML with errors that name the file and key.
+
+Nothing here touches a scheduler; loading a file is the only I/O (``load_*``), and the
+``parse_*`` functions are pure.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+from dispatch.policy import PolicyError, RecoveryPolicy
+
+
+class SpecError(ValueError):
+    """A spec or policy file that cannot be used, naming the file and the place."""
+
+    def __init__(self, source: str, where: str, message: str) -> None:
+        self.source = source
+        self.where = where
+        self.message = message
+        loc = f"{source}: {where}" if where else source
+        super().__init__(f"{loc}: {message}")
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)?\s*$")
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+
+
+def parse_duration(text: str | int) -> int:
+    """'90s', '10m', '2h', '1d' or a bare number of seconds -> seconds."""
+    if isinstance(text, bool):
+        raise ValueError(f"not a duration: {text!r}")
+    if isinstance(text, int):
+        if text <= 0:
+            raise ValueError(f"duration must be positive, got {text}")
+        return text
+    m = _DURATION.match(str(text))
+    if not m:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 90s, 10m, 2h)")
+    value = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2) or "s"]
+    if value <= 0:
+        raise ValueError(f"duration must be positive, got {text!r}")
+    return value
+
+
+def parse_size(text: str | int) -> int:
+    """'512M', '2G', '1024K' or a bare number of bytes -> bytes."""
+    if isinstance(text, bool):
+        raise ValueError(f"not a size: {text!r}")
+    if isinstance(text, int):
+        if text <= 0:
+            raise ValueError(f"size must be positive, got {text}")
+        return text
+    m = _SIZE.match(str(text))
+    if not m:
+        raise ValueError(f"not a size: {text!r} (use e.g. 512M, 2G)")
+    unit = (m.group(2) or "B").upper()[:1]
+    value = int(m.group(1)) * {"B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}[unit]
+    if value <= 0:
+        raise ValueError(f"size must be positive, got {text!r}")
+    return value
+
+
+class SegmentHealthSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    dir: str
+    launcher: str = "none"  # none | ft_launcher | torchrun
+
+
+class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What a person asks to run. Times in seconds, sizes in bytes once parsed."""
+
+    name: str
+    command: tuple[str, ...]
+    backend: str = "local"
+    nodes: int = 1
+    time_limit: int | None = None
+    memory: int | None = None
+    policy: RecoveryPolicy = RecoveryPolicy()
+    segment_health: SegmentHealthSpec | None = None
+    workdir: str | None = None
+    env: dict[str, str] = {}
+    local: dict[str, Any] = {}
+    slurm: dict[str, Any] = {}
+    kubeflow: dict[str, Any] = {}
+
+
+BACKENDS = ("local", "slurm", "kubeflow")
+_SPEC_KEYS = set(JobSpec.__struct_fields__)
+
+
+def _msgspec_where(err: msgspec.ValidationError) -> tuple[str, str]:
+    """msgspec says '... - at `$.rules[0].on[1]`'; split that into (where, message)."""
+    text = str(err)
+    m = re.search(r" - at `\$\.?(.*)`$", text)
+    if m:
+        return m.group(1) or "(top)", text[: m.start()]
+    return "", text
+
+
+def parse_policy(data: Any, source: str = "<policy>", prefix: str = "") -> RecoveryPolicy:
+    """Decode and validate a policy mapping; every problem is reported, with its place."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise SpecError(source, prefix or "(top)", "a policy is a mapping with a 'rules' list")
+    try:
+        policy = msgspec.convert(data, RecoveryPolicy, strict=True)
+    except msgspec.ValidationError as err:
+        where, message = _msgspec_where(err)
+        raise SpecError(source, _join(prefix, where), message) from None
+    problems = policy.problems()
+    if problems:
+        err2 = PolicyError([_join(prefix, p) for p in problems], where=source)
+        raise err2
+    return policy
+
+
+def _join(prefix: str, where: str) -> str:
+    if not prefix:
+        return where
+    if not where or where == "(top)":
+        return prefix
+    return f"{prefix}.{where}" if not where.startswith("[") else f"{prefix}{where}"
+
+
+def parse_spec(data: Any, source: str = "<spec>") -> JobSpec:
+    if not isinstance(data, dict):
+        raise SpecError(source, "(top)", "a job spec is a mapping")
+    unknown = sorted(str(k) for k in data if k not in _SPEC_KEYS)
+    if unknown:
+        raise SpecError(
+            source, unknown[0], f"unknown key (known keys: {', '.join(sorted(_SPEC_KEYS))})"
+        )
+    raw = dict(data)
+    for key, parse in (("time_limit", parse_duration), ("memory", parse_size)):
+        if raw.get(key) is not None:
+            try:
+                raw[key] = parse(raw[key])
+            except ValueError as err:
+                raise SpecError(source, key, str(err)) from None
+    if "command" in raw and isinstance(raw["command"], str):
+        raise SpecError(source, "command", "command is an argv list, e.g. [python, train.py]")
+    policy = parse_policy(raw.pop("policy", None), source, "policy")
+    try:
+        spec = msgspec.convert(raw, JobSpec, strict=True)
+    except msgspec.ValidationError as err:
+        where, message = _msgspec_where(err)
+        raise SpecError(source, where, message) from None
+    spec = msgspec.structs.replace(spec, policy=policy)
+    if spec.backend not in BACKENDS:
+        raise SpecError(source, "backend", f"unknown backend {spec.backend!r} ({', '.join(BACKENDS)})")
+    if not spec.name.strip():
+        raise SpecError(source, "name", "must not be empty")
+    if not spec.command or any(not isinstance(a, str) or a == "" for a in spec.command):
+        raise SpecError(source, "command", "must be a non-empty argv list of non-empty strings")
+    if spec.nodes < 1:
+        raise SpecError(source, "nodes", f"must be >= 1, got {spec.nodes}")
+    if spec.segment_health is not None:
+        if not spec.segment_health.dir.startswith("/"):
+            raise SpecError(source, "segment_health.dir", "must be an absolute path")
+        if spec.segment_health.launcher not in ("none", "ft_launcher", "torchrun"):
+            raise SpecError(
+                source, "segment_health.launcher", "must be none, ft_launcher or torchrun"
+            )
+    return spec
+
+
+def _load_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise SpecError(str(path), "", f"cannot read: {err.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise SpecError(str(path), where, f"bad YAML: {problem}") from None
+
+
+def load_spec(path: str | Path) -> JobSpec:
+    p = Path(path)
+    return parse_spec(_load_yaml(p), str(p))
+
+
+def load_policy(path: str | Path) -> RecoveryPolicy:
+    p = Path(path)
+    return parse_policy(_load_yaml(p), str(p))
