@@ -1,0 +1,356 @@
+"""The Slurm backend: the imperative shell around parse.py, mapping.py and script.py.
+
+Per discover() (P2): one ``squeue --json`` for every job (22.05 ignores -j/-t with --json, so
+it is filtered here), one ``sinfo --json`` for the nodes, and at most one ``sacct -P -D``
+covering only the jobs that ended, whose restart count grew, or that left squeue since the
+last look. Answers confirmed by accounting are cached, so a steady tick costs no sacct.
+Objects are found by their token (``--comment``) even when the caller never learnt the ref.
+
+Every tool runs from an argv list (never a shell). A controller or database that cannot be
+reached raises ``SchedulerUnreachable``: never a state.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from dispatch.backends.base import Submission, SubmitRejected
+from dispatch.backends.slurm import mapping
+from dispatch.backends.slurm.parse import (
+    SACCT_FIELDS,
+    NodeInfo,
+    SacctRow,
+    SlurmOutputError,
+    SlurmQueryError,
+    SqueueJob,
+    group_sacct,
+    parse_sacct,
+    parse_sbatch_parsable,
+    parse_sinfo_json,
+    parse_squeue_json,
+)
+from dispatch.backends.slurm.script import default_output_dir, render, script_path
+from dispatch.model import Discovery, ObjectReport, SchedulerUnreachable, State
+from dispatch.policy import Action, Declarations
+
+NAME = "slurm"
+
+# Words the Slurm tools print when they cannot reach slurmctld or slurmdbd.
+UNREACHABLE_WORDS = (
+    "unable to contact slurm controller", "connection refused", "connect failure",
+    "socket timed out", "timed out", "zero bytes were transmitted",
+    "problem talking to the database", "unable to connect to database",
+    "slurm_persist_conn_open", "communication connection failure", "could not establish",
+    "failed while looking for jobs", "slurm_load_jobs", "slurm_load_node",
+    "slurm_load_partitions", "slurmdbd: no response", "unable to establish",
+    "transport endpoint is not connected", "no route to host", "network is unreachable",
+)
+# scancel / scontrol words for a job that has already ended: stopping it again is a no-op.
+ALREADY_ENDED_WORDS = (
+    "already completing or completed", "job has already finished", "invalid job id",
+    "job is no longer pending", "no longer pending execution", "already complete",
+)
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def words(self) -> str:
+        return " ".join((self.stderr.strip() or self.stdout.strip()).split())
+
+
+Runner = Callable[[Sequence[str], float], Result]
+
+
+def run_tool(argv: Sequence[str], timeout: float) -> Result:
+    """Run one Slurm tool. A tool that hangs or is missing is an unreachable scheduler."""
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                              check=False, env=os.environ.copy())
+    except subprocess.TimeoutExpired:
+        raise SchedulerUnreachable(NAME, f"{argv[0]} timed out after {timeout:g}s") from None
+    except OSError as err:
+        raise SchedulerUnreachable(NAME, f"cannot run {argv[0]}: {err.strerror}") from None
+    return Result(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+
+
+def unreachable_words(text: str) -> bool:
+    low = text.lower()
+    return any(w in low for w in UNREACHABLE_WORDS)
+
+
+class SlurmCommandError(Exception):
+    """scancel / scontrol refused (not an unreachable controller, not an ended job)."""
+
+    def __init__(self, argv: Sequence[str], words: str) -> None:
+        super().__init__(f"{' '.join(argv)}: {words}")
+        self.argv = tuple(argv)
+        self.words = words
+
+
+class SlurmBackend:
+    name = NAME
+
+    def __init__(self, *, node_loss_window: timedelta = timedelta(seconds=60),
+                 output_dir: Path | None = None, runner: Runner = run_tool,
+                 clock: Callable[[], datetime] | None = None, timeout: float = 30.0,
+                 token_lookback: timedelta = timedelta(days=7),
+                 preempt_mode: str = "REQUEUE") -> None:
+        self.node_loss_window = node_loss_window
+        self.output_dir = output_dir if output_dir is not None else default_output_dir()
+        self._run = runner
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._timeout = timeout
+        self._token_lookback = token_lookback
+        self._preempt_mode = preempt_mode
+        self.calls: Counter[str] = Counter()  # tool -> calls made (P2 benchmark)
+        self._final: dict[str, ObjectReport] = {}  # ref -> ended report confirmed by sacct
+        self._groups: dict[str, list[tuple[SacctRow, list[SacctRow]]]] = {}
+        self._ended_known: dict[str, int] = {}  # ref -> ended executions sacct has shown
+        self._token_of: dict[str, str] = {}  # ref -> token
+        self._ref_of: dict[str, str] = {}  # token -> newest ref
+        self._lost_since: dict[str, datetime] = {}
+        self._held: set[str] = set()
+        self._absent_tokens: set[str] = set()  # searched in accounting, not found
+        self._outputs: dict[str, str] = {}  # ref -> output file
+        self._nodes: dict[str, NodeInfo] = {}
+
+    # ------------------------------------------------------------------ declarations
+
+    def declarations(self) -> Declarations:
+        return Declarations(backend=NAME, native_actions=frozenset({Action.REQUEUE}),
+                            node_loss_window=self.node_loss_window)
+
+    # ------------------------------------------------------------------ tools
+
+    def _tool(self, argv: Sequence[str]) -> Result:
+        self.calls[argv[0]] += 1
+        return self._run(argv, self._timeout)
+
+    def _query(self, argv: Sequence[str]) -> Result:
+        res = self._tool(argv)
+        if res.returncode != 0:
+            # A query that did not answer leaves us without information: never a state (R3).
+            raise SchedulerUnreachable(NAME, f"{argv[0]} failed (exit {res.returncode}): "
+                                       f"{res.words or 'no words'}")
+        return res
+
+    def squeue(self) -> tuple[SqueueJob, ...]:
+        res = self._query(["squeue", "--json"])
+        try:
+            return parse_squeue_json(res.stdout).jobs
+        except SlurmQueryError as err:  # 22.05 exits 0 with an "errors" list when it cannot
+            raise SchedulerUnreachable(NAME, str(err)) from None  # reach slurmctld
+        except SlurmOutputError as err:
+            raise SchedulerUnreachable(NAME, f"unreadable answer: {err}") from None
+
+    def sinfo(self) -> dict[str, NodeInfo]:
+        res = self._query(["sinfo", "--json"])
+        try:
+            nodes = parse_sinfo_json(res.stdout)
+        except (SlurmQueryError, SlurmOutputError) as err:
+            raise SchedulerUnreachable(NAME, str(err)) from None
+        self._nodes = {n.name: n for n in nodes}
+        return self._nodes
+
+    def sacct(self, *, refs: Iterable[str] = (), since: datetime | None = None
+              ) -> tuple[SacctRow, ...]:
+        argv = ["sacct", "-P", "-D", "-o", ",".join(SACCT_FIELDS)]
+        if since is not None:
+            argv += ["-S", since.astimezone().strftime("%Y-%m-%dT%H:%M:%S"), "-E", "now"]
+        else:
+            argv += ["-j", ",".join(sorted(set(refs), key=_ref_key))]
+        res = self._query(argv)
+        try:
+            return parse_sacct(res.stdout)
+        except SlurmOutputError as err:
+            raise SchedulerUnreachable(NAME, f"unreadable answer: {err}") from None
+
+    # ------------------------------------------------------------------ discover
+
+    def discover(self, tokens: Iterable[str], refs: Iterable[str]) -> Discovery:
+        now = self._clock()
+        tokens = set(tokens)
+        refs = set(refs)
+        jobs = self.squeue()
+        nodes = self.sinfo()
+
+        seen: dict[str, SqueueJob] = {}
+        for job in jobs:  # every job of the cluster: keep ours
+            if job.ref in refs or (job.comment and job.comment in tokens):
+                seen[job.ref] = job
+        for ref, job in seen.items():
+            if job.comment:
+                self._remember(ref, job.comment)
+            if job.standard_output:
+                self._outputs[ref] = job.standard_output.replace("%j", ref)
+
+        wanted_refs = set(seen) | refs | {self._ref_of[t] for t in tokens if t in self._ref_of}
+        need: set[str] = set()
+        for ref in wanted_refs:
+            if ref in self._final:
+                continue
+            live = seen.get(ref)
+            if live is None:
+                need.add(ref)  # left squeue (or never seen there): accounting knows how
+            elif mapping.is_ended(live.state) or live.state == "COMPLETING":
+                need.add(ref)
+            elif live.restarts > self._ended_known.get(ref, 0):
+                need.add(ref)  # an execution ended since we last asked accounting
+        search = {t for t in tokens if t not in self._ref_of and t not in self._absent_tokens}
+
+        if need or search:
+            if search:
+                rows = self.sacct(since=now - self._token_lookback)
+            else:
+                rows = self.sacct(refs=need)
+            grouped = group_sacct(rows)
+            if search:
+                for ref, groups in grouped.items():
+                    for row, _ in groups:
+                        if row.comment in search:
+                            self._remember(ref, row.comment)
+                            wanted_refs.add(ref)
+                            if ref not in self._final:
+                                need.add(ref)
+                self._absent_tokens |= {t for t in search if t not in self._ref_of}
+            for ref in need:
+                groups = self._own_rows(ref, grouped.get(ref, []))
+                self._groups[ref] = groups
+                self._ended_known[ref] = sum(
+                    1 for row, _ in groups
+                    if row.start is not None and row.state_word in mapping.EXECUTION_END_WORDS)
+
+        reports = []
+        for ref in sorted(wanted_refs, key=_ref_key):
+            if ref in self._final:
+                reports.append(self._final[ref])
+                continue
+            reports.append(self._report(ref, seen.get(ref), nodes, now))
+        return Discovery(at=now, objects=tuple(reports), complete=True)
+
+    def _remember(self, ref: str, token: str) -> None:
+        self._token_of[ref] = token
+        current = self._ref_of.get(token)
+        if current is None or _ref_key(ref) > _ref_key(current):
+            self._ref_of[token] = ref
+
+    def _own_rows(self, ref: str, groups: list[tuple[SacctRow, list[SacctRow]]]
+                  ) -> list[tuple[SacctRow, list[SacctRow]]]:
+        """Drop rows of an older job with the same id (ids reset): their comment is another
+        token. The comment is empty until a job ends, so empty comments are kept."""
+        token = self._token_of.get(ref)
+        if token is None:
+            return groups
+        return [(row, steps) for row, steps in groups if not row.comment or row.comment == token]
+
+    def _report(self, ref: str, job: SqueueJob | None, nodes: dict[str, NodeInfo],
+                now: datetime) -> ObjectReport:
+        groups = self._groups.get(ref, [])
+        report = mapping.object_report(
+            ref=ref, token=self._token_of.get(ref), job=job, groups=groups, nodes=nodes,
+            lost_since=self._lost_since.get(ref), now=now, was_held=ref in self._held,
+            preempt_mode=self._preempt_mode)
+        if report.lost_since is not None:
+            self._lost_since.setdefault(ref, report.lost_since)
+        else:
+            self._lost_since.pop(ref, None)
+        if report.state is State.HELD:
+            self._held.add(ref)
+        elif report.state is not State.PENDING:
+            self._held.discard(ref)
+        if report.ended and groups and mapping.is_ended(groups[-1][0].state_word) \
+                and (job is None or mapping._same_execution(groups[-1][0], job)):
+            self._final[ref] = report  # accounting confirmed the end: never ask again
+        return report
+
+    # ------------------------------------------------------------------ acting
+
+    def submit(self, submission: Submission) -> str:
+        script, argv = render(submission, out_dir=self.output_dir)
+        path = Path(argv[-1])
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(script)
+            tmp.chmod(0o755)
+            tmp.replace(path)
+        except OSError as err:
+            raise SubmitRejected(f"cannot write the batch script {path}: {err.strerror}") from None
+        res = self._tool(argv)
+        if res.returncode != 0:
+            if unreachable_words(res.stderr + res.stdout):
+                raise SchedulerUnreachable(NAME, f"sbatch: {res.words}")
+            raise SubmitRejected(res.words or f"sbatch exited {res.returncode}")
+        try:
+            job_id = parse_sbatch_parsable(res.stdout).job_id
+        except SlurmOutputError as err:
+            raise SubmitRejected(str(err)) from None
+        self._remember(job_id, submission.token)
+        self._absent_tokens.discard(submission.token)
+        return job_id
+
+    def stop(self, ref: str) -> None:
+        self._signal_end(["scancel", ref])
+
+    def cancel(self, ref: str) -> None:
+        self._signal_end(["scancel", ref])
+
+    def _signal_end(self, argv: list[str]) -> None:
+        res = self._tool(argv)
+        text = res.stderr + res.stdout
+        if res.returncode == 0 and not text.strip():
+            return
+        low = text.lower()
+        if unreachable_words(low):
+            raise SchedulerUnreachable(NAME, f"{argv[0]}: {res.words}")
+        if any(w in low for w in ALREADY_ENDED_WORDS):
+            return  # it has ended already: nothing to stop
+        if res.returncode != 0:
+            raise SlurmCommandError(argv, res.words)
+
+    def open_gate(self, ref: str) -> None:
+        res = self._tool(["scontrol", "release", ref])
+        if res.returncode == 0:
+            return
+        if unreachable_words(res.stderr + res.stdout):
+            raise SchedulerUnreachable(NAME, f"scontrol release: {res.words}")
+        if any(w in res.words.lower() for w in ALREADY_ENDED_WORDS):
+            return
+        raise SlurmCommandError(["scontrol", "release", ref], res.words)
+
+    # ------------------------------------------------------------------ extras
+
+    def logs(self, ref: str) -> list[Path]:
+        """The job's output file (stdout and stderr together)."""
+        known = self._outputs.get(ref)
+        if known:
+            return [Path(known)]
+        matches = sorted(self.output_dir.glob(f"*.{ref}.out"))
+        return matches
+
+    def script_for(self, submission: Submission) -> Path:
+        return script_path(submission, self.output_dir)
+
+    def node_states(self) -> dict[str, NodeInfo]:
+        """Every node as the last discover() saw it (for the segment health publisher)."""
+        return dict(self._nodes)
+
+    def unhealthy_nodes(self) -> dict[str, NodeInfo]:
+        return {n: i for n, i in self._nodes.items() if mapping.node_unhealthy(i)}
+
+
+def _ref_key(ref: str) -> tuple[int, str]:
+    head = ref.split("_", 1)[0].split(".", 1)[0]
+    return (int(head) if head.isdigit() else -1, ref)

@@ -1,0 +1,414 @@
+"""Slurm's words -> (State, Cause), executions and object reports. Pure: time is passed in.
+
+The table is SCHEDULER-SIGNALS.md "Slurm -> (state, cause)"; the tests hold every row of it
+and the real captures in tests/fixtures/slurm/. The scheduler's words are kept verbatim in
+``Cause.detail`` ("STATE; reason=...; ExitCode=...; restarts=...; nodes=..."); a word we cannot
+map gives ``CauseKind.UNKNOWN`` with the words, never a guess.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+import msgspec
+
+from dispatch.backends.slurm.parse import (
+    ExitStatus,
+    NodeInfo,
+    SacctRow,
+    SqueueJob,
+    expand_nodelist,
+)
+from dispatch.model import Cause, CauseKind, Execution, ObjectReport, Provenance, State
+
+
+class Signal(msgspec.Struct, frozen=True, kw_only=True):
+    """What Slurm said about one job or one execution, from squeue or sacct, normalised."""
+
+    state: str  # verbatim: "CANCELLED by 0", "PENDING", "COMPLETING"
+    reason: str = ""
+    description: str = ""
+    exit: ExitStatus | None = None
+    restarts: int = 0
+    nodes: str = ""
+    steps: tuple[tuple[str, str, str], ...] = ()  # (step id, state, ExitCode) from sacct
+    at: datetime | None = None
+    eligible: bool = True  # False: the job has never been eligible (held since submission)
+
+    @property
+    def word(self) -> str:
+        return self.state.split(" ", 1)[0].upper() if self.state.strip() else ""
+
+
+# --------------------------------------------------------------------------- reason tables
+
+# Pending for an ordinary reason: it will start when its turn comes.
+WAITING_REASONS = frozenset({
+    "", "None", "Priority", "BeginTime", "Dependency", "JobArrayTaskLimit", "Licenses",
+    "Reservation", "Prolog", "Configuring", "Cleaning", "FrontEndDown", "Scheduling",
+    "SchedDefer", "PowerUpNode", "NodeSuspended",
+})
+# Pending because the cluster cannot give it room now.
+NO_CAPACITY_REASONS = frozenset({
+    "Resources", "NodeDown", "PartitionDown", "PartitionInactive", "BadCluster",
+    "ReqNodeNotAvail",
+})
+NO_CAPACITY_PREFIXES = ("ReqNodeNotAvail", "AssocGrp", "QOSGrp", "AssocMax", "QOSMax")
+# Pending for a reason that can never clear.
+NEVER_RUNS_REASONS = frozenset({
+    "DependencyNeverSatisfied", "BadConstraints", "PartitionNodeLimit", "PartitionTimeLimit",
+    "InvalidAccount", "InvalidQOS", "QOSNotAllowed", "AccountNotAllowed",
+    "PartitionConfig", "AccountingPolicy_never",
+})
+_MAX_PER_JOB = re.compile(r"Max.*PerJob")
+HELD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
+
+RUNNING_WORDS = frozenset({"RUNNING", "CONFIGURING", "RESIZING", "SIGNALING", "STAGE_OUT",
+                           "COMPLETING"})
+LIVE_WORDS = RUNNING_WORDS | frozenset({"PENDING", "SUSPENDED", "STOPPED", "REQUEUED",
+                                        "REQUEUE_FED", "REQUEUE_HOLD", "SPECIAL_EXIT",
+                                        "RESV_DEL_HOLD"})
+ENDED_WORDS = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "DEADLINE", "NODE_FAIL",
+                         "BOOT_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "REVOKED"})
+# An execution ended but the job is not finished: the allocation row of a requeued execution.
+EXECUTION_END_WORDS = ENDED_WORDS | frozenset({"REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD"})
+
+_CANCELLED_BY = re.compile(r"^CANCELLED\s+by\s+(\S+)", re.IGNORECASE)
+
+
+def is_ended(word: str) -> bool:
+    return word.upper() in ENDED_WORDS
+
+
+def never_runs(reason: str) -> bool:
+    return reason in NEVER_RUNS_REASONS or bool(_MAX_PER_JOB.search(reason))
+
+
+def no_capacity(reason: str) -> bool:
+    return reason in NO_CAPACITY_REASONS or reason.startswith(NO_CAPACITY_PREFIXES)
+
+
+# --------------------------------------------------------------------------- words
+
+
+def detail(sig: Signal, extra: str = "") -> str:
+    """The scheduler's words, verbatim, in one line."""
+    parts = [sig.state.strip() or "(no state)"]
+    if sig.reason and sig.reason != "None":
+        parts.append(f"reason={sig.reason}")
+    if sig.description:
+        parts.append(f"description={sig.description}")
+    if sig.exit is not None and sig.exit.text:
+        parts.append(f"ExitCode={sig.exit.text}")
+    if sig.restarts:
+        parts.append(f"restarts={sig.restarts}")
+    if sig.nodes:
+        parts.append(f"nodes={sig.nodes}")
+    for step, state, code in sig.steps:
+        if state.split(" ", 1)[0].upper() not in ("COMPLETED", "RUNNING", "PENDING"):
+            parts.append(f"step {step} {state} {code}".rstrip())
+    if extra:
+        parts.append(extra)
+    return "; ".join(parts)
+
+
+def _cause(kind: CauseKind, sig: Signal, *, provenance: Provenance = Provenance.SCHEDULER,
+           actor: str | None = None, exit_code: int | None = None, extra: str = "") -> Cause:
+    return Cause(kind=kind, provenance=provenance, actor=actor, detail=detail(sig, extra),
+                 exit_code=exit_code, at=sig.at)
+
+
+def _step_oom(sig: Signal) -> bool:
+    return any(state.split(" ", 1)[0].upper() == "OUT_OF_MEMORY" for _, state, _ in sig.steps)
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def classify(sig: Signal, *, preempt_mode: str = "REQUEUE",
+             previous: Cause | None = None) -> tuple[State, Cause]:
+    """One job's (or one execution's) state and cause from Slurm's words.
+
+    ``previous``: the cause of the job's last ended execution, for a job pending again after a
+    requeue (recovering). ``preempt_mode``: the cluster's PreemptMode (SUSPENDED means
+    preempted only under SUSPEND).
+    """
+    word = sig.word
+    reason = sig.reason
+    none = Cause(kind=CauseKind.NONE, detail=detail(sig), at=sig.at)
+
+    if word == "PENDING":
+        if reason in HELD_REASONS:
+            if sig.restarts and "requeued in held state" in sig.description:
+                return State.HELD, _cause(CauseKind.REQUEUED, sig)
+            return State.HELD, _cause(CauseKind.HELD, sig, provenance=Provenance.ACTOR)
+        if reason == "JobHoldMaxRequeue":
+            return State.HELD, _cause(CauseKind.REQUEUED, sig)
+        if "launch failed requeued held" in sig.description:
+            return State.HELD, _cause(CauseKind.LAUNCH_FAILED, sig)
+        if sig.restarts > 0 and (reason in WAITING_REASONS or no_capacity(reason)):
+            if previous is not None:
+                return State.RECOVERING, msgspec.structs.replace(
+                    previous, detail=f"{previous.detail}; now {detail(sig)}")
+            return State.RECOVERING, _cause(CauseKind.REQUEUED, sig)
+        if never_runs(reason):
+            return State.PENDING, _cause(CauseKind.NO_CAPACITY, sig, extra="can never start")
+        if no_capacity(reason):
+            return State.PENDING, _cause(CauseKind.NO_CAPACITY, sig)
+        if reason in WAITING_REASONS:
+            return State.PENDING, none
+        return State.PENDING, _cause(CauseKind.UNKNOWN, sig)
+
+    if word == "REQUEUE_HOLD":
+        if "launch failed requeued held" in sig.description:
+            return State.HELD, _cause(CauseKind.LAUNCH_FAILED, sig)
+        return State.HELD, _cause(CauseKind.REQUEUED, sig)
+    if word in ("SPECIAL_EXIT", "RESV_DEL_HOLD"):
+        return State.HELD, _cause(CauseKind.HELD, sig)
+    if word == "COMPLETING" and "requeued in held state" in sig.description:
+        # 22.05 prints COMPLETING instead of REQUEUE_HOLD while the old execution ends.
+        return State.HELD, _cause(CauseKind.REQUEUED, sig)
+    if word in RUNNING_WORDS:
+        return State.RUNNING, none
+    if word in ("SUSPENDED", "STOPPED"):
+        if word == "SUSPENDED" and preempt_mode.upper().startswith("SUSPEND"):
+            return State.HELD, _cause(CauseKind.PREEMPTED, sig)
+        return State.HELD, _cause(CauseKind.HELD, sig)
+
+    if word == "COMPLETED":
+        return State.SUCCEEDED, none
+    if word == "CANCELLED":
+        m = _CANCELLED_BY.match(sig.state.strip())
+        if m:
+            return State.CANCELLED, _cause(CauseKind.CANCELLED, sig, provenance=Provenance.ACTOR,
+                                           actor=m.group(1))
+        return State.CANCELLED, _cause(CauseKind.CANCELLED, sig)
+    if word == "FAILED":
+        if _step_oom(sig):  # the srun step ran out of memory; the job row shows srun's exit
+            return State.FAILED, _cause(CauseKind.OUT_OF_MEMORY, sig)
+        ex = sig.exit
+        if ex is not None and ex.signal:
+            # Killed by a signal (e.g. 0:9): who sent it is not said. Never a guess.
+            return State.FAILED, _cause(CauseKind.UNKNOWN, sig)
+        if reason == "JobLaunchFailure":
+            return State.FAILED, _cause(CauseKind.LAUNCH_FAILED, sig)
+        if ex is not None and ex.code:
+            return State.FAILED, _cause(CauseKind.NON_ZERO_EXIT, sig,
+                                        provenance=Provenance.APPLICATION, exit_code=ex.code)
+        return State.FAILED, _cause(CauseKind.UNKNOWN, sig)
+    if word in ("TIMEOUT", "DEADLINE"):
+        return State.FAILED, _cause(CauseKind.TIME_LIMIT, sig)
+    if word == "NODE_FAIL":
+        return State.FAILED, _cause(CauseKind.NODE_LOST, sig)
+    if word == "BOOT_FAIL":
+        return State.FAILED, _cause(CauseKind.LAUNCH_FAILED, sig)
+    if word == "OUT_OF_MEMORY":
+        return State.FAILED, _cause(CauseKind.OUT_OF_MEMORY, sig)
+    if word == "PREEMPTED":
+        return State.FAILED, _cause(CauseKind.PREEMPTED, sig)
+    if word in ("REQUEUED", "REQUEUE_FED"):
+        return State.RECOVERING, _cause(CauseKind.REQUEUED, sig)
+    if word == "REVOKED":
+        return State.CANCELLED, _cause(CauseKind.DUPLICATE, sig)
+    return State.UNKNOWN, _cause(CauseKind.UNKNOWN, sig)
+
+
+# --------------------------------------------------------------------------- signals
+
+
+def signal_from_squeue(job: SqueueJob) -> Signal:
+    ended = is_ended(job.state)
+    return Signal(
+        state=job.state if len(job.states) <= 1 else f"{job.state} ({','.join(job.states)})",
+        reason=job.reason,
+        description=job.description,
+        exit=job.exit if ended else None,
+        restarts=job.restarts,
+        nodes=job.nodes,
+        at=job.end_time if ended else None,
+        eligible=job.eligible_time is not None,
+    )
+
+
+def signal_from_sacct(row: SacctRow, steps: Sequence[SacctRow] = (), *,
+                      squeue_exit: ExitStatus | None = None, restarts: int = 0) -> Signal:
+    """An allocation row of sacct and its step rows. sacct's ``Reason`` is the last *pending*
+    reason, not why the job ended, so it is kept only for a row still pending."""
+    word = row.state_word
+    exit_ = row.exit
+    if squeue_exit is not None:  # squeue's wait status is exact; keep both words
+        exit_ = msgspec.structs.replace(
+            squeue_exit, text=f"{row.exit.text} (squeue exit_code {squeue_exit.text})")
+    elif exit_.code and not exit_.signal:
+        exit_ = msgspec.structs.replace(
+            exit_, text=f"{exit_.text} (sacct prints codes >= 128 less 128: "
+                        f"{exit_.code} or {exit_.code + 128})")
+    return Signal(
+        state=row.state,
+        reason=row.reason if word == "PENDING" else "",
+        exit=exit_,
+        restarts=restarts,
+        nodes=row.nodes if row.nodes != "None assigned" else "",
+        steps=tuple((s.step or "", s.state, s.exit.text) for s in steps),
+        at=row.end,
+    )
+
+
+# --------------------------------------------------------------------------- executions
+
+
+def executions(groups: Sequence[tuple[SacctRow, Sequence[SacctRow]]], job: SqueueJob | None,
+               *, preempt_mode: str = "REQUEUE") -> tuple[Execution, ...]:
+    """The executions of one job: every allocation row of ``sacct -D`` that started, in order,
+    each with its own cause once it ended; then the running one squeue shows, if accounting
+    has not got it yet. The exit code of the newest execution comes from squeue when squeue
+    still shows the job ended (sacct subtracts 128 from codes >= 128)."""
+    started = [(row, steps) for row, steps in groups if row.start is not None]
+    out: list[Execution] = []
+    for i, (row, steps) in enumerate(started):
+        last = i == len(started) - 1
+        squeue_exit = (job.exit if last and job is not None and is_ended(job.state)
+                       and row.state_word == job.state else None)
+        sig = signal_from_sacct(row, steps, squeue_exit=squeue_exit)
+        ended = row.state_word in EXECUTION_END_WORDS
+        cause = classify(sig, preempt_mode=preempt_mode)[1] if ended else None
+        out.append(Execution(index=i, started_at=row.start, ended_at=row.end if ended else None,
+                             cause=cause, nodes=_nodes(row.nodes)))
+    if job is not None and job.state in RUNNING_WORDS - {"COMPLETING"} \
+            and job.start_time is not None:
+        if not out or (out[-1].ended and out[-1].started_at != job.start_time):
+            out.append(Execution(index=len(out), started_at=job.start_time,
+                                 nodes=_nodes(job.nodes)))
+    return tuple(out)
+
+
+def _nodes(text: str) -> tuple[str, ...]:
+    try:
+        return expand_nodelist(text)
+    except ValueError:
+        return (text,)  # keep the words rather than guess at names
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+LOST_STATES = frozenset({"DOWN", "FUTURE", "UNKNOWN"})
+LOST_FLAGS = frozenset({"NOT_RESPONDING", "FAIL", "FAILING", "POWERED_DOWN", "POWER_DOWN"})
+DRAIN_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED"})
+
+
+def node_lost(node: NodeInfo) -> bool:
+    """The node cannot be running its share of a job: DOWN, NOT_RESPONDING, FAIL."""
+    return node.state in LOST_STATES or bool(LOST_FLAGS & set(node.flags))
+
+
+def node_unhealthy(node: NodeInfo) -> bool:
+    """Lost, or drained / draining (for the segment health check: DRAIN evicts nothing)."""
+    return node_lost(node) or node.state == "DRAIN" or bool(DRAIN_FLAGS & set(node.flags))
+
+
+def lost_nodes(job_nodes: Iterable[str], nodes: Mapping[str, NodeInfo]) -> tuple[NodeInfo, ...]:
+    return tuple(nodes[n] for n in job_nodes if n in nodes and node_lost(nodes[n]))
+
+
+def node_words(node: NodeInfo) -> str:
+    words = f"{node.name} {node.words}"
+    if node.reason:
+        words += f" reason={node.reason}"
+        if node.reason_by:
+            words += f" by {node.reason_by}"
+        if node.reason_at is not None:
+            words += f" at {node.reason_at.isoformat()}"
+    return words
+
+
+# --------------------------------------------------------------------------- one object
+
+
+def object_report(*, ref: str, token: str | None, job: SqueueJob | None,
+                  groups: Sequence[tuple[SacctRow, Sequence[SacctRow]]],
+                  nodes: Mapping[str, NodeInfo], lost_since: datetime | None, now: datetime,
+                  was_held: bool = False, preempt_mode: str = "REQUEUE") -> ObjectReport:
+    """Everything known of one Slurm job -> its report. ``lost_since`` is when the caller first
+    saw one of its nodes lost (the backend remembers it); used only while it runs."""
+    execs = executions(groups, job, preempt_mode=preempt_mode)
+    previous = next((e.cause for e in reversed(execs) if e.cause is not None), None)
+    latest = groups[-1] if groups else None
+
+    if job is not None and not is_ended(job.state):
+        sig = signal_from_squeue(job)
+        state, cause = classify(sig, preempt_mode=preempt_mode, previous=previous)
+        if state is State.RUNNING and job.state == "COMPLETING" and latest is not None \
+                and is_ended(latest[0].state_word) and _same_execution(latest[0], job):
+            # Accounting already says how it ended: that is the answer, not "running".
+            state, cause = classify(signal_from_sacct(latest[0], latest[1], restarts=job.restarts),
+                                    preempt_mode=preempt_mode)
+        job_nodes = _nodes(job.nodes)
+        gated = state is State.HELD and job.reason == "JobHeldUser" and not sig.eligible \
+            and job.restarts == 0
+        if state is State.PENDING and cause.kind is CauseKind.NONE and was_held:
+            cause = Cause(kind=CauseKind.RELEASED, provenance=Provenance.ACTOR,
+                          detail=cause.detail, at=now)
+        lost_at = None
+        if state is State.RUNNING and job.state != "COMPLETING":
+            lost = lost_nodes(job_nodes, nodes)
+            if lost:
+                seen = [n.reason_at for n in lost if n.reason_at is not None]
+                lost_at = lost_since or (min(seen) if seen else now)
+                cause = Cause(kind=CauseKind.NODE_LOST, detail=detail(
+                    sig, "lost: " + ", ".join(node_words(n) for n in lost)), at=lost_at)
+        return ObjectReport(ref=ref, token=token or job.comment or None, state=state,
+                            cause=cause, executions=execs, nodes=job_nodes, lost_since=lost_at,
+                            gated=gated)
+
+    if job is not None:  # squeue still shows it, ended
+        if latest is not None and is_ended(latest[0].state_word) \
+                and _same_execution(latest[0], job):
+            sig = signal_from_sacct(latest[0], latest[1], squeue_exit=job.exit,
+                                    restarts=job.restarts)
+        else:
+            sig = signal_from_squeue(job)
+        state, cause = classify(sig, preempt_mode=preempt_mode)
+        return ObjectReport(ref=ref, token=token or job.comment or None, state=state,
+                            cause=cause, executions=_close_last(execs, cause, job),
+                            nodes=_nodes(job.nodes))
+
+    if latest is not None:  # only accounting knows it
+        row, steps = latest
+        restarts = sum(1 for r, _ in groups[:-1] if r.state_word in EXECUTION_END_WORDS)
+        state, cause = classify(signal_from_sacct(row, steps, restarts=restarts),
+                                preempt_mode=preempt_mode, previous=previous)
+        comment = next((r.comment for r, _ in reversed(groups) if r.comment), None)
+        return ObjectReport(ref=ref, token=token or comment, state=state,
+                            cause=cause, executions=execs, nodes=_nodes(row.nodes))
+
+    return missing_report(ref, token, now)
+
+
+def _same_execution(row: SacctRow, job: SqueueJob) -> bool:
+    """The accounting row is the execution squeue shows (not an older one of a requeued job)."""
+    return job.start_time is None or row.start is None or row.start == job.start_time
+
+
+def _close_last(execs: tuple[Execution, ...], cause: Cause,
+                job: SqueueJob) -> tuple[Execution, ...]:
+    """squeue says the job ended but accounting has not caught up: end the last execution."""
+    if execs and not execs[-1].ended:
+        last = msgspec.structs.replace(execs[-1], ended_at=job.end_time, cause=cause)
+        return (*execs[:-1], last)
+    if not execs and job.start_time is not None:
+        return (Execution(index=0, started_at=job.start_time, ended_at=job.end_time,
+                          cause=cause, nodes=_nodes(job.nodes)),)
+    return execs
+
+
+NO_SUCH_JOB = "no such job in squeue or sacct:"
+
+
+def missing_report(ref: str, token: str | None, now: datetime) -> ObjectReport:
+    """Neither squeue nor accounting knows the job: nothing of it can run, so it is reported
+    ended, with an unknown cause and these words (never a guess at why)."""
+    return ObjectReport(ref=ref, token=token, state=State.FAILED, cause=Cause(
+        kind=CauseKind.UNKNOWN, detail=f"{NO_SUCH_JOB} {ref}", at=now))

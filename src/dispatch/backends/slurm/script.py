@@ -1,0 +1,227 @@
+"""The batch script and the sbatch argv for one submission. Pure: no I/O.
+
+The script is a file handed to sbatch; the user's argv is quoted word by word with
+``shlex.quote`` inside it and run with ``srun --kill-on-bad-exit=1`` (one task per node, the
+launch shape the NVRx segment health check needs, H3). Nothing is ever passed to a shell as a
+string built from user input: sbatch gets an argv list.
+
+Spec ``slurm:`` section (every key checked; unknown keys refused):
+
+    partition: low            # --partition
+    exclusive: true           # --exclusive
+    account / qos / reservation / constraint / nodelist / exclude: <text>
+    cpus_per_task / gpus_per_node: <int>
+    output_dir: /shared/logs  # where the script and its output file go
+    extra: ["--mail-type=END"]   # more sbatch options, from a whitelist (SBATCH_EXTRA_OPTIONS)
+
+The submission token goes in ``--comment`` (discovery finds the object by it after a crash);
+a gated submission gets ``--hold``; ``--no-requeue`` unless the plan has a requeue rule the
+backend enforces (then ``--requeue``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+from dispatch.backends.base import Submission
+from dispatch.policy import Action, Enforcer
+from dispatch.spec import SpecError
+
+# Options a spec may add through ``slurm.extra``. Everything dispatch itself sets (comment,
+# hold, requeue, output, job name, nodes, time, memory, partition, array, wrap, parsable) is
+# deliberately absent: a spec cannot override the token or the gate.
+SBATCH_EXTRA_OPTIONS = frozenset({
+    "account", "qos", "reservation", "constraint", "nodelist", "exclude", "gres",
+    "gpus-per-node", "gpus", "cpus-per-task", "cpus-per-gpu", "mem-per-cpu", "mem-per-gpu",
+    "mail-type", "mail-user", "begin", "dependency", "licenses", "signal", "mincpus", "tmp",
+    "wckey", "nice", "priority", "switches", "network", "distribution", "hint", "gpu-bind",
+    "cpu-freq", "core-spec", "thread-spec", "export", "propagate", "no-kill", "kill-on-invalid-dep",
+    "open-mode", "spread-job", "use-min-nodes", "contiguous", "overcommit", "oversubscribe",
+    "sockets-per-node", "cores-per-socket", "threads-per-core", "ntasks-per-core",
+})
+_TEXT_KEYS = ("account", "qos", "reservation", "constraint", "nodelist", "exclude")
+_INT_KEYS = ("cpus_per_task", "gpus_per_node")
+SLURM_KEYS = frozenset({"partition", "exclusive", "output_dir", "extra", *_TEXT_KEYS, *_INT_KEYS})
+_OPTION = re.compile(r"^--([a-z][a-z0-9-]*)(?:=(.+))?$", re.DOTALL)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SAFE_TEXT = re.compile(r"^[^\x00\n\r]+$")
+
+DEFAULT_OUTPUT_DIR_ENV = "DISPATCH_SLURM_OUTPUT_DIR"
+
+
+def default_output_dir() -> Path:
+    env = os.environ.get(DEFAULT_OUTPUT_DIR_ENV)
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "dispatch" / "slurm"
+
+
+def _bad(key: str, message: str) -> SpecError:
+    return SpecError("<spec>", f"slurm.{key}" if key else "slurm", message)
+
+
+def _text(section: dict[str, Any], key: str) -> str | None:
+    value = section.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _SAFE_TEXT.match(value) or value.startswith("-"):
+        raise _bad(key, f"must be a one-line string not starting with '-', got {value!r}")
+    return value
+
+
+def _validate(section: dict[str, Any]) -> None:
+    unknown = sorted(str(k) for k in section if k not in SLURM_KEYS)
+    if unknown:
+        raise _bad(unknown[0], f"unknown key (known keys: {', '.join(sorted(SLURM_KEYS))})")
+    if "exclusive" in section and not isinstance(section["exclusive"], bool):
+        raise _bad("exclusive", f"must be true or false, got {section['exclusive']!r}")
+    for key in _INT_KEYS:
+        value = section.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < 1):
+            raise _bad(key, f"must be a positive integer, got {value!r}")
+    for key in (*_TEXT_KEYS, "partition"):
+        _text(section, key)
+    out = section.get("output_dir")
+    if out is not None and (not isinstance(out, str) or not out.startswith("/")
+                            or not _SAFE_TEXT.match(out)):
+        raise _bad("output_dir", f"must be an absolute path, got {out!r}")
+    extra = section.get("extra", [])
+    if not isinstance(extra, list):
+        raise _bad("extra", "must be a list of sbatch options like --mail-type=END")
+    for i, opt in enumerate(extra):
+        if not isinstance(opt, str):
+            raise _bad(f"extra[{i}]", f"must be a string, got {opt!r}")
+        m = _OPTION.match(opt)
+        if not m or (m.group(2) is not None and not _SAFE_TEXT.match(m.group(2))):
+            raise _bad(f"extra[{i}]", f"not an sbatch long option (--name or --name=value): "
+                       f"{opt!r}")
+        if m.group(1) not in SBATCH_EXTRA_OPTIONS:
+            raise _bad(f"extra[{i}]", f"--{m.group(1)} is not allowed here (allowed: "
+                       f"{', '.join(sorted(SBATCH_EXTRA_OPTIONS))})")
+
+
+def wants_requeue(submission: Submission) -> bool:
+    """True when the plan has a requeue rule the backend enforces: Slurm requeues natively."""
+    return any(rule.action is Action.REQUEUE and rule.enforced_by is Enforcer.BACKEND
+               for rule in submission.spec.policy.rules)
+
+
+def output_dir(submission: Submission, default: Path | None = None) -> Path:
+    out = submission.spec.slurm.get("output_dir")
+    if isinstance(out, str) and out:
+        return Path(out)
+    return default if default is not None else default_output_dir()
+
+
+def script_path(submission: Submission, out_dir: Path) -> Path:
+    return out_dir / f"{_safe_name(submission.token)}.sbatch"
+
+
+def output_pattern(submission: Submission, out_dir: Path) -> Path:
+    """The job's output file, ``%j`` expanded by Slurm to the job id."""
+    return out_dir / f"{_safe_name(submission.token)}.%j.out"
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text)
+
+
+def time_option(seconds: int) -> str:
+    """Slurm time limits are whole minutes: round up, never down."""
+    return str(max(1, math.ceil(seconds / 60)))
+
+
+def memory_option(size: int) -> str:
+    """--mem is per node, in MiB here: round up."""
+    return f"{max(1, math.ceil(size / (1024 * 1024)))}M"
+
+
+def launch_argv(submission: Submission) -> list[str]:
+    """The user's argv, with the segment health check dir for ft_launcher (H3)."""
+    argv = list(submission.spec.command)
+    sh = submission.spec.segment_health
+    if sh is not None and sh.launcher == "ft_launcher" and argv \
+            and Path(argv[0]).name == "ft_launcher" \
+            and not any(a.startswith("--ft-segment-health-check-dir") for a in argv):
+        argv.insert(1, f"--ft-segment-health-check-dir={sh.dir}")
+    return argv
+
+
+def render_script(submission: Submission) -> str:
+    spec = submission.spec
+    lines = [
+        "#!/bin/bash",
+        f"# dispatch: job {submission.job_id}, submission {submission.number}, "
+        f"token {submission.token}",
+        "# Generated by dispatch. Every word of the command is quoted with shlex.quote.",
+        "set -u",
+    ]
+    for key, value in sorted(spec.env.items()):
+        if not _ENV_NAME.match(key):
+            raise SpecError("<spec>", f"env.{key}", "not a valid environment variable name")
+        lines.append(f"export {key}={shlex.quote(value)}")
+    if spec.segment_health is not None:
+        lines.append(f"export DISPATCH_SEGMENT_HEALTH_DIR={shlex.quote(spec.segment_health.dir)}")
+    srun = ["srun", "--kill-on-bad-exit=1", f"--nodes={spec.nodes}", "--ntasks-per-node=1"]
+    lines.append("exec " + " ".join(srun + [shlex.quote(a) for a in launch_argv(submission)]))
+    return "\n".join(lines) + "\n"
+
+
+def sbatch_argv(submission: Submission, *, script: Path, out_dir: Path,
+                requeue: bool | None = None) -> list[str]:
+    spec = submission.spec
+    section = dict(spec.slurm)
+    _validate(section)
+    if not _SAFE_TEXT.match(spec.name):
+        raise SpecError("<spec>", "name", "must be one line")
+    if requeue is None:
+        requeue = wants_requeue(submission)
+    argv = ["sbatch", "--parsable", f"--job-name={spec.name}", f"--comment={submission.token}",
+            f"--output={output_pattern(submission, out_dir)}", f"--nodes={spec.nodes}",
+            "--ntasks-per-node=1"]
+    if spec.workdir:
+        argv.append(f"--chdir={spec.workdir}")
+    if spec.time_limit is not None:
+        argv.append(f"--time={time_option(spec.time_limit)}")
+    if spec.memory is not None:
+        argv.append(f"--mem={memory_option(spec.memory)}")
+    partition = _text(section, "partition")
+    if partition:
+        argv.append(f"--partition={partition}")
+    if section.get("exclusive"):
+        argv.append("--exclusive")
+    for key in _TEXT_KEYS:
+        value = _text(section, key)
+        if value:
+            argv.append(f"--{key}={value}")
+    for key in _INT_KEYS:
+        if section.get(key) is not None:
+            argv.append(f"--{key.replace('_', '-')}={section[key]}")
+    argv.extend(section.get("extra", []))
+    argv.append("--requeue" if requeue else "--no-requeue")
+    if submission.gated:
+        argv.append("--hold")
+    argv.append(str(script))
+    return argv
+
+
+def render(submission: Submission, *, out_dir: Path | None = None,
+           requeue: bool | None = None) -> tuple[str, list[str]]:
+    """(batch script text, sbatch argv). The argv's last word is where the script goes."""
+    directory = output_dir(submission, out_dir)
+    script = render_script(submission)
+    argv = sbatch_argv(submission, script=script_path(submission, directory), out_dir=directory,
+                       requeue=requeue)
+    return script, argv
+
+
+def dry_run(submission: Submission) -> tuple[str, list[str]]:
+    """What would reach the scheduler, submitting nothing (TorchX's submit_dryrun)."""
+    return render(submission)

@@ -1,0 +1,257 @@
+"""SlurmBackend's shell logic against recorded tool output (no Slurm): how many squeue / sacct /
+sinfo calls a discover() makes (P2), caching of ended jobs, finding objects by token, and
+SchedulerUnreachable / SubmitRejected from the tools' own words."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from dispatch.backends.base import Submission, SubmitRejected
+from dispatch.backends.slurm.backend import Result, SlurmBackend, SlurmCommandError
+from dispatch.backends.slurm.parse import SACCT_FIELDS
+from dispatch.model import CauseKind as K
+from dispatch.model import SchedulerUnreachable
+from dispatch.model import State as S
+from dispatch.policy import Action
+from dispatch.spec import JobSpec
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+HEADER = "|".join(SACCT_FIELDS)
+
+
+class FakeTools:
+    """Answers each tool from a table; records every argv."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+        self.answers: dict[str, Result | list[Result]] = {}
+
+    def set(self, tool: str, stdout: str = "", stderr: str = "", rc: int = 0) -> None:
+        self.answers[tool] = Result((tool,), rc, stdout, stderr)
+
+    def __call__(self, argv: Sequence[str], timeout: float) -> Result:
+        self.calls.append(tuple(argv))
+        answer = self.answers.get(argv[0])
+        if answer is None:
+            raise AssertionError(f"unexpected call {argv}")
+        return answer if isinstance(answer, Result) else answer.pop(0)
+
+    def count(self, tool: str) -> int:
+        return sum(1 for c in self.calls if c[0] == tool)
+
+
+def backend(tools: FakeTools, tmp_path: Path) -> SlurmBackend:
+    return SlurmBackend(runner=tools, clock=lambda: NOW, output_dir=tmp_path)
+
+
+def fixture(name: str) -> str:
+    return (FIX / name).read_text()
+
+
+def test_declarations() -> None:
+    d = SlurmBackend(node_loss_window=timedelta(seconds=42)).declarations()
+    assert d.backend == "slurm" and d.native_actions == frozenset({Action.REQUEUE})
+    assert d.node_loss_window == timedelta(seconds=42)
+
+
+def test_discover_preempted_then_steady(tmp_path: Path) -> None:
+    tools = FakeTools()
+    tools.set("squeue", fixture("preempted.squeue.json"))
+    tools.set("sinfo", fixture("preempted.sinfo.json"))
+    tools.set("sacct", fixture("preempted.sacct-D.txt"))
+    b = backend(tools, tmp_path)
+    tokens = {"cap.preempt-requeue.0", "cap.preempt-norequeue.0", "cap.high.0"}
+    d = b.discover(tokens, ())
+    by_ref = {o.ref: o for o in d.objects}
+    assert (by_ref["25"].state, by_ref["25"].cause.kind) == (S.RECOVERING, K.PREEMPTED)
+    assert (by_ref["26"].state, by_ref["26"].cause.kind) == (S.FAILED, K.PREEMPTED)
+    assert (by_ref["27"].state, by_ref["27"].cause.kind) == (S.RUNNING, K.NONE)
+    assert by_ref["25"].token == "cap.preempt-requeue.0"
+    sacct_calls = [c for c in tools.calls if c[0] == "sacct"]
+    assert len(sacct_calls) == 1
+    assert sacct_calls[0][-2:] == ("-j", "25,26")  # only the jobs that ended or requeued
+    assert "-D" in sacct_calls[0] and "-P" in sacct_calls[0]
+    # A steady tick: one squeue, one sinfo, no sacct; the answers are the same.
+    d2 = b.discover(tokens, ("25", "26", "27"))
+    assert tools.count("squeue") == 2 and tools.count("sinfo") == 2 and tools.count("sacct") == 1
+    assert {o.ref: (o.state, o.cause.kind) for o in d2.objects} == {
+        o.ref: (o.state, o.cause.kind) for o in d.objects}
+    assert b.calls == {"squeue": 2, "sinfo": 2, "sacct": 1}
+
+
+def many_jobs(n: int, ended: set[int]) -> str:
+    doc = json.loads(fixture("preempt-before.squeue.json"))
+    template = doc["jobs"][0]
+    jobs = []
+    for i in range(1, n + 1):
+        job = dict(template, job_id=1000 + i, comment=f"job{i}.1")
+        if i in ended:
+            job.update(job_state="COMPLETED", state_reason="None")
+        jobs.append(job)
+    doc["jobs"] = jobs + [dict(template, job_id=5, comment="someone-else")]
+    return json.dumps(doc)
+
+
+def completed_rows(ids: set[int]) -> str:
+    lines = [HEADER] + [
+        f"{1000 + i}|{1000 + i}|COMPLETED|0:0|0:0|None|2026-11-30T11:33:45|"
+        f"2026-11-30T11:33:48|2026-11-30T11:40:00|n1|low|job{i}.1" for i in sorted(ids)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("n", [1, 50, 200])
+def test_calls_per_discover_are_constant_in_n(n: int, tmp_path: Path) -> None:
+    tools = FakeTools()
+    tools.set("sinfo", fixture("idle.sinfo.json"))
+    tools.set("squeue", many_jobs(n, set()))
+    b = backend(tools, tmp_path)
+    tokens = {f"job{i}.1" for i in range(1, n + 1)}
+    d = b.discover(tokens, ())
+    assert len(d.objects) == n and all(o.state is S.RUNNING for o in d.objects)
+    assert b.calls == {"squeue": 1, "sinfo": 1}  # nothing ended: no sacct at all
+    ended = set(range(1, n + 1, 7))
+    tools.set("squeue", many_jobs(n, ended))
+    tools.set("sacct", completed_rows(ended))
+    d = b.discover(tokens, [o.ref for o in d.objects])
+    assert b.calls == {"squeue": 2, "sinfo": 2, "sacct": 1}
+    (sacct,) = [c for c in tools.calls if c[0] == "sacct"]
+    assert sacct[-1] == ",".join(str(1000 + i) for i in sorted(ended))
+    assert sum(o.state is S.SUCCEEDED for o in d.objects) == len(ended)
+    b.discover(tokens, [o.ref for o in d.objects])  # steady again: cached, no sacct
+    assert b.calls == {"squeue": 3, "sinfo": 3, "sacct": 1}
+
+
+def test_token_found_in_accounting_after_squeue_forgot(tmp_path: Path) -> None:
+    """A new backend instance (the supervisor crashed) is asked for a token whose job has
+    left squeue: one sacct over a time window finds it by its comment."""
+    tools = FakeTools()
+    tools.set("squeue", json.dumps({"meta": {}, "errors": [], "jobs": []}))
+    tools.set("sinfo", fixture("idle.sinfo.json"))
+    tools.set("sacct", fixture("exit3.sacct-D.txt"))
+    b = backend(tools, tmp_path)
+    d = b.discover({"cap.exit3.0", "never.1"}, ())
+    (obj,) = d.objects
+    assert (obj.ref, obj.token, obj.state, obj.cause.kind) == ("20", "cap.exit3.0", S.FAILED,
+                                                              K.NON_ZERO_EXIT)
+    (sacct,) = [c for c in tools.calls if c[0] == "sacct"]
+    assert "-S" in sacct and "-j" not in sacct
+    b.discover({"cap.exit3.0", "never.1"}, ("20",))  # found, cached; never.1 searched once
+    assert b.calls["sacct"] == 1
+
+
+def test_unknown_ref_is_reported_ended(tmp_path: Path) -> None:
+    tools = FakeTools()
+    tools.set("squeue", json.dumps({"jobs": []}))
+    tools.set("sinfo", fixture("idle.sinfo.json"))
+    tools.set("sacct", HEADER + "\n")
+    (obj,) = backend(tools, tmp_path).discover((), ("999",)).objects
+    assert obj.ref == "999" and obj.ended and obj.cause.kind is K.UNKNOWN
+
+
+def test_squeue_errors_with_exit_0_are_unreachable(tmp_path: Path) -> None:
+    text = fixture("unreachable.squeue.txt")
+    tools = FakeTools()
+    tools.set("squeue", text[: text.rindex("}") + 1])
+    tools.set("sinfo", fixture("idle.sinfo.json"))
+    with pytest.raises(SchedulerUnreachable, match="slurm_load_jobs"):
+        backend(tools, tmp_path).discover({"a.1"}, ())
+
+
+@pytest.mark.parametrize("tool", ["squeue", "sinfo", "sacct"])
+def test_tool_failures_are_unreachable(tool: str, tmp_path: Path) -> None:
+    tools = FakeTools()
+    tools.set("squeue", fixture("exit3.squeue.json"))
+    tools.set("sinfo", fixture("idle.sinfo.json"))
+    tools.set("sacct", fixture("exit3.sacct-D.txt"))
+    words = {"squeue": "squeue: error: Unable to contact slurm controller (connect failure)",
+             "sinfo": fixture("unreachable.sinfo.txt").splitlines()[0],
+             "sacct": "sacct: error: Problem talking to the database: Connection refused"}
+    tools.set(tool, stderr=words[tool], rc=1)
+    with pytest.raises(SchedulerUnreachable) as err:
+        backend(tools, tmp_path).discover({"cap.exit3.0"}, ())
+    assert words[tool].split(": ", 1)[-1] in str(err.value)
+
+
+def submission(gated: bool = False) -> Submission:
+    return Submission(job_id="j1", number=1, token="j1.1", gated=gated,
+                      spec=JobSpec(name="t", command=("true",), backend="slurm"))
+
+
+def test_submit_writes_the_script_and_returns_the_id(tmp_path: Path) -> None:
+    tools = FakeTools()
+    tools.set("sbatch", "812;dispatch\n")
+    b = backend(tools, tmp_path)
+    assert b.submit(submission(gated=True)) == "812"
+    (argv,) = tools.calls
+    assert argv[-1] == str(tmp_path / "j1.1.sbatch") and "--hold" in argv
+    assert (tmp_path / "j1.1.sbatch").read_text().startswith("#!/bin/bash")
+
+
+def test_submit_rejected_and_unreachable(tmp_path: Path) -> None:
+    tools = FakeTools()
+    rejected = fixture("sbatch-rejected.stderr.txt").splitlines()[3]
+    tools.set("sbatch", stderr=rejected + "\n", rc=1)
+    with pytest.raises(SubmitRejected) as err:
+        backend(tools, tmp_path).submit(submission())
+    assert err.value.detail == rejected
+    tools.set("sbatch", stderr=fixture("unreachable.sbatch.txt").splitlines()[0], rc=1)
+    with pytest.raises(SchedulerUnreachable):
+        backend(tools, tmp_path).submit(submission())
+
+
+def test_stop_cancel_and_gate_are_idempotent(tmp_path: Path) -> None:
+    tools = FakeTools()
+    b = backend(tools, tmp_path)
+    tools.set("scancel", stderr="scancel: error: Kill job error on job id 5: Job/step already "
+              "completing or completed\n", rc=0)
+    b.stop("5")
+    tools.set("scancel", stderr="scancel: error: Kill job error on job id 5: Invalid job id "
+              "specified\n", rc=1)
+    b.cancel("5")
+    tools.set("scancel", stderr=fixture("unreachable.scancel.txt").splitlines()[0], rc=1)
+    with pytest.raises(SchedulerUnreachable):
+        b.cancel("5")
+    tools.set("scancel", stderr="scancel: error: Access/permission denied\n", rc=1)
+    with pytest.raises(SlurmCommandError):
+        b.cancel("5")
+    tools.set("scontrol", "")
+    b.open_gate("5")
+    assert tools.calls[-1] == ("scontrol", "release", "5")
+
+
+def test_node_lost_since_is_remembered(tmp_path: Path) -> None:
+    tools = FakeTools()
+    tools.set("squeue", fixture("preempt-before.squeue.json"))  # 25 RUNNING on n1
+    doc = json.loads(fixture("notresponding.sinfo.json"))
+    for node in doc["nodes"]:  # Slurm gave no time for the reason this time
+        node["reason_changed_at"] = 0
+    tools.set("sinfo", json.dumps(doc))
+    clock = [NOW]
+    b = SlurmBackend(runner=tools, clock=lambda: clock[0], output_dir=tmp_path)
+    first = {o.ref: o for o in b.discover({"cap.preempt-requeue.0"}, ()).objects}["25"]
+    assert first.cause.kind is K.NODE_LOST and first.lost_since == NOW
+    clock[0] = NOW + timedelta(seconds=30)
+    again = {o.ref: o for o in b.discover({"cap.preempt-requeue.0"}, ()).objects}["25"]
+    assert again.lost_since == NOW  # first seen, not now
+    assert "n1" in b.unhealthy_nodes() and "n2" not in b.unhealthy_nodes()
+    tools.set("sinfo", fixture("idle.sinfo.json"))
+    healed = {o.ref: o for o in b.discover({"cap.preempt-requeue.0"}, ()).objects}["25"]
+    assert healed.cause.kind is K.NONE and healed.lost_since is None
+
+
+def test_logs_from_squeue_output_path(tmp_path: Path) -> None:
+    tools = FakeTools()
+    tools.set("squeue", fixture("completed.squeue.json"))
+    tools.set("sinfo", fixture("idle.sinfo.json"))
+    tools.set("sacct", fixture("completed.sacct-D.txt"))
+    b = backend(tools, tmp_path)
+    b.discover({"cap.ok.0"}, ())
+    assert b.logs("19") == [Path("/tmp/dispatch-slurm-capture.tu9xds/19.out")]
+    (tmp_path / "j1.1.77.out").write_text("hello\n")
+    assert b.logs("77") == [tmp_path / "j1.1.77.out"]

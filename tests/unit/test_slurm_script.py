@@ -1,0 +1,159 @@
+"""The batch script and sbatch argv for a submission. No Slurm needed: the script is run with
+a stand-in ``srun`` that records the argv it got, so quoting is checked by bash itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dispatch.backends.base import Submission
+from dispatch.backends.slurm.script import (
+    dry_run,
+    memory_option,
+    render,
+    time_option,
+    wants_requeue,
+)
+from dispatch.policy import Action, RecoveryPolicy, Rule
+from dispatch.spec import JobSpec, SegmentHealthSpec, SpecError
+
+HOSTILE = ["python", "-c", "print('hi'); import sys", "$(rm -rf /)", "a b", "`id`", "'\"",
+           "; echo pwned", "--flag=$HOME", "*", "line\nbreak", "\\"]
+
+
+def sub(gated: bool = False, **spec: object) -> Submission:
+    base: dict[str, object] = {"name": "train", "command": ("python", "train.py"),
+                               "backend": "slurm"}
+    base.update(spec)
+    return Submission(job_id="j1", number=2, token="j1.2", spec=JobSpec(**base),  # type: ignore[arg-type]
+                      gated=gated)
+
+
+def test_argv_carries_token_gate_requeue_and_limits(tmp_path: Path) -> None:
+    s = sub(gated=True, nodes=2, time_limit=90, memory=512 * 1024 * 1024, workdir="/work/x",
+            slurm={"partition": "high", "exclusive": True, "account": "ml",
+                   "extra": ["--mail-type=END", "--no-kill"]})
+    script, argv = render(s, out_dir=tmp_path)
+    assert argv[0] == "sbatch" and "--parsable" in argv
+    assert "--comment=j1.2" in argv
+    assert "--hold" in argv and "--no-requeue" in argv
+    assert "--nodes=2" in argv and "--ntasks-per-node=1" in argv
+    assert "--time=2" in argv  # 90 s -> 2 minutes (never rounded down)
+    assert "--mem=512M" in argv and "--chdir=/work/x" in argv
+    assert "--partition=high" in argv and "--exclusive" in argv and "--account=ml" in argv
+    assert "--mail-type=END" in argv and "--no-kill" in argv
+    assert f"--output={tmp_path}/j1.2.%j.out" in argv
+    assert argv[-1] == str(tmp_path / "j1.2.sbatch")
+    assert "srun --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=1 python train.py" in script
+
+
+def test_requeue_only_with_a_backend_requeue_rule(tmp_path: Path) -> None:
+    plain = sub()
+    assert not wants_requeue(plain)
+    policy = RecoveryPolicy(rules=(Rule(on=("preempted",), action=Action.REQUEUE, budget=2),))  # type: ignore[arg-type]
+    with_rule = sub(policy=policy)
+    assert wants_requeue(with_rule)
+    assert "--requeue" in render(with_rule, out_dir=tmp_path)[1]
+    assert "--no-requeue" in render(plain, out_dir=tmp_path)[1]
+    assert "--requeue" in render(plain, out_dir=tmp_path, requeue=True)[1]
+    resubmit = sub(policy=RecoveryPolicy(rules=(
+        Rule(on=("preempted",), action=Action.RESUBMIT, budget=2),)))  # type: ignore[arg-type]
+    assert not wants_requeue(resubmit)
+
+
+def test_no_hold_without_gate(tmp_path: Path) -> None:
+    assert "--hold" not in render(sub(), out_dir=tmp_path)[1]
+
+
+@pytest.mark.parametrize(("section", "where"), [
+    ({"partitoin": "low"}, "slurm.partitoin"),
+    ({"exclusive": "yes"}, "slurm.exclusive"),
+    ({"extra": ["--comment=evil"]}, "slurm.extra[0]"),
+    ({"extra": ["--hold"]}, "slurm.extra[0]"),
+    ({"extra": ["--requeue"]}, "slurm.extra[0]"),
+    ({"extra": ["-w n1"]}, "slurm.extra[0]"),
+    ({"extra": "--mail-type=END"}, "slurm.extra"),
+    ({"extra": ["--mail-type=END\n#SBATCH --hold"]}, "slurm.extra[0]"),
+    ({"partition": "--hold"}, "slurm.partition"),
+    ({"cpus_per_task": 0}, "slurm.cpus_per_task"),
+    ({"output_dir": "relative/dir"}, "slurm.output_dir"),
+])
+def test_bad_slurm_section_is_refused_naming_the_key(section: dict[str, object],
+                                                     where: str, tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as err:
+        render(sub(slurm=section), out_dir=tmp_path)
+    assert err.value.where == where
+
+
+def test_bad_env_name_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as err:
+        render(sub(env={"A B": "x"}), out_dir=tmp_path)
+    assert err.value.where == "env.A B"
+
+
+def fake_srun(tmp_path: Path) -> dict[str, str]:
+    """A stand-in srun that writes its argv and some env as JSON."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    srun = bindir / "srun"
+    srun.write_text("#!/usr/bin/env python3\nimport json, os, sys\n"
+                    "json.dump({'argv': sys.argv[1:], 'GREETING': os.environ.get('GREETING')},"
+                    " open(os.environ['SRUN_OUT'], 'w'))\n")
+    srun.chmod(0o755)
+    env = dict(os.environ)
+    env["PATH"] = f"{bindir}:{env['PATH']}"
+    env["SRUN_OUT"] = str(tmp_path / "srun.json")
+    return env
+
+
+def run_script(script: str, tmp_path: Path) -> dict[str, object]:
+    path = tmp_path / "job.sbatch"
+    path.write_text(script)
+    subprocess.run(["bash", str(path)], env=fake_srun(tmp_path), check=True, timeout=30)
+    return json.loads((tmp_path / "srun.json").read_text())  # type: ignore[no-any-return]
+
+
+def test_hostile_argv_reaches_srun_word_for_word(tmp_path: Path) -> None:
+    script, _ = render(sub(command=tuple(HOSTILE), env={"GREETING": "it's $(id) `x`"}),
+                       out_dir=tmp_path)
+    got = run_script(script, tmp_path)
+    assert got["argv"] == ["--kill-on-bad-exit=1", "--nodes=1", "--ntasks-per-node=1",
+                           *HOSTILE]
+    assert got["GREETING"] == "it's $(id) `x`"
+
+
+@settings(max_examples=100, deadline=None)
+@given(argv=st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",),
+                                                    blacklist_characters="\x00"),
+                             min_size=1, max_size=20), min_size=1, max_size=6))
+def test_exec_line_quotes_any_argv(argv: list[str]) -> None:
+    script, _ = dry_run(sub(command=tuple(argv)))
+    exec_line = script[script.index("\nexec srun") + 1:]  # an argv word may hold newlines
+    # Everything after the srun options is the user's argv, word for word.
+    assert shlex.split(exec_line)[5:] == argv
+
+
+def test_ft_launcher_gets_the_segment_health_dir(tmp_path: Path) -> None:
+    s = sub(command=("ft_launcher", "train.py"),
+            segment_health=SegmentHealthSpec(dir="/shared/sh", launcher="ft_launcher"))
+    script, _ = render(s, out_dir=tmp_path)
+    assert "ft_launcher --ft-segment-health-check-dir=/shared/sh train.py" in script
+    assert "export DISPATCH_SEGMENT_HEALTH_DIR=/shared/sh" in script
+
+
+def test_limits_round_up() -> None:
+    assert time_option(1) == "1" and time_option(60) == "1" and time_option(61) == "2"
+    assert memory_option(1) == "1M" and memory_option(1024 * 1024 + 1) == "2M"
+
+
+def test_dry_run_submits_nothing_and_shows_the_script() -> None:
+    script, argv = dry_run(sub())
+    assert script.startswith("#!/bin/bash\n") and "token j1.2" in script
+    assert argv[0] == "sbatch" and argv[-1].endswith("j1.2.sbatch")
