@@ -14,9 +14,9 @@ Every store keeps the same contract, tested on each (tests/integration/stores/):
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import TracebackType
 
 from dispatch.events import Event, JobCreated, OutcomeCommitted
@@ -128,24 +128,15 @@ def check_created(created: JobCreated) -> None:
         raise ValueError("JobCreated.job_id must not be empty")
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def sort_key_us(at: datetime) -> int:
     """Microseconds since the epoch, for ordering by creation (a naive time is taken as UTC)."""
     if at.tzinfo is None:
-        at = at.replace(tzinfo=timezone.utc)
+        at = at.replace(tzinfo=UTC)
     delta = at - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def first_few(ids: Iterable[str], n: int = 5) -> list[str]:
-    out = []
-    for i in ids:
-        if len(out) == n:
-            break
-        out.append(i)
-    return out
 
 
 class RecordStore(abc.ABC):
