@@ -22,9 +22,8 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -168,15 +167,20 @@ class ThrowawayPostgres:
         self.stop()
 
 
-@pytest.fixture(scope="session")
-def postgres_cluster() -> Iterator[ThrowawayPostgres]:
-    if os.environ.get(SKIP_ENV) == "1":
+def start_for_tests(env: Mapping[str, str] = os.environ) -> ThrowawayPostgres:
+    """Start a cluster, or fail the test with the reason; skip only when asked to."""
+    if env.get(SKIP_ENV) == "1":
         pytest.skip(f"{SKIP_ENV}=1: PostgreSQL tests skipped on request")
     try:
-        cluster = ThrowawayPostgres().start()
+        return ThrowawayPostgres().start()
     except (PostgresUnavailable, OSError, subprocess.SubprocessError) as err:
         pytest.fail(f"PostgreSQL is needed for these tests and could not be started: {err}\n"
                     f"(set {SKIP_ENV}=1 to skip them deliberately)", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[ThrowawayPostgres]:
+    cluster = start_for_tests()
     try:
         yield cluster
     finally:
@@ -187,16 +191,3 @@ def postgres_cluster() -> Iterator[ThrowawayPostgres]:
 def postgres_url(postgres_cluster: ThrowawayPostgres) -> str:
     """A URL to a fresh, empty database in the session's throwaway cluster."""
     return postgres_cluster.new_database()
-
-
-def wait_gone(pid: int, timeout: float = 10.0) -> None:
-    """Reap a child we killed (helper for kill -9 tests)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if done:
-            return
-        time.sleep(0.01)
