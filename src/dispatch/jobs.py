@@ -15,7 +15,7 @@ from dispatch import events as ev
 from dispatch.policy import Declarations
 from dispatch.record import Job, fold
 from dispatch.spec import JobSpec
-from dispatch.stores.base import ConflictError, RecordStore
+from dispatch.stores.base import ConflictError, RecordStore, StoreError
 
 
 class JobStateError(ValueError):
@@ -55,7 +55,7 @@ def _request(store: RecordStore, job_id: str, now: datetime,
             return fold(store.read(job_id), now)
         except ConflictError:
             continue
-    raise ConflictError(f"job {job_id}: too many concurrent writers")
+    raise StoreError(f"job {job_id}: too many concurrent writers")
 
 
 def request_cancel(store: RecordStore, job_id: str, now: datetime, actor: str) -> Job:

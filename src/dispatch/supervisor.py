@@ -24,7 +24,7 @@ from dispatch.model import Cause, CauseKind, Discovery, Provenance, SchedulerUnr
 from dispatch.notify import Notifier
 from dispatch.record import Job, fold
 from dispatch.status import plan_of
-from dispatch.stores.base import ConflictError, RecordStore
+from dispatch.stores.base import ConflictError, RecordStore, StoreError
 
 log = logging.getLogger("dispatch.supervisor")
 
@@ -186,7 +186,7 @@ class Supervisor:
                 return
             except ConflictError:
                 continue
-        raise ConflictError(f"job {job_id}: could not record a fact after 10 conflicts")
+        raise StoreError(f"job {job_id}: could not record a fact after 10 conflicts")
 
     # ---- loops -----------------------------------------------------------------------
     def run_until_terminal(self, job_id: str, poll: float,
