@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -320,6 +321,11 @@ def _dry_run(spec_path: Path) -> None:
 
 def _create(store: RecordStore, spec_path: Path, backends: BackendCache) -> str:
     spec = load_spec(spec_path)
+    if spec.workdir is None:
+        # Relative paths in the command mean what they meant where the job was submitted.
+        import msgspec
+
+        spec = msgspec.structs.replace(spec, workdir=os.getcwd())
     declarations = backends(spec.backend).declarations()
     plan = Plan(policy=spec.policy, declarations=declarations)
     for line in plan.unenforced():
@@ -387,6 +393,11 @@ def run(spec_path: Path, poll: float, store_url: str | None, as_json: bool,
         job = _run_live(sup, store, job_id, poll, backends, quiet=as_json)
         sup.notifier.close()
         s, unreachable = statuses(store, [job_id], backends)
+        if not as_json:
+            from dispatch.story import story
+
+            for e, text in story(store.read(job_id)):
+                click.echo(f"{e.at:%H:%M:%S}  #{e.seq:<3} {text}")
         _print_status(s[0], as_json, unreachable)
         if job.outcome is None:
             sys.exit(EXIT_CANCELLED)
