@@ -153,7 +153,8 @@ def parse_spec(data: Any, source: str = "<spec>") -> JobSpec:
         raise SpecError(source, where, message) from None
     spec = msgspec.structs.replace(spec, policy=policy)
     if spec.backend not in BACKENDS:
-        raise SpecError(source, "backend", f"unknown backend {spec.backend!r} ({', '.join(BACKENDS)})")
+        known = ", ".join(BACKENDS)
+        raise SpecError(source, "backend", f"unknown backend {spec.backend!r} ({known})")
     if not spec.name.strip():
         raise SpecError(source, "name", "must not be empty")
     if not spec.command or any(not isinstance(a, str) or a == "" for a in spec.command):
