@@ -81,24 +81,39 @@ class PostgresStore(RecordStore):
             params = conninfo_to_dict(url)
         except psycopg.Error as err:
             raise StoreError(f"bad PostgreSQL URL {self.describe()}: {self._clean(err)}") from None
-        extra: dict[str, Any] = {"autocommit": True}
+        self._extra: dict[str, Any] = {"autocommit": True}
         if "connect_timeout" not in params:
-            extra["connect_timeout"] = CONNECT_TIMEOUT_S
+            self._extra["connect_timeout"] = CONNECT_TIMEOUT_S
         if "application_name" not in params:
-            extra["application_name"] = "dispatch"
+            self._extra["application_name"] = "dispatch"
+        self._closed = False
+        self._conn = self._connect()
         try:
-            self._conn = psycopg.connect(url, **extra)
-        except psycopg.Error as err:
-            raise StoreError(
-                f"cannot reach PostgreSQL at {self.describe()}: {self._clean(err)}"
-            ) from None
-        try:
-            # A committed decision must survive a server crash, whatever the server default.
-            self._conn.execute("SET synchronous_commit TO on")
             self._setup()
         except BaseException:
             self._conn.close()
             raise
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            conn = psycopg.connect(self._url, **self._extra)
+            # A committed decision must survive a server crash, whatever the server default.
+            conn.execute("SET synchronous_commit TO on")
+        except psycopg.Error as err:
+            raise StoreError(
+                f"cannot reach PostgreSQL at {self.describe()}: {self._clean(err)}"
+            ) from None
+        return conn
+
+    @property
+    def _db(self) -> psycopg.Connection[Any]:
+        """The connection; a fresh one after the server dropped ours (a restart, a failover):
+        the call that saw the drop failed with StoreError, the next one reconnects."""
+        if self._closed:
+            raise StoreError(f"{self.describe()}: the store is closed")
+        if self._conn.closed or self._conn.broken:
+            self._conn = self._connect()
+        return self._conn
 
     def describe(self) -> str:
         return mask_password(self._url)
@@ -115,15 +130,16 @@ class PostgresStore(RecordStore):
         return text
 
     def _setup(self) -> None:
+        conn = self._db
         try:
-            with self._conn.transaction():
+            with conn.transaction():
                 # Serialise first-time setup between processes; not used for appends.
-                self._conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-                exists = self._conn.execute(
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                exists = conn.execute(
                     "SELECT to_regclass('dispatch_schema') IS NOT NULL"
                 ).fetchone()
                 if exists and exists[0]:
-                    row = self._conn.execute(
+                    row = conn.execute(
                         "SELECT max(version) FROM dispatch_schema"
                     ).fetchone()
                     found = row[0] if row else None
@@ -135,8 +151,8 @@ class PostgresStore(RecordStore):
                         raise SchemaTooNew(self.describe(), found)
                 else:
                     for stmt in _SCHEMA:
-                        self._conn.execute(stmt)
-                    self._conn.execute(
+                        conn.execute(stmt)
+                    conn.execute(
                         "INSERT INTO dispatch_schema (version) VALUES (%s)", (SCHEMA_VERSION,)
                     )
         except psycopg.Error as err:
@@ -160,7 +176,8 @@ class PostgresStore(RecordStore):
             return
         with self._lock:
             try:
-                with self._conn.transaction(), self._conn.cursor() as cur:
+                conn = self._db
+                with conn.transaction(), conn.cursor() as cur:
                     cur.executemany(
                         "INSERT INTO dispatch_jobs"
                         " (job_id, name, backend, created_at, created_us, version)"
@@ -178,7 +195,7 @@ class PostgresStore(RecordStore):
                 raise self._fail("create", err) from None
 
     def _existing(self, ids: Sequence[str]) -> list[str]:
-        rows = self._conn.execute(
+        rows = self._db.execute(
             "SELECT job_id FROM dispatch_jobs WHERE job_id = ANY(%s)", (list(ids),)
         ).fetchall()
         found = {r[0] for r in rows}
@@ -193,7 +210,8 @@ class PostgresStore(RecordStore):
         )
         with self._lock:
             try:
-                with self._conn.transaction(), self._conn.cursor() as cur:
+                conn = self._db
+                with conn.transaction(), conn.cursor() as cur:
                     cur.execute(
                         "UPDATE dispatch_jobs SET version = %s, terminal = terminal OR %s"
                         " WHERE job_id = %s AND version = %s",
@@ -222,7 +240,7 @@ class PostgresStore(RecordStore):
     def _query(self, sql: str, params: Sequence[Any] | None = None) -> list[Any]:
         with self._lock:
             try:
-                return self._conn.execute(sql, params).fetchall()
+                return self._db.execute(sql, params).fetchall()
             except psycopg.Error as err:
                 raise self._fail("read", err) from None
 
@@ -286,4 +304,5 @@ class PostgresStore(RecordStore):
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._conn.close()

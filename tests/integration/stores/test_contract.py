@@ -526,3 +526,24 @@ def test_sqlite_default_location_under_xdg_state_home() -> None:
         path = Path(d) / "dispatch" / "record.sqlite3"
         assert path.exists()
         assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+
+
+# -- PostgreSQL only --------------------------------------------------------------------------
+
+
+@pytest.mark.postgres
+def test_postgres_store_reconnects_after_the_server_dropped_it(postgres_url: str) -> None:
+    import psycopg
+
+    from dispatch.stores.base import StoreError
+
+    with open_store(postgres_url) as s:
+        s.create(created("a"))
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                          " WHERE application_name = 'dispatch' AND pid <> pg_backend_pid()")
+        with pytest.raises(StoreError, match="postgresql://"):
+            s.append("a", escalations(2, 1), 1)
+        # The next call reconnects; the failed append wrote nothing.
+        assert s.version("a") == 1
+        assert s.append("a", escalations(2, 1), 1) == 2
