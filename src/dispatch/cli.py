@@ -289,8 +289,10 @@ def _policy_from_file(file: Path) -> RecoveryPolicy:
     """A policy file, or a job spec whose policy: section is checked."""
     import yaml
 
+    from dispatch.spec import load_yaml_text
+
     try:
-        data = yaml.safe_load(file.read_text())
+        data = load_yaml_text(file.read_text())
     except (OSError, yaml.YAMLError):
         return load_policy(file)  # produces the precise error
     if isinstance(data, dict) and "command" in data:

@@ -73,7 +73,14 @@ class Dispatch:
         deadline = time.monotonic() + timeout
         last: dict[str, Any] = {}
         while time.monotonic() < deadline:
-            last = self.status(job)
+            done = self("status", job, "--json")
+            if done.returncode == 3:  # `run` in another process has not created it yet
+                time.sleep(0.2)
+                continue
+            if done.returncode != 0:
+                raise AssertionError(f"dispatch status {job} exited {done.returncode}:\n"
+                                     f"{done.stdout}\n{done.stderr}")
+            last = json.loads(done.stdout)
             if pred(last):
                 return last
             time.sleep(0.2)

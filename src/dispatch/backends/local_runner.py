@@ -45,7 +45,7 @@ SUPERVISOR_ACTOR = "dispatch"
 # The environment variable that carries the submitter's own PYTHONPATH through the runner,
 # whose PYTHONPATH was extended so that it can import dispatch; nodes get the original back.
 ORIGINAL_PYTHONPATH = "DISPATCH_LOCAL_ORIGINAL_PYTHONPATH"
-UNSET = "\x00unset"
+UNSET = "<dispatch:unset>"  # a value no PYTHONPATH has (env values cannot hold NUL)
 # How long a freshly started runner waits for submit to publish its object directory.
 PUBLISH_WAIT_S = 60.0
 HEARTBEAT_S = 30.0
