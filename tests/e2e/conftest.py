@@ -48,8 +48,9 @@ class Dispatch:
         try:
             return json.loads(done.stdout)
         except json.JSONDecodeError as err:
-            raise AssertionError(f"dispatch {' '.join(args)} --json printed no JSON "
-                                 f"(exit {done.returncode}):\n{done.stdout}\n{done.stderr}") from err
+            raise AssertionError(
+                f"dispatch {' '.join(args)} --json printed no JSON "
+                f"(exit {done.returncode}):\n{done.stdout}\n{done.stderr}") from err
 
     def spawn(self, *args: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen(self.argv(*args), env=self.env, cwd=self.tmp, text=True,
