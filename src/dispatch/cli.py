@@ -26,7 +26,7 @@ from rich.live import Live
 from rich.table import Table
 
 from dispatch.backends.registry import BackendCache, BackendConfigError, declarations_for
-from dispatch.codec import DecodeError, to_builtins
+from dispatch.codec import DecodeError, cause_json, to_builtins
 from dispatch.jobs import (
     JobStateError,
     create_job,
@@ -146,14 +146,6 @@ def emit_json(data: Any) -> None:
 
 
 # ---- JSON shapes ---------------------------------------------------------------------------
-def cause_json(c: Cause | None) -> dict[str, Any] | None:
-    if c is None:
-        return None
-    return {"kind": c.kind.value, "provenance": c.provenance.value, "actor": c.actor,
-            "detail": c.detail, "exit_code": c.exit_code,
-            "at": c.at.isoformat() if c.at else None}
-
-
 def status_json(s: Status, scheduler: str = "ok") -> dict[str, Any]:
     return {
         "job": s.job, "name": s.name, "state": s.state.value, "cause": cause_json(s.cause),
@@ -701,7 +693,7 @@ def local_inject(job: str, what: str, node: int | None, store_url: str | None) -
 
     backend = backends("local")
     assert isinstance(backend, LocalBackend)
-    backend.inject(cur.ref, what, node)
+    backend.inject(cur.ref, "preempt" if what == "preempt" else "lose-node", node)
     click.echo(f"{job_id}: injected {what}" + (f" on node {node}" if node is not None else "")
                + f" into {cur.ref}")
 

@@ -150,8 +150,7 @@ class Supervisor:
                     backend.cancel(d.ref)
                 elif isinstance(d, dc.OpenGate):
                     backend.open_gate(d.ref)
-                    self._append_fact(job.id, lambda seq, now, d=d: ev.GateOpened(
-                        seq=seq, at=now, submission=d.submission, ref=d.ref))
+                    self._append_fact(job.id, _gate_opened(d))
                 elif isinstance(d, dc.Escalate):
                     self.notifier.escalate(job, d.message, d.cause, self.clock())
                 elif isinstance(d, dc.Commit):
@@ -215,3 +214,8 @@ class Supervisor:
             backoff = min(backoff * 2, poll * 16) if report.unreachable else poll
             self.stopping.wait(backoff)
 
+
+def _gate_opened(d: dc.OpenGate) -> Callable[[int, datetime], ev.Event]:
+    def make(seq: int, now: datetime) -> ev.Event:
+        return ev.GateOpened(seq=seq, at=now, submission=d.submission, ref=d.ref)
+    return make
