@@ -67,6 +67,12 @@ def checked_id(what: str, value: object) -> str:
     raise InvalidUnitId(what, value)
 
 
+def numeric_key(digits: str) -> tuple[int, str, str]:
+    """Sort key putting decimal id strings in numeric order, without int() (no size limit)."""
+    significant = digits.lstrip("0")
+    return len(significant), significant, digits
+
+
 def unit_ids(
     slurm_job_id: str | int,
     array_job_id: str | int | None = None,

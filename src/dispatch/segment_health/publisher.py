@@ -39,6 +39,7 @@ from dispatch.segment_health.artifact import (
     absolute_directory,
     checked_id,
     lock_filename,
+    numeric_key,
     parse_unit_filename,
     state_filename,
     unit_filename,
@@ -250,7 +251,7 @@ def list_decisions(
                 decision=_parse_object(raw),
             )
         )
-    found.sort(key=lambda d: (int(d.job_id), int(d.task_id)))
+    found.sort(key=lambda d: (numeric_key(d.job_id), numeric_key(d.task_id)))
     return found
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from dispatch.segment_health.artifact import SegmentHealthError, checked_id
+from dispatch.segment_health.artifact import SegmentHealthError, checked_id, numeric_key
 
 # The whole first line, newline included. NVRx reads at most 8 KiB + 1 bytes and accepts
 # a line that ends in a newline within them; staying at <= 8192 with the newline is
@@ -45,7 +45,7 @@ def encode_state(task_ids: Iterable[str], *, job_id: str = "?") -> bytes:
 
     Raises StateTooLarge beyond MAX_STATE_LINE_BYTES (newline included).
     """
-    ids = sorted({checked_id("task_id", t) for t in task_ids}, key=lambda t: (int(t), t))
+    ids = sorted({checked_id("task_id", t) for t in task_ids}, key=numeric_key)
     line = ("[" + ",".join(f'"{t}"' for t in ids) + "]\n").encode("ascii")
     if len(line) > MAX_STATE_LINE_BYTES:
         raise StateTooLarge(job_id, len(line), len(ids))
