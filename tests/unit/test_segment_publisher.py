@@ -53,7 +53,12 @@ def test_make_decision_is_the_diagnostic_document():
         "when": "2026-05-01T12:00:00+00:00",
     }
     offset = make_decision(
-        job_id="1", task_id="1", nodes=[], cause="operator", who="alice", why="bad NIC",
+        job_id="1",
+        task_id="1",
+        nodes=[],
+        cause="operator",
+        who="alice",
+        why="bad NIC",
         when=datetime(2026, 5, 1, 14, 0, tzinfo=timezone(timedelta(hours=2))),
         extra={"ticket": "OPS-1"},
     )
