@@ -31,6 +31,8 @@ SRC = ROOT / "src"
 BACKEND = "dispatch-segment-c10d"
 TIMEOUT = 240  # a bound for a hung run, never an assertion about speed
 
+pytestmark = pytest.mark.torch
+
 TRAIN = r"""
 import os, sys
 import torch
