@@ -85,11 +85,16 @@ class KubeflowSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 
 
 def _where(err: msgspec.ValidationError) -> tuple[str, str]:
+    """msgspec says 'Object missing required field `runtime` - at `$.x`'; make 'x.runtime'."""
     text = str(err)
+    where, message = "", text
     m = re.search(r" - at `\$\.?(.*)`$", text)
     if m:
-        return m.group(1), text[: m.start()]
-    return "", text
+        where, message = m.group(1), text[: m.start()]
+    field = re.search(r"(?:missing required|unknown) field `([^`]*)`", message)
+    if field:
+        where = f"{where}.{field.group(1)}" if where else field.group(1)
+    return where, message
 
 
 def _check_label_key(where: str, key: str) -> None:
