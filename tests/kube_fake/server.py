@@ -190,7 +190,9 @@ class FakeApiServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self._thread.start()
         return self
 
@@ -385,6 +387,9 @@ class FakeApiServer:
             h.send_response(code)
             h.send_header("Content-Type", "application/json")
             h.send_header("Content-Length", str(len(data)))
+            # One request per connection: once stop() closes the port, nothing is served.
+            h.send_header("Connection", "close")
+            h.close_connection = True
             h.end_headers()
             h.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):

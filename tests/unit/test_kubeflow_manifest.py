@@ -132,7 +132,7 @@ def test_token_that_cannot_be_a_label_is_refused(token: str) -> None:
     assert err.value.where == "(token)"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     name=st.text(min_size=1, max_size=80).filter(lambda s: s.strip()),
     token=st.from_regex(r"[a-z0-9][a-z0-9.-]{0,40}\.[0-9]{1,4}", fullmatch=True),

@@ -778,7 +778,7 @@ condition_like = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     tj_status=st.dictionaries(
         st.sampled_from(["conditions", "jobsStatus", "x"]),
@@ -798,7 +798,7 @@ def test_malformed_input_never_crashes_and_never_guesses(tj_status, junk, pod_st
         assert report.cause.detail  # the words are kept, never an empty unknown
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(reason=st.from_regex(r"[A-Z][A-Za-z]{2,20}", fullmatch=True))
 def test_unmapped_disruption_reason_is_unknown_with_its_words(reason: str) -> None:
     if reason in {
