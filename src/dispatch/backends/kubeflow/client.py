@@ -81,9 +81,14 @@ class ClientSettings:
     timeout_s: float = 10.0
     retries: int = 3
     backoff_s: float = 0.5
+    service_account_dir: str = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
-def load_config(kubeconfig: str | None, context: str | None) -> Any:
+def load_config(
+    kubeconfig: str | None,
+    context: str | None,
+    service_account_dir: str = ClientSettings.service_account_dir,
+) -> Any:
     """A kubeconfig file when named, else lightkube's order: in-cluster service account,
     $KUBECONFIG, ~/.kube/config. A config that cannot be loaded is a clear error."""
     try:
@@ -92,7 +97,7 @@ def load_config(kubeconfig: str | None, context: str | None) -> Any:
             if not path.is_file():
                 raise ConfigError(f"kubeconfig {kubeconfig} does not exist")
             return KubeConfig.from_file(path).get(context_name=context)
-        return KubeConfig.from_env().get(context_name=context)
+        return KubeConfig.from_env(service_account=service_account_dir).get(context_name=context)
     except (ConfigError, KeyError, OSError, ValueError) as err:
         raise ConfigError(f"cannot load Kubernetes config: {err}") from None
 
@@ -108,7 +113,11 @@ class KubeClient:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.settings = settings
-        cfg = config if config is not None else load_config(settings.kubeconfig, settings.context)
+        cfg = (
+            config
+            if config is not None
+            else load_config(settings.kubeconfig, settings.context, settings.service_account_dir)
+        )
         self.default_namespace: str = getattr(cfg, "namespace", None) or "default"
         self._client: Any = Client(
             config=cfg,
