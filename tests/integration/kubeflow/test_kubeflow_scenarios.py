@@ -377,3 +377,23 @@ def test_node_list_forbidden_still_fences_on_failure_target(
     report = look(backend, token)
     assert report.cause.kind is CauseKind.NODE_LOST
     assert report.lost_since == datetime(2026, 3, 1, 10, 5, tzinfo=UTC)
+
+
+def test_the_stand_in_refuses_and_records_a_schema_violation(
+    fake: FakeApiServer, backend: KubeflowBackend
+) -> None:
+    from dispatch.backends.kubeflow.client import ApiAnswer, TrainJobRes
+
+    bad = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "bad", "namespace": "team"},
+        "spec": {"runtimeRef": {"name": "t"}, "trainer": {"numNodes": "two"}},
+    }
+    with pytest.raises(ApiAnswer) as err:
+        backend.kube.create(TrainJobRes, bad)
+    assert err.value.code == 422 and "numNodes" in err.value.message
+    assert len(fake.violations) == 1
+    with pytest.raises(AssertionError):
+        fake.put({**bad, "status": {"conditions": [{"type": "Failed"}]}})  # a bad fixture fails
+    fake.violations.clear()  # seen and asserted here; the fixture would fail the test otherwise
