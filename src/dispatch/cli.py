@@ -304,9 +304,11 @@ def _dry_run(spec_path: Path) -> None:
         click.echo("# argv: " + " ".join(argv))
         click.echo(script)
     elif spec.backend == "kubeflow":
-        from dispatch.backends.kubeflow.backend import dry_run as kube_dry_run
+        from dispatch.backends.kubeflow.backend import KubeflowBackend
 
-        click.echo(kube_dry_run(submission))
+        kube = BackendCache()("kubeflow")
+        assert isinstance(kube, KubeflowBackend)
+        click.echo(kube.dry_run(submission))
     else:
         click.echo(json.dumps({"backend": "local", "nodes": spec.nodes,
                                "argv": list(spec.command), "time_limit": spec.time_limit,

@@ -90,15 +90,22 @@ def test_malformed_files_are_clear_errors_naming_the_place(tmp_path: Path, text:
     assert where in out
 
 
-def test_backend_declarations_change_what_is_enforced(tmp_path: Path) -> None:
+def test_backend_declarations_change_what_is_enforced(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     text = "rules:\n  - on: [preempted]\n    action: requeue\n    budget: 2\n"
     _, local = check(tmp_path, text, "--json", "--backend", "local")
     _, slurm = check(tmp_path, text, "--json", "--backend", "slurm")
     assert json.loads(local)["unenforced"] and not json.loads(slurm)["unenforced"]
     restart = "rules:\n  - on: [preempted]\n    action: restart\n    budget: 2\n"
-    _, kube = check(tmp_path, restart, "--json", "--backend", "kubeflow")
     _, slurm2 = check(tmp_path, restart, "--json", "--backend", "slurm")
-    assert not json.loads(kube)["unenforced"] and json.loads(slurm2)["unenforced"]
+    assert json.loads(slurm2)["unenforced"]
+    # Kubeflow enforces restart only where the runtime's JobSet failurePolicy does, which
+    # the operator declares.
+    _, kube = check(tmp_path, restart, "--json", "--backend", "kubeflow")
+    assert json.loads(kube)["unenforced"]
+    monkeypatch.setenv("DISPATCH_KUBEFLOW_RESTART_NATIVE", "1")
+    _, kube_native = check(tmp_path, restart, "--json", "--backend", "kubeflow")
+    assert not json.loads(kube_native)["unenforced"]
 
 
 def test_a_job_spec_is_checked_by_its_policy_section(tmp_path: Path) -> None:
