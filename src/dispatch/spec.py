@@ -162,6 +162,10 @@ def parse_spec(data: Any, source: str = "<spec>") -> JobSpec:
     if spec.nodes < 1:
         raise SpecError(source, "nodes", f"must be >= 1, got {spec.nodes}")
     if spec.segment_health is not None:
+        if spec.backend != "slurm":
+            raise SpecError(source, "segment_health",
+                            "segment health decisions name Slurm allocation units: "
+                            "only the slurm backend publishes them")
         if not spec.segment_health.dir.startswith("/"):
             raise SpecError(source, "segment_health.dir", "must be an absolute path")
         if spec.segment_health.launcher not in ("none", "ft_launcher", "torchrun"):
