@@ -48,6 +48,7 @@ from dispatch.backends.local_runner import (
     PUBLISH_WAIT_S,
     RUNNER,
     RUNNER_LOG,
+    SET_PREFIX,
     STATUS,
     STOP,
     SUPERVISOR_ACTOR,
@@ -136,6 +137,7 @@ class LocalBackend:
         self._ended: dict[str, ObjectReport] = {}
         # Runners this process started, kept only to reap them when they exit.
         self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._boot_id = boot_id()  # a pid is only this boot's pid
 
     # ------------------------------------------------------------ Backend protocol
 
@@ -188,7 +190,7 @@ class LocalBackend:
             raise SubmitRejected(f"cannot start the local runner: {err}") from None
         st = read_proc_stat(proc.pid)
         info = RunnerInfo(pid=proc.pid, start_ticks=st.start_ticks if st else -1,
-                          boot_id=boot_id())
+                          boot_id=self._boot_id)
         write_atomic(stage / RUNNER, msgspec.json.encode(info))
         fsync_dir(stage)
         try:
@@ -401,7 +403,7 @@ class LocalBackend:
             return False
         st = read_proc_stat(info.pid)
         return (st is not None and st.start_ticks == info.start_ticks
-                and st.state not in ("Z", "X") and info.boot_id == boot_id())
+                and st.state not in ("Z", "X") and info.boot_id == self._boot_id)
 
     def _report(self, ref: str) -> ObjectReport | None:
         """The report of one object, or None when there is no such object."""
@@ -419,9 +421,6 @@ class LocalBackend:
         status = self._read_status(ref)
         if isinstance(status, ObjectStatus) and status.final:
             return self._remember_end(ref, _from_status(status))
-        verdict = self._read_status(ref, VANISHED)
-        if isinstance(verdict, ObjectStatus):
-            return self._remember_end(ref, _from_status(verdict))
         if self._runner_alive(ref):
             if status is None:
                 # The runner is starting and has not written its first status yet.
@@ -434,6 +433,9 @@ class LocalBackend:
         status = self._read_status(ref)
         if isinstance(status, ObjectStatus) and status.final:
             return self._remember_end(ref, _from_status(status))
+        verdict = self._read_status(ref, VANISHED)
+        if isinstance(verdict, ObjectStatus):
+            return self._remember_end(ref, _from_status(verdict))
         return self._remember_end(ref, self._vanished(ref, meta, status, now))
 
     def _remember_end(self, ref: str, report: ObjectReport) -> ObjectReport:
@@ -541,7 +543,7 @@ class LocalBackend:
         env = dict(os.environ)
         package_parent = str(Path(dispatch.__file__).resolve().parent.parent)
         original = env.get("PYTHONPATH")
-        env[ORIGINAL_PYTHONPATH] = original if original is not None else UNSET
+        env[ORIGINAL_PYTHONPATH] = SET_PREFIX + original if original is not None else UNSET
         env["PYTHONPATH"] = package_parent + (os.pathsep + original if original else "")
         return env
 
