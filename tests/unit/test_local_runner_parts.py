@@ -84,12 +84,11 @@ def test_descendants_are_exactly_the_processes_with_the_root_as_an_ancestor(
         assert (pid in found) == chain
 
 
-def test_process_alive_checks_start_time_and_boot() -> None:
+def test_process_alive_checks_the_start_time() -> None:
     me = read_proc_stat(os.getpid())
     assert me is not None
     assert process_alive(os.getpid(), me.start_ticks)
     assert not process_alive(os.getpid(), me.start_ticks + 1)  # a reused pid
-    assert not process_alive(os.getpid(), me.start_ticks, boot="another-boot")
     done = subprocess.Popen([sys.executable, "-c", "pass"])
     ticks = read_proc_stat(done.pid)
     done.wait()
@@ -162,3 +161,15 @@ def test_formats_are_strict() -> None:
     # S13: a name this build does not know is refused, not misread.
     with pytest.raises(msgspec.ValidationError):
         msgspec.json.decode(status.replace(b'"running"', b'"exploded"'), type=ObjectStatus)
+
+
+def test_a_runner_whose_object_is_never_published_leaves(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dispatch.backends import local_runner
+
+    monkeypatch.setattr(local_runner, "PUBLISH_WAIT_S", 0.05)
+    assert not local_runner._wait_published(tmp_path / "never")
+    (tmp_path / "now").mkdir()
+    (tmp_path / "now" / "meta.json").write_text("{}")
+    (tmp_path / "now" / "runner.json").write_text("{}")
+    assert local_runner._wait_published(tmp_path / "now")

@@ -63,6 +63,7 @@ from dispatch.backends.local_runner import (
     create_exclusive,
     fsync_dir,
     node_name,
+    process_alive,
     read_proc_stat,
     scan_procs,
     utcnow,
@@ -399,11 +400,8 @@ class LocalBackend:
 
     def _runner_alive(self, ref: str) -> bool:
         info = self._load_runner(ref)
-        if info is None:
-            return False
-        st = read_proc_stat(info.pid)
-        return (st is not None and st.start_ticks == info.start_ticks
-                and st.state not in ("Z", "X") and info.boot_id == self._boot_id)
+        return (info is not None and info.boot_id == self._boot_id
+                and process_alive(info.pid, info.start_ticks))
 
     def _report(self, ref: str) -> ObjectReport | None:
         """The report of one object, or None when there is no such object."""

@@ -265,11 +265,9 @@ def boot_id() -> str:
         return ""
 
 
-def process_alive(pid: int, start_ticks: int, boot: str | None = None) -> bool:
+def process_alive(pid: int, start_ticks: int) -> bool:
     """True when ``pid`` is still the very process that had ``start_ticks`` (not a zombie,
-    not a reused pid, not from an earlier boot)."""
-    if boot is not None and boot != boot_id():
-        return False
+    not a reused pid). Compare boot ids first: start times only order one boot."""
     st = read_proc_stat(pid)
     return st is not None and st.start_ticks == start_ticks and st.state not in ("Z", "X")
 

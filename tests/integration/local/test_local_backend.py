@@ -197,6 +197,7 @@ def test_nothing_starts_until_the_gate_opens(local: Local) -> None:
     report = local.wait(ref, lambda r: r.gated)
     assert report.state is State.PENDING and report.cause.kind is CauseKind.NONE
     # The runner is up and waiting (it wrote its status); give it a few looks.
+    wait_file(local.root / "objects" / ref / "status.json")
     for _ in range(3):
         time.sleep(0.1)
         again = local.look(ref)
@@ -372,3 +373,17 @@ def test_removing_a_live_objects_directory_kills_its_processes(local: Local,
     assert "was removed while the object ran" in (moved / "runner.log").read_text()
     (report,) = local.backend.discover([], [ref]).objects
     assert report.ended and "no such local object" in report.cause.detail
+
+
+def test_a_runner_told_to_terminate_kills_its_nodes_and_says_unknown(local: Local) -> None:
+    ref, _ = local.submit(SLEEP, nodes=2)
+    local.wait(ref, lambda r: r.state is State.RUNNING)
+    nodes = local.status_pids(ref)
+    info = msgspec.json.decode((local.root / "objects" / ref / "runner.json").read_bytes(),
+                               type=RunnerInfo)
+    os.kill(info.pid, signal.SIGTERM)
+    report = local.ended(ref)
+    assert report.state is State.FAILED and report.cause.kind is CauseKind.UNKNOWN
+    assert "received SIGTERM" in report.cause.detail
+    for pid in nodes:
+        assert not alive(pid)
