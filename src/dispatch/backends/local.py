@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -82,6 +83,7 @@ from dispatch.model import (
 from dispatch.policy import Declarations
 
 NO_SUCH_OBJECT = "no such local object"
+_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 Injection = Literal["preempt", "lose-node"]
 
 
@@ -290,7 +292,7 @@ class LocalBackend:
     def logs(self, ref: str) -> list[Path]:
         """The node logs of an object, node 0 first (only those that exist yet)."""
         objdir = self.objects_dir / ref
-        meta = self._load_meta(ref) if objdir.is_dir() else None
+        meta = self._load_meta(ref) if self._exists(ref) else None
         if meta is None:
             raise NoSuchObject(ref, self.root)
         count = meta.nodes if isinstance(meta, ObjectMeta) else 0
@@ -299,7 +301,7 @@ class LocalBackend:
 
     def runner_log(self, ref: str) -> Path:
         path = self.objects_dir / ref / RUNNER_LOG
-        if not (self.objects_dir / ref).is_dir():
+        if not self._exists(ref):
             raise NoSuchObject(ref, self.root)
         return path
 
@@ -405,7 +407,7 @@ class LocalBackend:
 
     def _report(self, ref: str) -> ObjectReport | None:
         """The report of one object, or None when there is no such object."""
-        if not (self.objects_dir / ref).is_dir():
+        if not self._exists(ref):
             return None
         meta = self._load_meta(ref)
         if isinstance(meta, str):
@@ -492,8 +494,12 @@ class LocalBackend:
             kind=CauseKind.UNKNOWN, provenance=Provenance.SCHEDULER,
             detail=f"{NO_SUCH_OBJECT} {ref} under {self.objects_dir}", at=now))
 
+    def _exists(self, ref: str) -> bool:
+        # A ref is one directory name under objects/; never a path that leaves it.
+        return _REF.fullmatch(ref) is not None and (self.objects_dir / ref).is_dir()
+
     def _resolve(self, target: str) -> str:
-        if (self.objects_dir / target).is_dir():
+        if self._exists(target):
             return target
         by_token = self._find(lambda m: m.token == target)
         candidates = by_token or self._find(lambda m: m.job_id == target)

@@ -333,6 +333,16 @@ def test_a_ref_that_does_not_exist(local: Local) -> None:
     local.backend.stop("l-00000000")  # nothing to stop: no error
     with pytest.raises(NoSuchObject):
         local.backend.logs("l-00000000")
+    # A ref is a name under objects/, never a path out of it.
+    (local.root / "objects").mkdir(parents=True, exist_ok=True)
+    for escape in ("..", "../objects", "/tmp"):
+        (report,) = local.backend.discover([], [escape]).objects
+        assert report.ended and "no such local object" in report.cause.detail
+        local.backend.cancel(escape)
+        with pytest.raises(NoSuchObject):
+            local.backend.inject(escape, "preempt")
+        with pytest.raises(NoSuchObject):
+            local.backend.logs(escape)
 
 
 def test_prune_removes_only_ended_objects(local: Local) -> None:
