@@ -26,7 +26,7 @@ from rich.live import Live
 from rich.table import Table
 
 from dispatch.backends.registry import BackendCache, BackendConfigError, declarations_for
-from dispatch.codec import DecodeError, to_builtins
+from dispatch.codec import DecodeError, cause_json, to_builtins
 from dispatch.jobs import (
     JobStateError,
     create_job,
@@ -146,14 +146,6 @@ def emit_json(data: Any) -> None:
 
 
 # ---- JSON shapes ---------------------------------------------------------------------------
-def cause_json(c: Cause | None) -> dict[str, Any] | None:
-    if c is None:
-        return None
-    return {"kind": c.kind.value, "provenance": c.provenance.value, "actor": c.actor,
-            "detail": c.detail, "exit_code": c.exit_code,
-            "at": c.at.isoformat() if c.at else None}
-
-
 def status_json(s: Status, scheduler: str = "ok") -> dict[str, Any]:
     return {
         "job": s.job, "name": s.name, "state": s.state.value, "cause": cause_json(s.cause),
@@ -289,8 +281,10 @@ def _policy_from_file(file: Path) -> RecoveryPolicy:
     """A policy file, or a job spec whose policy: section is checked."""
     import yaml
 
+    from dispatch.spec import load_yaml_text
+
     try:
-        data = yaml.safe_load(file.read_text())
+        data = load_yaml_text(file.read_text())
     except (OSError, yaml.YAMLError):
         return load_policy(file)  # produces the precise error
     if isinstance(data, dict) and "command" in data:
@@ -310,9 +304,11 @@ def _dry_run(spec_path: Path) -> None:
         click.echo("# argv: " + " ".join(argv))
         click.echo(script)
     elif spec.backend == "kubeflow":
-        from dispatch.backends.kubeflow.backend import dry_run as kube_dry_run
+        from dispatch.backends.kubeflow.backend import KubeflowBackend
 
-        click.echo(kube_dry_run(submission))
+        kube = BackendCache()("kubeflow")
+        assert isinstance(kube, KubeflowBackend)
+        click.echo(kube.dry_run(submission))
     else:
         click.echo(json.dumps({"backend": "local", "nodes": spec.nodes,
                                "argv": list(spec.command), "time_limit": spec.time_limit,
@@ -699,7 +695,7 @@ def local_inject(job: str, what: str, node: int | None, store_url: str | None) -
 
     backend = backends("local")
     assert isinstance(backend, LocalBackend)
-    backend.inject(cur.ref, what, node)
+    backend.inject(cur.ref, "preempt" if what == "preempt" else "lose-node", node)
     click.echo(f"{job_id}: injected {what}" + (f" on node {node}" if node is not None else "")
                + f" into {cur.ref}")
 

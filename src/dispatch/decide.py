@@ -120,10 +120,56 @@ class StopDuplicate(_Decision, frozen=True):
     cause: Cause
 
 
+class PublishSegment(_Decision, frozen=True):
+    """H1: mark an allocation unit unavailable for the next rendezvous."""
+
+    unit_job_id: str
+    task_id: str
+    nodes: tuple[str, ...]
+    reason: str
+    cause: str  # short word for the artifact: node-unavailable | node-lost-fence
+
+
 Decision = (
     RecordEnd | Bind | Submit | RetrySubmit | StartRecovery | Stop | CancelObject | OpenGate
-    | Commit | PlaceHold | Escalate | StopDuplicate
+    | Commit | PlaceHold | Escalate | StopDuplicate | PublishSegment
 )
+
+
+def allocation_unit(ref: str) -> tuple[str, str]:
+    """Seed 002: an array task is (array job id, task id); a regular job is (id, id)."""
+    job, sep, task = ref.partition("_")
+    if sep and job.isdigit() and task.isdigit():
+        return job, task
+    return ref, ref
+
+
+def _segment_decisions(job: Job, objs: Sequence[ObjectReport], fenced: dict[str, Cause],
+                       bound: dict[int, str]) -> list[Decision]:
+    """H1: a live object of a job that asked for segment health gets a publication when a
+    node of its unit is unavailable or the node-loss fence fired for it, once per unit."""
+    if job.spec.segment_health is None:
+        return []
+    published = {(d.unit_job_id, d.task_id) for d in job.segments}
+    mine = {s.ref or bound.get(s.number) for s in job.submissions}
+    out: list[Decision] = []
+    for o in objs:
+        if o.ref not in mine or not o.alive:
+            continue
+        unit = allocation_unit(o.ref)
+        if unit in published:
+            continue
+        if o.ref in fenced:
+            out.append(PublishSegment(unit_job_id=unit[0], task_id=unit[1], nodes=o.nodes,
+                                      reason=fenced[o.ref].detail, cause="node-lost-fence"))
+        elif o.unhealthy_nodes:
+            out.append(PublishSegment(
+                unit_job_id=unit[0], task_id=unit[1], nodes=o.unhealthy_nodes,
+                cause="node-unavailable",
+                reason=f"node(s) {', '.join(o.unhealthy_nodes)} of object {o.ref} unavailable"
+                       + (f": {o.cause.detail}" if o.cause.detail else "")))
+        published.add(unit)
+    return out
 
 
 def _ended_executions(obj: ObjectReport) -> list[tuple[int, Cause, bool]]:
@@ -248,6 +294,7 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
     awaiting = job.awaiting
     native_used = list(job.budget_used)
     fenced_alive = False
+    fenced: dict[str, Cause] = {}
     for s in job.submissions:
         r = ref_of(s)
         found = by_ref.get(r) if r else None
@@ -274,6 +321,7 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
             cause = Cause(kind=CauseKind.NODE_LOST, provenance=o.cause.provenance,
                           detail=f"{o.cause.detail} (still reported running {window:g}s after "
                                  "the node was lost: fenced)".strip(), at=now)
+            fenced[r] = cause
             if s.stop_cause is None:
                 out.append(Stop(submission=s.number, ref=r, cause=cause))
             index = _running_index(o)
@@ -284,6 +332,8 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
             fenced_alive = True
         elif s.stop_cause is not None and o.alive and _resend(s.stop_at, now, resend_after):
             out.append(Stop(submission=s.number, ref=r, cause=s.stop_cause))
+
+    out.extend(_segment_decisions(job, objs, fenced, bound_now))
 
     any_alive = any(o.alive for r0, o in by_ref.items()
                     if any(ref_of(s) == r0 for s in job.submissions))
@@ -416,6 +466,10 @@ def to_events(decisions: Sequence[Decision], job: Job, now: datetime,
             e = ev.EscalationRaised(seq=nxt, at=now, message=d.message, cause=d.cause)
         elif isinstance(d, StopDuplicate):
             e = ev.DuplicateStopped(seq=nxt, at=now, ref=d.ref, token=d.token, cause=d.cause)
+        elif isinstance(d, PublishSegment):
+            e = ev.SegmentPublished(seq=nxt, at=now, unit_job_id=d.unit_job_id,
+                                    task_id=d.task_id, reason=d.reason, actor=supervisor,
+                                    nodes=d.nodes)
         if e is not None:
             out.append(e)
             seq = nxt

@@ -110,6 +110,8 @@ class ObjectReport(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     succeeded / failed / cancelled, which is the object's end, not the job's (S6).
     ``token`` is the idempotency token the object was submitted with ("<job>.<submission>").
     ``lost_since`` is when the backend first saw a node of this running object lost (S11).
+    ``unhealthy_nodes`` are nodes of this object the scheduler marks unavailable (Slurm
+    DRAIN / DOWN / FAIL): input to the segment-health publisher (H1).
     """
 
     ref: str
@@ -120,6 +122,7 @@ class ObjectReport(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     nodes: tuple[str, ...] = ()
     lost_since: datetime | None = None
     gated: bool = False
+    unhealthy_nodes: tuple[str, ...] = ()
 
     @property
     def ended(self) -> bool:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from dispatch.codec import to_builtins
+from dispatch.codec import cause_json
 from dispatch.model import Cause
 from dispatch.record import Job
 
@@ -33,7 +33,7 @@ def escalation_payload(job: Job, message: str, cause: Cause | None,
         "name": job.name,
         "backend": job.spec.backend,
         "message": message,
-        "cause": to_builtins(cause) if cause is not None else None,
+        "cause": cause_json(cause),
         "at": at.isoformat(),
     }
 

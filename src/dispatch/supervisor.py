@@ -150,8 +150,9 @@ class Supervisor:
                     backend.cancel(d.ref)
                 elif isinstance(d, dc.OpenGate):
                     backend.open_gate(d.ref)
-                    self._append_fact(job.id, lambda seq, now, d=d: ev.GateOpened(
-                        seq=seq, at=now, submission=d.submission, ref=d.ref))
+                    self._append_fact(job.id, _gate_opened(d))
+                elif isinstance(d, dc.PublishSegment):
+                    self._publish_segment(job, d)
                 elif isinstance(d, dc.Escalate):
                     self.notifier.escalate(job, d.message, d.cause, self.clock())
                 elif isinstance(d, dc.Commit):
@@ -162,6 +163,17 @@ class Supervisor:
                 report.unreachable.append(str(err))
                 log.warning("job %s: %s; will retry", job.id, err)
                 return
+
+    def _publish_segment(self, job: Job, d: dc.PublishSegment) -> None:
+        from dispatch.segment_health import make_decision, publish
+
+        assert job.spec.segment_health is not None
+        decision = make_decision(job_id=d.unit_job_id, task_id=d.task_id, nodes=d.nodes,
+                                 cause=d.cause, who=self.name, why=d.reason, when=self.clock(),
+                                 extra={"dispatch_job": job.id, "dispatch_name": job.name})
+        path = publish(job.spec.segment_health.dir, d.unit_job_id, d.task_id, decision=decision)
+        log.warning("job %s: segment health: unit %s.%s marked unavailable (%s): %s",
+                    job.id, d.unit_job_id, d.task_id, d.reason, path)
 
     def _submit(self, job: Job, number: int, token: str, gated: bool, backend: Backend) -> None:
         submission = Submission(job_id=job.id, number=number, token=token, spec=job.spec,
@@ -215,3 +227,8 @@ class Supervisor:
             backoff = min(backoff * 2, poll * 16) if report.unreachable else poll
             self.stopping.wait(backoff)
 
+
+def _gate_opened(d: dc.OpenGate) -> Callable[[int, datetime], ev.Event]:
+    def make(seq: int, now: datetime) -> ev.Event:
+        return ev.GateOpened(seq=seq, at=now, submission=d.submission, ref=d.ref)
+    return make

@@ -47,9 +47,10 @@ class Dispatch:
         done = self(*args, "--json")
         try:
             return json.loads(done.stdout)
-        except json.JSONDecodeError:
-            raise AssertionError(f"dispatch {' '.join(args)} --json printed no JSON "
-                                 f"(exit {done.returncode}):\n{done.stdout}\n{done.stderr}")
+        except json.JSONDecodeError as err:
+            raise AssertionError(
+                f"dispatch {' '.join(args)} --json printed no JSON "
+                f"(exit {done.returncode}):\n{done.stdout}\n{done.stderr}") from err
 
     def spawn(self, *args: str) -> subprocess.Popen[str]:
         proc = subprocess.Popen(self.argv(*args), env=self.env, cwd=self.tmp, text=True,
@@ -73,7 +74,14 @@ class Dispatch:
         deadline = time.monotonic() + timeout
         last: dict[str, Any] = {}
         while time.monotonic() < deadline:
-            last = self.status(job)
+            done = self("status", job, "--json")
+            if done.returncode == 3:  # `run` in another process has not created it yet
+                time.sleep(0.2)
+                continue
+            if done.returncode != 0:
+                raise AssertionError(f"dispatch status {job} exited {done.returncode}:\n"
+                                     f"{done.stdout}\n{done.stderr}")
+            last = json.loads(done.stdout)
             if pred(last):
                 return last
             time.sleep(0.2)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -48,6 +49,7 @@ from dispatch.backends.local_runner import (
     PUBLISH_WAIT_S,
     RUNNER,
     RUNNER_LOG,
+    SET_PREFIX,
     STATUS,
     STOP,
     SUPERVISOR_ACTOR,
@@ -62,6 +64,7 @@ from dispatch.backends.local_runner import (
     create_exclusive,
     fsync_dir,
     node_name,
+    process_alive,
     read_proc_stat,
     scan_procs,
     utcnow,
@@ -80,6 +83,7 @@ from dispatch.model import (
 from dispatch.policy import Declarations
 
 NO_SUCH_OBJECT = "no such local object"
+_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 Injection = Literal["preempt", "lose-node"]
 
 
@@ -136,6 +140,7 @@ class LocalBackend:
         self._ended: dict[str, ObjectReport] = {}
         # Runners this process started, kept only to reap them when they exit.
         self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._boot_id = boot_id()  # a pid is only this boot's pid
 
     # ------------------------------------------------------------ Backend protocol
 
@@ -188,7 +193,7 @@ class LocalBackend:
             raise SubmitRejected(f"cannot start the local runner: {err}") from None
         st = read_proc_stat(proc.pid)
         info = RunnerInfo(pid=proc.pid, start_ticks=st.start_ticks if st else -1,
-                          boot_id=boot_id())
+                          boot_id=self._boot_id)
         write_atomic(stage / RUNNER, msgspec.json.encode(info))
         fsync_dir(stage)
         try:
@@ -287,7 +292,7 @@ class LocalBackend:
     def logs(self, ref: str) -> list[Path]:
         """The node logs of an object, node 0 first (only those that exist yet)."""
         objdir = self.objects_dir / ref
-        meta = self._load_meta(ref) if objdir.is_dir() else None
+        meta = self._load_meta(ref) if self._exists(ref) else None
         if meta is None:
             raise NoSuchObject(ref, self.root)
         count = meta.nodes if isinstance(meta, ObjectMeta) else 0
@@ -296,7 +301,7 @@ class LocalBackend:
 
     def runner_log(self, ref: str) -> Path:
         path = self.objects_dir / ref / RUNNER_LOG
-        if not (self.objects_dir / ref).is_dir():
+        if not self._exists(ref):
             raise NoSuchObject(ref, self.root)
         return path
 
@@ -397,15 +402,12 @@ class LocalBackend:
 
     def _runner_alive(self, ref: str) -> bool:
         info = self._load_runner(ref)
-        if info is None:
-            return False
-        st = read_proc_stat(info.pid)
-        return (st is not None and st.start_ticks == info.start_ticks
-                and st.state not in ("Z", "X") and info.boot_id == boot_id())
+        return (info is not None and info.boot_id == self._boot_id
+                and process_alive(info.pid, info.start_ticks))
 
     def _report(self, ref: str) -> ObjectReport | None:
         """The report of one object, or None when there is no such object."""
-        if not (self.objects_dir / ref).is_dir():
+        if not self._exists(ref):
             return None
         meta = self._load_meta(ref)
         if isinstance(meta, str):
@@ -419,9 +421,6 @@ class LocalBackend:
         status = self._read_status(ref)
         if isinstance(status, ObjectStatus) and status.final:
             return self._remember_end(ref, _from_status(status))
-        verdict = self._read_status(ref, VANISHED)
-        if isinstance(verdict, ObjectStatus):
-            return self._remember_end(ref, _from_status(verdict))
         if self._runner_alive(ref):
             if status is None:
                 # The runner is starting and has not written its first status yet.
@@ -434,6 +433,9 @@ class LocalBackend:
         status = self._read_status(ref)
         if isinstance(status, ObjectStatus) and status.final:
             return self._remember_end(ref, _from_status(status))
+        verdict = self._read_status(ref, VANISHED)
+        if isinstance(verdict, ObjectStatus):
+            return self._remember_end(ref, _from_status(verdict))
         return self._remember_end(ref, self._vanished(ref, meta, status, now))
 
     def _remember_end(self, ref: str, report: ObjectReport) -> ObjectReport:
@@ -492,8 +494,12 @@ class LocalBackend:
             kind=CauseKind.UNKNOWN, provenance=Provenance.SCHEDULER,
             detail=f"{NO_SUCH_OBJECT} {ref} under {self.objects_dir}", at=now))
 
+    def _exists(self, ref: str) -> bool:
+        # A ref is one directory name under objects/; never a path that leaves it.
+        return _REF.fullmatch(ref) is not None and (self.objects_dir / ref).is_dir()
+
     def _resolve(self, target: str) -> str:
-        if (self.objects_dir / target).is_dir():
+        if self._exists(target):
             return target
         by_token = self._find(lambda m: m.token == target)
         candidates = by_token or self._find(lambda m: m.job_id == target)
@@ -541,7 +547,7 @@ class LocalBackend:
         env = dict(os.environ)
         package_parent = str(Path(dispatch.__file__).resolve().parent.parent)
         original = env.get("PYTHONPATH")
-        env[ORIGINAL_PYTHONPATH] = original if original is not None else UNSET
+        env[ORIGINAL_PYTHONPATH] = SET_PREFIX + original if original is not None else UNSET
         env["PYTHONPATH"] = package_parent + (os.pathsep + original if original else "")
         return env
 

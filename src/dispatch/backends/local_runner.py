@@ -45,7 +45,9 @@ SUPERVISOR_ACTOR = "dispatch"
 # The environment variable that carries the submitter's own PYTHONPATH through the runner,
 # whose PYTHONPATH was extended so that it can import dispatch; nodes get the original back.
 ORIGINAL_PYTHONPATH = "DISPATCH_LOCAL_ORIGINAL_PYTHONPATH"
-UNSET = "\x00unset"
+# Its value is "set:<the original>" or "unset" (an environment cannot carry a NUL marker).
+UNSET = "unset"
+SET_PREFIX = "set:"
 # How long a freshly started runner waits for submit to publish its object directory.
 PUBLISH_WAIT_S = 60.0
 HEARTBEAT_S = 30.0
@@ -208,8 +210,15 @@ def read_proc_stat(pid: int) -> ProcStat | None:
             raw = f.read()
     except OSError:
         return None
+    return parse_proc_stat(pid, raw)
+
+
+def parse_proc_stat(pid: int, raw: bytes) -> ProcStat | None:
+    """One /proc/<pid>/stat line; None when it is not one (proc(5) field numbers)."""
     # The command name is in parentheses and may itself hold spaces and parentheses.
     close = raw.rfind(b")")
+    if close < 0:
+        return None
     fields = raw[close + 2:].split()
     try:
         return ProcStat(pid=pid, state=fields[0].decode(), ppid=int(fields[1]),
@@ -256,11 +265,9 @@ def boot_id() -> str:
         return ""
 
 
-def process_alive(pid: int, start_ticks: int, boot: str | None = None) -> bool:
+def process_alive(pid: int, start_ticks: int) -> bool:
     """True when ``pid`` is still the very process that had ``start_ticks`` (not a zombie,
-    not a reused pid, not from an earlier boot)."""
-    if boot is not None and boot != boot_id():
-        return False
+    not a reused pid). Compare boot ids first: start times only order one boot."""
     st = read_proc_stat(pid)
     return st is not None and st.start_ticks == start_ticks and st.state not in ("Z", "X")
 
@@ -295,6 +302,10 @@ def mib(n: int) -> str:
 
 
 # ---------------------------------------------------------------- the runner
+
+
+class ObjectRemoved(Exception):
+    """Someone removed the directory of a live object: nothing of it may keep running."""
 
 
 class _Node:
@@ -586,7 +597,8 @@ class Runner:
             return
         procs = scan_procs()
         for node in self.nodes:
-            if node.lost_at is not None or not node.running:
+            # A node whose leader exited may have left processes behind: they still count.
+            if node.lost_at is not None or node.pid is None:
                 continue
             tree = self.node_tree(procs, node)
             rss = sum(procs[p].rss_pages for p in tree if p in procs) * PAGE_SIZE
@@ -616,6 +628,27 @@ class Runner:
         write_atomic(self.objdir / STATUS, msgspec.json.encode(self.final))
         self.log(f"ended {state.value}: {cause.kind.value}")
 
+    def crash(self, err: BaseException) -> None:
+        """The runner itself failed: kill everything it started, then say so if it can
+        (an unknown cause with the error's words; never left running without a runner)."""
+        self.log(f"runner failed: {err!r}; killing every process of the object")
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            self.kill_everything(signal.SIGKILL)
+            self.reap()
+            if not self.children_left:
+                break
+            time.sleep(0.02)
+        if self.final is not None:
+            return
+        self.ending = (State.FAILED, Cause(
+            kind=CauseKind.UNKNOWN, provenance=Provenance.SCHEDULER,
+            detail=f"the local runner failed: {err!r}; the nodes were killed", at=utcnow()))
+        try:
+            self.finish()
+        except OSError as write_err:
+            self.log(f"cannot write the final status: {write_err}")
+
     # -- the loop
 
     def wait(self, timeout: float) -> None:
@@ -629,6 +662,8 @@ class Runner:
 
     def step(self) -> bool:
         """One look at everything; True once the object has ended."""
+        if not (self.objdir / META).exists():
+            raise ObjectRemoved(f"{self.objdir} was removed while the object ran")
         self.reap()
         if self.terminated_by is not None and self.ending is None:
             signum = self.terminated_by
@@ -685,11 +720,10 @@ def node_environment(meta: ObjectMeta, master_port: int) -> dict[str, str]:
     (which win: a spec cannot give a node a wrong rank)."""
     env = dict(os.environ)
     original = env.pop(ORIGINAL_PYTHONPATH, None)
-    if original is not None:
-        if original == UNSET:
-            env.pop("PYTHONPATH", None)
-        else:
-            env["PYTHONPATH"] = original
+    if original == UNSET:
+        env.pop("PYTHONPATH", None)
+    elif original is not None and original.startswith(SET_PREFIX):
+        env["PYTHONPATH"] = original[len(SET_PREFIX):]
     env.update(meta.env)
     env.update({
         "WORLD_SIZE": str(meta.nodes),
@@ -755,8 +789,12 @@ def main(argv: list[str] | None = None) -> int:
     runner = Runner(objdir, meta, wake_fd)
     box.append(runner)
     # The first status says the runner is ready for signals (control requests, the gate).
-    runner.write_status(force_heartbeat=True)
-    runner.run()
+    try:
+        runner.write_status(force_heartbeat=True)
+        runner.run()
+    except BaseException as err:
+        runner.crash(err)
+        raise
     return 0
 
 

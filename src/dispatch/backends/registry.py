@@ -8,7 +8,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from dispatch.backends.base import Backend
-from dispatch.policy import Action, Declarations
+from dispatch.policy import Declarations
 from dispatch.spec import parse_duration
 
 
@@ -43,8 +43,14 @@ def make_backend(name: str) -> Backend:
     if name == "kubeflow":
         from dispatch.backends.kubeflow.backend import KubeflowBackend
 
-        return KubeflowBackend.from_environment(
-            node_loss_window=_window("DISPATCH_KUBEFLOW_NODE_LOSS_WINDOW", "300s"))
+        namespace = os.environ.get("DISPATCH_K8S_NAMESPACE")
+        return KubeflowBackend(
+            kubeconfig=os.environ.get("DISPATCH_KUBECONFIG") or None,
+            namespaces=[namespace] if namespace else (),
+            node_loss_window=_window("DISPATCH_KUBEFLOW_NODE_LOSS_WINDOW", "300s"),
+            # restart is native only where the cluster's runtime has a JobSet failurePolicy
+            # that restarts: the operator says so, the spec cannot.
+            restart_native=os.environ.get("DISPATCH_KUBEFLOW_RESTART_NATIVE") == "1")
     raise BackendConfigError(f"unknown backend {name!r} (local, slurm, kubeflow)")
 
 
@@ -60,18 +66,7 @@ class BackendCache:
         return self._made[name]
 
 
-# What each backend declares, for `dispatch policy check --backend` without a scheduler at
-# hand. A test checks that each backend's declarations() says the same.
-STATIC_DECLARATIONS: dict[str, tuple[frozenset[str], str]] = {
-    "local": (frozenset(), "5s"),
-    "slurm": (frozenset({"requeue"}), "60s"),
-    "kubeflow": (frozenset({"restart"}), "300s"),
-}
-
-
 def declarations_for(name: str) -> Declarations:
-    if name not in STATIC_DECLARATIONS:
-        raise BackendConfigError(f"unknown backend {name!r} (local, slurm, kubeflow)")
-    native, window = STATIC_DECLARATIONS[name]
-    return Declarations(backend=name, native_actions=frozenset(Action(a) for a in native),
-                        node_loss_window=timedelta(seconds=parse_duration(window)))
+    """What a backend declares, as configured here; constructing a backend reaches no
+    scheduler, so `dispatch policy check --backend` needs none."""
+    return make_backend(name).declarations()

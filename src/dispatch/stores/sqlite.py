@@ -12,6 +12,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -117,10 +118,23 @@ class SQLiteStore(RecordStore):
         except (OSError, sqlite3.Error) as err:
             raise StoreError(f"cannot open record store {self.describe()}: {err}") from None
         try:
-            self._open()
+            self._open_retrying()
         except BaseException:
             self._conn.close()
             raise
+
+    def _open_retrying(self) -> None:
+        # Opening a WAL file while another connection recovers or checkpoints it on close
+        # can answer SQLITE_BUSY without consulting the busy handler: retry, bounded.
+        deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+        while True:
+            try:
+                self._open()
+                return
+            except StoreError as err:
+                if "locked" not in str(err) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def describe(self) -> str:
         return f"sqlite://{self.path}" if self.path.is_absolute() else str(self.path)
@@ -131,7 +145,9 @@ class SQLiteStore(RecordStore):
             c.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             # Refuse a newer schema before changing anything in the file.
             self._check_schema()
-            mode = c.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = c.execute("PRAGMA journal_mode").fetchone()[0]
+            if str(mode).lower() != "wal":
+                mode = c.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"{self.describe()}: cannot switch to WAL (journal_mode {mode})")
             c.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
