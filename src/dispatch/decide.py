@@ -253,9 +253,9 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
     if discovery is not None:
         for s in job.submissions:
             if s.ref is not None and s.ref not in by_ref:
-                for o in discovery.objects:
-                    if o.ref == s.ref:
-                        by_ref[o.ref] = o
+                seen = discovery.get(s.ref)
+                if seen is not None:
+                    by_ref[seen.ref] = seen
 
     # S15: objects the supervisor did not mean to have; and binding a found submission.
     bound_now: dict[int, str] = {}

@@ -62,10 +62,7 @@ def _state(job: Job, discovery: Discovery | None, now: datetime) -> tuple[State,
         return waiting, None
     obj: ObjectReport | None = None
     if discovery is not None and cur.ref is not None:
-        for o in discovery.objects:
-            if o.ref == cur.ref:
-                obj = o
-                break
+        obj = discovery.get(cur.ref)
     if obj is None or cur.ended:
         return waiting, cur.cause if taken_back else None
     if obj.state is State.RUNNING:
