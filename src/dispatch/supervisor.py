@@ -24,7 +24,7 @@ from dispatch.model import Cause, CauseKind, Discovery, Provenance, SchedulerUnr
 from dispatch.notify import Notifier
 from dispatch.record import Job, fold
 from dispatch.status import plan_of
-from dispatch.stores.base import ConflictError, RecordStore, StoreError
+from dispatch.stores.base import ConflictError, RecordStore, append_fact
 
 log = logging.getLogger("dispatch.supervisor")
 
@@ -191,14 +191,7 @@ class Supervisor:
 
     def _append_fact(self, job_id: str, make: Callable[[int, datetime], ev.Event]) -> None:
         """Append a fact learnt from the backend; a conflict only means others wrote first."""
-        for _ in range(10):
-            version = self.store.version(job_id)
-            try:
-                self.store.append(job_id, [make(version + 1, self.clock())], version)
-                return
-            except ConflictError:
-                continue
-        raise StoreError(f"job {job_id}: could not record a fact after 10 conflicts")
+        append_fact(self.store, job_id, lambda seq: make(seq, self.clock()))
 
     # ---- loops -----------------------------------------------------------------------
     def run_until_terminal(self, job_id: str, poll: float,

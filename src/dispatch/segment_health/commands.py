@@ -8,7 +8,6 @@ why, when), then the artifact is written, so `dispatch history` tells every deci
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import datetime
 
 import click
@@ -18,7 +17,7 @@ from dispatch.decide import allocation_unit
 from dispatch.record import Job, fold
 from dispatch.segment_health.cli import segment
 from dispatch.segment_health.publisher import clear, list_decisions, make_decision, publish
-from dispatch.stores.base import ConflictError, RecordStore, StoreError
+from dispatch.stores.base import RecordStore, append_fact
 
 
 class SegmentCommandError(ValueError):
@@ -42,25 +41,13 @@ def _directory(job: Job) -> str:
     return job.spec.segment_health.dir
 
 
-def _append(store: RecordStore, job_id: str, now: datetime,
-            make: Callable[[int], ev.Event]) -> None:
-    for _ in range(10):
-        version = store.version(job_id)
-        try:
-            store.append(job_id, [make(version + 1)], version)
-            return
-        except ConflictError:
-            continue
-    raise StoreError(f"job {job_id}: too many concurrent writers")
-
-
 def mark(store: RecordStore, job_id: str, task: str | None, reason: str, actor: str,
          now: datetime) -> str:
     job = fold(store.read(job_id), now)
     directory = _directory(job)
     unit_job, unit_task = _unit(job, task)
     nodes = ()
-    _append(store, job_id, now, lambda seq: ev.SegmentPublished(
+    append_fact(store, job_id, lambda seq: ev.SegmentPublished(
         seq=seq, at=now, unit_job_id=unit_job, task_id=unit_task, reason=reason, actor=actor,
         nodes=nodes))
     decision = make_decision(job_id=unit_job, task_id=unit_task, nodes=list(nodes),
@@ -74,7 +61,7 @@ def unmark(store: RecordStore, job_id: str, task: str | None, reason: str, actor
     job = fold(store.read(job_id), now)
     directory = _directory(job)
     unit_job, unit_task = _unit(job, task)
-    _append(store, job_id, now, lambda seq: ev.SegmentCleared(
+    append_fact(store, job_id, lambda seq: ev.SegmentCleared(
         seq=seq, at=now, unit_job_id=unit_job, task_id=unit_task, reason=reason, actor=actor))
     return clear(directory, unit_job, unit_task)
 

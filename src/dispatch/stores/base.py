@@ -14,7 +14,7 @@ Every store keeps the same contract, tested on each (tests/integration/stores/):
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -200,3 +200,17 @@ class RecordStore(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.describe()}>"
+
+
+def append_fact(store: RecordStore, job_id: str, make: Callable[[int], Event],
+                attempts: int = 10) -> int:
+    """Append one event whose truth does not depend on the record's state (a fact learnt
+    from a backend, an operator's decision): on a conflict only its seq changes, so it is
+    re-made at the new version and tried again. Returns the new version."""
+    for _ in range(attempts):
+        version = store.version(job_id)
+        try:
+            return store.append(job_id, [make(version + 1)], version)
+        except ConflictError:
+            continue
+    raise StoreError(f"job {job_id}: could not append after {attempts} conflicting writers")
