@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from dispatch.events import Event
+from dispatch.model import Cause
 
 T = TypeVar("T")
 
@@ -82,3 +83,12 @@ def decode_event(data: bytes | str, *, job_id: str | None = None,
 def to_builtins(value: Any) -> Any:
     """Plain JSON-ready data (enums as names, times as RFC 3339)."""
     return msgspec.to_builtins(value)
+
+
+def cause_json(c: Cause | None) -> dict[str, Any] | None:
+    """A cause with every key present (what `status --json` and escalations promise)."""
+    if c is None:
+        return None
+    return {"kind": c.kind.value, "provenance": c.provenance.value, "actor": c.actor,
+            "detail": c.detail, "exit_code": c.exit_code,
+            "at": c.at.isoformat() if c.at else None}

@@ -21,7 +21,7 @@ class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_d
     at: datetime
 
 
-class JobCreated(_Event, tag="created"):
+class JobCreated(_Event, tag="created", frozen=True):
     """The job exists, with its spec, policy (inside the spec) and the backend's declarations."""
 
     job_id: str
@@ -31,7 +31,7 @@ class JobCreated(_Event, tag="created"):
     actor: str | None = None
 
 
-class SubmissionIntended(_Event, tag="submission-intended"):
+class SubmissionIntended(_Event, tag="submission-intended", frozen=True):
     """The supervisor is about to submit (intent before action). ``cause`` is the cause
     recovered from, for a submission after the first."""
 
@@ -41,28 +41,28 @@ class SubmissionIntended(_Event, tag="submission-intended"):
     cause: Cause | None = None
 
 
-class SubmissionAttempted(_Event, tag="submission-attempted"):
+class SubmissionAttempted(_Event, tag="submission-attempted", frozen=True):
     """A supervisor claims the right to (re)try the submit call for an intended submission."""
 
     submission: int
     supervisor: str = ""
 
 
-class SubmissionBound(_Event, tag="submission-bound"):
+class SubmissionBound(_Event, tag="submission-bound", frozen=True):
     """The submission's object is known: its ref on the scheduler."""
 
     submission: int
     ref: str
 
 
-class SubmissionRejected(_Event, tag="submission-rejected"):
+class SubmissionRejected(_Event, tag="submission-rejected", frozen=True):
     """The scheduler refused the submission; no object exists. Ends it like an execution."""
 
     submission: int
     cause: Cause
 
 
-class ExecutionEnded(_Event, tag="execution-ended"):
+class ExecutionEnded(_Event, tag="execution-ended", frozen=True):
     """One execution of a submission's object ended, with its cause."""
 
     submission: int
@@ -72,7 +72,7 @@ class ExecutionEnded(_Event, tag="execution-ended"):
     final: bool = True  # the object itself ended (False: the scheduler runs it again)
 
 
-class RecoveryStarted(_Event, tag="recovery-started"):
+class RecoveryStarted(_Event, tag="recovery-started", frozen=True):
     """A rule took the job back to run again; spends one unit of the rule's budget."""
 
     rule: int
@@ -81,43 +81,43 @@ class RecoveryStarted(_Event, tag="recovery-started"):
     native: bool = False  # the backend carries it out (e.g. Slurm requeue)
 
 
-class HoldPlaced(_Event, tag="hold-placed"):
+class HoldPlaced(_Event, tag="hold-placed", frozen=True):
     cause: Cause
     recovery: bool = True
     actor: str | None = None
 
 
-class HoldReleased(_Event, tag="hold-released"):
+class HoldReleased(_Event, tag="hold-released", frozen=True):
     """A person resolved a hold: resubmit (a new submission), or the hold simply ends."""
 
     actor: str | None = None
     resubmit: bool = True
 
 
-class CancelRequested(_Event, tag="cancel-requested"):
+class CancelRequested(_Event, tag="cancel-requested", frozen=True):
     actor: str | None = None
 
 
-class CancelSent(_Event, tag="cancel-sent"):
+class CancelSent(_Event, tag="cancel-sent", frozen=True):
     ref: str
 
 
-class GiveUpRequested(_Event, tag="give-up-requested"):
+class GiveUpRequested(_Event, tag="give-up-requested", frozen=True):
     actor: str | None = None
 
 
-class GateOpened(_Event, tag="gate-opened"):
+class GateOpened(_Event, tag="gate-opened", frozen=True):
     submission: int
     ref: str
 
 
-class StopRequested(_Event, tag="stop-requested"):
+class StopRequested(_Event, tag="stop-requested", frozen=True):
     submission: int
     ref: str
     cause: Cause
 
 
-class DuplicateStopped(_Event, tag="duplicate-stopped"):
+class DuplicateStopped(_Event, tag="duplicate-stopped", frozen=True):
     """An object the supervisor did not mean to have (S15): stopped, never counted."""
 
     ref: str
@@ -125,24 +125,24 @@ class DuplicateStopped(_Event, tag="duplicate-stopped"):
     cause: Cause
 
 
-class OutcomeCommitted(_Event, tag="outcome-committed"):
+class OutcomeCommitted(_Event, tag="outcome-committed", frozen=True):
     """Terminal, never changes (S7)."""
 
     state: State
     cause: Cause
 
 
-class EscalationRaised(_Event, tag="escalation-raised"):
+class EscalationRaised(_Event, tag="escalation-raised", frozen=True):
     message: str
     cause: Cause | None = None
 
 
-class Superseded(_Event, tag="superseded"):
+class Superseded(_Event, tag="superseded", frozen=True):
     by: str
     actor: str | None = None
 
 
-class SegmentPublished(_Event, tag="segment-published"):
+class SegmentPublished(_Event, tag="segment-published", frozen=True):
     """A segment-health decision was published for an allocation unit (H1)."""
 
     unit_job_id: str
@@ -153,7 +153,7 @@ class SegmentPublished(_Event, tag="segment-published"):
     path: str = ""
 
 
-class SegmentCleared(_Event, tag="segment-cleared"):
+class SegmentCleared(_Event, tag="segment-cleared", frozen=True):
     unit_job_id: str
     task_id: str
     reason: str = ""

@@ -6,8 +6,10 @@ Enums encode as their names (the seed's spelling, e.g. ``"node-lost"``); see cod
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from functools import cached_property
 
 import msgspec
 
@@ -110,6 +112,8 @@ class ObjectReport(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     succeeded / failed / cancelled, which is the object's end, not the job's (S6).
     ``token`` is the idempotency token the object was submitted with ("<job>.<submission>").
     ``lost_since`` is when the backend first saw a node of this running object lost (S11).
+    ``unhealthy_nodes`` are nodes of this object the scheduler marks unavailable (Slurm
+    DRAIN / DOWN / FAIL): input to the segment-health publisher (H1).
     """
 
     ref: str
@@ -120,6 +124,7 @@ class ObjectReport(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     nodes: tuple[str, ...] = ()
     lost_since: datetime | None = None
     gated: bool = False
+    unhealthy_nodes: tuple[str, ...] = ()
 
     @property
     def ended(self) -> bool:
@@ -142,29 +147,21 @@ def parse_token(token: str) -> tuple[str, int] | None:
     return job_id, int(number)
 
 
-class Discovery(msgspec.Struct, frozen=True, kw_only=True):
+@dataclass(frozen=True, kw_only=True)
+class Discovery:
     """Everything a backend showed in one batched look, at ``at``.
 
     ``complete`` is False when the backend could only answer for some objects; decide
     makes no transition for a job whose objects are missing from an incomplete look.
+    One Discovery serves a whole tick, so its lookups are indexed once (not a scan per job).
     """
 
     at: datetime
     objects: tuple[ObjectReport, ...] = ()
     complete: bool = True
 
-    def of_job(self, job_id: str) -> tuple[ObjectReport, ...]:
-        out = []
-        for obj in self.objects:
-            if obj.token is None:
-                continue
-            parsed = parse_token(obj.token)
-            if parsed is not None and parsed[0] == job_id:
-                out.append(obj)
-        return tuple(out)
-
-    def index(self) -> dict[str, tuple[ObjectReport, ...]]:
-        """Objects grouped by job id, for a tick over many jobs (one pass, not one per job)."""
+    @cached_property
+    def _by_job(self) -> dict[str, tuple[ObjectReport, ...]]:
         grouped: dict[str, list[ObjectReport]] = {}
         for obj in self.objects:
             if obj.token is None:
@@ -173,6 +170,24 @@ class Discovery(msgspec.Struct, frozen=True, kw_only=True):
             if parsed is not None:
                 grouped.setdefault(parsed[0], []).append(obj)
         return {k: tuple(v) for k, v in grouped.items()}
+
+    @cached_property
+    def _by_ref(self) -> dict[str, ObjectReport]:
+        out: dict[str, ObjectReport] = {}
+        for obj in self.objects:
+            out.setdefault(obj.ref, obj)
+        return out
+
+    def of_job(self, job_id: str) -> tuple[ObjectReport, ...]:
+        """The objects carrying one of this job's tokens."""
+        return self._by_job.get(job_id, ())
+
+    def get(self, ref: str) -> ObjectReport | None:
+        return self._by_ref.get(ref)
+
+    def index(self) -> dict[str, tuple[ObjectReport, ...]]:
+        """Objects grouped by job id."""
+        return dict(self._by_job)
 
 
 class Transition(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -96,7 +96,8 @@ class RecoveryPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
                 if kind is CauseKind.UNKNOWN and rule.action not in (Action.HOLD, Action.ESCALATE):
                     found.append(
                         f"{where}: unknown may only be covered by hold or escalate, not "
-                        f"{rule.action.value}: resubmitting on a cause nobody understands is a guess"
+                        f"{rule.action.value}: resubmitting on a cause nobody understands "
+                        "is a guess"
                     )
                 if kind in first_rule:
                     found.append(

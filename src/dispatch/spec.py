@@ -153,7 +153,8 @@ def parse_spec(data: Any, source: str = "<spec>") -> JobSpec:
         raise SpecError(source, where, message) from None
     spec = msgspec.structs.replace(spec, policy=policy)
     if spec.backend not in BACKENDS:
-        raise SpecError(source, "backend", f"unknown backend {spec.backend!r} ({', '.join(BACKENDS)})")
+        known = ", ".join(BACKENDS)
+        raise SpecError(source, "backend", f"unknown backend {spec.backend!r} ({known})")
     if not spec.name.strip():
         raise SpecError(source, "name", "must not be empty")
     if not spec.command or any(not isinstance(a, str) or a == "" for a in spec.command):
@@ -161,6 +162,10 @@ def parse_spec(data: Any, source: str = "<spec>") -> JobSpec:
     if spec.nodes < 1:
         raise SpecError(source, "nodes", f"must be >= 1, got {spec.nodes}")
     if spec.segment_health is not None:
+        if spec.backend != "slurm":
+            raise SpecError(source, "segment_health",
+                            "segment health decisions name Slurm allocation units: "
+                            "only the slurm backend publishes them")
         if not spec.segment_health.dir.startswith("/"):
             raise SpecError(source, "segment_health.dir", "must be an absolute path")
         if spec.segment_health.launcher not in ("none", "ft_launcher", "torchrun"):
@@ -170,13 +175,30 @@ def parse_spec(data: Any, source: str = "<spec>") -> JobSpec:
     return spec
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML 1.2 booleans: only true/false. YAML 1.1 reads the policy key `on:` as True."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    list("tTfF"))
+
+
+def load_yaml_text(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
 def _load_yaml(path: Path) -> Any:
     try:
         text = path.read_text()
     except OSError as err:
         raise SpecError(str(path), "", f"cannot read: {err.strerror}") from None
     try:
-        return yaml.safe_load(text)
+        return load_yaml_text(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -1,0 +1,46 @@
+"""Segment health decisions (seed 002, DESIGN.md H1-H4).
+
+publisher: dispatch marks an allocation unit unavailable (supervisor side).
+consumer: a launcher's process 0 checks its unit before rendezvous (one stat, never a read).
+launch: the Slurm launch shape the check needs (pure).
+rendezvous: the torchrun backend ``dispatch-segment-c10d`` (imports torch; not imported here).
+"""
+
+from dispatch.segment_health.artifact import (
+    DirectoryNotAbsolute,
+    InvalidUnitId,
+    SegmentHealthError,
+    unit_ids,
+)
+from dispatch.segment_health.consumer import CheckResult, Outcome, SegmentCheck, check, install
+from dispatch.segment_health.publisher import (
+    InvalidDecision,
+    PublishedDecision,
+    clear,
+    list_decisions,
+    make_decision,
+    publish,
+    read_state,
+)
+from dispatch.segment_health.state import StateFormatError, StateTooLarge
+
+__all__ = [
+    "CheckResult",
+    "DirectoryNotAbsolute",
+    "InvalidDecision",
+    "InvalidUnitId",
+    "Outcome",
+    "PublishedDecision",
+    "SegmentCheck",
+    "SegmentHealthError",
+    "StateFormatError",
+    "StateTooLarge",
+    "check",
+    "clear",
+    "install",
+    "list_decisions",
+    "make_decision",
+    "publish",
+    "read_state",
+    "unit_ids",
+]

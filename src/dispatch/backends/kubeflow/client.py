@@ -1,0 +1,221 @@
+"""The Kubernetes API, as the kubeflow backend needs it: list, get, create, merge-patch, delete.
+
+Built on lightkube (pinned in pyproject.toml). Why lightkube and not the official
+``kubernetes`` client: it is small (httpx + msgspec, which dispatch already uses, + PyYAML),
+its generic resources are plain dicts, so the pure mapping reads exactly the JSON the API
+server sent, with no generated model classes in between (the official client would decode a
+TrainJob, which it has no model for, into untyped dicts anyway, and a Pod into a model we would
+have to turn back into JSON); it loads kubeconfig files and in-cluster service-account config
+with one call (``KubeConfig.from_env``); and its errors carry the API server's ``Status``.
+
+Retries are ours: connection refused, timeouts, 429 and 5xx are retried ``retries`` times with
+backoff, then raised as ``SchedulerUnreachable`` (never a state). Any other answer (404, 409,
+422, 403) is the API server speaking: it comes back as ``ApiAnswer`` with its words.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx2
+from lightkube import ApiError, Client, KubeConfig
+from lightkube.core.exceptions import ConfigError
+from lightkube.generic_resource import (
+    GenericGlobalResource,
+    GenericNamespacedResource,
+    create_api_info,
+)
+from lightkube.types import CascadeType, PatchType
+
+from dispatch.model import SchedulerUnreachable
+
+BACKEND = "kubeflow"
+
+
+# Resource classes built here rather than through lightkube's global registry, so that nothing
+# else in the process (or lightkube's own typed models) is affected.
+class TrainJobRes(GenericNamespacedResource):
+    _api_info = create_api_info("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs")
+
+
+class JobSetRes(GenericNamespacedResource):
+    _api_info = create_api_info("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
+
+
+class JobRes(GenericNamespacedResource):
+    _api_info = create_api_info("batch", "v1", "Job", "jobs")
+
+
+class PodRes(GenericNamespacedResource):
+    _api_info = create_api_info("", "v1", "Pod", "pods")
+
+
+class NodeRes(GenericGlobalResource):
+    _api_info = create_api_info("", "v1", "Node", "nodes")
+
+
+ResourceType = type[GenericNamespacedResource] | type[GenericGlobalResource]
+T = TypeVar("T")
+
+
+class ApiAnswer(Exception):
+    """The API server answered and said no (404, 409, 422, 403...). Carries its words."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(f"{code} {reason}: {message}")
+        self.code = code
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """How to reach the API server and how hard to try."""
+
+    kubeconfig: str | None = None  # None: in-cluster service account, else $KUBECONFIG / ~/.kube
+    context: str | None = None
+    timeout_s: float = 10.0
+    retries: int = 3
+    backoff_s: float = 0.5
+    service_account_dir: str = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def load_config(
+    kubeconfig: str | None,
+    context: str | None,
+    service_account_dir: str = ClientSettings.service_account_dir,
+) -> Any:
+    """A kubeconfig file when named, else lightkube's order: in-cluster service account,
+    $KUBECONFIG, ~/.kube/config. A config that cannot be loaded is a clear error."""
+    try:
+        if kubeconfig is not None:
+            path = Path(kubeconfig)
+            if not path.is_file():
+                raise ConfigError(f"kubeconfig {kubeconfig} does not exist")
+            return KubeConfig.from_file(path).get(context_name=context)
+        return KubeConfig.from_env(service_account=service_account_dir).get(context_name=context)
+    except (ConfigError, KeyError, OSError, ValueError) as err:
+        raise ConfigError(f"cannot load Kubernetes config: {err}") from None
+
+
+class KubeClient:
+    """One lightkube client plus our retry rule and error translation."""
+
+    def __init__(
+        self,
+        settings: ClientSettings = ClientSettings(),
+        *,
+        config: Any | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.settings = settings
+        cfg = (
+            config
+            if config is not None
+            else load_config(settings.kubeconfig, settings.context, settings.service_account_dir)
+        )
+        self.default_namespace: str = getattr(cfg, "namespace", None) or "default"
+        self._client: Any = Client(
+            config=cfg,
+            timeout=httpx2.Timeout(settings.timeout_s),
+            field_manager="dispatch",
+            trust_env=False,
+        )
+        self._sleep = sleep
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        attempt = 0
+        while True:
+            try:
+                return fn()
+            except ApiError as err:
+                code = int(err.status.code or err.response.status_code)
+                if code < 500 and code != 429:
+                    status = err.status
+                    raise ApiAnswer(code, status.reason or "", status.message or "") from None
+                reason = f"{what}: {code} {err.status.message or ''}".strip()
+            except httpx2.HTTPStatusError as err:
+                code = err.response.status_code
+                if code < 500 and code != 429:
+                    raise ApiAnswer(code, err.response.reason_phrase, err.response.text) from None
+                reason = f"{what}: {code} {err.response.text[:200]}"
+            except httpx2.TransportError as err:
+                reason = f"{what}: {type(err).__name__}: {err}"
+            attempt += 1
+            if attempt > self.settings.retries:
+                raise SchedulerUnreachable(BACKEND, reason)
+            self._sleep(self.settings.backoff_s * (2 ** (attempt - 1)))
+
+    def list(
+        self, res: ResourceType, namespace: str | None, labels: Mapping[str, str | None]
+    ) -> list[dict[str, Any]]:
+        """One list call (no chunking: one request). ``labels`` value None means 'exists'."""
+        kind = res._api_info.resource.kind
+
+        def run() -> list[dict[str, Any]]:
+            if namespace is None:
+                items = self._client.list(res, labels=labels)
+            else:
+                items = self._client.list(res, namespace=namespace, labels=labels)
+            return [dict(item) for item in items]
+
+        return self._call(f"list {kind} in {namespace or 'cluster'}", run)
+
+    def get(self, res: ResourceType, namespace: str, name: str) -> dict[str, Any] | None:
+        kind = res._api_info.resource.kind
+        try:
+            obj = self._call(
+                f"get {kind} {namespace}/{name}",
+                lambda: self._client.get(res, name, namespace=namespace),
+            )
+        except ApiAnswer as err:
+            if err.code == 404:
+                return None
+            raise
+        return dict(obj)
+
+    def create(self, res: type[GenericNamespacedResource], body: dict[str, Any]) -> dict[str, Any]:
+        namespace = body["metadata"]["namespace"]
+        obj = res.from_dict(body)
+        created = self._call(
+            f"create {res._api_info.resource.kind} {namespace}/{body['metadata']['name']}",
+            lambda: self._client.create(obj, namespace=namespace),
+        )
+        return dict(created)
+
+    def merge_patch(
+        self, res: type[GenericNamespacedResource], namespace: str, name: str, patch: dict[str, Any]
+    ) -> dict[str, Any]:
+        out = self._call(
+            f"patch {res._api_info.resource.kind} {namespace}/{name}",
+            lambda: self._client.patch(
+                res, name, patch, namespace=namespace, patch_type=PatchType.MERGE
+            ),
+        )
+        return dict(out)
+
+    def delete(
+        self,
+        res: type[GenericNamespacedResource],
+        namespace: str,
+        name: str,
+        cascade: CascadeType = CascadeType.FOREGROUND,
+    ) -> bool:
+        """Delete; False when it was already gone (a repeated stop is not an error)."""
+        try:
+            self._call(
+                f"delete {res._api_info.resource.kind} {namespace}/{name}",
+                lambda: self._client.delete(res, name, namespace=namespace, cascade=cascade),
+            )
+        except ApiAnswer as err:
+            if err.code == 404:
+                return False
+            raise
+        return True

@@ -1,0 +1,113 @@
+"""Escalations go somewhere: the log always; a webhook and/or a command when configured.
+
+Delivery never blocks the supervisor loop: a background thread drains a queue, retrying a
+webhook with exponential backoff. The record already holds every escalation (EscalationRaised
+is appended before anyone is told), so a lost notification never loses the decision.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from dispatch.codec import cause_json
+from dispatch.model import Cause
+from dispatch.record import Job
+
+log = logging.getLogger("dispatch.escalation")
+
+
+def escalation_payload(job: Job, message: str, cause: Cause | None,
+                       at: datetime) -> dict[str, Any]:
+    return {
+        "job": job.id,
+        "name": job.name,
+        "backend": job.spec.backend,
+        "message": message,
+        "cause": cause_json(cause),
+        "at": at.isoformat(),
+    }
+
+
+class Notifier:
+    """Log every escalation; POST it to ``webhook`` and/or pipe it to ``command`` (argv)."""
+
+    def __init__(self, webhook: str | None = None, command: Sequence[str] | None = None,
+                 *, retries: int = 5, backoff: float = 1.0, timeout: float = 5.0) -> None:
+        self.webhook = webhook
+        self.command = list(command) if command else None
+        self.retries = retries
+        self.backoff = backoff
+        self.timeout = timeout
+        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self.delivered: list[dict[str, Any]] = []
+        self.failed: list[dict[str, Any]] = []
+
+    def escalate(self, job: Job, message: str, cause: Cause | None, at: datetime) -> None:
+        payload = escalation_payload(job, message, cause, at)
+        log.error("ESCALATION job %s (%s): %s [%s]", job.id, job.name, message,
+                  cause.kind.value if cause else "-")
+        if self.webhook or self.command:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._drain, name="dispatch-notify",
+                                                daemon=True)
+                self._thread.start()
+            self._queue.put(payload)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Deliver what is queued (bounded), then stop the background thread."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _drain(self) -> None:
+        while True:
+            payload = self._queue.get()
+            if payload is None:
+                return
+            ok = True
+            if self.webhook:
+                ok = self._post(payload) and ok
+            if self.command:
+                ok = self._run(payload) and ok
+            (self.delivered if ok else self.failed).append(payload)
+
+    def _post(self, payload: dict[str, Any]) -> bool:
+        assert self.webhook is not None
+        body = json.dumps(payload).encode()
+        delay = self.backoff
+        for attempt in range(1, self.retries + 1):
+            request = urllib.request.Request(self.webhook, data=body, method="POST",
+                                             headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+                    if 200 <= response.status < 300:
+                        return True
+            except (urllib.error.URLError, OSError) as err:
+                log.warning("escalation webhook attempt %d failed: %s", attempt, err)
+            time.sleep(delay)
+            delay *= 2
+        return False
+
+    def _run(self, payload: dict[str, Any]) -> bool:
+        assert self.command is not None
+        try:
+            done = subprocess.run(self.command, input=json.dumps(payload).encode(),
+                                  timeout=60, check=False, capture_output=True)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            log.warning("escalation command failed: %s", err)
+            return False
+        if done.returncode != 0:
+            log.warning("escalation command exited %d", done.returncode)
+        return done.returncode == 0

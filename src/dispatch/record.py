@@ -1,0 +1,314 @@
+"""fold(): replay a job's record into a Job (pure, deterministic, `now` passed in).
+
+The record is the truth about what was decided; the scheduler is the truth about what runs.
+fold never looks at a scheduler. Invariants enforced here, whatever the record holds:
+a committed outcome never changes (S7); recovering never returns to pending (S8, by
+construction: a job that was taken back to run again stays "recovering" until it runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+import msgspec
+
+from dispatch import events as ev
+from dispatch.model import Cause, CauseKind, Escalation, Provenance, State, Transition
+from dispatch.policy import Declarations
+from dispatch.spec import JobSpec
+
+
+class RecordError(ValueError):
+    """A record that cannot be folded (e.g. it does not start with JobCreated)."""
+
+
+class Submission(msgspec.Struct, frozen=True, kw_only=True):
+    """One submission as the record knows it."""
+
+    number: int
+    token: str
+    intended_at: datetime
+    attempted_at: datetime
+    gated: bool = False
+    gate_opened: bool = False
+    ref: str | None = None
+    cause: Cause | None = None  # the cause recovered from (submission > 1)
+    ended: bool = False
+    end_cause: Cause | None = None
+    executions_recorded: frozenset[int] = frozenset()
+    stop_cause: Cause | None = None
+    stop_at: datetime | None = None
+    cancel_sent_at: datetime | None = None
+
+
+class Hold(msgspec.Struct, frozen=True, kw_only=True):
+    cause: Cause
+    recovery: bool
+    at: datetime
+    actor: str | None = None
+
+
+class Outcome(msgspec.Struct, frozen=True, kw_only=True):
+    state: State
+    cause: Cause
+    at: datetime
+    seq: int
+
+
+class SegmentDecision(msgspec.Struct, frozen=True, kw_only=True):
+    unit_job_id: str
+    task_id: str
+    reason: str
+    at: datetime
+    actor: str | None = None
+    nodes: tuple[str, ...] = ()
+
+
+class Job(msgspec.Struct, frozen=True, kw_only=True):
+    """A job as its record says it is at ``version``."""
+
+    id: str
+    spec: JobSpec
+    declarations: Declarations
+    created_at: datetime
+    version: int
+    submissions: tuple[Submission, ...] = ()
+    budget_used: tuple[int, ...] = ()
+    hold: Hold | None = None
+    resubmit_requested: Cause | None = None  # a person resolved a hold with resubmit
+    awaiting: Cause | None = None  # the latest submission ended; no verdict recorded yet
+    cancel_requested: Cause | None = None
+    give_up_requested: Cause | None = None
+    outcome: Outcome | None = None
+    escalations: tuple[Escalation, ...] = ()
+    history: tuple[Transition, ...] = ()
+    supersedes: str | None = None
+    superseded_by: str | None = None
+    duplicates_stopped: frozenset[str] = frozenset()
+    segments: tuple[SegmentDecision, ...] = ()
+    recovered: bool = False  # taken back to run again at least once
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def current(self) -> Submission | None:
+        return self.submissions[-1] if self.submissions else None
+
+    def submission(self, number: int) -> Submission | None:
+        if 1 <= number <= len(self.submissions):
+            return self.submissions[number - 1]
+        return None
+
+    @property
+    def terminal(self) -> bool:
+        return self.outcome is not None
+
+
+def fold(record: Sequence[ev.Event] | Iterable[ev.Event], now: datetime) -> Job:
+    """Replay ``record`` (ordered by seq) into a Job. ``now`` is accepted for symmetry with
+    project/decide and so that no caller is tempted to read a clock inside the core."""
+    del now  # the record alone decides; time-based reasoning lives in project/decide
+    it = iter(record)
+    first = next(it, None)
+    if not isinstance(first, ev.JobCreated):
+        raise RecordError("a job's record must start with a 'created' event")
+    b = _Builder(first)
+    for event in it:
+        b.apply(event)
+    return b.build()
+
+
+def advance(job: Job, more: Iterable[ev.Event]) -> Job:
+    """Fold further events onto an already-folded job (same result as a full fold)."""
+    b = _Builder.resume(job)
+    for event in more:
+        b.apply(event)
+    return b.build()
+
+
+def _by_actor(kind: CauseKind, actor: str | None, at: datetime) -> Cause:
+    return Cause(kind=kind, provenance=Provenance.ACTOR, actor=actor, at=at)
+
+
+class _Builder:
+    """Mutable during one fold; the result is frozen. Kept small for the P1 hot path."""
+
+    __slots__ = (
+        "job_id", "spec", "declarations", "created_at", "version", "subs", "budget", "hold",
+        "resubmit", "awaiting", "cancel", "give_up", "outcome", "escalations", "history",
+        "supersedes", "superseded_by", "duplicates", "segments", "recovered",
+    )
+
+    def __init__(self, created: ev.JobCreated) -> None:
+        self.job_id = created.job_id
+        self.spec = created.spec
+        self.declarations = created.declarations
+        self.created_at = created.at
+        self.version = created.seq
+        self.subs: list[Submission] = []
+        self.budget = [0] * len(created.spec.policy.rules)
+        self.hold: Hold | None = None
+        self.resubmit: Cause | None = None
+        self.awaiting: Cause | None = None
+        self.cancel: Cause | None = None
+        self.give_up: Cause | None = None
+        self.outcome: Outcome | None = None
+        self.escalations: list[Escalation] = []
+        self.history: list[Transition] = [
+            Transition(at=created.at, state=State.PENDING, seq=created.seq,
+                       note=f"created (supersedes {created.supersedes})"
+                       if created.supersedes else "created")
+        ]
+        self.supersedes = created.supersedes
+        self.superseded_by: str | None = None
+        self.duplicates: set[str] = set()
+        self.segments: dict[tuple[str, str], SegmentDecision] = {}
+        self.recovered = False
+
+    @classmethod
+    def resume(cls, job: Job) -> _Builder:
+        b = cls.__new__(cls)
+        b.job_id, b.spec, b.declarations = job.id, job.spec, job.declarations
+        b.created_at, b.version = job.created_at, job.version
+        b.subs = list(job.submissions)
+        b.budget = list(job.budget_used)
+        b.hold, b.resubmit, b.awaiting = job.hold, job.resubmit_requested, job.awaiting
+        b.cancel, b.give_up, b.outcome = job.cancel_requested, job.give_up_requested, job.outcome
+        b.escalations, b.history = list(job.escalations), list(job.history)
+        b.supersedes, b.superseded_by = job.supersedes, job.superseded_by
+        b.duplicates = set(job.duplicates_stopped)
+        b.segments = {(d.unit_job_id, d.task_id): d for d in job.segments}
+        b.recovered = job.recovered
+        return b
+
+    def _sub(self, number: int) -> Submission | None:
+        if 1 <= number <= len(self.subs):
+            return self.subs[number - 1]
+        return None
+
+    def _set(self, number: int, sub: Submission) -> None:
+        self.subs[number - 1] = sub
+
+    def apply(self, e: ev.Event) -> None:  # noqa: C901 - one branch per event type
+        self.version = e.seq
+        replace = msgspec.structs.replace
+        if isinstance(e, ev.SubmissionIntended):
+            if self.outcome is not None or e.submission != len(self.subs) + 1:
+                return
+            self.subs.append(Submission(number=e.submission, token=e.token, intended_at=e.at,
+                                        attempted_at=e.at, gated=e.gated, cause=e.cause))
+            self.awaiting = None
+            self.resubmit = None
+        elif isinstance(e, ev.SubmissionAttempted):
+            s = self._sub(e.submission)
+            if s is not None:
+                self._set(e.submission, replace(s, attempted_at=e.at))
+        elif isinstance(e, ev.SubmissionBound):
+            s = self._sub(e.submission)
+            if s is not None and s.ref is None:
+                self._set(e.submission, replace(s, ref=e.ref))
+        elif isinstance(e, ev.SubmissionRejected):
+            s = self._sub(e.submission)
+            if s is not None and not s.ended:
+                self._set(e.submission, replace(s, ended=True, end_cause=e.cause))
+                if e.submission == len(self.subs) and self.outcome is None:
+                    self.awaiting = e.cause
+        elif isinstance(e, ev.ExecutionEnded):
+            s = self._sub(e.submission)
+            if s is None or e.execution in s.executions_recorded:
+                return
+            recorded = s.executions_recorded | {e.execution}
+            if e.final and not s.ended:
+                s = replace(s, ended=True, end_cause=e.cause, executions_recorded=recorded)
+                if e.submission == len(self.subs) and self.outcome is None:
+                    self.awaiting = e.cause
+            else:
+                s = replace(s, executions_recorded=recorded)
+            self._set(e.submission, s)
+        elif isinstance(e, ev.RecoveryStarted):
+            if self.outcome is not None:
+                return
+            if 0 <= e.rule < len(self.budget):
+                self.budget[e.rule] += 1
+            self.recovered = True
+            if not e.native:
+                self.awaiting = None
+            self.history.append(Transition(at=e.at, state=State.RECOVERING, cause=e.cause,
+                                           seq=e.seq, note=f"{e.action.value} by rules[{e.rule}]"
+                                           + (" (native)" if e.native else "")))
+        elif isinstance(e, ev.HoldPlaced):
+            if self.outcome is not None:
+                return
+            self.hold = Hold(cause=e.cause, recovery=e.recovery, at=e.at, actor=e.actor)
+            self.awaiting = None
+            self.history.append(Transition(at=e.at, state=State.HELD, cause=e.cause, seq=e.seq,
+                                           note="recovery hold" if e.recovery else "hold"))
+        elif isinstance(e, ev.HoldReleased):
+            if self.outcome is not None or self.hold is None:
+                return
+            held = self.hold
+            self.hold = None
+            if e.resubmit:
+                self.resubmit = held.cause
+                self.recovered = True
+            self.history.append(Transition(
+                at=e.at, state=State.RECOVERING if e.resubmit else State.PENDING,
+                cause=Cause(kind=CauseKind.RELEASED, provenance=Provenance.ACTOR, actor=e.actor,
+                            at=e.at),
+                seq=e.seq, note="resubmitted by a person" if e.resubmit else "hold released"))
+        elif isinstance(e, ev.CancelRequested):
+            if self.outcome is None and self.cancel is None:
+                self.cancel = _by_actor(CauseKind.CANCELLED, e.actor, e.at)
+        elif isinstance(e, ev.CancelSent):
+            for i, s in enumerate(self.subs):
+                if s.ref == e.ref:
+                    self.subs[i] = replace(s, cancel_sent_at=e.at)
+        elif isinstance(e, ev.GiveUpRequested):
+            if self.outcome is None and self.give_up is None:
+                self.give_up = _by_actor(CauseKind.CANCELLED, e.actor, e.at)
+        elif isinstance(e, ev.GateOpened):
+            s = self._sub(e.submission)
+            if s is not None:
+                self._set(e.submission, replace(s, gate_opened=True))
+        elif isinstance(e, ev.StopRequested):
+            s = self._sub(e.submission)
+            if s is not None:
+                self._set(e.submission, replace(s, stop_cause=s.stop_cause or e.cause,
+                                                stop_at=e.at))
+        elif isinstance(e, ev.DuplicateStopped):
+            self.duplicates.add(e.ref)
+        elif isinstance(e, ev.OutcomeCommitted):
+            if self.outcome is not None or not e.state.terminal:
+                return  # S7: the first committed outcome is the outcome, for ever
+            self.outcome = Outcome(state=e.state, cause=e.cause, at=e.at, seq=e.seq)
+            self.awaiting = None
+            self.history.append(Transition(at=e.at, state=e.state, cause=e.cause, seq=e.seq))
+        elif isinstance(e, ev.EscalationRaised):
+            self.escalations.append(Escalation(at=e.at, message=e.message, cause=e.cause,
+                                               seq=e.seq))
+        elif isinstance(e, ev.Superseded):
+            if self.superseded_by is None:
+                self.superseded_by = e.by
+        elif isinstance(e, ev.SegmentPublished):
+            self.segments[(e.unit_job_id, e.task_id)] = SegmentDecision(
+                unit_job_id=e.unit_job_id, task_id=e.task_id, reason=e.reason, at=e.at,
+                actor=e.actor, nodes=e.nodes)
+        elif isinstance(e, ev.SegmentCleared):
+            self.segments.pop((e.unit_job_id, e.task_id), None)
+        elif isinstance(e, ev.JobCreated):
+            raise RecordError(f"job {self.job_id}: a second 'created' event at seq {e.seq}")
+
+    def build(self) -> Job:
+        return Job(
+            id=self.job_id, spec=self.spec, declarations=self.declarations,
+            created_at=self.created_at, version=self.version, submissions=tuple(self.subs),
+            budget_used=tuple(self.budget), hold=self.hold, resubmit_requested=self.resubmit,
+            awaiting=self.awaiting, cancel_requested=self.cancel, give_up_requested=self.give_up,
+            outcome=self.outcome, escalations=tuple(self.escalations),
+            history=tuple(self.history), supersedes=self.supersedes,
+            superseded_by=self.superseded_by, duplicates_stopped=frozenset(self.duplicates),
+            segments=tuple(self.segments.values()), recovered=self.recovered,
+        )

@@ -1,0 +1,81 @@
+"""A job's record told as a story, one line per event: `dispatch history`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dispatch import events as ev
+from dispatch.model import Cause
+
+
+def _cause(c: Cause | None) -> str:
+    if c is None:
+        return ""
+    parts = [c.kind.value, f"({c.provenance.value}"
+             + (f" {c.actor}" if c.actor else "") + ")"]
+    if c.exit_code is not None:
+        parts.append(f"exit {c.exit_code}")
+    if c.detail:
+        parts.append(f"— {c.detail!r}")
+    return " ".join(parts)
+
+
+def line(e: ev.Event) -> str:  # noqa: C901 - one case per event type
+    if isinstance(e, ev.JobCreated):
+        rules = len(e.spec.policy.rules)
+        text = (f"created '{e.spec.name}' on {e.spec.backend}, {e.spec.nodes} node(s), "
+                f"{rules} recovery rule(s)" + (f", by {e.actor}" if e.actor else ""))
+        return text + (f"; supersedes {e.supersedes}" if e.supersedes else "")
+    if isinstance(e, ev.SubmissionIntended):
+        why = f" to recover from {_cause(e.cause)}" if e.cause else ""
+        gate = " (gated until the old object ends)" if e.gated else ""
+        return f"submission {e.submission} intended{why}{gate}"
+    if isinstance(e, ev.SubmissionAttempted):
+        return f"submission {e.submission}: submit retried by {e.supervisor}"
+    if isinstance(e, ev.SubmissionBound):
+        return f"submission {e.submission} is scheduler object {e.ref}"
+    if isinstance(e, ev.SubmissionRejected):
+        return f"submission {e.submission} rejected by the scheduler: {_cause(e.cause)}"
+    if isinstance(e, ev.ExecutionEnded):
+        tail = "" if e.final else " (the scheduler runs it again)"
+        return (f"object {e.ref} (submission {e.submission}) execution {e.execution} ended: "
+                f"{_cause(e.cause)}{tail}")
+    if isinstance(e, ev.RecoveryStarted):
+        native = " by the backend" if e.native else ""
+        return f"RECOVERING: rules[{e.rule}] {e.action.value}{native} on {_cause(e.cause)}"
+    if isinstance(e, ev.HoldPlaced):
+        kind = "recovery hold" if e.recovery else "hold"
+        return f"HELD: {kind} on {_cause(e.cause)}; waits for resubmit, cancel or give-up"
+    if isinstance(e, ev.HoldReleased):
+        return f"hold resolved by {e.actor or 'a person'}: " + (
+            "resubmit" if e.resubmit else "released")
+    if isinstance(e, ev.CancelRequested):
+        return f"cancel requested by {e.actor or 'a person'}"
+    if isinstance(e, ev.CancelSent):
+        return f"cancel sent to object {e.ref}"
+    if isinstance(e, ev.GiveUpRequested):
+        return f"given up by {e.actor or 'a person'}"
+    if isinstance(e, ev.GateOpened):
+        return f"gate opened for submission {e.submission} (object {e.ref})"
+    if isinstance(e, ev.StopRequested):
+        return f"stop requested for object {e.ref}: {_cause(e.cause)}"
+    if isinstance(e, ev.DuplicateStopped):
+        return f"duplicate object {e.ref} (token {e.token}) stopped: {_cause(e.cause)}"
+    if isinstance(e, ev.OutcomeCommitted):
+        return f"{e.state.value.upper()}: {_cause(e.cause)}"
+    if isinstance(e, ev.EscalationRaised):
+        return f"ESCALATION: {e.message}"
+    if isinstance(e, ev.Superseded):
+        return f"superseded by {e.by}" + (f" ({e.actor})" if e.actor else "")
+    if isinstance(e, ev.SegmentPublished):
+        return (f"segment health: unit {e.unit_job_id}.{e.task_id} marked unavailable by "
+                f"{e.actor or 'dispatch'}: {e.reason}"
+                + (f" (nodes {', '.join(e.nodes)})" if e.nodes else ""))
+    if isinstance(e, ev.SegmentCleared):
+        return (f"segment health: unit {e.unit_job_id}.{e.task_id} cleared by "
+                f"{e.actor or 'dispatch'}" + (f": {e.reason}" if e.reason else ""))
+    return type(e).__name__  # pragma: no cover - every event type is listed above
+
+
+def story(record: Sequence[ev.Event]) -> list[tuple[ev.Event, str]]:
+    return [(e, line(e)) for e in record]

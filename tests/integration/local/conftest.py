@@ -1,0 +1,1 @@
+from local_harness import local  # noqa: F401  (the fixture every test here uses)

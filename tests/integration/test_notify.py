@@ -1,0 +1,84 @@
+"""Escalations reach a real webhook (an HTTP server on loopback) with retries, and a command;
+delivery never blocks the caller."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+from dispatch import events as ev
+from dispatch.backends.registry import declarations_for
+from dispatch.model import Cause, CauseKind
+from dispatch.notify import Notifier
+from dispatch.record import fold
+from dispatch.spec import parse_spec
+
+NOW = datetime(2026, 11, 30, tzinfo=UTC)
+JOB = fold([ev.JobCreated(seq=1, at=NOW, job_id="j1",
+                          spec=parse_spec({"name": "n", "command": ["x"]}),
+                          declarations=declarations_for("local"))], NOW)
+CAUSE = Cause(kind=CauseKind.OUT_OF_MEMORY, detail="OUT_OF_MEMORY", at=NOW)
+
+
+class Flaky(BaseHTTPRequestHandler):
+    """Answers 503 to the first two POSTs, then 204; keeps what it received."""
+
+    received: list[dict[str, Any]] = []
+    calls = 0
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        type(self).calls += 1
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if type(self).calls <= 2:
+            self.send_response(503)
+        else:
+            type(self).received.append(json.loads(body))
+            self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_webhook_is_retried_with_backoff_until_delivered() -> None:
+    server = HTTPServer(("127.0.0.1", 0), Flaky)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/hook"
+        notifier = Notifier(webhook=url, backoff=0.05, retries=5)
+        notifier.escalate(JOB, "no rule covers out-of-memory", CAUSE, NOW)  # returns at once
+        notifier.close(timeout=30)
+    finally:
+        server.shutdown()
+    assert Flaky.calls == 3
+    assert Flaky.received == [{
+        "job": "j1", "name": "n", "backend": "local",
+        "message": "no rule covers out-of-memory",
+        "cause": {"kind": "out-of-memory", "provenance": "scheduler", "actor": None,
+                  "detail": "OUT_OF_MEMORY", "exit_code": None,
+                  "at": "2026-11-30T00:00:00+00:00"},
+        "at": NOW.isoformat()}]
+    assert len(notifier.delivered) == 1 and not notifier.failed
+
+
+def test_unreachable_webhook_gives_up_after_its_retries() -> None:
+    notifier = Notifier(webhook="http://127.0.0.1:9/none", backoff=0.01, retries=2,
+                        timeout=1)
+    notifier.escalate(JOB, "m", CAUSE, NOW)
+    notifier.close(timeout=30)
+    assert len(notifier.failed) == 1 and not notifier.delivered
+
+
+def test_command_gets_the_escalation_on_stdin(tmp_path: Path) -> None:
+    out = tmp_path / "got.json"
+    argv = [sys.executable, "-c",
+            f"import sys; open({str(out)!r}, 'w').write(sys.stdin.read())"]
+    notifier = Notifier(command=argv)
+    notifier.escalate(JOB, "rules[0] budget spent (1/1) on out-of-memory", CAUSE, NOW)
+    notifier.close(timeout=30)
+    assert json.loads(out.read_text())["message"].startswith("rules[0] budget spent")

@@ -1,0 +1,525 @@
+"""An in-process stand-in for the Kubernetes API server: a real HTTP server on 127.0.0.1.
+
+It speaks the REST shapes the kubeflow backend uses, for TrainJobs, JobSets, batch/v1 Jobs,
+Pods (namespaced) and Nodes (cluster-wide):
+
+- list (``labelSelector``: ``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``, ``k in (a,b)``,
+  ``k notin (a,b)``; the list carries ``metadata.resourceVersion``), get, create (POST),
+  merge-patch (PATCH ``application/merge-patch+json``), delete (``propagationPolicy``
+  Foreground / Background / Orphan, owners found by ``ownerReferences``);
+- errors as ``Status`` objects: 404 NotFound, 409 AlreadyExists, 422 Invalid, 415, 400;
+  injected 5xx (``fail_next``) and hangs (``hang_next``); ``stop()`` closes the port, so the
+  next call is refused.
+
+Every TrainJob or JobSet it stores, whether a client sent it or a test put it, is validated
+against the real CRD schemas (``schemas``); a violation is answered 422 *and* recorded in
+``violations``, which the test fixtures assert empty, so a schema violation fails the test.
+Watches are not served (the backend lists per tick): a watch request is answered 400.
+
+What it is not: no controllers run. Tests play Trainer, JobSet, the Job controller and the
+kubelet by writing objects (see ``trainer.py``). Pods on a node named in ``unreachable`` cannot
+finish deleting (no kubelet confirms), as on a real cluster that lost the node.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import yaml
+
+from . import schemas
+
+
+@dataclass(frozen=True)
+class Kind:
+    kind: str
+    group: str
+    version: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+KINDS = {
+    k.plural: k
+    for k in (
+        Kind("TrainJob", "trainer.kubeflow.org", "v1alpha1", "trainjobs"),
+        Kind("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets"),
+        Kind("Job", "batch", "v1", "jobs"),
+        Kind("Pod", "", "v1", "pods"),
+        Kind("Node", "", "v1", "nodes", namespaced=False),
+    )
+}
+BY_KIND = {k.kind: k for k in KINDS.values()}
+VALIDATED = ("TrainJob", "JobSet", "Job", "Pod", "Node")
+
+_PATH = re.compile(
+    r"^/(?:api/(?P<cv>v1)|apis/(?P<g>[^/]+)/(?P<v>[^/]+))"
+    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?/?$"
+)
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+
+
+@dataclass
+class _Fault:
+    code: int | None
+    delay_s: float
+    match: Callable[[str, str], bool]
+
+
+class ApiFailure(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def _split_selector(text: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur.strip())
+    return parts
+
+
+def selector_matches(selector: str, labels: dict[str, str]) -> bool:
+    for term in _split_selector(selector):
+        m = re.match(r"^(\S+)\s+(in|notin)\s+\((.*)\)$", term)
+        if m:
+            values = {v.strip() for v in m.group(3).split(",")}
+            has = m.group(1) in labels and labels[m.group(1)] in values
+            if (m.group(2) == "in") != has:
+                return False
+        elif "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k.strip()) == v.strip():
+                return False
+        elif "=" in term:
+            k, v = term.replace("==", "=").split("=", 1)
+            if labels.get(k.strip()) != v.strip():
+                return False
+        elif term.startswith("!"):
+            if term[1:].strip() in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+@dataclass
+class FakeApiServer:
+    """Start with ``start()`` (or as a context manager); ``url`` then names it."""
+
+    unreachable: set[str] = field(default_factory=set)
+    requests: list[Request] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.RLock()
+        self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._rv = 1000
+        self._faults: list[_Fault] = []
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> FakeApiServer:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # quiet
+                pass
+
+            def _handle(self) -> None:
+                server._serve(self)
+
+            do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _handle
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> FakeApiServer:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def write_kubeconfig(self, path: Path, namespace: str = "default") -> Path:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake", "user": {"token": "stand-in-token"}}],
+            "contexts": [
+                {
+                    "name": "fake",
+                    "context": {"cluster": "fake", "user": "fake", "namespace": namespace},
+                }
+            ],
+            "current-context": "fake",
+        }
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    # -- fault injection and counting -----------------------------------------------------------
+
+    def fail_next(
+        self, count: int = 1, code: int = 503, match: Callable[[str, str], bool] | None = None
+    ) -> None:
+        with self._lock:
+            for _ in range(count):
+                self._faults.append(_Fault(code, 0.0, match or (lambda m, p: True)))
+
+    def hang_next(self, seconds: float, count: int = 1) -> None:
+        with self._lock:
+            for _ in range(count):
+                self._faults.append(_Fault(None, seconds, lambda m, p: True))
+
+    def reset_requests(self) -> None:
+        with self._lock:
+            self.requests.clear()
+
+    # -- the store, for tests playing controllers --------------------------------------------
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def _validate(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind not in VALIDATED:
+            return
+        found = schemas.problems(kind, obj)
+        if found:
+            name = (obj.get("metadata") or {}).get("name")
+            message = f"{kind} {name} violates its schema: " + "; ".join(found[:10])
+            self.violations.append(message)
+            raise ApiFailure(422, "Invalid", message)
+
+    def put(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Store (create or replace) an object as a controller would; validated."""
+        obj = copy.deepcopy(obj)
+        kind = BY_KIND[obj["kind"]]
+        obj.setdefault("apiVersion", kind.api_version)
+        meta = obj.setdefault("metadata", {})
+        ns = meta.get("namespace", "") if kind.namespaced else ""
+        with self._lock:
+            old = self._objects.get((kind.plural, ns, meta["name"]))
+            meta.setdefault("uid", old["metadata"]["uid"] if old else str(uuid.uuid4()))
+            meta.setdefault(
+                "creationTimestamp", old["metadata"]["creationTimestamp"] if old else now_rfc3339()
+            )
+            meta["resourceVersion"] = self._next_rv()
+            try:
+                self._validate(kind.kind, obj)
+            except ApiFailure as err:
+                raise schemas.SchemaViolation(err.message) from None
+            self._objects[(kind.plural, ns, meta["name"])] = obj
+            return copy.deepcopy(obj)
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        k = BY_KIND[kind]
+        with self._lock:
+            obj = self._objects.get((k.plural, namespace if k.namespaced else "", name))
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def all(self, kind: str) -> list[dict[str, Any]]:
+        k = BY_KIND[kind]
+        with self._lock:
+            return [copy.deepcopy(o) for (p, _, _), o in self._objects.items() if p == k.plural]
+
+    def update(self, kind: str, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """Merge-patch an object as a controller would (status included); validated."""
+        current = self.get(kind, namespace, name)
+        if current is None:
+            raise KeyError(f"{kind} {namespace}/{name}")
+        return self.put(merge_patch(current, patch))
+
+    def remove(self, kind: str, namespace: str, name: str) -> None:
+        """Someone else deletes an object, with its dependents (background)."""
+        with self._lock:
+            self._delete(BY_KIND[kind], namespace, name, "Background")
+
+    def release_node(self, node: str) -> None:
+        """The node is back or deleted: pods stuck Terminating there finish deleting."""
+        with self._lock:
+            self.unreachable.discard(node)
+            for key, obj in list(self._objects.items()):
+                if key[0] == "pods" and obj["metadata"].get("deletionTimestamp"):
+                    if (obj.get("spec") or {}).get("nodeName") == node:
+                        del self._objects[key]
+            self._finish_foreground()
+
+    # -- deletion -----------------------------------------------------------------------------
+
+    def _dependents(self, uid: str) -> list[tuple[str, str, str]]:
+        return [
+            key
+            for key, obj in self._objects.items()
+            if any(o.get("uid") == uid for o in obj["metadata"].get("ownerReferences", []))
+        ]
+
+    def _stuck(self, key: tuple[str, str, str]) -> bool:
+        obj = self._objects[key]
+        return key[0] == "pods" and (obj.get("spec") or {}).get("nodeName") in self.unreachable
+
+    def _delete(self, kind: Kind, ns: str, name: str, policy: str) -> dict[str, Any]:
+        key = (kind.plural, ns, name)
+        obj = self._objects[key]
+        uid = obj["metadata"]["uid"]
+        if policy != "Orphan":
+            for dep in self._dependents(uid):
+                if dep in self._objects:
+                    dk = KINDS[dep[0]]
+                    self._delete(
+                        dk, dep[1], dep[2], "Foreground" if policy == "Foreground" else "Background"
+                    )
+        if self._stuck(key) or (policy == "Foreground" and self._dependents(uid)):
+            obj["metadata"].setdefault("deletionTimestamp", now_rfc3339())
+            if policy == "Foreground" and not self._stuck(key):
+                obj["metadata"]["finalizers"] = ["foregroundDeletion"]
+            obj["metadata"]["resourceVersion"] = self._next_rv()
+            return copy.deepcopy(obj)
+        del self._objects[key]
+        return copy.deepcopy(obj)
+
+    def _finish_foreground(self) -> None:
+        changed = True
+        while changed:
+            changed = False
+            for key, obj in list(self._objects.items()):
+                if "foregroundDeletion" in obj["metadata"].get("finalizers", []):
+                    if not self._dependents(obj["metadata"]["uid"]):
+                        del self._objects[key]
+                        changed = True
+
+    # -- HTTP ---------------------------------------------------------------------------------
+
+    def _serve(self, h: BaseHTTPRequestHandler) -> None:
+        split = urlsplit(h.path)
+        query = {k: v[-1] for k, v in parse_qs(split.query).items()}
+        length = int(h.headers.get("Content-Length") or 0)
+        raw = h.rfile.read(length) if length else b""
+        with self._lock:
+            self.requests.append(Request(h.command, split.path, query))
+            fault = next((f for f in self._faults if f.match(h.command, split.path)), None)
+            if fault is not None:
+                self._faults.remove(fault)
+        try:
+            if fault is not None:
+                if fault.delay_s:
+                    time.sleep(fault.delay_s)
+                if fault.code is not None:
+                    raise ApiFailure(fault.code, "InternalError", "injected failure")
+            with self._lock:
+                code, body = self._route(h.command, split.path, query, raw, h.headers)
+        except ApiFailure as err:
+            code, body = err.code, self._status(err.code, err.reason, err.message)
+        data = json.dumps(body).encode()
+        try:
+            h.send_response(code)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Content-Length", str(len(data)))
+            # One request per connection: once stop() closes the port, nothing is served.
+            h.send_header("Connection", "close")
+            h.close_connection = True
+            h.end_headers()
+            h.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    @staticmethod
+    def _status(code: int, reason: str, message: str) -> dict[str, Any]:
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure" if code >= 300 else "Success",
+            "message": message,
+            "reason": reason,
+            "code": code,
+        }
+
+    def _route(
+        self, method: str, path: str, query: dict[str, str], raw: bytes, headers: Any
+    ) -> tuple[int, dict[str, Any]]:
+        m = _PATH.match(path)
+        if not m or m.group("plural") not in KINDS:
+            raise ApiFailure(
+                404, "NotFound", f"the server could not find the requested resource {path}"
+            )
+        kind = KINDS[m.group("plural")]
+        group, version = (m.group("g") or "", m.group("v") or m.group("cv"))
+        if (group, version) != (kind.group, kind.version):
+            raise ApiFailure(404, "NotFound", f"no {kind.plural} in {group}/{version}")
+        ns, name = m.group("ns") or "", m.group("name")
+        if kind.namespaced and not ns:
+            raise ApiFailure(400, "BadRequest", "cluster-wide lists are not served by the stand-in")
+        if query.get("watch") in ("true", "1"):
+            raise ApiFailure(400, "BadRequest", "watch is not served by the stand-in")
+        body = json.loads(raw) if raw else None
+        if method == "GET" and name is None:
+            return 200, self._list(kind, ns, query.get("labelSelector", ""))
+        if method == "GET":
+            return 200, self._get(kind, ns, name)
+        if method == "POST" and name is None:
+            return 201, self._create(kind, ns, body)
+        if method == "PATCH" and name is not None:
+            ctype = headers.get("Content-Type", "")
+            if ctype != "application/merge-patch+json":
+                raise ApiFailure(
+                    415, "UnsupportedMediaType", f"the stand-in serves merge-patch, not {ctype}"
+                )
+            return 200, self._patch(kind, ns, name, body)
+        if method == "DELETE" and name is not None:
+            policy = (
+                query.get("propagationPolicy")
+                or (body or {}).get("propagationPolicy")
+                or "Background"
+            )
+            if policy not in ("Foreground", "Background", "Orphan"):
+                raise ApiFailure(400, "BadRequest", f"bad propagationPolicy {policy}")
+            self._get(kind, ns, name)
+            obj = self._delete(kind, ns, name, policy)
+            self._finish_foreground()
+            return 200, obj
+        raise ApiFailure(405, "MethodNotAllowed", f"{method} {path}")
+
+    def _list(self, kind: Kind, ns: str, selector: str) -> dict[str, Any]:
+        items = [
+            copy.deepcopy(obj)
+            for (plural, ons, _), obj in sorted(self._objects.items())
+            if plural == kind.plural
+            and (not kind.namespaced or ons == ns)
+            and selector_matches(selector, obj["metadata"].get("labels") or {})
+        ]
+        return {
+            "kind": f"{kind.kind}List",
+            "apiVersion": kind.api_version,
+            "metadata": {"resourceVersion": str(self._rv)},
+            "items": items,
+        }
+
+    def _get(self, kind: Kind, ns: str, name: str) -> dict[str, Any]:
+        obj = self._objects.get((kind.plural, ns, name))
+        if obj is None:
+            raise ApiFailure(404, "NotFound", f'{kind.plural}.{kind.group} "{name}" not found')
+        return copy.deepcopy(obj)
+
+    def _create(self, kind: Kind, ns: str, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict) or not isinstance(body.get("metadata"), dict):
+            raise ApiFailure(400, "BadRequest", "a body with metadata is required")
+        meta = body["metadata"]
+        if body.get("kind") != kind.kind or body.get("apiVersion") != kind.api_version:
+            raise ApiFailure(400, "BadRequest", f"expected {kind.api_version} {kind.kind}")
+        if meta.get("namespace", ns) != ns:
+            raise ApiFailure(
+                400, "BadRequest", "the namespace of the object does not match the URL"
+            )
+        for server_set in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp"):
+            if server_set in meta:
+                raise ApiFailure(
+                    400, "BadRequest", f"metadata.{server_set} must not be set on create"
+                )
+        if "status" in body:
+            raise ApiFailure(400, "BadRequest", "status is set by controllers, not on create")
+        name = meta.get("name")
+        if (kind.plural, ns, name) in self._objects:
+            raise ApiFailure(
+                409, "AlreadyExists", f'{kind.plural}.{kind.group} "{name}" already exists'
+            )
+        obj = copy.deepcopy(body)
+        obj["metadata"]["namespace"] = ns
+        self._validate(kind.kind, obj)
+        obj["metadata"].update(
+            uid=str(uuid.uuid4()),
+            resourceVersion=self._next_rv(),
+            creationTimestamp=now_rfc3339(),
+            generation=1,
+        )
+        self._objects[(kind.plural, ns, name)] = obj
+        return copy.deepcopy(obj)
+
+    def _patch(self, kind: Kind, ns: str, name: str, body: Any) -> dict[str, Any]:
+        current = self._get(kind, ns, name)
+        if not isinstance(body, dict):
+            raise ApiFailure(400, "BadRequest", "a merge patch is a JSON object")
+        if "status" in body:
+            raise ApiFailure(400, "BadRequest", "status is a subresource; not patched here")
+        patched = merge_patch(current, body)
+        for keep in ("uid", "creationTimestamp", "name", "namespace"):
+            if patched["metadata"].get(keep) != current["metadata"].get(keep):
+                raise ApiFailure(422, "Invalid", f"metadata.{keep} is immutable")
+        if patched.get("spec") != current.get("spec"):
+            patched["metadata"]["generation"] = int(current["metadata"].get("generation", 1)) + 1
+        self._validate(kind.kind, patched)
+        patched["metadata"]["resourceVersion"] = self._next_rv()
+        self._objects[(kind.plural, ns, name)] = patched
+        return copy.deepcopy(patched)

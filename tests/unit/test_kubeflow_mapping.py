@@ -1,0 +1,819 @@
+"""Table tests of the pure Kubernetes -> (state, cause) mapping: one row per Kubernetes row of
+SCHEDULER-SIGNALS.md. Every TrainJob / JobSet / Job / Pod / Node fed in is first validated
+against the real CRD schemas (built-ins: the API reference subset in kube_fake.schemas)."""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dispatch.backends.kubeflow.mapping import (  # noqa: E402
+    JOBSET_NAME_LABEL,
+    MANAGED_LABEL,
+    RESTART_ATTEMPT_LABEL,
+    TOKEN_LABEL,
+    report_gone,
+    report_trainjob,
+)
+from dispatch.model import CauseKind, Provenance, State  # noqa: E402
+from kube_fake import schemas  # noqa: E402
+from kube_fake.trainer import T0, T1, builtin_cond, cond, node  # noqa: E402
+
+NOW = datetime(2026, 3, 1, 10, 7, tzinfo=UTC)
+NAME = "train-abc"
+NS = "team"
+TOKEN = "job-1.0"
+
+
+def trainjob(
+    conditions: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    *,
+    active: int = 1,
+    suspend: bool = False,
+    gate: str = "open",
+) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {
+            "name": NAME,
+            "namespace": NS,
+            "labels": {MANAGED_LABEL: "true", TOKEN_LABEL: TOKEN},
+            "annotations": {"dispatch.io/gate": gate},
+        },
+        "spec": {"runtimeRef": {"name": "torch"}, "trainer": {"numNodes": 2}, "suspend": suspend},
+        "status": {
+            "conditions": list(conditions),
+            "jobsStatus": [
+                {
+                    "name": "node",
+                    "active": active,
+                    "ready": active,
+                    "succeeded": 0,
+                    "failed": 0,
+                    "suspended": 0,
+                }
+            ],
+        },
+    }
+    schemas.validate("TrainJob", obj)
+    return obj
+
+
+def jobset(conditions: list[dict[str, Any]] = (), restarts: int = 0) -> dict[str, Any]:  # type: ignore[assignment]
+    obj: dict[str, Any] = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": NAME, "namespace": NS, "labels": {MANAGED_LABEL: "true"}},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "node",
+                    "template": {
+                        "spec": {
+                            "template": {
+                                "spec": {"containers": [{"name": "node", "image": "trainer:1"}]}
+                            }
+                        }
+                    },
+                }
+            ]
+        },
+        "status": {"conditions": list(conditions), "restarts": restarts},
+    }
+    schemas.validate("JobSet", obj)
+    return obj
+
+
+def job(conditions: list[dict[str, Any]] = (), attempt: int = 0, active: int = 2) -> dict[str, Any]:  # type: ignore[assignment]
+    obj: dict[str, Any] = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": f"{NAME}-node-0-r{attempt}",
+            "namespace": NS,
+            "labels": {JOBSET_NAME_LABEL: NAME, RESTART_ATTEMPT_LABEL: str(attempt)},
+        },
+        "status": {"active": active, "conditions": list(conditions)},
+    }
+    schemas.validate("Job", obj)
+    return obj
+
+
+def pod(
+    i: int = 0,
+    *,
+    phase: str = "Running",
+    node_name: str = "n1",
+    attempt: int = 0,
+    state: dict[str, Any] | None = None,
+    conditions: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    deleting: bool = False,
+    scheduled: bool = True,
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase, "conditions": list(conditions)}
+    if scheduled:
+        status["startTime"] = T0
+        status["containerStatuses"] = [
+            {
+                "name": "node",
+                "ready": phase == "Running",
+                "restartCount": 0,
+                "image": "trainer:1",
+                "imageID": "sha256:abc",
+                "state": state or {"running": {"startedAt": T0}},
+            }
+        ]
+    meta: dict[str, Any] = {
+        "name": f"{NAME}-node-0-{i}-a{attempt}",
+        "namespace": NS,
+        "labels": {JOBSET_NAME_LABEL: NAME, RESTART_ATTEMPT_LABEL: str(attempt)},
+    }
+    if deleting:
+        meta["deletionTimestamp"] = T1
+    obj = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"nodeName": node_name} if scheduled else {},
+        "status": status,
+    }
+    schemas.validate("Pod", obj)
+    return obj
+
+
+def terminated(reason: str, code: int, at: str = T1) -> dict[str, Any]:
+    return {"terminated": {"reason": reason, "exitCode": code, "finishedAt": at}}
+
+
+def waiting(reason: str, message: str = "") -> dict[str, Any]:
+    return {"waiting": {"reason": reason, "message": message}}
+
+
+def nodes(*lost: str) -> list[dict[str, Any]]:
+    out = [node("n1", lost="n1" in lost), node("n2", lost="n2" in lost)]
+    for n in out:
+        schemas.validate("Node", n)
+    return out
+
+
+FAILED_JOBS = cond("Failed", reason="FailedJobs", message="jobset failed: job train-abc-node-0")
+
+
+def row(tj, js=None, jobs=(), pods=(), ns=None):  # type: ignore[no-untyped-def]
+    return report_trainjob(tj, js, list(jobs), list(pods), ns if ns is not None else nodes(), NOW)
+
+
+# (id, inputs, state, cause kind, provenance, exit code, words that must appear in the detail)
+ROWS = [
+    (
+        "running",
+        lambda: row(trainjob(), jobset(), [job()], [pod(0), pod(1, node_name="n2")]),
+        State.RUNNING,
+        CauseKind.NONE,
+        Provenance.SCHEDULER,
+        None,
+        "",
+    ),
+    (
+        "pending-pods",
+        lambda: row(trainjob(), jobset(), [job()], [pod(0, phase="Pending")]),
+        State.PENDING,
+        CauseKind.NONE,
+        Provenance.SCHEDULER,
+        None,
+        "",
+    ),
+    (
+        "suspended-by-our-gate",
+        lambda: row(
+            trainjob(
+                [cond("Suspended", reason="Suspended", message="TrainJob is suspended")],
+                active=0,
+                suspend=True,
+                gate="closed",
+            )
+        ),
+        State.HELD,
+        CauseKind.HELD,
+        Provenance.ACTOR,
+        None,
+        "TrainJob is suspended",
+    ),
+    (
+        "resumed-not-started",
+        lambda: row(
+            trainjob([cond("Suspended", "False", "Resumed", "TrainJob is resumed")], active=0)
+        ),
+        State.PENDING,
+        CauseKind.RELEASED,
+        Provenance.SCHEDULER,
+        None,
+        "Resumed",
+    ),
+    (
+        "complete",
+        lambda: row(
+            trainjob(
+                [cond("Complete", reason="JobSetCompleted", message="jobset completed")], active=0
+            )
+        ),
+        State.SUCCEEDED,
+        CauseKind.NONE,
+        Provenance.SCHEDULER,
+        None,
+        "jobset completed",
+    ),
+    (
+        "jobset-completed-not-yet-copied",
+        lambda: row(trainjob(active=0), jobset([cond("Completed", reason="AllJobsCompleted")])),
+        State.SUCCEEDED,
+        CauseKind.NONE,
+        Provenance.SCHEDULER,
+        None,
+        "AllJobsCompleted",
+    ),
+    (
+        "failed-exit-code",
+        lambda: row(
+            trainjob([FAILED_JOBS], active=0),
+            jobset([FAILED_JOBS]),
+            [job([builtin_cond("Failed", reason="BackoffLimitExceeded")], active=0)],
+            [
+                pod(0, phase="Failed", state=terminated("Error", 3)),
+                pod(1, phase="Failed", state=terminated("Error", 143, at="2026-03-01T10:05:30Z")),
+            ],
+        ),
+        State.FAILED,
+        CauseKind.NON_ZERO_EXIT,
+        Provenance.APPLICATION,
+        3,
+        "exitCode=3",
+    ),
+    (
+        "failed-137-without-oomkilled-is-unknown",
+        lambda: row(
+            trainjob([FAILED_JOBS], active=0),
+            None,
+            [],
+            [pod(0, phase="Failed", state=terminated("Error", 137))],
+        ),
+        State.FAILED,
+        CauseKind.UNKNOWN,
+        Provenance.SCHEDULER,
+        137,
+        "exitCode=137",
+    ),
+    (
+        "oomkilled",
+        lambda: row(
+            trainjob([FAILED_JOBS], active=0),
+            None,
+            [],
+            [
+                pod(0, phase="Failed", state=terminated("OOMKilled", 137)),
+                pod(1, phase="Failed", state=terminated("Error", 1, at=T0)),
+            ],
+        ),
+        State.FAILED,
+        CauseKind.OUT_OF_MEMORY,
+        Provenance.SCHEDULER,
+        137,
+        "OOMKilled",
+    ),
+    (
+        "preempted-by-scheduler",
+        lambda: row(
+            trainjob([FAILED_JOBS], active=0),
+            None,
+            [],
+            [
+                pod(
+                    0,
+                    phase="Failed",
+                    state=terminated("Error", 143),
+                    conditions=[
+                        builtin_cond(
+                            "DisruptionTarget",
+                            reason="PreemptionByScheduler",
+                            message="Preempted in order to admit critical pod",
+                        )
+                    ],
+                )
+            ],
+        ),
+        State.FAILED,
+        CauseKind.PREEMPTED,
+        Provenance.SCHEDULER,
+        None,
+        "PreemptionByScheduler",
+    ),
+    (
+        "evicted-by-eviction-api",
+        lambda: row(
+            trainjob([FAILED_JOBS], active=0),
+            None,
+            [],
+            [
+                pod(
+                    0,
+                    phase="Failed",
+                    conditions=[builtin_cond("DisruptionTarget", reason="EvictionByEvictionAPI")],
+                )
+            ],
+        ),
+        State.FAILED,
+        CauseKind.PREEMPTED,
+        Provenance.SCHEDULER,
+        None,
+        "EvictionByEvictionAPI",
+    ),
+    (
+        "deleted-by-taint-manager",
+        lambda: row(
+            trainjob([FAILED_JOBS], active=0),
+            None,
+            [],
+            [
+                pod(
+                    0,
+                    phase="Failed",
+                    conditions=[builtin_cond("DisruptionTarget", reason="DeletionByTaintManager")],
+                )
+            ],
+        ),
+        State.FAILED,
+        CauseKind.NODE_LOST,
+        Provenance.SCHEDULER,
+        None,
+        "DeletionByTaintManager",
+    ),
+    (
+        "deleted-by-pod-gc",
+        lambda: row(
+            trainjob([FAILED_JOBS], active=0),
+            None,
+            [],
+            [
+                pod(
+                    0,
+                    phase="Failed",
+                    conditions=[builtin_cond("DisruptionTarget", reason="DeletionByPodGC")],
+                )
+            ],
+        ),
+        State.FAILED,
+        CauseKind.NODE_LOST,
+        Provenance.SCHEDULER,
+        None,
+        "DeletionByPodGC",
+    ),
+    (
+        "kubelet-memory-pressure",
+        lambda: row(
+            trainjob([FAILED_JOBS], active=0),
+            None,
+            [],
+            [
+                pod(
+                    0,
+                    phase="Failed",
+                    conditions=[
+                        builtin_cond(
+                            "DisruptionTarget",
+                            reason="TerminationByKubelet",
+                            message="The node was low on resource: memory.",
+                        )
+                    ],
+                )
+            ],
+        ),
+        State.FAILED,
+        CauseKind.OUT_OF_MEMORY,
+        Provenance.SCHEDULER,
+        None,
+        "low on resource",
+    ),
+    (
+        "kubelet-node-shutdown",
+        lambda: row(
+            trainjob([FAILED_JOBS], active=0),
+            None,
+            [],
+            [
+                pod(
+                    0,
+                    phase="Failed",
+                    conditions=[
+                        builtin_cond(
+                            "DisruptionTarget",
+                            reason="TerminationByKubelet",
+                            message="Pod was terminated in response to imminent node shutdown.",
+                        )
+                    ],
+                )
+            ],
+        ),
+        State.FAILED,
+        CauseKind.NODE_LOST,
+        Provenance.SCHEDULER,
+        None,
+        "node shutdown",
+    ),
+    (
+        "start-error",
+        lambda: row(
+            trainjob([FAILED_JOBS], active=0),
+            None,
+            [],
+            [pod(0, phase="Failed", state=terminated("StartError", 128))],
+        ),
+        State.FAILED,
+        CauseKind.LAUNCH_FAILED,
+        Provenance.SCHEDULER,
+        128,
+        "StartError",
+    ),
+    (
+        "deadline-exceeded",
+        lambda: row(
+            trainjob(
+                [
+                    cond(
+                        "Failed",
+                        reason="DeadlineExceeded",
+                        message="TrainJob exceeded its deadline",
+                    )
+                ],
+                active=0,
+            )
+        ),
+        State.FAILED,
+        CauseKind.TIME_LIMIT,
+        Provenance.SCHEDULER,
+        None,
+        "exceeded its deadline",
+    ),
+    (
+        "job-deadline-beats-exit-codes",
+        lambda: row(
+            trainjob([FAILED_JOBS], active=0),
+            None,
+            [job([builtin_cond("Failed", reason="DeadlineExceeded")], active=0)],
+            [pod(0, phase="Failed", state=terminated("Error", 143))],
+        ),
+        State.FAILED,
+        CauseKind.TIME_LIMIT,
+        Provenance.SCHEDULER,
+        None,
+        "DeadlineExceeded",
+    ),
+    (
+        "failed-without-evidence-is-unknown",
+        lambda: row(
+            trainjob([cond("Failed", reason="ReachedMaxRestarts", message="reached max")], active=0)
+        ),
+        State.FAILED,
+        CauseKind.UNKNOWN,
+        Provenance.SCHEDULER,
+        None,
+        "ReachedMaxRestarts",
+    ),
+    (
+        "runtime-not-supported",
+        lambda: row(
+            trainjob(
+                [
+                    cond(
+                        "TrainingRuntimeNotSupported",
+                        reason="Unsupported",
+                        message="runtime torch not found",
+                    )
+                ],
+                active=0,
+            )
+        ),
+        State.FAILED,
+        CauseKind.LAUNCH_FAILED,
+        Provenance.SCHEDULER,
+        None,
+        "runtime torch not found",
+    ),
+    (
+        "image-pull-error",
+        lambda: row(
+            trainjob(),
+            jobset(),
+            [job()],
+            [pod(0, phase="Pending", state=waiting("ImagePullBackOff", "Back-off pulling image"))],
+        ),
+        State.PENDING,
+        CauseKind.LAUNCH_FAILED,
+        Provenance.SCHEDULER,
+        None,
+        "ImagePullBackOff",
+    ),
+    (
+        "err-image-pull-while-peer-runs",
+        lambda: row(
+            trainjob(),
+            jobset(),
+            [job()],
+            [pod(0), pod(1, phase="Pending", state=waiting("ErrImagePull"))],
+        ),
+        State.PENDING,
+        CauseKind.LAUNCH_FAILED,
+        Provenance.SCHEDULER,
+        None,
+        "ErrImagePull",
+    ),
+    (
+        "create-container-config-error",
+        lambda: row(
+            trainjob(),
+            None,
+            [],
+            [
+                pod(
+                    0,
+                    phase="Pending",
+                    state=waiting("CreateContainerConfigError", "secret x not found"),
+                )
+            ],
+        ),
+        State.PENDING,
+        CauseKind.LAUNCH_FAILED,
+        Provenance.SCHEDULER,
+        None,
+        "secret x not found",
+    ),
+    (
+        "unschedulable",
+        lambda: row(
+            trainjob(),
+            None,
+            [],
+            [
+                pod(
+                    0,
+                    phase="Pending",
+                    scheduled=False,
+                    conditions=[
+                        builtin_cond(
+                            "PodScheduled", "False", "Unschedulable", "0/4 nodes are available"
+                        )
+                    ],
+                )
+            ],
+        ),
+        State.PENDING,
+        CauseKind.NO_CAPACITY,
+        Provenance.SCHEDULER,
+        None,
+        "0/4 nodes are available",
+    ),
+    (
+        "scheduling-gated",
+        lambda: row(
+            trainjob(),
+            None,
+            [],
+            [
+                pod(
+                    0,
+                    phase="Pending",
+                    scheduled=False,
+                    conditions=[builtin_cond("PodScheduled", "False", "SchedulingGated")],
+                )
+            ],
+        ),
+        State.HELD,
+        CauseKind.HELD,
+        Provenance.SCHEDULER,
+        None,
+        "SchedulingGated",
+    ),
+    (
+        "pod-on-unreachable-node",
+        lambda: row(trainjob(), jobset(), [job()], [pod(0), pod(1, node_name="n2")], nodes("n2")),
+        State.RUNNING,
+        CauseKind.NODE_LOST,
+        Provenance.SCHEDULER,
+        None,
+        "node.kubernetes.io/unreachable",
+    ),
+    (
+        "failure-target-stuck-pods-terminating",
+        lambda: row(
+            trainjob(),
+            jobset(),
+            [
+                job(
+                    [
+                        builtin_cond(
+                            "FailureTarget",
+                            reason="PodFailurePolicy",
+                            message="Container node for pod x failed",
+                            at="2026-03-01T10:03:00Z",
+                        )
+                    ]
+                )
+            ],
+            [pod(0, deleting=True), pod(1, node_name="n2", deleting=True)],
+        ),
+        State.RUNNING,
+        CauseKind.NODE_LOST,
+        Provenance.SCHEDULER,
+        None,
+        "FailureTarget",
+    ),
+    (
+        "restarted-recovering",
+        lambda: row(
+            trainjob(),
+            jobset([cond("RestartingJobSet", reason="Restarting", message="restarting")], 1),
+            [
+                job([builtin_cond("Failed", reason="BackoffLimitExceeded")], attempt=0, active=0),
+                job(attempt=1, active=2),
+            ],
+            [
+                pod(
+                    0,
+                    phase="Failed",
+                    attempt=0,
+                    conditions=[builtin_cond("DisruptionTarget", reason="PreemptionByScheduler")],
+                ),
+                pod(0, phase="Pending", attempt=1),
+            ],
+        ),
+        State.RECOVERING,
+        CauseKind.PREEMPTED,
+        Provenance.SCHEDULER,
+        None,
+        "restart 1",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("make", "state", "kind", "provenance", "exit_code", "said"),
+    [pytest.param(*r[1:], id=r[0]) for r in ROWS],
+)
+def test_signal_rows(make, state, kind, provenance, exit_code, said) -> None:  # type: ignore[no-untyped-def]
+    report = make()
+    assert report.state is state
+    assert report.cause.kind is kind
+    assert report.cause.provenance is provenance
+    assert report.cause.exit_code == exit_code
+    assert said in report.cause.detail
+    assert report.ref == f"{NS}/{NAME}"
+    assert report.token == TOKEN
+
+
+def test_node_lost_since_is_the_taint_time_inside_the_window() -> None:
+    report = row(trainjob(), jobset(), [job()], [pod(0), pod(1, node_name="n2")], nodes("n2"))
+    assert report.lost_since == datetime(2026, 3, 1, 10, 5, tzinfo=UTC)
+    assert NOW - report.lost_since < timedelta(minutes=5)
+    assert report.alive and report.cause.at == report.lost_since
+
+
+def test_failure_target_since_is_its_transition_time() -> None:
+    report = row(
+        trainjob(),
+        jobset(),
+        [
+            job(
+                [
+                    builtin_cond(
+                        "FailureTarget", reason="PodFailurePolicy", at="2026-03-01T10:03:00Z"
+                    )
+                ]
+            )
+        ],
+        [pod(0, deleting=True)],
+    )
+    assert report.lost_since == datetime(2026, 3, 1, 10, 3, tzinfo=UTC)
+
+
+def test_lost_node_without_a_time_falls_back_to_now() -> None:
+    n2 = node("n2")
+    n2["spec"]["taints"] = [{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]
+    schemas.validate("Node", n2)
+    report = row(trainjob(), None, [], [pod(1, node_name="n2")], [n2])
+    assert report.cause.kind is CauseKind.NODE_LOST
+    assert report.lost_since == NOW
+
+
+def test_finished_pod_on_lost_node_does_not_fence() -> None:
+    report = row(
+        trainjob(active=0),
+        None,
+        [],
+        [pod(1, node_name="n2", phase="Succeeded", state=terminated("Completed", 0))],
+        nodes("n2"),
+    )
+    assert report.cause.kind is not CauseKind.NODE_LOST
+
+
+def test_jobset_restarts_become_executions_each_with_its_cause() -> None:
+    report = row(
+        trainjob([FAILED_JOBS], active=0),
+        jobset([FAILED_JOBS], restarts=2),
+        [job(attempt=2, active=0)],
+        [
+            pod(0, phase="Failed", attempt=0, state=terminated("OOMKilled", 137)),
+            pod(0, phase="Failed", attempt=2, state=terminated("Error", 2)),
+        ],
+    )
+    assert [e.index for e in report.executions] == [0, 1, 2]
+    assert [e.cause.kind for e in report.executions if e.cause] == [
+        CauseKind.OUT_OF_MEMORY,  # attempt 0: its pod is still there
+        CauseKind.REQUEUED,  # attempt 1: evidence gone, the JobSet's words kept
+        CauseKind.NON_ZERO_EXIT,  # the last attempt ended the object
+    ]
+    assert report.state is State.FAILED and report.cause.exit_code == 2
+    assert "status.restarts=2" in report.executions[1].cause.detail  # type: ignore[union-attr]
+
+
+def test_running_execution_is_open_and_names_its_nodes() -> None:
+    report = row(trainjob(), jobset(), [job()], [pod(0), pod(1, node_name="n2")])
+    (execution,) = report.executions
+    assert execution.cause is None and execution.nodes == ("n1", "n2")
+    assert execution.started_at == datetime(2026, 3, 1, 10, 0, tzinfo=UTC)
+
+
+def test_gone_trainjob_is_cancelled_by_an_unknown_actor() -> None:
+    report = report_gone(f"{NS}/{NAME}", TOKEN, None, NOW)
+    assert report.state is State.CANCELLED
+    assert report.cause.kind is CauseKind.CANCELLED
+    assert report.cause.provenance is Provenance.ACTOR
+    assert report.cause.actor is None
+    assert "actor unknown" in report.cause.detail
+
+
+json_leaf = st.none() | st.booleans() | st.integers() | st.text(max_size=12)
+json_any = st.recursive(
+    json_leaf,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+condition_like = st.fixed_dictionaries(
+    {
+        "type": st.sampled_from(["Complete", "Failed", "Suspended", "FailureTarget", "Weird"]),
+        "status": st.sampled_from(["True", "False", "Unknown", 1]),
+        "reason": st.text(max_size=20),
+        "message": st.text(max_size=20),
+        "lastTransitionTime": st.sampled_from([T0, "not a time", 5]),
+    }
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    tj_status=st.dictionaries(
+        st.sampled_from(["conditions", "jobsStatus", "x"]),
+        st.lists(condition_like | json_any, max_size=3) | json_any,
+        max_size=3,
+    ),
+    junk=st.lists(json_any, max_size=3),
+    pod_status=json_any,
+)
+def test_malformed_input_never_crashes_and_never_guesses(tj_status, junk, pod_status) -> None:  # type: ignore[no-untyped-def]
+    tj = {"metadata": {"name": NAME, "namespace": NS}, "status": tj_status}
+    weird_pod = {"metadata": {"name": "p"}, "status": pod_status}
+    report = report_trainjob(tj, junk[0] if junk else None, junk, [*junk, weird_pod], junk, NOW)
+    assert report.state in State
+    assert report.cause.kind in CauseKind
+    if report.cause.kind is CauseKind.UNKNOWN:
+        assert report.cause.detail  # the words are kept, never an empty unknown
+
+
+@settings(max_examples=40, deadline=None)
+@given(reason=st.from_regex(r"[A-Z][A-Za-z]{2,20}", fullmatch=True))
+def test_unmapped_disruption_reason_is_unknown_with_its_words(reason: str) -> None:
+    if reason in {
+        "PreemptionByScheduler",
+        "EvictionByEvictionAPI",
+        "DeletionByTaintManager",
+        "DeletionByPodGC",
+        "TerminationByKubelet",
+    }:
+        return
+    report = row(
+        trainjob([FAILED_JOBS], active=0),
+        None,
+        [],
+        [pod(0, phase="Failed", conditions=[builtin_cond("DisruptionTarget", reason=reason)])],
+    )
+    assert report.cause.kind is CauseKind.UNKNOWN
+    assert reason in report.cause.detail
