@@ -295,7 +295,15 @@ class FakeApiServer:
         seen so far is answered 410 Gone."""
         with self._lock:
             self._events.clear()
-            self._compacted_rv = self._rv
+            # As if writes no watch here sees had moved the store on: every version handed out
+            # so far is now too old, while a fresh list's version is not.
+            self._compacted_rv = int(self._next_rv())
+
+    @property
+    def resource_version(self) -> int:
+        """The newest resourceVersion handed out."""
+        with self._lock:
+            return self._rv
 
     def open_watches(self) -> int:
         with self._lock:
@@ -552,11 +560,16 @@ class FakeApiServer:
                         news = [e for e in self._events if e.rv > from_rv]
                     if news:
                         from_rv = news[-1].rv
+                    last_seen = None
                     for e in news:
                         out = self._as_seen(e, kind, ns, selector)
                         if out is not None:
                             pending.append(out)
-                    if bookmarks and time.monotonic() - last_bookmark >= self.bookmark_s:
+                            last_seen = e.rv
+                    # Progress this watch would not otherwise see (changes outside its
+                    # selector) is told at once by a BOOKMARK, so a client knows it is current.
+                    quiet = bool(news) and last_seen != news[-1].rv
+                    if bookmarks and (quiet or time.monotonic() - last_bookmark >= self.bookmark_s):
                         last_bookmark = time.monotonic()
                         pending.append(
                             {
