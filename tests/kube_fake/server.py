@@ -7,14 +7,23 @@ Pods (namespaced) and Nodes (cluster-wide):
   ``k notin (a,b)``; the list carries ``metadata.resourceVersion``), get, create (POST),
   merge-patch (PATCH ``application/merge-patch+json``), delete (``propagationPolicy``
   Foreground / Background / Orphan, owners found by ``ownerReferences``);
+- watch (``?watch=1``, optionally ``resourceVersion=N``, ``labelSelector``, ``timeoutSeconds``,
+  ``allowWatchBookmarks``): a chunked stream of newline-delimited JSON events ADDED / MODIFIED /
+  DELETED (an object leaving the selector is DELETED, entering it ADDED, as the real server
+  does), and BOOKMARK every ``bookmark_s`` when asked. Without a resourceVersion (or "0") the
+  stream opens with an ADDED per current object. Events are kept in a bounded history
+  (``history`` events); a resourceVersion older than it is answered, as the real server does,
+  with 200 and one ERROR event carrying a ``Status`` with code 410 (reason Expired). The stream
+  ends cleanly after ``timeoutSeconds``, on ``drop_watches()`` (what a server restart or its
+  own watch timeout does) and on ``stop()``;
 - errors as ``Status`` objects: 404 NotFound, 409 AlreadyExists, 422 Invalid, 415, 400;
-  injected 5xx (``fail_next``) and hangs (``hang_next``); ``stop()`` closes the port, so the
-  next call is refused.
+  injected 5xx (``fail_next``) and hangs (``hang_next``); ``stop()`` ends every watch stream
+  and closes the port, so the next call is refused.
 
 Every TrainJob or JobSet it stores, whether a client sent it or a test put it, is validated
 against the real CRD schemas (``schemas``); a violation is answered 422 *and* recorded in
 ``violations``, which the test fixtures assert empty, so a schema violation fails the test.
-Watches are not served (the backend lists per tick): a watch request is answered 400.
+Every request, watches included, is recorded in ``requests``, so tests count what a tick costs.
 
 What it is not: no controllers run. Tests play Trainer, JobSet, the Job controller and the
 kubelet by writing objects (see ``trainer.py``). Pods on a node named in ``unreachable`` cannot
@@ -29,6 +38,7 @@ import re
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -154,6 +164,19 @@ def selector_matches(selector: str, labels: dict[str, str]) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class _Event:
+    """One change, as a watch reports it: ``old`` is the object before a MODIFIED (so a watch
+    with a selector can tell an object leaving or entering it)."""
+
+    rv: int
+    type: str  # ADDED | MODIFIED | DELETED
+    plural: str
+    namespace: str
+    obj: dict[str, Any]
+    old: dict[str, Any] | None
+
+
 @dataclass
 class FakeApiServer:
     """Start with ``start()`` (or as a context manager); ``url`` then names it."""
@@ -161,20 +184,30 @@ class FakeApiServer:
     unreachable: set[str] = field(default_factory=set)
     requests: list[Request] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
+    history: int = 1000  # watch events kept; an older resourceVersion is answered 410
+    bookmark_s: float = 1.0  # BOOKMARK interval for watches that allow them
 
     def __post_init__(self) -> None:
         self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
         self._objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._rv = 1000
+        self._events: deque[_Event] = deque()
+        self._compacted_rv = self._rv  # a watch from an rv below this one is 410 Gone
+        self._watch_epoch = 0  # bumped to end every open watch stream
+        self._stopping = False
         self._faults: list[_Fault] = []
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._open_watches = 0
         self.port = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> FakeApiServer:
         server = self
+        with self._lock:
+            self._stopping = False
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -197,6 +230,10 @@ class FakeApiServer:
         return self
 
     def stop(self) -> None:
+        """End every watch stream, then close the port: the next call is refused."""
+        with self._lock:
+            self._stopping = True
+            self._changed.notify_all()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -247,6 +284,60 @@ class FakeApiServer:
         with self._lock:
             self.requests.clear()
 
+    def drop_watches(self) -> None:
+        """End every open watch stream cleanly (as the server's own watch timeout does)."""
+        with self._lock:
+            self._watch_epoch += 1
+            self._changed.notify_all()
+
+    def compact(self) -> None:
+        """Forget the watch history (as etcd compaction does): a watch from any resourceVersion
+        seen so far is answered 410 Gone."""
+        with self._lock:
+            self._events.clear()
+            # As if writes no watch here sees had moved the store on: every version handed out
+            # so far is now too old, while a fresh list's version is not.
+            self._compacted_rv = int(self._next_rv())
+
+    @property
+    def resource_version(self) -> int:
+        """The newest resourceVersion handed out."""
+        with self._lock:
+            return self._rv
+
+    def open_watches(self) -> int:
+        with self._lock:
+            return self._open_watches
+
+    def _record(
+        self,
+        etype: str,
+        plural: str,
+        ns: str,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None = None,
+    ) -> None:
+        """Keep a change for the watches (bounded history); called with the lock held."""
+        self._events.append(
+            _Event(
+                int(obj["metadata"]["resourceVersion"]),
+                etype,
+                plural,
+                ns,
+                copy.deepcopy(obj),
+                copy.deepcopy(old) if old is not None else None,
+            )
+        )
+        while len(self._events) > self.history:
+            self._compacted_rv = self._events.popleft().rv
+        self._changed.notify_all()
+
+    def _removed(self, key: tuple[str, str, str]) -> None:
+        """Delete from the store and tell the watches (the DELETED object carries a new rv)."""
+        obj = self._objects.pop(key)
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+        self._record("DELETED", key[0], key[1], obj)
+
     # -- the store, for tests playing controllers --------------------------------------------
 
     def _next_rv(self) -> str:
@@ -282,6 +373,7 @@ class FakeApiServer:
             except ApiFailure as err:
                 raise schemas.SchemaViolation(err.message) from None
             self._objects[(kind.plural, ns, meta["name"])] = obj
+            self._record("MODIFIED" if old else "ADDED", kind.plural, ns, obj, old)
             return copy.deepcopy(obj)
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
@@ -314,7 +406,7 @@ class FakeApiServer:
             for key, obj in list(self._objects.items()):
                 if key[0] == "pods" and obj["metadata"].get("deletionTimestamp"):
                     if (obj.get("spec") or {}).get("nodeName") == node:
-                        del self._objects[key]
+                        self._removed(key)
             self._finish_foreground()
 
     # -- deletion -----------------------------------------------------------------------------
@@ -342,12 +434,14 @@ class FakeApiServer:
                         dk, dep[1], dep[2], "Foreground" if policy == "Foreground" else "Background"
                     )
         if self._stuck(key) or (policy == "Foreground" and self._dependents(uid)):
+            old = copy.deepcopy(obj)
             obj["metadata"].setdefault("deletionTimestamp", now_rfc3339())
             if policy == "Foreground" and not self._stuck(key):
                 obj["metadata"]["finalizers"] = ["foregroundDeletion"]
             obj["metadata"]["resourceVersion"] = self._next_rv()
+            self._record("MODIFIED", key[0], key[1], obj, old)
             return copy.deepcopy(obj)
-        del self._objects[key]
+        self._removed(key)
         return copy.deepcopy(obj)
 
     def _finish_foreground(self) -> None:
@@ -357,7 +451,7 @@ class FakeApiServer:
             for key, obj in list(self._objects.items()):
                 if "foregroundDeletion" in obj["metadata"].get("finalizers", []):
                     if not self._dependents(obj["metadata"]["uid"]):
-                        del self._objects[key]
+                        self._removed(key)
                         changed = True
 
     # -- HTTP ---------------------------------------------------------------------------------
@@ -378,6 +472,14 @@ class FakeApiServer:
                     time.sleep(fault.delay_s)
                 if fault.code is not None:
                     raise ApiFailure(fault.code, "InternalError", "injected failure")
+            if query.get("watch") in ("true", "1"):
+                if h.command != "GET":
+                    raise ApiFailure(405, "MethodNotAllowed", f"watch with {h.command}")
+                kind, ns, name = self._resolve(split.path)
+                if name is not None:
+                    raise ApiFailure(400, "BadRequest", "watch a collection, not one object")
+                self._watch(h, kind, ns, query)
+                return
             with self._lock:
                 code, body = self._route(h.command, split.path, query, raw, h.headers)
         except ApiFailure as err:
@@ -395,6 +497,118 @@ class FakeApiServer:
         except (BrokenPipeError, ConnectionResetError):
             pass
 
+    # -- watch ------------------------------------------------------------------------------
+
+    def _watch(self, h: BaseHTTPRequestHandler, kind: Kind, ns: str, query: dict[str, str]) -> None:
+        """Stream events as newline-delimited JSON in HTTP chunks until timeoutSeconds, a
+        dropped watch, stop(), or the client going away."""
+        selector = query.get("labelSelector", "")
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+        try:
+            timeout = float(query.get("timeoutSeconds") or 1800)
+            since = query.get("resourceVersion") or "0"
+            from_rv = int(since)
+        except ValueError:
+            raise ApiFailure(400, "BadRequest", "bad timeoutSeconds or resourceVersion") from None
+        deadline = time.monotonic() + timeout
+        pending: list[dict[str, Any]] = []
+        with self._lock:
+            epoch = self._watch_epoch
+            if from_rv == 0:  # no version: the current objects first, as ADDED
+                listed = self._list(kind, ns, selector)
+                pending = [{"type": "ADDED", "object": o} for o in listed["items"]]
+                from_rv = self._rv
+            elif from_rv < self._compacted_rv:
+                pending = [
+                    {
+                        "type": "ERROR",
+                        "object": self._status(
+                            410,
+                            "Expired",
+                            f"too old resource version: {from_rv} ({self._compacted_rv})",
+                        ),
+                    }
+                ]
+                deadline = 0.0  # the stream ends after the error, as the real server's does
+            self._open_watches += 1
+        try:
+            h.send_response(200)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Transfer-Encoding", "chunked")
+            h.send_header("Connection", "close")
+            h.close_connection = True
+            h.end_headers()
+            last_bookmark = time.monotonic()
+            while True:
+                for event in pending:
+                    line = json.dumps(event).encode() + b"\n"
+                    h.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                h.wfile.flush()
+                pending = []
+                now = time.monotonic()
+                if now >= deadline:
+                    break
+                with self._lock:
+                    if self._stopping or self._watch_epoch != epoch:
+                        break
+                    news = [e for e in self._events if e.rv > from_rv]
+                    if not news:
+                        wait = deadline - now
+                        if bookmarks:
+                            wait = min(wait, max(0.0, last_bookmark + self.bookmark_s - now))
+                        self._changed.wait(timeout=wait)
+                        news = [e for e in self._events if e.rv > from_rv]
+                    if news:
+                        from_rv = news[-1].rv
+                    last_seen = None
+                    for e in news:
+                        out = self._as_seen(e, kind, ns, selector)
+                        if out is not None:
+                            pending.append(out)
+                            last_seen = e.rv
+                    # Progress this watch would not otherwise see (changes outside its
+                    # selector) is told at once by a BOOKMARK, so a client knows it is current.
+                    quiet = bool(news) and last_seen != news[-1].rv
+                    if bookmarks and (quiet or time.monotonic() - last_bookmark >= self.bookmark_s):
+                        last_bookmark = time.monotonic()
+                        pending.append(
+                            {
+                                "type": "BOOKMARK",
+                                "object": {
+                                    "kind": kind.kind,
+                                    "apiVersion": kind.api_version,
+                                    "metadata": {"resourceVersion": str(self._rv)},
+                                },
+                            }
+                        )
+            h.wfile.write(b"0\r\n\r\n")
+            h.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            pass  # the client went away
+        finally:
+            with self._lock:
+                self._open_watches -= 1
+
+    @staticmethod
+    def _as_seen(e: _Event, kind: Kind, ns: str, selector: str) -> dict[str, Any] | None:
+        """The event as a watch on (kind, ns, selector) reports it, or None."""
+        if e.plural != kind.plural or (kind.namespaced and e.namespace != ns):
+            return None
+        now_in = selector_matches(selector, e.obj["metadata"].get("labels") or {})
+        if e.type == "MODIFIED" and e.old is not None:
+            was_in = selector_matches(selector, e.old["metadata"].get("labels") or {})
+            etype = {
+                (True, True): "MODIFIED",
+                (False, True): "ADDED",
+                (True, False): "DELETED",
+            }.get((was_in, now_in))
+            if etype is None:
+                return None
+            return {"type": etype, "object": copy.deepcopy(e.obj)}
+        if not now_in:
+            return None
+        return {"type": e.type, "object": copy.deepcopy(e.obj)}
+
     @staticmethod
     def _status(code: int, reason: str, message: str) -> dict[str, Any]:
         return {
@@ -407,9 +621,8 @@ class FakeApiServer:
             "code": code,
         }
 
-    def _route(
-        self, method: str, path: str, query: dict[str, str], raw: bytes, headers: Any
-    ) -> tuple[int, dict[str, Any]]:
+    @staticmethod
+    def _resolve(path: str) -> tuple[Kind, str, str | None]:
         m = _PATH.match(path)
         if not m or m.group("plural") not in KINDS:
             raise ApiFailure(
@@ -422,8 +635,12 @@ class FakeApiServer:
         ns, name = m.group("ns") or "", m.group("name")
         if kind.namespaced and not ns:
             raise ApiFailure(400, "BadRequest", "cluster-wide lists are not served by the stand-in")
-        if query.get("watch") in ("true", "1"):
-            raise ApiFailure(400, "BadRequest", "watch is not served by the stand-in")
+        return kind, ns, name
+
+    def _route(
+        self, method: str, path: str, query: dict[str, str], raw: bytes, headers: Any
+    ) -> tuple[int, dict[str, Any]]:
+        kind, ns, name = self._resolve(path)
         body = json.loads(raw) if raw else None
         if method == "GET" and name is None:
             return 200, self._list(kind, ns, query.get("labelSelector", ""))
@@ -505,6 +722,7 @@ class FakeApiServer:
             generation=1,
         )
         self._objects[(kind.plural, ns, name)] = obj
+        self._record("ADDED", kind.plural, ns, obj)
         return copy.deepcopy(obj)
 
     def _patch(self, kind: Kind, ns: str, name: str, body: Any) -> dict[str, Any]:
@@ -522,4 +740,5 @@ class FakeApiServer:
         self._validate(kind.kind, patched)
         patched["metadata"]["resourceVersion"] = self._next_rv()
         self._objects[(kind.plural, ns, name)] = patched
+        self._record("MODIFIED", kind.plural, ns, patched, current)
         return copy.deepcopy(patched)

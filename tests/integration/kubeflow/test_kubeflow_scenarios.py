@@ -3,6 +3,7 @@ Job controller and the kubelet; the backend sees them only through the REST API.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -252,10 +253,19 @@ def test_our_trainjob_deleted_by_someone_else(
     assert report.token == token
 
 
+@pytest.fixture
+def listing(fake: FakeApiServer, tmp_path: Path, clock: Clock) -> Iterator[KubeflowBackend]:
+    """The per-tick list path (informer=False), kept as the fallback and for one-shot tools."""
+    b = make_backend(fake, tmp_path, clock, informer=False)
+    yield b
+    b.close()
+
+
 @pytest.mark.parametrize("jobs", [1, 12])
 def test_calls_per_discover_are_constant_in_the_number_of_jobs(
-    fake: FakeApiServer, backend: KubeflowBackend, jobs: int
+    fake: FakeApiServer, listing: KubeflowBackend, jobs: int
 ) -> None:
+    backend = listing
     for n in NODES:
         fake.put(tr.node(n))
     tokens, refs = [], []
@@ -280,8 +290,9 @@ def test_calls_per_discover_are_constant_in_the_number_of_jobs(
 
 
 def test_second_namespace_adds_one_set_of_lists(
-    fake: FakeApiServer, backend: KubeflowBackend
+    fake: FakeApiServer, listing: KubeflowBackend
 ) -> None:
+    backend = listing
     token, ns, name = submit(backend)
     fake.reset_requests()
     backend.discover([token], [f"{ns}/{name}", "other/train-x"])
@@ -289,15 +300,19 @@ def test_second_namespace_adds_one_set_of_lists(
 
 
 # -- transport: unreachable is never a state ----------------------------------------------------
+# One-shot faults on the list path (informer=False): an informer heals them by itself on its next
+# LIST; its own outage tests are in test_kubeflow_informer.py.
 
 
-def test_5xx_is_retried_then_answered(fake: FakeApiServer, backend: KubeflowBackend) -> None:
+def test_5xx_is_retried_then_answered(fake: FakeApiServer, listing: KubeflowBackend) -> None:
+    backend = listing
     token, _, _ = submit(backend)
     fake.fail_next(1, code=503)
     assert look(backend, token).token == token
 
 
-def test_5xx_after_retries_is_unreachable(fake: FakeApiServer, backend: KubeflowBackend) -> None:
+def test_5xx_after_retries_is_unreachable(fake: FakeApiServer, listing: KubeflowBackend) -> None:
+    backend = listing
     token, _, _ = submit(backend)
     fake.fail_next(2, code=500)
     with pytest.raises(SchedulerUnreachable) as err:
@@ -316,7 +331,7 @@ def test_stopped_api_server_is_unreachable(fake: FakeApiServer, backend: Kubeflo
 
 
 def test_timeout_is_unreachable(fake: FakeApiServer, tmp_path: Path, clock: Clock) -> None:
-    slow = make_backend(fake, tmp_path, clock, timeout_s=0.3, retries=0)
+    slow = make_backend(fake, tmp_path, clock, timeout_s=0.3, retries=0, informer=False)
     fake.hang_next(1.0)
     with pytest.raises(SchedulerUnreachable) as err:
         slow.discover(["x.0"], [])
@@ -325,8 +340,9 @@ def test_timeout_is_unreachable(fake: FakeApiServer, tmp_path: Path, clock: Cloc
 
 
 def test_refused_namespace_makes_an_incomplete_look(
-    fake: FakeApiServer, backend: KubeflowBackend
+    fake: FakeApiServer, listing: KubeflowBackend
 ) -> None:
+    backend = listing
     token, ns, name = submit(backend)
     fake.fail_next(1, code=403, match=lambda m, p: "/namespaces/team/trainjobs" in p)
     found = backend.discover([token], [f"{ns}/{name}"])

@@ -2,12 +2,18 @@
 
 The imperative shell around ``mapping`` (pure) and ``manifest`` (pure). Choices, and why:
 
-- Discovery is **lists per tick**, not a list+watch cache: each ``discover`` makes, per
-  namespace, one labelled list each of TrainJobs (``dispatch.io/managed=true``), JobSets (same
-  label, set through the TrainJob's runtimePatches), Jobs and Pods (``jobset.sigs.k8s.io/
-  jobset-name`` exists), plus one cluster-wide list of Nodes: ``4 x namespaces + 1`` requests,
-  constant in the number of jobs. DESIGN P2 on Kubernetes asks for an informer (0 requests on a
-  steady tick); that is not built yet.
+- Discovery reads a **list+watch cache** (``informer``, DESIGN P2) by default: per namespace one
+  collection each of TrainJobs (``dispatch.io/managed=true``), JobSets (same label, set through
+  the TrainJob's runtimePatches), Jobs and Pods (``jobset.sigs.k8s.io/jobset-name`` exists),
+  plus Nodes cluster-wide, each listed once and then watched. A steady ``discover`` makes no
+  request at all, and a pod that fails is in the cache as soon as its watch event arrives, not
+  a poll interval later. It is the default because it is what the supervisor's loop wants and
+  it falls back safely: a cache that is not synced (never listed, or its watch broken for
+  longer than ``stale_after_s``) raises ``SchedulerUnreachable`` rather than answer (R3), and a
+  cache that does not yet show this process's own create / delete / ungate after ``settle_s``
+  is not read that tick (plain lists are, and the cache re-lists).
+  ``informer=False`` keeps the **lists per tick**: ``4 x namespaces + 1`` requests per
+  ``discover``, constant in the number of jobs, and no background threads (one-shot tools).
 - Stop and cancel delete with **foreground** propagation: the TrainJob stays visible (with a
   deletionTimestamp) until its JobSet, Jobs and Pods are gone, so "the old object ended" (S11:
   the replacement's gate opens only then) means its pods are really gone, including pods stuck
@@ -24,6 +30,7 @@ The imperative shell around ``mapping`` (pure) and ``manifest`` (pure). Choices,
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -42,6 +49,7 @@ from dispatch.backends.kubeflow.client import (
     PodRes,
     TrainJobRes,
 )
+from dispatch.backends.kubeflow.informer import Informer, InformerSettings, Predicate, Watched
 from dispatch.backends.kubeflow.manifest import build_trainjob, parse_section
 from dispatch.backends.kubeflow.mapping import (
     GATE_ANNOTATION,
@@ -58,6 +66,59 @@ from dispatch.policy import Action, Declarations
 from dispatch.spec import JobSpec
 
 DEFAULT_NODE_LOSS_WINDOW = timedelta(minutes=5)
+MANAGED = ((MANAGED_LABEL, "true"),)
+IN_A_JOBSET = ((JOBSET_NAME_LABEL, None),)
+NODES = Watched(NodeRes, None)
+
+
+def collections_of(namespace: str) -> tuple[Watched, Watched, Watched, Watched]:
+    """What discover() reads in one namespace: TrainJobs, JobSets, Jobs, Pods."""
+    return (
+        Watched(TrainJobRes, namespace, MANAGED),
+        Watched(JobSetRes, namespace, MANAGED),
+        Watched(JobRes, namespace, IN_A_JOBSET),
+        Watched(PodRes, namespace, IN_A_JOBSET),
+    )
+
+
+@dataclass
+class Look:
+    """The raw objects of one discover(), however they were read."""
+
+    trainjobs: list[dict[str, Any]] = field(default_factory=list)
+    jobsets: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    jobs: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    pods: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    refused: set[str] = field(default_factory=set)  # namespaces we were not allowed to see
+
+    def add(
+        self,
+        ns: str,
+        trainjobs: list[dict[str, Any]],
+        jobsets: list[dict[str, Any]],
+        jobs: list[dict[str, Any]],
+        pods: list[dict[str, Any]],
+    ) -> None:
+        self.trainjobs.extend(trainjobs)
+        for js in jobsets:
+            self.jobsets[(ns, name_of(js))] = js
+        for job in jobs:
+            self.jobs.setdefault((ns, str(labels(job).get(JOBSET_NAME_LABEL))), []).append(job)
+        for pod in pods:
+            self.pods.setdefault((ns, str(labels(pod).get(JOBSET_NAME_LABEL))), []).append(pod)
+
+
+def _created(uid: str) -> Predicate:
+    return lambda etype, obj: str(obj.get("metadata", {}).get("uid")) == uid
+
+
+def _deleting(etype: str, obj: dict[str, Any]) -> bool:
+    return etype == "DELETED" or bool(obj.get("metadata", {}).get("deletionTimestamp"))
+
+
+def _ungated(etype: str, obj: dict[str, Any]) -> bool:
+    return etype == "DELETED" or not (obj.get("spec") or {}).get("suspend")
 
 
 class ObjectGone(LookupError):
@@ -92,6 +153,8 @@ class KubeflowBackend:
         timeout_s: float = 10.0,
         retries: int = 3,
         backoff_s: float = 0.5,
+        informer: bool = True,
+        informer_settings: InformerSettings | None = None,
         clock: Callable[[], datetime] = _utcnow,
         client: KubeClient | None = None,
     ) -> None:
@@ -112,6 +175,9 @@ class KubeflowBackend:
         self._tokens: dict[str, str] = {}  # ref -> token, for refs that disappear
         self._deleted: dict[str, str] = {}  # ref -> who in this process deleted it
         self._lost_seen: dict[str, datetime] = {}  # ref -> first seen lost
+        self._use_informer = informer
+        self._informer_settings = informer_settings or InformerSettings()
+        self._informer: Informer | None = None
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -122,7 +188,20 @@ class KubeflowBackend:
             self._client = KubeClient(self._settings)
         return self._client
 
+    @property
+    def informer(self) -> Informer | None:
+        """The list+watch cache, started by the first discover(); None with informer=False."""
+        if self._use_informer and self._informer is None:
+            self._informer = Informer(self.kube, self._informer_settings)
+        return self._informer
+
+    def _expect(self, namespace: str, name: str, seen: Predicate) -> None:
+        if self._informer is not None:
+            self._informer.expect(collections_of(namespace)[0], name, seen)
+
     def close(self) -> None:
+        if self._informer is not None:
+            self._informer.close()
         if self._client is not None:
             self._client.close()
 
@@ -160,7 +239,7 @@ class KubeflowBackend:
         ref = f"{namespace}/{name}"
         self._namespaces.add(namespace)
         try:
-            self.kube.create(TrainJobRes, body)
+            made = self.kube.create(TrainJobRes, body)
         except ApiAnswer as err:
             if err.code != 409:
                 raise SubmitRejected(f"TrainJob {ref}: {err}") from None
@@ -170,6 +249,8 @@ class KubeflowBackend:
                 raise SubmitRejected(
                     f"TrainJob {ref}: {err}; it does not carry token {submission.token}"
                 ) from None
+            made = existing
+        self._expect(namespace, name, _created(str(made.get("metadata", {}).get("uid"))))
         self._tokens[ref] = submission.token
         return ref
 
@@ -177,6 +258,7 @@ class KubeflowBackend:
         namespace, name = parse_ref(ref)
         self._deleted[ref] = actor
         self.kube.delete(TrainJobRes, namespace, name, cascade=CascadeType.FOREGROUND)
+        self._expect(namespace, name, _deleting)
 
     def stop(self, ref: str) -> None:
         self._delete(ref, "dispatch")
@@ -193,6 +275,7 @@ class KubeflowBackend:
             if err.code == 404:
                 raise ObjectGone(f"TrainJob {ref} does not exist") from None
             raise SubmitRejected(f"TrainJob {ref}: open gate: {err}") from None
+        self._expect(namespace, name, _ungated)
 
     # -- discovery ---------------------------------------------------------------------------
 
@@ -206,38 +289,14 @@ class KubeflowBackend:
         if not namespaces:
             namespaces.add(self.kube.default_namespace)
 
-        complete = True
-        refused: set[str] = set()
-        trainjobs: list[dict[str, Any]] = []
-        jobsets: dict[tuple[str, str], dict[str, Any]] = {}
-        jobs: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        pods: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for ns in sorted(namespaces):
-            try:
-                found = self.kube.list(TrainJobRes, ns, {MANAGED_LABEL: "true"})
-                ns_jobsets = self.kube.list(JobSetRes, ns, {MANAGED_LABEL: "true"})
-                ns_jobs = self.kube.list(JobRes, ns, {JOBSET_NAME_LABEL: None})
-                ns_pods = self.kube.list(PodRes, ns, {JOBSET_NAME_LABEL: None})
-            except ApiAnswer:
-                # Refused (403, CRD missing): an incomplete look, never a made-up answer.
-                complete = False
-                refused.add(ns)
-                continue
-            trainjobs.extend(found)
-            for js in ns_jobsets:
-                jobsets[(ns, name_of(js))] = js
-            for job in ns_jobs:
-                jobs.setdefault((ns, str(labels(job).get(JOBSET_NAME_LABEL))), []).append(job)
-            for pod in ns_pods:
-                pods.setdefault((ns, str(labels(pod).get(JOBSET_NAME_LABEL))), []).append(pod)
-        try:
-            nodes = self.kube.list(NodeRes, None, {})
-        except ApiAnswer:
-            nodes = []  # nodes may be forbidden; FailureTarget and disruptions still fence
+        informer = self.informer
+        look = self._look_cached(informer, namespaces) if informer is not None else None
+        if look is None:
+            look = self._look_listed(namespaces)
 
         reports: list[ObjectReport] = []
         seen_refs: set[str] = set()
-        for tj in trainjobs:
+        for tj in look.trainjobs:
             ns = str(tj.get("metadata", {}).get("namespace", ""))
             name = name_of(tj)
             ref = f"{ns}/{name}"
@@ -249,19 +308,53 @@ class KubeflowBackend:
                 self._tokens[ref] = token
             report = report_trainjob(
                 tj,
-                jobsets.get((ns, name)),
-                jobs.get((ns, name), []),
-                pods.get((ns, name), []),
-                nodes,
+                look.jobsets.get((ns, name)),
+                look.jobs.get((ns, name), []),
+                look.pods.get((ns, name), []),
+                look.nodes,
                 now,
             )
             reports.append(self._remember_loss(report))
         for ref in sorted(wanted_refs - seen_refs):
-            if parse_ref(ref)[0] in refused:
+            if parse_ref(ref)[0] in look.refused:
                 continue
             self._lost_seen.pop(ref, None)
             reports.append(report_gone(ref, self._tokens.get(ref), self._deleted.get(ref), now))
-        return Discovery(at=now, objects=tuple(reports), complete=complete)
+        return Discovery(at=now, objects=tuple(reports), complete=not look.refused)
+
+    def _look_listed(self, namespaces: set[str]) -> Look:
+        """Lists per tick: 4 per namespace + 1 for the nodes."""
+        look = Look()
+        for ns in sorted(namespaces):
+            try:
+                found = [self.kube.list(w.res, ns, dict(w.labels)) for w in collections_of(ns)]
+            except ApiAnswer:
+                # Refused (403, CRD missing): an incomplete look, never a made-up answer.
+                look.refused.add(ns)
+                continue
+            look.add(ns, *found)
+        try:
+            look.nodes = self.kube.list(NodeRes, None, {})
+        except ApiAnswer:
+            look.nodes = []  # nodes may be forbidden; FailureTarget and disruptions still fence
+        return look
+
+    def _look_cached(self, informer: Informer, namespaces: set[str]) -> Look | None:
+        """The informer's cache: no request on a steady tick. None: the cache does not show
+        our own writes yet (the caller lists this tick)."""
+        wanted = {ns: collections_of(ns) for ns in sorted(namespaces)}
+        view = informer.view([w for ws in wanted.values() for w in ws] + [NODES])
+        if view is None:
+            return None
+        look = Look()
+        for ns, ws in wanted.items():
+            if any(w in view.refused for w in ws):
+                look.refused.add(ns)
+                continue
+            tjs, jss, jobs, pods = (view.objects[w] for w in ws)
+            look.add(ns, tjs, jss, jobs, pods)
+        look.nodes = view.objects.get(NODES, [])  # refused nodes: as with lists
+        return look
 
     def _remember_loss(self, report: ObjectReport) -> ObjectReport:
         """Keep the first time a loss was seen, so a fallback ``now`` does not move it."""

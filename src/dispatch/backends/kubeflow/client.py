@@ -1,4 +1,5 @@
-"""The Kubernetes API, as the kubeflow backend needs it: list, get, create, merge-patch, delete.
+"""The Kubernetes API, as the kubeflow backend needs it: list, watch, get, create, merge-patch,
+delete.
 
 Built on lightkube (pinned in pyproject.toml). Why lightkube and not the official
 ``kubernetes`` client: it is small (httpx + msgspec, which dispatch already uses, + PyYAML),
@@ -11,12 +12,20 @@ with one call (``KubeConfig.from_env``); and its errors carry the API server's `
 Retries are ours: connection refused, timeouts, 429 and 5xx are retried ``retries`` times with
 backoff, then raised as ``SchedulerUnreachable`` (never a state). Any other answer (404, 409,
 422, 403) is the API server speaking: it comes back as ``ApiAnswer`` with its words.
+
+Watches (``open_watch``) are one request each, never retried here: the informer decides what a
+broken or expired watch means. The stream is read with lightkube's own request building (auth,
+TLS, paths) but not with ``Client.watch``, which reconnects by itself, hides when a connection
+is up, has no read timeout, and cannot be interrupted from another thread; ``WatchStream.abort``
+shuts the socket down so a reader blocked on it wakes at once.
 """
 
 from __future__ import annotations
 
+import json
+import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,6 +33,7 @@ from typing import Any, TypeVar
 import httpx2
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.core.exceptions import ConfigError
+from lightkube.core.selector import build_selector
 from lightkube.generic_resource import (
     GenericGlobalResource,
     GenericNamespacedResource,
@@ -59,6 +69,7 @@ class NodeRes(GenericGlobalResource):
 
 
 ResourceType = type[GenericNamespacedResource] | type[GenericGlobalResource]
+Objects = list[dict[str, Any]]  # an alias: inside KubeClient ``list`` names the method
 T = TypeVar("T")
 
 
@@ -70,6 +81,61 @@ class ApiAnswer(Exception):
         self.code = code
         self.reason = reason
         self.message = message
+
+
+class WatchExpired(Exception):
+    """410 Gone: the resourceVersion a watch asked for is older than the server keeps; the
+    only way on is a fresh list."""
+
+
+def _transient(code: int) -> bool:
+    return code >= 500 or code == 429
+
+
+class WatchStream:
+    """One open watch: ``events()`` yields (type, object) until the server ends the stream
+    cleanly; ``abort()`` (from any thread) ends it at once."""
+
+    def __init__(self, response: Any, what: str) -> None:
+        self._response = response
+        self._what = what
+
+    def events(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        try:
+            for line in self._response.iter_lines():
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                    etype, obj = event["type"], event["object"]
+                except (ValueError, KeyError, TypeError):
+                    raise SchedulerUnreachable(
+                        BACKEND, f"{self._what}: not a watch event: {line[:200]!r}"
+                    ) from None
+                if etype == "ERROR":
+                    code = int(obj.get("code") or 0)
+                    message = str(obj.get("message") or "")
+                    if code == 410:
+                        raise WatchExpired(f"{self._what}: {message}")
+                    if _transient(code):
+                        raise SchedulerUnreachable(BACKEND, f"{self._what}: {code} {message}")
+                    raise ApiAnswer(code, str(obj.get("reason") or ""), message)
+                yield str(etype), obj
+        except httpx2.TransportError as err:
+            raise SchedulerUnreachable(
+                BACKEND, f"{self._what}: {type(err).__name__}: {err}"
+            ) from None
+        finally:
+            self._response.close()
+
+    def abort(self) -> None:
+        stream = self._response.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # wakes a reader blocked in recv()
+            except OSError:
+                pass
 
 
 @dataclass(frozen=True)
@@ -167,6 +233,72 @@ class KubeClient:
             return [dict(item) for item in items]
 
         return self._call(f"list {kind} in {namespace or 'cluster'}", run)
+
+    def list_versioned(
+        self, res: ResourceType, namespace: str | None, labels: Mapping[str, str | None]
+    ) -> tuple[Objects, str]:
+        """One list call, and the collection's resourceVersion (where a watch starts)."""
+        kind = res._api_info.resource.kind
+
+        def run() -> tuple[Objects, str]:
+            if namespace is None:
+                found = self._client.list(res, labels=labels)
+            else:
+                found = self._client.list(res, namespace=namespace, labels=labels)
+            items = [dict(item) for item in found]
+            return items, str(found.resourceVersion)
+
+        return self._call(f"list {kind} in {namespace or 'cluster'}", run)
+
+    def open_watch(
+        self,
+        res: ResourceType,
+        namespace: str | None,
+        labels: Mapping[str, str | None],
+        resource_version: str,
+        server_timeout_s: int,
+    ) -> WatchStream:
+        """One watch request from ``resource_version``. The server ends it after
+        ``server_timeout_s``; a read silent for that long plus the client timeout means the
+        connection is dead. Raises SchedulerUnreachable, WatchExpired or ApiAnswer."""
+        kind = res._api_info.resource.kind
+        what = f"watch {kind} in {namespace or 'cluster'}"
+        generic = self._client._client  # lightkube's GenericSyncClient: paths, auth, TLS
+        params: dict[str, Any] = {
+            "resourceVersion": resource_version,
+            "timeoutSeconds": server_timeout_s,
+            "allowWatchBookmarks": "true",
+        }
+        if labels:
+            params["labelSelector"] = build_selector(dict(labels))
+        timeout = httpx2.Timeout(
+            self.settings.timeout_s, read=server_timeout_s + self.settings.timeout_s
+        )
+        try:
+            br = generic.prepare_request(
+                "list", res=res, namespace=namespace, watch=True, params=params
+            )
+            request = generic._client.build_request(
+                br.method, br.url, params=br.params, timeout=timeout
+            )
+            response = generic.send(request, stream=True)
+        except httpx2.TransportError as err:
+            raise SchedulerUnreachable(BACKEND, f"{what}: {type(err).__name__}: {err}") from None
+        if response.status_code != 200:
+            try:
+                body = json.loads(response.read() or b"{}")
+            except (ValueError, httpx2.HTTPError):
+                body = {}
+            finally:
+                response.close()
+            message = str(body.get("message") or response.reason_phrase)
+            code = response.status_code
+            if code == 410:
+                raise WatchExpired(f"{what}: {message}")
+            if _transient(code):
+                raise SchedulerUnreachable(BACKEND, f"{what}: {code} {message}")
+            raise ApiAnswer(code, str(body.get("reason") or ""), message)
+        return WatchStream(response, what)
 
     def get(self, res: ResourceType, namespace: str, name: str) -> dict[str, Any] | None:
         kind = res._api_info.resource.kind

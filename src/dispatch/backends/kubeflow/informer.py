@@ -1,0 +1,356 @@
+"""A list+watch cache (an informer) of the objects the kubeflow backend's discover() reads.
+
+Per watched collection (a kind in a namespace, with a label selector) one ``Reflector`` thread:
+one LIST, then a WATCH from the list's resourceVersion, applying ADDED / MODIFIED / DELETED to an
+in-memory map. A watch the server ends cleanly (its timeoutSeconds) is reopened from the last
+resourceVersion seen; ``410 Gone`` (the version is older than the server keeps) leads to a fresh
+LIST; a lost connection, a 5xx or a timeout marks the collection *broken* and it re-LISTs, with
+backoff, until it gets through (a re-LIST, not a re-WATCH, so the cache is never a mix of before
+and after a gap). A refusal (403, a CRD not installed) is remembered as *refused*.
+
+What discover() may do with a collection (``Informer.view``), so that R3 holds (never a
+transition on missing information):
+
+- never listed yet: wait for the first outcome, bounded; still nothing: SchedulerUnreachable;
+- listed and connected, or broken for at most ``stale_after_s``: answer from the cache (the
+  same staleness a poll interval has);
+- broken for longer, or never listed because the API server cannot be reached:
+  SchedulerUnreachable, never an answer from a stale cache;
+- refused: the caller's look is incomplete for that namespace, as with per-tick lists.
+
+Reading your own writes: after the backend creates, deletes or ungates a TrainJob it registers an
+*expectation* (this uid is present / is being deleted or gone / is no longer suspended). The
+watch event that meets it, or a LIST that started after it, clears it. discover() waits, bounded,
+for the outstanding expectations; if the watch is that far behind it asks for a re-LIST and
+answers that tick with plain lists instead, so a TrainJob it has just created is never reported
+gone because its ADDED event was still on the wire.
+
+Threads only touch the cache under one lock (a Condition, so waiters wake on every change).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dispatch.backends.kubeflow.client import (
+    BACKEND,
+    ApiAnswer,
+    KubeClient,
+    ResourceType,
+    WatchExpired,
+    WatchStream,
+)
+from dispatch.model import SchedulerUnreachable
+
+Predicate = Callable[[str, dict[str, Any]], bool]  # (event type, object) -> the write is seen
+
+
+@dataclass(frozen=True)
+class Watched:
+    """One collection: a kind, its namespace (None: cluster-wide), a label selector (a value
+    None means 'the label exists')."""
+
+    res: ResourceType
+    namespace: str | None
+    labels: tuple[tuple[str, str | None], ...] = ()
+
+    @property
+    def what(self) -> str:
+        return f"{self.res._api_info.resource.kind} in {self.namespace or 'cluster'}"
+
+
+@dataclass(frozen=True)
+class InformerSettings:
+    stale_after_s: float = 10.0  # broken for longer: SchedulerUnreachable, not the cache
+    sync_timeout_s: float = 30.0  # how long discover() waits for a first LIST
+    settle_s: float = 2.0  # how long discover() waits for its own writes to be seen
+    watch_timeout_s: int = 300  # asked of the server (timeoutSeconds); then re-WATCH
+    backoff_s: float = 0.2  # first wait before a re-LIST after a failure
+    max_backoff_s: float = 5.0
+
+
+@dataclass
+class _Expectation:
+    namespace: str
+    name: str
+    seen: Predicate
+    since: float  # monotonic: a LIST started after this reflects the write
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+class Reflector:
+    """LIST then WATCH one collection in a daemon thread, into ``items`` (name -> object)."""
+
+    def __init__(self, informer: Informer, watched: Watched) -> None:
+        self.watched = watched
+        self._informer = informer
+        self.items: dict[str, dict[str, Any]] = {}
+        self.synced = False  # listed at least once
+        self.outcome = False  # a first LIST has succeeded or failed
+        self.refused: ApiAnswer | None = None
+        self.broken_since: float | None = None  # monotonic
+        self.error = ""
+        self.listed_at = -1.0  # monotonic start of the last successful LIST
+        self.lists = 0
+        self._resource_version = ""
+        self._relist = False
+        self._stream: WatchStream | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"informer {watched.what}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def resource_version(self) -> str:
+        """The last resourceVersion this collection has seen (list, event or bookmark)."""
+        return self._resource_version
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    # -- called with the informer's lock held ------------------------------------------------
+
+    def resync(self) -> None:
+        """Drop the watch and LIST again (the cache is suspected behind)."""
+        self._relist = True
+        if self._stream is not None:
+            self._stream.abort()
+
+    def abort(self) -> None:
+        if self._stream is not None:
+            self._stream.abort()
+
+    # -- the thread --------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        inf = self._informer
+        w = self.watched
+        labels = dict(w.labels)
+        need_list = True
+        failures = 0
+        while not inf.stopping.is_set():
+            try:
+                if need_list:
+                    started = time.monotonic()
+                    items, rv = inf.kube.list_versioned(w.res, w.namespace, labels)
+                    with inf.cond:
+                        self.items = {str(_meta(o).get("name")): o for o in items}
+                        self._resource_version = rv
+                        self.synced = self.outcome = True
+                        self.refused = None
+                        self.broken_since = None
+                        self.error = ""
+                        self.listed_at = started
+                        self.lists += 1
+                        self._relist = False
+                        inf.relisted(self, started)
+                        inf.cond.notify_all()
+                    need_list = False
+                    failures = 0
+                stream = inf.kube.open_watch(
+                    w.res, w.namespace, labels, self._resource_version, inf.settings.watch_timeout_s
+                )
+                with inf.cond:
+                    if inf.stopping.is_set() or self._relist:
+                        stream.abort()
+                    self._stream = stream
+                try:
+                    for etype, obj in stream.events():
+                        with inf.cond:
+                            self._apply(etype, obj)
+                finally:
+                    with inf.cond:
+                        self._stream = None
+                if self._relist:
+                    need_list = True
+            except WatchExpired:
+                need_list = True  # 410 Gone: LIST again, at once
+            except ApiAnswer as err:
+                need_list = True
+                failures += 1
+                with inf.cond:
+                    self.refused = err
+                    self.outcome = True
+                    self.error = str(err)
+                    inf.cond.notify_all()
+                self._pause(failures)
+            except SchedulerUnreachable as err:
+                need_list = True
+                if self._relist or inf.stopping.is_set():
+                    continue  # we cut the stream ourselves: not a failure
+                failures += 1
+                with inf.cond:
+                    if self.broken_since is None:
+                        self.broken_since = time.monotonic()
+                    self.outcome = True
+                    self.error = err.reason
+                    inf.cond.notify_all()
+                self._pause(failures)
+            except Exception as err:  # noqa: BLE001 - a bug must not kill the thread silently
+                need_list = True
+                failures += 1
+                with inf.cond:
+                    if self.broken_since is None:
+                        self.broken_since = time.monotonic()
+                    self.outcome = True
+                    self.error = f"{w.what}: {type(err).__name__}: {err}"
+                    inf.cond.notify_all()
+                self._pause(failures)
+
+    def _pause(self, failures: int) -> None:
+        s = self._informer.settings
+        delay = min(s.max_backoff_s, s.backoff_s * (2 ** (failures - 1)))
+        self._informer.stopping.wait(delay)
+
+    def _apply(self, etype: str, obj: dict[str, Any]) -> None:
+        rv = _meta(obj).get("resourceVersion")
+        if isinstance(rv, str) and rv:
+            self._resource_version = rv
+        if etype == "BOOKMARK":
+            return
+        name = str(_meta(obj).get("name"))
+        if etype == "DELETED":
+            self.items.pop(name, None)
+        elif etype in ("ADDED", "MODIFIED"):
+            self.items[name] = obj
+        else:
+            return  # an event type this client does not know: ignored, the next LIST corrects
+        self._informer.observed(self, etype, obj)
+        self._informer.cond.notify_all()
+
+
+@dataclass
+class View:
+    """What discover() may read of some collections, at one instant."""
+
+    objects: dict[Watched, list[dict[str, Any]]] = field(default_factory=dict)
+    refused: dict[Watched, ApiAnswer] = field(default_factory=dict)
+
+
+class Informer:
+    """The reflectors of one backend, made on first use of each collection."""
+
+    def __init__(self, kube: KubeClient, settings: InformerSettings = InformerSettings()) -> None:
+        self.kube = kube
+        self.settings = settings
+        self.cond = threading.Condition()
+        self.stopping = threading.Event()
+        self._reflectors: dict[Watched, Reflector] = {}
+        self._expected: list[_Expectation] = []
+
+    # -- for the reflector threads (lock held) -----------------------------------------------
+
+    def relisted(self, reflector: Reflector, started: float) -> None:
+        if reflector.watched.res._api_info.resource.kind != "TrainJob":
+            return
+        ns = reflector.watched.namespace
+        self._expected = [e for e in self._expected if e.namespace != ns or e.since >= started]
+
+    def observed(self, reflector: Reflector, etype: str, obj: dict[str, Any]) -> None:
+        if reflector.watched.res._api_info.resource.kind != "TrainJob" or not self._expected:
+            return
+        ns, name = reflector.watched.namespace, _meta(obj).get("name")
+        self._expected = [
+            e
+            for e in self._expected
+            if not (e.namespace == ns and e.name == name and e.seen(etype, obj))
+        ]
+
+    # -- for the backend ---------------------------------------------------------------------
+
+    def reflector(self, watched: Watched) -> Reflector:
+        with self.cond:
+            found = self._reflectors.get(watched)
+            if found is None:
+                found = self._reflectors[watched] = Reflector(self, watched)
+                found.start()
+            return found
+
+    def expect(self, trainjobs: Watched, name: str, seen: Predicate) -> None:
+        """After a write to TrainJob ``name``: discover() must not answer from a cache that does
+        not show it yet. ``seen`` says whether an event (or the cached object) shows it."""
+        with self.cond:
+            reflector = self._reflectors.get(trainjobs)
+            if reflector is None:
+                return  # its first LIST comes after the write
+            cached = reflector.items.get(name)
+            if reflector.synced and seen("ADDED" if cached else "DELETED", cached or {}):
+                return  # already there
+            assert trainjobs.namespace is not None
+            self._expected.append(_Expectation(trainjobs.namespace, name, seen, time.monotonic()))
+
+    def view(self, collections: Iterable[Watched]) -> View | None:
+        """The cached objects of ``collections`` (starting any not yet watched), or None when
+        the cache does not yet show this process's own writes (the caller lists instead).
+        Raises SchedulerUnreachable as the module docstring says."""
+        wanted = list(dict.fromkeys(collections))
+        reflectors = [self.reflector(w) for w in wanted]
+        s = self.settings
+        with self.cond:
+            deadline = time.monotonic() + s.sync_timeout_s
+            while not all(r.outcome for r in reflectors):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    waiting = [r.watched.what for r in reflectors if not r.outcome]
+                    raise SchedulerUnreachable(
+                        BACKEND, f"no first list within {s.sync_timeout_s}s: {', '.join(waiting)}"
+                    )
+                self.cond.wait(left)
+            deadline = time.monotonic() + s.settle_s
+            while self._expected:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    behind = {e.namespace for e in self._expected}
+                    for r in reflectors:
+                        if (
+                            r.watched.namespace in behind
+                            and r.watched.res._api_info.resource.kind == "TrainJob"
+                        ):
+                            r.resync()
+                    return None
+                self.cond.wait(left)
+            now = time.monotonic()
+            out = View()
+            for w, r in zip(wanted, reflectors, strict=True):
+                if r.refused is not None:
+                    out.refused[w] = r.refused
+                    continue
+                if not r.synced:
+                    raise SchedulerUnreachable(BACKEND, r.error or f"{w.what}: not listed yet")
+                if r.broken_since is not None and now - r.broken_since > s.stale_after_s:
+                    raise SchedulerUnreachable(
+                        BACKEND,
+                        f"watch broken for more than {s.stale_after_s}s: {r.error}",
+                    )
+                out.objects[w] = list(r.items.values())
+            return out
+
+    def resource_versions(self) -> list[str]:
+        """Where each collection's cache stands (for tests that wait for a write to arrive)."""
+        with self.cond:
+            return [r.resource_version for r in self._reflectors.values()]
+
+    def lists(self) -> int:
+        """LIST calls made so far, all collections together (for tests and benchmarks)."""
+        with self.cond:
+            return sum(r.lists for r in self._reflectors.values())
+
+    def close(self) -> None:
+        self.stopping.set()
+        with self.cond:
+            reflectors = list(self._reflectors.values())
+            for r in reflectors:
+                r.abort()
+            self.cond.notify_all()
+        for r in reflectors:
+            r.join(1.0)

@@ -1,0 +1,215 @@
+"""The list+watch cache (DESIGN P2 on Kubernetes) on the stand-in: a steady tick costs no
+request, a pod failure arrives by watch, 410 Gone leads to a fresh list, an outage longer than
+the bound is SchedulerUnreachable (never an answer from a stale cache), and it recovers.
+
+Waits here are bounded polls for something to happen, never assertions on how long it took."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kubeflow_support import Clock, caught_up, make_backend
+from test_kubeflow_scenarios import NODES, fail, submit
+
+from dispatch.backends.kubeflow import KubeflowBackend
+from dispatch.backends.kubeflow.informer import InformerSettings
+from dispatch.model import CauseKind, SchedulerUnreachable, State
+from kube_fake import FakeApiServer
+from kube_fake import trainer as tr
+
+BOUND_S = 10.0
+
+
+def eventually(check: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + BOUND_S
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def plain_discover(backend: KubeflowBackend, tokens: list[str], refs: list[str]):  # type: ignore[no-untyped-def]
+    """discover() without the test's wait for the watch: what a supervisor tick does."""
+    return KubeflowBackend.discover(backend, tokens, refs)
+
+
+def lists(fake: FakeApiServer) -> list[str]:
+    return [r.path for r in fake.requests if r.method == "GET" and "watch" not in r.query]
+
+
+@pytest.fixture
+def jobs(fake: FakeApiServer, backend: KubeflowBackend) -> tuple[list[str], list[str]]:
+    for n in NODES:
+        fake.put(tr.node(n))
+    tokens, refs = [], []
+    for i in range(3):
+        token, ns, name = submit(backend, job=f"job-{i}")
+        tr.materialize(fake, ns, name, NODES)
+        tokens.append(token)
+        refs.append(f"{ns}/{name}")
+    found = backend.discover(tokens, refs)
+    assert [o.state for o in found.objects] == [State.RUNNING] * 3
+    assert eventually(lambda: fake.open_watches() == 5)  # every collection listed and watched
+    return tokens, refs
+
+
+def test_first_tick_lists_and_watches_then_a_steady_tick_makes_no_request(
+    fake: FakeApiServer, tmp_path: Path, clock: Clock
+) -> None:
+    for n in NODES:
+        fake.put(tr.node(n))
+    fresh = make_backend(fake, tmp_path, clock)
+    token, ns, name = submit(fresh)
+    tr.materialize(fake, ns, name, NODES)
+    fake.reset_requests()
+    fresh.discover([token], [f"{ns}/{name}"])
+    # The first tick: one LIST per collection (4 in the namespace + nodes), then their WATCHes.
+    assert sorted(p.rsplit("/", 1)[-1] for p in lists(fake)) == sorted(
+        ["trainjobs", "jobsets", "jobs", "pods", "nodes"]
+    )
+    assert eventually(lambda: fake.open_watches() == 5)
+    assert caught_up(fresh, fake)
+    fake.reset_requests()
+    for _ in range(3):
+        (report,) = fresh.discover([token], [f"{ns}/{name}"]).objects
+        assert report.state is State.RUNNING
+    assert fake.requests == []
+    fresh.close()
+    assert eventually(lambda: fake.open_watches() == 0)  # close() ends its watches
+
+
+def test_steady_ticks_make_no_request_whatever_the_number_of_jobs(
+    fake: FakeApiServer, backend: KubeflowBackend, jobs: tuple[list[str], list[str]]
+) -> None:
+    tokens, refs = jobs
+    assert caught_up(backend, fake)
+    fake.reset_requests()
+    for _ in range(5):
+        found = plain_discover(backend, tokens, refs)
+        assert found.complete and len(found.objects) == 3
+    assert fake.requests == []
+
+
+def test_a_pod_failure_arrives_by_watch_without_a_list(
+    fake: FakeApiServer, backend: KubeflowBackend, jobs: tuple[list[str], list[str]]
+) -> None:
+    tokens, refs = jobs
+    ns, name = refs[1].split("/")
+    fake.reset_requests()
+    pod = f"{name}-node-0-0-x0k0"
+    tr.terminate(fake, ns, pod, reason="OOMKilled", exit_code=137)
+    fail(fake, ns, name)
+
+    def failed() -> bool:
+        (report,) = plain_discover(backend, [tokens[1]], [refs[1]]).objects
+        return report.state is State.FAILED
+
+    assert eventually(failed)
+    (report,) = plain_discover(backend, [tokens[1]], [refs[1]]).objects
+    assert report.cause.kind is CauseKind.OUT_OF_MEMORY
+    assert fake.requests == []  # no list, no watch re-opened: the events came on open watches
+
+
+def test_410_gone_leads_to_a_fresh_list_and_a_correct_cache(
+    fake: FakeApiServer, backend: KubeflowBackend, jobs: tuple[list[str], list[str]]
+) -> None:
+    tokens, refs = jobs
+    informer = backend.informer
+    assert informer is not None
+    before = informer.lists()
+    # While the watches are down, things change and the history they would resume from is gone.
+    fake.compact()
+    ns, gone = refs[0].split("/")
+    fake.remove("TrainJob", ns, gone)  # (with its JobSet, Jobs and Pods)
+    _, failing = refs[2].split("/")
+    tr.terminate(fake, ns, f"{failing}-node-0-0-x0k0", reason="Error", exit_code=3)
+    fail(fake, ns, failing)
+    fake.compact()
+    fake.reset_requests()
+    fake.drop_watches()  # each re-WATCHes from its old version: 410 Expired, then a LIST
+    assert eventually(lambda: informer.lists() >= before + 5)
+    assert sorted(p.rsplit("/", 1)[-1] for p in lists(fake)) == sorted(
+        ["trainjobs", "jobsets", "jobs", "pods", "nodes"]
+    )
+    found = {o.ref: o for o in backend.discover(tokens, refs).objects}
+    assert found[refs[0]].state is State.CANCELLED  # removed during the gap: not in the cache
+    assert found[refs[1]].state is State.RUNNING
+    assert found[refs[2]].state is State.FAILED
+    assert found[refs[2]].cause.kind is CauseKind.NON_ZERO_EXIT
+
+
+@pytest.fixture
+def short_bound(fake: FakeApiServer, tmp_path: Path, clock: Clock) -> Iterator[KubeflowBackend]:
+    settings = InformerSettings(stale_after_s=0.3, backoff_s=0.05, max_backoff_s=0.1)
+    b = make_backend(fake, tmp_path, clock, informer_settings=settings)
+    yield b
+    b.close()
+
+
+def test_an_outage_past_the_bound_is_unreachable_and_it_recovers(
+    fake: FakeApiServer, short_bound: KubeflowBackend
+) -> None:
+    backend = short_bound
+    for n in NODES:
+        fake.put(tr.node(n))
+    token, ns, name = submit(backend)
+    pods = tr.materialize(fake, ns, name, NODES)
+    ref = f"{ns}/{name}"
+    assert backend.discover([token], [ref]).objects[0].state is State.RUNNING
+    fake.stop()
+
+    def unreachable() -> bool:
+        try:
+            plain_discover(backend, [token], [ref])
+        except SchedulerUnreachable as err:
+            assert err.backend == "kubeflow" and "watch broken" in err.reason
+            return True
+        return False
+
+    assert eventually(unreachable)
+    assert unreachable()  # and it stays so while the API server is away
+    # What happens during the outage is seen once it is back: a fresh LIST, not a stale cache.
+    tr.terminate(fake, ns, pods[0], reason="Error", exit_code=3)
+    fail(fake, ns, name)
+    fake.start()  # the same port
+
+    def recovered() -> bool:
+        try:
+            (report,) = plain_discover(backend, [token], [ref]).objects
+        except SchedulerUnreachable:
+            return False
+        return report.state is State.FAILED
+
+    assert eventually(recovered)
+    (report,) = plain_discover(backend, [token], [ref]).objects
+    assert report.cause.kind is CauseKind.NON_ZERO_EXIT and report.cause.exit_code == 3
+
+
+def test_never_listed_is_unreachable(fake: FakeApiServer, short_bound: KubeflowBackend) -> None:
+    token, ns, name = submit(short_bound)
+    fake.stop()
+    with pytest.raises(SchedulerUnreachable) as err:
+        plain_discover(short_bound, [token], [f"{ns}/{name}"])
+    assert "Connect" in err.value.reason
+
+
+def test_own_writes_are_read_back_from_the_cache(
+    fake: FakeApiServer, backend: KubeflowBackend, jobs: tuple[list[str], list[str]]
+) -> None:
+    # A TrainJob just created is never reported gone because its ADDED event is on the wire;
+    # a gate just opened is not reported shut; a delete just made is seen.
+    for i in range(5):
+        token, ns, name = submit(backend, job=f"new-{i}", gated=True)
+        ref = f"{ns}/{name}"
+        (made,) = plain_discover(backend, [token], [ref]).objects
+        assert made.state is not State.CANCELLED and made.gated
+        backend.open_gate(ref)
+        (opened,) = plain_discover(backend, [token], [ref]).objects
+        assert not opened.gated
+        backend.cancel(ref)
+        (gone,) = plain_discover(backend, [token], [ref]).objects
+        assert gone.state is State.CANCELLED and gone.cause.actor == "dispatch"
