@@ -1,7 +1,7 @@
 """Validation of Kubernetes objects against the real CRD schemas in shared/k8s-crds/.
 
-Where the schemas are: ``$DISPATCH_K8S_CRDS``, else ``<repo>/../shared/k8s-crds`` (CI clones the
-repo with a copy of shared/ beside it). Missing schemas are an error, never a silent pass.
+Where the schemas are: ``$DISPATCH_K8S_CRDS``, else ``tests/fixtures/k8s-crds`` (an unmodified
+copy of shared/k8s-crds). Missing schemas are an error, never a silent pass.
 
 Stricter than an API server in one way, on purpose: a field the schema does not name is a
 violation here, where a real API server would silently prune it (so a typo would be lost
@@ -38,7 +38,9 @@ class SchemaViolation(AssertionError):
 
 def crd_dir() -> Path:
     override = os.environ.get("DISPATCH_K8S_CRDS")
-    path = Path(override) if override else REPO.parent / "shared" / "k8s-crds"
+    # A copy of shared/k8s-crds (unmodified; see its README for the upstream commits) ships
+    # with the tests, so they never depend on what lies beside the checkout.
+    path = Path(override) if override else REPO / "tests" / "fixtures" / "k8s-crds"
     if not (path / CRD_FILES["TrainJob"]).is_file():
         raise FileNotFoundError(
             f"CRD schemas not found in {path}: set DISPATCH_K8S_CRDS to the k8s-crds folder"
