@@ -90,7 +90,7 @@ def test_preempted_then_recovered_without_touching_the_failure_budget(cli: Dispa
                 slurm={"exclusive": True, "nodelist": "n1"})
     proc = cli.spawn("run", str(path), "--json", "--poll", "0.5")
     cli.wait_for("pre", lambda s: s["state"] == "running")
-    high = slurm("sbatch", "--parsable", "-p", "high", "--exclusive", "-w", "n1",
+    high = slurm("sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "--exclusive", "-w", "n1",
                  "--wrap", "sleep 2").strip()
     code, st = finish(proc)
     subprocess.run(["scancel", high], capture_output=True, check=False)
