@@ -4,19 +4,22 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_helpers import slurm, wait_nodes_idle
+from slurm_helpers import TESTBED, slurm, wait_nodes_idle
 from tests.e2e.conftest import Dispatch
 
 pytestmark = pytest.mark.slurm
 
 # Runs long on its first submission, succeeds at once on the next ones.
 LONG_THEN_OK = ["bash", "-c", 'if [ "$DISPATCH_SUBMISSION" = 1 ]; then sleep 300; fi']
+STATE_DIR = Path(os.environ.get("DISPATCH_SLURM_STATE", "/var/lib/dispatch-slurm-testbed"))
 EXIT3_THEN_OK = ["bash", "-c", 'if [ "$DISPATCH_SUBMISSION" = 1 ]; then exit 3; fi']
 
 
@@ -181,3 +184,29 @@ def test_no_capacity(cli: Dispatch) -> None:
     assert st["state"] == "pending" and "can never start" in st["cause"]["detail"]
     cli("cancel", "big", check=True)
     finish(proc)
+
+
+def test_scheduler_outage_makes_no_transition_and_resumes(cli: Dispatch) -> None:
+    """R3: slurmctld stopped mid-run: status says the scheduler is unreachable, the record gets
+    no transition, and supervision resumes once slurmctld is back."""
+    path = spec(cli, "outage", ["sleep", "8"])
+    proc = cli.spawn("run", str(path), "--json", "--poll", "0.5")
+    cli.wait_for("outage", lambda s: s["state"] == "running")
+    pid = int((STATE_DIR / "run" / "slurmctld.pid").read_text().strip())
+    subprocess.run(["kill", "-TERM", str(pid)], check=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and subprocess.run(
+                ["scontrol", "ping"], capture_output=True, check=False).returncode == 0:
+            time.sleep(0.2)
+        before = cli("history", "outage", check=True).stdout
+        time.sleep(12)  # the job ends meanwhile; nobody can see it
+        done = cli("status", "outage", "--json")
+        st = json.loads(done.stdout)
+        assert st["scheduler"] != "ok", st
+        assert st["state"] == "running" or st["state"] == "pending", st
+        assert cli("history", "outage", check=True).stdout == before
+    finally:
+        subprocess.run([str(TESTBED), "up"], check=True, capture_output=True, timeout=120)
+    code, st = finish(proc)
+    assert code == 0 and st["state"] == "succeeded" and st["submissions"] == 1, st
