@@ -127,6 +127,7 @@ def test_hostile_argv_reaches_srun_word_for_word(tmp_path: Path) -> None:
     assert got["argv"] == ["--kill-on-bad-exit=1", "--nodes=1", "--ntasks-per-node=1",
                            *HOSTILE]
     assert got["GREETING"] == "it's $(id) `x`"
+    assert "export DISPATCH_SUBMISSION=2" in script and "export DISPATCH_JOB_ID=j1" in script
 
 
 @settings(max_examples=100, deadline=None)

@@ -359,9 +359,10 @@ def object_report(*, ref: str, token: str | None, job: SqueueJob | None,
                 lost_at = lost_since or (min(seen) if seen else now)
                 cause = Cause(kind=CauseKind.NODE_LOST, detail=detail(
                     sig, "lost: " + ", ".join(node_words(n) for n in lost)), at=lost_at)
+        unhealthy = tuple(n for n in job_nodes if n in nodes and node_unhealthy(nodes[n]))
         return ObjectReport(ref=ref, token=token or job.comment or None, state=state,
                             cause=cause, executions=execs, nodes=job_nodes, lost_since=lost_at,
-                            gated=gated)
+                            gated=gated, unhealthy_nodes=unhealthy)
 
     if job is not None:  # squeue still shows it, ended
         if latest is not None and is_ended(latest[0].state_word) \

@@ -167,6 +167,10 @@ def render_script(submission: Submission) -> str:
         if not _ENV_NAME.match(key):
             raise SpecError("<spec>", f"env.{key}", "not a valid environment variable name")
         lines.append(f"export {key}={shlex.quote(value)}")
+    # The same names the local backend sets, so a command can tell its submission apart.
+    lines.append(f"export DISPATCH_JOB_ID={shlex.quote(submission.job_id)}")
+    lines.append(f"export DISPATCH_SUBMISSION={submission.number}")
+    lines.append('export DISPATCH_OBJECT="${SLURM_JOB_ID:-}"')
     if spec.segment_health is not None:
         lines.append(f"export DISPATCH_SEGMENT_HEALTH_DIR={shlex.quote(spec.segment_health.dir)}")
     srun = ["srun", "--kill-on-bad-exit=1", f"--nodes={spec.nodes}", "--ntasks-per-node=1"]
