@@ -566,11 +566,11 @@ def _person_request(fn: Callable[[RecordStore, str, datetime, str], Job], job: s
     backends = BackendCache()
     with _store(store_url) as store:
         job_id = store.resolve(job)
+        # Commit what the scheduler already shows first (e.g. the hold a status forecast),
+        # so the request is judged against the job as it is now.
+        Supervisor(store, backends).tick([job_id])
         fn(store, job_id, utcnow(), whoami())
-        try:
-            Supervisor(store, backends).tick([job_id])
-        except SchedulerUnreachable as e:
-            err.print(f"warning: {e}; the supervisor will carry it out", markup=False)
+        Supervisor(store, backends).tick([job_id])
         rows, unreachable = statuses(store, [job_id], backends)
         if not as_json:
             click.echo(f"{job_id}: {done}")
