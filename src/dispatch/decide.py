@@ -21,6 +21,7 @@ from dispatch.model import (
     ObjectReport,
     Provenance,
     State,
+    UnitHealth,
     parse_token,
     token_for,
 )
@@ -146,8 +147,9 @@ def allocation_unit(ref: str) -> tuple[str, str]:
 
 def _segment_decisions(job: Job, objs: Sequence[ObjectReport], fenced: dict[str, Cause],
                        bound: dict[int, str]) -> list[Decision]:
-    """H1: a live object of a job that asked for segment health gets a publication when a
-    node of its unit is unavailable or the node-loss fence fired for it, once per unit."""
+    """H1: a live object of a job that asked for segment health gets one publication per
+    allocation unit (the job, or each array task) with an unavailable node, and for the units
+    the node-loss fence fired for; once per unit."""
     if job.spec.segment_health is None:
         return []
     published = {(d.unit_job_id, d.task_id) for d in job.segments}
@@ -156,20 +158,30 @@ def _segment_decisions(job: Job, objs: Sequence[ObjectReport], fenced: dict[str,
     for o in objs:
         if o.ref not in mine or not o.alive:
             continue
-        unit = allocation_unit(o.ref)
-        if unit in published:
-            continue
-        if o.ref in fenced:
-            out.append(PublishSegment(unit_job_id=unit[0], task_id=unit[1], nodes=o.nodes,
-                                      reason=fenced[o.ref].detail, cause="node-lost-fence"))
-        elif o.unhealthy_nodes:
-            out.append(PublishSegment(
-                unit_job_id=unit[0], task_id=unit[1], nodes=o.unhealthy_nodes,
-                cause="node-unavailable",
-                reason=f"node(s) {', '.join(o.unhealthy_nodes)} of object {o.ref} unavailable"
-                       + (f": {o.cause.detail}" if o.cause.detail else "")))
-        published.add(unit)
+        units = o.unhealthy_units
+        if o.ref in fenced and not units:  # fenced on words that named no unit: the object
+            units = (UnitHealth(unit=o.ref, nodes=o.nodes),)
+        for health in units:
+            unit = allocation_unit(health.unit)
+            if unit in published:
+                continue
+            if o.ref in fenced:
+                out.append(PublishSegment(unit_job_id=unit[0], task_id=unit[1],
+                                          nodes=health.nodes, reason=fenced[o.ref].detail,
+                                          cause="node-lost-fence"))
+            else:
+                out.append(PublishSegment(
+                    unit_job_id=unit[0], task_id=unit[1], nodes=health.nodes,
+                    cause="node-unavailable",
+                    reason=f"node(s) {', '.join(health.nodes)} of {_unit_words(health.unit)} "
+                           "unavailable" + (f": {o.cause.detail}" if o.cause.detail else "")))
+            published.add(unit)
     return out
+
+
+def _unit_words(unit: str) -> str:
+    job_id, task_id = allocation_unit(unit)
+    return f"object {unit}" if job_id == task_id else f"array job {job_id} task {task_id}"
 
 
 def _ended_executions(obj: ObjectReport) -> list[tuple[int, Cause, bool]]:

@@ -105,6 +105,16 @@ class Execution(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         return self.cause is not None
 
 
+class UnitHealth(msgspec.Struct, frozen=True, kw_only=True):
+    """One allocation unit of an object and its nodes the scheduler marks unavailable.
+
+    ``unit`` is the unit's Slurm name: the job id ("123") or array job and task ("123_4").
+    """
+
+    unit: str
+    nodes: tuple[str, ...]
+
+
 class ObjectReport(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """What a backend sees of one scheduler object (a Slurm job, a TrainJob, a local process group).
 
@@ -112,8 +122,9 @@ class ObjectReport(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     succeeded / failed / cancelled, which is the object's end, not the job's (S6).
     ``token`` is the idempotency token the object was submitted with ("<job>.<submission>").
     ``lost_since`` is when the backend first saw a node of this running object lost (S11).
-    ``unhealthy_nodes`` are nodes of this object the scheduler marks unavailable (Slurm
-    DRAIN / DOWN / FAIL): input to the segment-health publisher (H1).
+    ``unhealthy_units`` are the allocation units of this object (seed 002: the job itself,
+    or each task of an array) with nodes the scheduler marks unavailable (Slurm DRAIN /
+    DOWN / FAIL): input to the segment-health publisher (H1), one decision per unit.
     """
 
     ref: str
@@ -124,7 +135,7 @@ class ObjectReport(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     nodes: tuple[str, ...] = ()
     lost_since: datetime | None = None
     gated: bool = False
-    unhealthy_nodes: tuple[str, ...] = ()
+    unhealthy_units: tuple[UnitHealth, ...] = ()
 
     @property
     def ended(self) -> bool:

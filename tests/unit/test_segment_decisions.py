@@ -9,7 +9,7 @@ import pytest
 
 from dispatch import decide as dc
 from dispatch import events as ev
-from dispatch.model import Cause, CauseKind, Discovery, ObjectReport, State
+from dispatch.model import Cause, CauseKind, Discovery, ObjectReport, State, UnitHealth
 from dispatch.policy import Action, Declarations
 from dispatch.record import advance, fold
 from dispatch.spec import SpecError, parse_spec
@@ -45,7 +45,7 @@ def decide_now(job, obj, now=T0):  # type: ignore[no-untyped-def]
 
 def test_unavailable_node_publishes_the_unit_once() -> None:
     job = job_with()
-    out = decide_now(job, running(unhealthy_nodes=("n2",),
+    out = decide_now(job, running(unhealthy_units=(UnitHealth(unit="4242", nodes=("n2",)),),
                                   cause=Cause(kind=CauseKind.NONE, detail="n2 DRAIN")))
     pubs = [d for d in out if isinstance(d, dc.PublishSegment)]
     assert pubs == [dc.PublishSegment(unit_job_id="4242", task_id="4242", nodes=("n2",),
@@ -53,7 +53,7 @@ def test_unavailable_node_publishes_the_unit_once() -> None:
     assert "n2" in pubs[0].reason
     job2 = advance(job, dc.to_events(out, job, T0))
     assert [(d.unit_job_id, d.task_id) for d in job2.segments] == [("4242", "4242")]
-    again = decide_now(job2, running(unhealthy_nodes=("n2",)))
+    again = decide_now(job2, running(unhealthy_units=(UnitHealth(unit="4242", nodes=("n2",)),)))
     assert not [d for d in again if isinstance(d, dc.PublishSegment)]
 
 
@@ -75,7 +75,8 @@ def test_fence_publishes_the_unit() -> None:
 
 
 def test_no_publication_without_segment_health_in_the_spec() -> None:
-    out = decide_now(job_with(segment=False), running(unhealthy_nodes=("n2",)))
+    out = decide_now(job_with(segment=False),
+                     running(unhealthy_units=(UnitHealth(unit="4242", nodes=("n2",)),)))
     assert not [d for d in out if isinstance(d, dc.PublishSegment)]
 
 
@@ -83,3 +84,61 @@ def test_segment_health_is_refused_on_other_backends() -> None:
     with pytest.raises(SpecError, match="only the slurm backend"):
         parse_spec({"name": "t", "backend": "local", "command": ["x"],
                     "segment_health": {"dir": "/shared/seg"}})
+
+
+def unit(name: str, *nodes: str) -> UnitHealth:
+    return UnitHealth(unit=name, nodes=nodes)
+
+
+def pubs_of(out):  # type: ignore[no-untyped-def]
+    return [(d.unit_job_id, d.task_id, d.nodes, d.cause) for d in out
+            if isinstance(d, dc.PublishSegment)]
+
+
+# An array is one object (ref = array job id); its unhealthy units are its tasks.
+@pytest.mark.parametrize(("units", "already", "want"), [
+    ((), (), []),
+    ((unit("4242_1", "n3"),), (), [("4242", "1", ("n3",), "node-unavailable")]),
+    ((unit("4242_0", "n1"), unit("4242_1", "n3", "n4")), (),
+     [("4242", "0", ("n1",), "node-unavailable"),
+      ("4242", "1", ("n3", "n4"), "node-unavailable")]),
+    ((unit("4242_0", "n1"), unit("4242_1", "n3")), (("4242", "0"),),
+     [("4242", "1", ("n3",), "node-unavailable")]),
+    ((unit("4242_1", "n3"),), (("4242", "1"),), []),
+    ((unit("4242", "n2"),), (), [("4242", "4242", ("n2",), "node-unavailable")]),
+])
+def test_one_publication_per_unhealthy_unit(units, already, want) -> None:  # type: ignore[no-untyped-def]
+    job = job_with()
+    if already:
+        job = advance(job, [ev.SegmentPublished(seq=job.version + 1 + i, at=T0, unit_job_id=j,
+                                                task_id=t, reason="earlier", actor="x")
+                            for i, (j, t) in enumerate(already)])
+    out = decide_now(job, running(unhealthy_units=units))
+    assert pubs_of(out) == want
+
+
+def test_array_task_publication_names_the_task_and_is_made_once() -> None:
+    job = job_with()
+    obj = running(unhealthy_units=(unit("4242_1", "n3"),),
+                  cause=Cause(kind=CauseKind.NONE, detail="task 1: RUNNING"))
+    out = decide_now(job, obj)
+    (pub,) = [d for d in out if isinstance(d, dc.PublishSegment)]
+    assert "array job 4242 task 1" in pub.reason and "n3" in pub.reason
+    job2 = advance(job, dc.to_events(out, job, T0))
+    assert not pubs_of(decide_now(job2, obj))
+    # A second task going bad later still gets its own decision.
+    later = running(unhealthy_units=(unit("4242_1", "n3"), unit("4242_0", "n1")))
+    assert pubs_of(decide_now(job2, later)) == [("4242", "0", ("n1",), "node-unavailable")]
+
+
+def test_ended_object_publishes_nothing() -> None:
+    obj = running(state=State.FAILED, unhealthy_units=(unit("4242_1", "n3"),))
+    assert not pubs_of(decide_now(job_with(), obj))
+
+
+def test_fence_on_an_array_publishes_the_tasks_with_lost_nodes() -> None:
+    job = job_with()
+    lost = running(cause=Cause(kind=CauseKind.NODE_LOST, detail="task 1: n3 DOWN"),
+                   lost_since=T0, unhealthy_units=(unit("4242_1", "n3"),))
+    past = decide_now(job, lost, T0 + timedelta(seconds=61))
+    assert pubs_of(past) == [("4242", "1", ("n3",), "node-lost-fence")]

@@ -23,6 +23,7 @@ from dispatch.backends.slurm.parse import (
 from dispatch.model import CauseKind as K
 from dispatch.model import Provenance as P
 from dispatch.model import State as S
+from dispatch.model import UnitHealth
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -303,7 +304,7 @@ def test_running_on_a_lost_node_is_node_lost_with_lost_since() -> None:
     assert report.state is S.RUNNING and report.cause.kind is K.NODE_LOST
     assert report.lost_since == nodes["n1"].reason_at  # Slurm's own time for the reason
     assert "n1 DOWN+NOT_RESPONDING reason=Not responding" in report.cause.detail
-    assert report.unhealthy_nodes == ("n1",)
+    assert report.unhealthy_units == (UnitHealth(unit="25", nodes=("n1",)),)
     earlier = NOW - timedelta(minutes=3)
     report = object_report(ref="25", token=None, job=jobs["25"], groups=[], nodes=nodes,  # type: ignore[arg-type]
                            lost_since=earlier, now=NOW)
@@ -312,7 +313,7 @@ def test_running_on_a_lost_node_is_node_lost_with_lost_since() -> None:
     other = object_report(ref="26", token=None, job=jobs["26"], groups=[], nodes=nodes,  # type: ignore[arg-type]
                           lost_since=None, now=NOW)
     assert other.cause.kind is K.NONE and other.lost_since is None
-    assert other.unhealthy_nodes == ()
+    assert other.unhealthy_units == ()
 
 
 def test_node_health_words() -> None:

@@ -145,7 +145,9 @@ def test_ft_launcher_gets_the_segment_health_dir(tmp_path: Path) -> None:
     s = sub(command=("ft_launcher", "train.py"),
             segment_health=SegmentHealthSpec(dir="/shared/sh", launcher="ft_launcher"))
     script, _ = render(s, out_dir=tmp_path)
-    assert "ft_launcher --ft-segment-health-check-dir=/shared/sh train.py" in script
+    assert ("exec srun --kill-on-bad-exit=1 --ntasks-per-node=1 --nodes=1 ft_launcher "
+            "--ft-segment-health-check-dir /shared/sh --nnodes=1 --nproc-per-node=1 train.py"
+            ) in script
     assert "export DISPATCH_SEGMENT_HEALTH_DIR=/shared/sh" in script
 
 
@@ -158,3 +160,176 @@ def test_dry_run_submits_nothing_and_shows_the_script() -> None:
     script, argv = dry_run(sub())
     assert script.startswith("#!/bin/bash\n") and "token j1.2" in script
     assert argv[0] == "sbatch" and argv[-1].endswith("j1.2.sbatch")
+
+
+# --------------------------------------------------------------------------- arrays
+
+
+def array_sub(launcher: str = "torchrun", **spec: object) -> Submission:
+    base: dict[str, object] = {
+        "nodes": 2, "command": ("train.py", "--steps", "5"),
+        "segment_health": SegmentHealthSpec(dir="/shared/sh", launcher=launcher),
+        "slurm": {"array": "0-1", "rdzv_host": "127.0.0.1", "rdzv_port": 29610}}
+    base.update(spec)
+    return sub(**base)
+
+
+def test_array_argv_has_array_no_requeue_and_one_output_per_task(tmp_path: Path) -> None:
+    script, argv = render(array_sub(), out_dir=tmp_path)
+    assert "--array=0-1" in argv and "--no-requeue" in argv and "--requeue" not in argv
+    assert f"--output={tmp_path}/j1.2.%A_%a.out" in argv
+    assert argv.count("--nodes=2") == 1 and argv.count("--ntasks-per-node=1") == 1
+    assert argv[-1] == str(tmp_path / "j1.2.sbatch")
+
+
+def test_plain_array_without_launcher(tmp_path: Path) -> None:
+    script, argv = render(sub(slurm={"array": "0-3%2"}), out_dir=tmp_path)
+    assert "--array=0-3%2" in argv and "--no-requeue" in argv
+    assert "exec srun --kill-on-bad-exit=1 --nodes=1 --ntasks-per-node=1 python train.py" \
+        in script
+
+
+def test_array_with_a_requeue_rule_is_refused(tmp_path: Path) -> None:
+    policy = RecoveryPolicy(rules=(Rule(on=("preempted",), action=Action.REQUEUE, budget=2),))  # type: ignore[arg-type]
+    with pytest.raises(SpecError) as err:
+        render(sub(policy=policy, slurm={"array": "0-1"}), out_dir=tmp_path)
+    assert err.value.where == "slurm.array" and "--no-requeue" in err.value.message
+
+
+@pytest.mark.parametrize("array", [
+    "0-1", "7", "1,3,5", "0-7:2", "0-15%4", "0-3,8-9:1%2"])
+def test_good_array_strings(array: str, tmp_path: Path) -> None:
+    assert f"--array={array}" in render(sub(slurm={"array": array}), out_dir=tmp_path)[1]
+
+
+@pytest.mark.parametrize("array", [
+    1, ["0", "1"], "", "0-", "-1", "3-1", "0-1%0", "0-7:0", "0-1 ", "a-b", "0--1", "0-1,",
+    "[0-1]", "0-1;id", "0-1\n#SBATCH --hold", "1:2", "0-4000001"])
+def test_bad_array_strings_are_refused(array: object, tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as err:
+        render(sub(slurm={"array": array}), out_dir=tmp_path)
+    assert err.value.where == "slurm.array"
+
+
+@pytest.mark.parametrize(("section", "where"), [
+    ({"rdzv_port": 0}, "slurm.rdzv_port"),
+    ({"rdzv_port": "29500"}, "slurm.rdzv_port"),
+    ({"rdzv_port": True}, "slurm.rdzv_port"),
+    ({"rdzv_host": "a b"}, "slurm.rdzv_host"),
+    ({"rdzv_host": "$(id)"}, "slurm.rdzv_host"),
+    ({"nproc_per_node": 0}, "slurm.nproc_per_node"),
+])
+def test_bad_launch_keys_are_refused(section: dict[str, object], where: str,
+                                     tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as err:
+        render(array_sub(slurm={"array": "0-1", **section}), out_dir=tmp_path)
+    assert err.value.where == where
+
+
+def test_launch_keys_need_a_launcher(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as err:
+        render(sub(slurm={"rdzv_port": 29500}), out_dir=tmp_path)
+    assert err.value.where == "slurm.rdzv_port" and "launcher" in err.value.message
+
+
+def test_torchrun_launch_shape_in_the_script(tmp_path: Path) -> None:
+    script, _ = render(array_sub(), out_dir=tmp_path)
+    assert "export DISPATCH_SEGMENT_DIR=/shared/sh" in script
+    assert "export PET_RDZV_ENDPOINT=127.0.0.1:\"$((29610 + ${SLURM_ARRAY_TASK_ID:-0}))\"" \
+        in script
+    assert ("exec srun --kill-on-bad-exit=1 --ntasks-per-node=1 --nodes=2 torchrun "
+            "--rdzv-backend=dispatch-segment-c10d --nnodes=2 --nproc-per-node=1 "
+            "train.py --steps 5") in script
+
+
+def fake_tools(tmp_path: Path) -> dict[str, str]:
+    """Stand-ins: srun dumps its argv and the launch environment; scontrol prints hosts."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    (bindir / "srun").write_text(
+        "#!/usr/bin/env python3\nimport json, os, sys\n"
+        "keys = ('PET_RDZV_ENDPOINT', 'PET_RDZV_ID', 'DISPATCH_SEGMENT_DIR', 'PET_MAX_RESTARTS')\n"
+        "json.dump({'argv': sys.argv[1:], 'env': {k: os.environ.get(k) for k in keys}},"
+        " open(os.environ['SRUN_OUT'], 'w'))\n")
+    (bindir / "scontrol").write_text("#!/bin/sh\nprintf 'gpu17\\ngpu18\\n'\n")
+    for tool in ("srun", "scontrol"):
+        (bindir / tool).chmod(0o755)
+    env = dict(os.environ)
+    env["PATH"] = f"{bindir}:{env['PATH']}"
+    env["SRUN_OUT"] = str(tmp_path / "srun.json")
+    env["SLURM_JOB_ID"] = "4243"
+    env["SLURM_JOB_NODELIST"] = "gpu[17-18]"
+    return env
+
+
+def run_with(script: str, tmp_path: Path, **env: str) -> dict[str, object]:
+    path = tmp_path / "job.sbatch"
+    path.write_text(script)
+    subprocess.run(["bash", str(path)], env={**fake_tools(tmp_path), **env}, check=True,
+                   timeout=30)
+    return json.loads((tmp_path / "srun.json").read_text())  # type: ignore[no-any-return]
+
+
+def test_array_task_gets_its_own_port_and_rendezvous(tmp_path: Path) -> None:
+    script, _ = render(array_sub(env={"PET_MAX_RESTARTS": "1"}), out_dir=tmp_path)
+    got = run_with(script, tmp_path, SLURM_ARRAY_TASK_ID="1")
+    assert got["env"] == {"PET_RDZV_ENDPOINT": "127.0.0.1:29611", "PET_RDZV_ID": "4243",
+                          "DISPATCH_SEGMENT_DIR": "/shared/sh", "PET_MAX_RESTARTS": "1"}
+    assert got["argv"] == ["--kill-on-bad-exit=1", "--ntasks-per-node=1", "--nodes=2",
+                           "torchrun", "--rdzv-backend=dispatch-segment-c10d", "--nnodes=2",
+                           "--nproc-per-node=1", "train.py", "--steps", "5"]
+
+
+def test_default_rendezvous_host_is_the_first_node(tmp_path: Path) -> None:
+    s = array_sub(slurm={"array": "0-1", "nproc_per_node": 4})
+    script, _ = render(s, out_dir=tmp_path)
+    got = run_with(script, tmp_path, SLURM_ARRAY_TASK_ID="1")
+    # Distinct hosts per task: one port is enough.
+    assert got["env"]["PET_RDZV_ENDPOINT"] == "gpu17:29500"  # type: ignore[index]
+    assert "--nproc-per-node=4" in got["argv"]  # type: ignore[operator]
+
+
+def test_command_may_name_its_launcher_and_options(tmp_path: Path) -> None:
+    s = array_sub(command=("/opt/bin/torchrun", "--max-restarts=1", "train.py", "a b"))
+    got = run_with(render(s, out_dir=tmp_path)[0], tmp_path, SLURM_ARRAY_TASK_ID="0")
+    assert got["argv"][3:] == [  # type: ignore[index]
+        "/opt/bin/torchrun", "--rdzv-backend=dispatch-segment-c10d", "--nnodes=2",
+        "--nproc-per-node=1", "--max-restarts=1", "train.py", "a b"]
+
+
+@pytest.mark.parametrize("word", ["--rdzv-backend=c10d", "--rdzv_backend=c10d", "--nnodes=4",
+                                  "--rdzv-endpoint=h:1", "--standalone"])
+def test_command_may_not_undo_the_launch_shape(word: str, tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as err:
+        render(array_sub(command=("torchrun", word, "train.py")), out_dir=tmp_path)
+    assert err.value.where == "command"
+
+
+def test_ft_launcher_may_not_set_the_directory_itself(tmp_path: Path) -> None:
+    s = sub(command=("ft_launcher", "--ft-segment-health-check-dir=/elsewhere", "train.py"),
+            segment_health=SegmentHealthSpec(dir="/shared/sh", launcher="ft_launcher"))
+    with pytest.raises(SpecError) as err:
+        render(s, out_dir=tmp_path)
+    assert err.value.where == "command"
+
+
+def test_ft_launcher_array_with_gpus(tmp_path: Path) -> None:
+    s = array_sub(launcher="ft_launcher", slurm={"array": "0-3", "gpus_per_node": 8})
+    script, argv = render(s, out_dir=tmp_path)
+    assert "--array=0-3" in argv and "--no-requeue" in argv and "--gpus-per-node=8" in argv
+    got = run_with(script, tmp_path, SLURM_ARRAY_TASK_ID="3")
+    assert got["argv"][3:] == [  # type: ignore[index]
+        "ft_launcher", "--ft-segment-health-check-dir", "/shared/sh", "--nnodes=2",
+        "--nproc-per-node=8", "train.py", "--steps", "5"]
+
+
+@settings(max_examples=50, deadline=None)
+@given(program=st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",),
+                                                       blacklist_characters="\x00"),
+                                min_size=1, max_size=12), min_size=1, max_size=4))
+def test_launch_shape_quotes_any_program(program: list[str]) -> None:
+    if Path(program[0]).name == "torchrun":  # that would name the launcher, not a program
+        program = ["train.py", *program]
+    script, _ = dry_run(array_sub(command=tuple(program)))
+    exec_line = script[script.index("\nexec srun") + 1:]
+    assert shlex.split(exec_line)[9:] == program

@@ -30,7 +30,10 @@ from dispatch.backends.slurm.parse import (
     SlurmOutputError,
     SlurmQueryError,
     SqueueJob,
+    array_task_of,
+    expand_array_tasks,
     group_sacct,
+    group_sacct_array_tasks,
     parse_sacct,
     parse_sbatch_parsable,
     parse_sinfo_json,
@@ -126,6 +129,11 @@ class SlurmBackend:
         self._absent_tokens: set[str] = set()  # searched in accounting, not found
         self._outputs: dict[str, str] = {}  # ref -> output file
         self._nodes: dict[str, NodeInfo] = {}
+        # Job arrays (one object each, named by the array job id; see mapping.array_report).
+        self._arrays: set[str] = set()
+        self._array_tasks: dict[str, set[str]] = {}  # ref -> every task id seen
+        self._array_groups: dict[str, dict[str, list[tuple[SacctRow, list[SacctRow]]]]] = {}
+        self._task_final: dict[str, dict[str, ObjectReport]] = {}  # ref -> task -> ended
 
     # ------------------------------------------------------------------ declarations
 
@@ -187,22 +195,41 @@ class SlurmBackend:
         jobs = self.squeue()
 
         seen: dict[str, SqueueJob] = {}
+        tasks_seen: dict[str, dict[str, SqueueJob]] = {}  # array ref -> task id -> its job
         for job in jobs:  # every job of the cluster: keep ours
-            if job.ref in refs or (job.comment and job.comment in tokens):
+            if job.array_job_id:
+                ref = str(job.array_job_id)
+                if ref in refs or (job.comment and job.comment in tokens):
+                    self._arrays.add(ref)
+                    by_task = tasks_seen.setdefault(ref, {})
+                    for task in _tasks_of(job):
+                        by_task.setdefault(task, job)
+            elif job.ref in refs or (job.comment and job.comment in tokens):
                 seen[job.ref] = job
         # Node states matter only for jobs holding nodes (fence, segment health); a tick
         # with none of ours allocated skips the node query (2 slurmctld RPCs in 22.05).
-        nodes = self.sinfo() if any(job.nodes for job in seen.values()) else {}
+        holding = any(job.nodes for job in seen.values()) or any(
+            job.nodes for by_task in tasks_seen.values() for job in by_task.values())
+        nodes = self.sinfo() if holding else {}
         for ref, job in seen.items():
             if job.comment:
                 self._remember(ref, job.comment)
             if job.standard_output:
                 self._outputs[ref] = job.standard_output.replace("%j", ref)
+        for ref, by_task in tasks_seen.items():
+            comment = next((j.comment for j in by_task.values() if j.comment), "")
+            if comment:
+                self._remember(ref, comment)
 
-        wanted_refs = set(seen) | refs | {self._ref_of[t] for t in tokens if t in self._ref_of}
+        wanted_refs = set(seen) | set(tasks_seen) | refs \
+            | {self._ref_of[t] for t in tokens if t in self._ref_of}
         need: set[str] = set()
         for ref in wanted_refs:
             if ref in self._final:
+                continue
+            if ref in self._arrays:
+                if self._array_needs_accounting(ref, tasks_seen.get(ref, {})):
+                    need.add(ref)
                 continue
             live = seen.get(ref)
             if live is None:
@@ -219,16 +246,28 @@ class SlurmBackend:
             else:
                 rows = self.sacct(refs=need)
             grouped = group_sacct(rows)
+            by_array = group_sacct_array_tasks(grouped)
             if search:
-                for ref, groups in grouped.items():
+                for key, groups in grouped.items():
                     for row, _ in groups:
                         if row.comment in search:
+                            found = array_task_of(row.job_id)
+                            ref = found[0] if found is not None else key
+                            if found is not None:
+                                self._arrays.add(ref)
                             self._remember(ref, row.comment)
                             wanted_refs.add(ref)
                             if ref not in self._final:
                                 need.add(ref)
                 self._absent_tokens |= {t for t in search if t not in self._ref_of}
             for ref in need:
+                if ref in by_array:  # an array job id (also the raw id of one of its tasks)
+                    self._arrays.add(ref)
+                if ref in self._arrays:
+                    self._array_groups[ref] = {
+                        task: self._own_rows(ref, groups)
+                        for task, groups in by_array.get(ref, {}).items()}
+                    continue
                 groups = self._own_rows(ref, grouped.get(ref, []))
                 self._groups[ref] = groups
                 self._ended_known[ref] = sum(
@@ -239,9 +278,50 @@ class SlurmBackend:
         for ref in sorted(wanted_refs, key=_ref_key):
             if ref in self._final:
                 reports.append(self._final[ref])
-                continue
-            reports.append(self._report(ref, seen.get(ref), nodes, now))
+            elif ref in self._arrays:
+                reports.append(self._array_report(ref, tasks_seen.get(ref, {}), nodes, now))
+            else:
+                reports.append(self._report(ref, seen.get(ref), nodes, now))
         return Discovery(at=now, objects=tuple(reports), complete=True)
+
+    def _array_needs_accounting(self, ref: str, live: dict[str, SqueueJob]) -> bool:
+        """sacct is asked about an array when squeue cannot tell how a task ended: a task
+        ended (or ends) in squeue, or a task we knew of left squeue, with no cached answer."""
+        final = self._task_final.get(ref, {})
+        if not live:
+            return True
+        for task, job in live.items():
+            if task not in final and (mapping.is_ended(job.state) or job.state == "COMPLETING"):
+                return True
+        return any(task not in live and task not in final
+                   for task in self._array_tasks.get(ref, ()))
+
+    def _array_report(self, ref: str, live: dict[str, SqueueJob], nodes: dict[str, NodeInfo],
+                      now: datetime) -> ObjectReport:
+        """Each task reported as a job of its own (ref ``<array>_<task>``), then one report
+        for the array (mapping.array_report says why one)."""
+        groups_by_task = self._array_groups.get(ref, {})
+        final = self._task_final.setdefault(ref, {})
+        known = self._array_tasks.setdefault(ref, set())
+        known |= set(live) | set(groups_by_task) | set(final)
+        token = self._token_of.get(ref)
+        tasks: list[tuple[str, ObjectReport]] = []
+        for task in sorted(known, key=_task_key):
+            if task in final:
+                tasks.append((task, final[task]))
+                continue
+            job = live.get(task)
+            groups = groups_by_task.get(task, [])
+            task_report = self._report(f"{ref}_{task}", job, nodes, now, groups=groups,
+                                       token=token, cache=False)
+            if task_report.ended and groups and mapping.is_ended(groups[-1][0].state_word) \
+                    and (job is None or mapping._same_execution(groups[-1][0], job)):
+                final[task] = task_report  # accounting confirmed this task's end
+            tasks.append((task, task_report))
+        report = mapping.array_report(ref=ref, token=token, tasks=tasks, now=now)
+        if report.ended and tasks and all(task in final for task, _ in tasks):
+            self._final[ref] = report
+        return report
 
     def _remember(self, ref: str, token: str) -> None:
         self._token_of[ref] = token
@@ -259,12 +339,14 @@ class SlurmBackend:
         return [(row, steps) for row, steps in groups if not row.comment or row.comment == token]
 
     def _report(self, ref: str, job: SqueueJob | None, nodes: dict[str, NodeInfo],
-                now: datetime) -> ObjectReport:
-        groups = self._groups.get(ref, [])
+                now: datetime, *, groups: list[tuple[SacctRow, list[SacctRow]]] | None = None,
+                token: str | None = None, cache: bool = True) -> ObjectReport:
+        if groups is None:
+            groups = self._groups.get(ref, [])
         report = mapping.object_report(
-            ref=ref, token=self._token_of.get(ref), job=job, groups=groups, nodes=nodes,
-            lost_since=self._lost_since.get(ref), now=now, was_held=ref in self._held,
-            preempt_mode=self._preempt_mode)
+            ref=ref, token=token or self._token_of.get(ref), job=job, groups=groups,
+            nodes=nodes, lost_since=self._lost_since.get(ref), now=now,
+            was_held=ref in self._held, preempt_mode=self._preempt_mode)
         if report.lost_since is not None:
             self._lost_since.setdefault(ref, report.lost_since)
         else:
@@ -273,7 +355,7 @@ class SlurmBackend:
             self._held.add(ref)
         elif report.state is not State.PENDING:
             self._held.discard(ref)
-        if report.ended and groups and mapping.is_ended(groups[-1][0].state_word) \
+        if cache and report.ended and groups and mapping.is_ended(groups[-1][0].state_word) \
                 and (job is None or mapping._same_execution(groups[-1][0], job)):
             self._final[ref] = report  # accounting confirmed the end: never ask again
         return report
@@ -301,6 +383,8 @@ class SlurmBackend:
         except SlurmOutputError as err:
             raise SubmitRejected(str(err)) from None
         self._remember(job_id, submission.token)
+        if submission.spec.slurm.get("array") is not None:
+            self._arrays.add(job_id)
         self._absent_tokens.discard(submission.token)
         return job_id
 
@@ -337,6 +421,9 @@ class SlurmBackend:
 
     def logs(self, ref: str) -> list[Path]:
         """The job's output file (stdout and stderr together)."""
+        if ref in self._arrays:  # one output file per task: <token>.<array>_<task>.out
+            return sorted(self.output_dir.glob(f"*.{ref}_*.out"),
+                          key=lambda p: _task_key(p.name.rsplit("_", 1)[-1].split(".")[0]))
         known = self._outputs.get(ref)
         if known:
             return [Path(known)]
@@ -357,3 +444,18 @@ class SlurmBackend:
 def _ref_key(ref: str) -> tuple[int, str]:
     head = ref.split("_", 1)[0].split(".", 1)[0]
     return (int(head) if head.isdigit() else -1, ref)
+
+
+def _task_key(task: str) -> tuple[int, str]:
+    return (int(task) if task.isdigit() else -1, task)
+
+
+def _tasks_of(job: SqueueJob) -> tuple[str, ...]:
+    """The array tasks one squeue entry stands for: its own task, or (the array's record of
+    tasks not yet started) every task of its task string."""
+    if job.array_task_id is not None:
+        return (str(job.array_task_id),)
+    try:
+        return expand_array_tasks(job.array_task_string)
+    except ValueError:
+        return (job.array_task_string or job.ref,)  # keep the words rather than guess at ids

@@ -546,3 +546,79 @@ def _expand(text: str) -> Iterator[str]:
             width = len(lo)
             for n in range(int(lo), int(hi) + 1):
                 yield f"{prefix}{n:0{width}d}{suffix}"
+
+
+# ---------------------------------------------------------------------------------- arrays
+
+MAX_ARRAY_TASK_ID = 4_000_000  # Slurm's hard ceiling on MaxArraySize
+
+
+def expand_array_tasks(text: str) -> tuple[str, ...]:
+    """An array's task string -> its task ids, in order: ``0-3`` -> (0, 1, 2, 3); also
+    ``1,3,5``, ``0-7:2`` (a step), ``0-15%4`` (a throttle, dropped) and sacct's pending form
+    ``[0-1]``. Malformed -> ValueError naming the text."""
+    body = text.strip()
+    if body.startswith("[") and body.endswith("]"):
+        body = body[1:-1]
+    body, _, throttle = body.partition("%")
+    if throttle and (not throttle.isdigit() or int(throttle) < 1):
+        raise ValueError(f"bad throttle in array task string {text!r}")
+    if not body:
+        raise ValueError(f"empty array task string {text!r}")
+    out: list[str] = []
+    seen: set[int] = set()
+    for item in body.split(","):
+        span, colon, step_s = item.partition(":")
+        lo_s, dash, hi_s = span.partition("-")
+        if not lo_s.isdigit() or (dash and not hi_s.isdigit()) \
+                or (colon and (not dash or not step_s.isdigit() or int(step_s) < 1)):
+            raise ValueError(f"bad item {item!r} in array task string {text!r}")
+        lo = int(lo_s)
+        hi = int(hi_s) if dash else lo
+        if hi < lo or hi > MAX_ARRAY_TASK_ID:
+            raise ValueError(f"bad range {item!r} in array task string {text!r}")
+        for n in range(lo, hi + 1, int(step_s) if colon else 1):
+            if n not in seen:
+                seen.add(n)
+                out.append(str(n))
+    return tuple(out)
+
+
+def array_task_of(job_id: str) -> tuple[str, str] | None:
+    """sacct's ``JobID`` of an array row -> (array job id, task text): ``123_4.batch`` ->
+    (123, 4); ``123_[0-3]`` (tasks not yet started) -> (123, [0-3]). None for other jobs."""
+    head = job_id.split(".", 1)[0]
+    array_id, sep, task = head.partition("_")
+    if not sep or not array_id.isdigit() or not task:
+        return None
+    return array_id, task
+
+
+def group_sacct_array_tasks(
+    grouped: dict[str, list[tuple[SacctRow, list[SacctRow]]]],
+) -> dict[str, dict[str, list[tuple[SacctRow, list[SacctRow]]]]]:
+    """``group_sacct``'s groups (keyed by each task's own raw id) re-keyed by array job id
+    and task id. A row for tasks not yet started (``123_[1-3]``) stands for each of them that
+    has no row of its own."""
+    out: dict[str, dict[str, list[tuple[SacctRow, list[SacctRow]]]]] = {}
+    pending: list[tuple[str, str, tuple[SacctRow, list[SacctRow]]]] = []
+    for groups in grouped.values():
+        for group in groups:
+            found = array_task_of(group[0].job_id)
+            if found is None:
+                continue
+            array_id, task = found
+            if task.isdigit():
+                out.setdefault(array_id, {}).setdefault(task, []).append(group)
+            else:
+                pending.append((array_id, task, group))
+    for array_id, task_text, group in pending:
+        try:
+            tasks = expand_array_tasks(task_text)
+        except ValueError:
+            tasks = (task_text,)  # keep the words rather than guess at ids
+        by_task = out.setdefault(array_id, {})
+        for task in tasks:
+            if task not in by_task:
+                by_task[task] = [group]
+    return out

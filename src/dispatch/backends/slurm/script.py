@@ -13,10 +13,28 @@ Spec ``slurm:`` section (every key checked; unknown keys refused):
     cpus_per_task / gpus_per_node: <int>
     output_dir: /shared/logs  # where the script and its output file go
     extra: ["--mail-type=END"]   # more sbatch options, from a whitelist (SBATCH_EXTRA_OPTIONS)
+    array: "0-1"              # a job array (--array): 0-3, 1,3,5, 0-7:2, 0-15%4
+    # with segment_health.launcher torchrun or ft_launcher (the launch shape, H3):
+    nproc_per_node: 8         # processes per node (default: gpus_per_node, else 1)
+    rdzv_host: 10.0.0.5       # rendezvous host (default: the first node of each allocation)
+    rdzv_port: 29500          # rendezvous port; plus the task id for an array with rdzv_host
 
 The submission token goes in ``--comment`` (discovery finds the object by it after a crash);
 a gated submission gets ``--hold``; ``--no-requeue`` unless the plan has a requeue rule the
-backend enforces (then ``--requeue``).
+backend enforces (then ``--requeue``). An array is always ``--no-requeue`` (seed 002: the
+initial artifact lifecycle assumes it; and one array is one object whose tasks each run
+once, see mapping.array_report), so a plan that asks Slurm to requeue it is refused.
+
+With ``segment_health.launcher`` torchrun or ft_launcher the script is the launch shape of
+``dispatch.segment_health.launch``: one launcher per node under ``srun --kill-on-bad-exit=1``,
+ft_launcher given ``--ft-segment-health-check-dir``, torchrun given the
+``dispatch-segment-c10d`` rendezvous backend and the directory. ``command`` is then the
+training program and its arguments (``[train.py, --lr, "0.1"]``), or the launcher followed
+by its own options and the program (``[torchrun, --max-restarts=1, train.py]``); options
+dispatch sets itself (the rendezvous, the node and process counts, the directory) are
+refused there. Each array task is its own Slurm job with its own rendezvous
+(``$SLURM_JOB_ID``); with a fixed ``rdzv_host`` the tasks of an array share that host, so
+task N listens on ``rdzv_port + N``.
 """
 
 from __future__ import annotations
@@ -29,7 +47,15 @@ from pathlib import Path
 from typing import Any
 
 from dispatch.backends.base import Submission
+from dispatch.backends.slurm.parse import expand_array_tasks
 from dispatch.policy import Action, Enforcer
+from dispatch.segment_health.launch import (
+    Launcher,
+    LaunchRequest,
+    LaunchShape,
+    LaunchShapeError,
+    launch_shape,
+)
 from dispatch.spec import SpecError
 
 # Options a spec may add through ``slurm.extra``. Everything dispatch itself sets (comment,
@@ -46,7 +72,23 @@ SBATCH_EXTRA_OPTIONS = frozenset({
 })
 _TEXT_KEYS = ("account", "qos", "reservation", "constraint", "nodelist", "exclude")
 _INT_KEYS = ("cpus_per_task", "gpus_per_node")
-SLURM_KEYS = frozenset({"partition", "exclusive", "output_dir", "extra", *_TEXT_KEYS, *_INT_KEYS})
+_LAUNCH_KEYS = ("nproc_per_node", "rdzv_host", "rdzv_port")  # only with a launcher
+SLURM_KEYS = frozenset({"partition", "exclusive", "output_dir", "extra", "array",
+                        *_TEXT_KEYS, *_INT_KEYS, *_LAUNCH_KEYS})
+# Slurm's --array grammar: indexes, ranges with an optional step, an optional %throttle.
+_ARRAY = re.compile(r"^\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?$")
+_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
+# Launcher options the launch shape sets: a command may not set them again (a later
+# --rdzv-backend would silently drop the segment health check).
+_SHAPE_OPTIONS = {
+    Launcher.TORCHRUN: ("--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint",
+                        "--rdzv-id", "--rdzv_id", "--nnodes", "--nproc-per-node",
+                        "--nproc_per_node", "--standalone"),
+    Launcher.FT_LAUNCHER: ("--ft-segment-health-check-dir", "--ft_segment_health_check_dir",
+                           "--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint",
+                           "--rdzv_endpoint", "--rdzv-id", "--rdzv_id", "--nnodes",
+                           "--nproc-per-node", "--nproc_per_node", "--standalone"),
+}
 _OPTION = re.compile(r"^--([a-z][a-z0-9-]*)(?:=(.+))?$", re.DOTALL)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SAFE_TEXT = re.compile(r"^[^\x00\n\r]+$")
@@ -92,6 +134,27 @@ def _validate(section: dict[str, Any]) -> None:
     if out is not None and (not isinstance(out, str) or not out.startswith("/")
                             or not _SAFE_TEXT.match(out)):
         raise _bad("output_dir", f"must be an absolute path, got {out!r}")
+    array = section.get("array")
+    if array is not None:
+        if not isinstance(array, str) or not _ARRAY.match(array):
+            raise _bad("array", f"must be a Slurm array string like \"0-3\", \"1,3,5\", "
+                       f"\"0-7:2\" or \"0-15%4\" (quoted), got {array!r}")
+        try:
+            expand_array_tasks(array)
+        except ValueError as err:
+            raise _bad("array", str(err)) from None
+    if "nproc_per_node" in section:
+        value = section["nproc_per_node"]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise _bad("nproc_per_node", f"must be a positive integer, got {value!r}")
+    if "rdzv_port" in section:
+        value = section["rdzv_port"]
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 65535:
+            raise _bad("rdzv_port", f"must be a port number 1..65535, got {value!r}")
+    if "rdzv_host" in section:
+        value = section["rdzv_host"]
+        if not isinstance(value, str) or not _HOST.match(value):
+            raise _bad("rdzv_host", f"must be a host name or IPv4 address, got {value!r}")
     extra = section.get("extra", [])
     if not isinstance(extra, list):
         raise _bad("extra", "must be a list of sbatch options like --mail-type=END")
@@ -125,8 +188,10 @@ def script_path(submission: Submission, out_dir: Path) -> Path:
 
 
 def output_pattern(submission: Submission, out_dir: Path) -> Path:
-    """The job's output file, ``%j`` expanded by Slurm to the job id."""
-    return out_dir / f"{_safe_name(submission.token)}.%j.out"
+    """The job's output file, ``%j`` expanded by Slurm to the job id; for an array one per
+    task, ``%A_%a`` (array job id, task id)."""
+    ids = "%A_%a" if is_array(submission) else "%j"
+    return out_dir / f"{_safe_name(submission.token)}.{ids}.out"
 
 
 def _safe_name(text: str) -> str:
@@ -143,15 +208,67 @@ def memory_option(size: int) -> str:
     return f"{max(1, math.ceil(size / (1024 * 1024)))}M"
 
 
-def launch_argv(submission: Submission) -> list[str]:
-    """The user's argv, with the segment health check dir for ft_launcher (H3)."""
-    argv = list(submission.spec.command)
+def is_array(submission: Submission) -> bool:
+    return submission.spec.slurm.get("array") is not None
+
+
+def _validate_submission(submission: Submission) -> None:
+    """The slurm section, and what it must agree with elsewhere in the spec."""
+    spec = submission.spec
+    section = dict(spec.slurm)
+    _validate(section)
+    if is_array(submission) and wants_requeue(submission):
+        raise _bad("array", "an array is submitted with --no-requeue (seed 002), but the "
+                   "policy has a requeue rule for Slurm to carry out; use resubmit instead")
+    if launcher_of(submission) is None:
+        for key in _LAUNCH_KEYS:
+            if key in section:
+                raise _bad(key, "only with segment_health.launcher torchrun or ft_launcher")
+
+
+def launcher_of(submission: Submission) -> Launcher | None:
     sh = submission.spec.segment_health
-    if sh is not None and sh.launcher == "ft_launcher" and argv \
-            and Path(argv[0]).name == "ft_launcher" \
-            and not any(a.startswith("--ft-segment-health-check-dir") for a in argv):
-        argv.insert(1, f"--ft-segment-health-check-dir={sh.dir}")
-    return argv
+    if sh is None or sh.launcher not in {m.value for m in Launcher}:
+        return None
+    return Launcher(sh.launcher)
+
+
+def launch_request(submission: Submission) -> LaunchRequest | None:
+    """The launch shape asked for by ``segment_health.launcher`` (None: the command as is)."""
+    launcher = launcher_of(submission)
+    sh = submission.spec.segment_health
+    if launcher is None or sh is None:
+        return None
+    spec = submission.spec
+    section = spec.slurm
+    command = tuple(spec.command)
+    executable = None
+    if Path(command[0]).name == launcher.value:  # the command names its launcher
+        executable, command = command[0], command[1:]
+        if not command:
+            raise SpecError("<spec>", "command", f"names {launcher.value} but no program")
+        for word in command:
+            if word.split("=", 1)[0] in _SHAPE_OPTIONS[launcher]:
+                raise SpecError("<spec>", "command", f"{word.split('=', 1)[0]} is set by "
+                                "dispatch's launch shape (segment_health, slurm.rdzv_*)")
+    host = section.get("rdzv_host")
+    array = is_array(submission)
+    return LaunchRequest(
+        launcher=launcher, nodes=spec.nodes,
+        nproc_per_node=section.get("nproc_per_node") or section.get("gpus_per_node") or 1,
+        decision_dir=sh.dir, program=command, array=array,
+        rdzv_port=section.get("rdzv_port", 29500), rdzv_host=host,
+        port_per_array_task=array and host is not None, launcher_executable=executable)
+
+
+def shape_of(submission: Submission) -> LaunchShape | None:
+    request = launch_request(submission)
+    if request is None:
+        return None
+    try:
+        return launch_shape(request)
+    except LaunchShapeError as err:
+        raise SpecError("<spec>", "segment_health", str(err)) from None
 
 
 def render_script(submission: Submission) -> str:
@@ -173,8 +290,14 @@ def render_script(submission: Submission) -> str:
     lines.append('export DISPATCH_OBJECT="${SLURM_JOB_ID:-}"')
     if spec.segment_health is not None:
         lines.append(f"export DISPATCH_SEGMENT_HEALTH_DIR={shlex.quote(spec.segment_health.dir)}")
+    shape = shape_of(submission)
+    if shape is not None:  # the launch shape (H3): literals quoted, preamble from constants
+        lines += [f"export {name}={shlex.quote(value)}" for name, value in shape.environment]
+        lines += shape.preamble
+        lines.append("exec " + shlex.join(shape.srun_argv))
+        return "\n".join(lines) + "\n"
     srun = ["srun", "--kill-on-bad-exit=1", f"--nodes={spec.nodes}", "--ntasks-per-node=1"]
-    lines.append("exec " + " ".join(srun + [shlex.quote(a) for a in launch_argv(submission)]))
+    lines.append("exec " + " ".join(srun + [shlex.quote(a) for a in spec.command]))
     return "\n".join(lines) + "\n"
 
 
@@ -182,7 +305,7 @@ def sbatch_argv(submission: Submission, *, script: Path, out_dir: Path,
                 requeue: bool | None = None) -> list[str]:
     spec = submission.spec
     section = dict(spec.slurm)
-    _validate(section)
+    _validate_submission(submission)
     if not _SAFE_TEXT.match(spec.name):
         raise SpecError("<spec>", "name", "must be one line")
     if requeue is None:
@@ -209,6 +332,13 @@ def sbatch_argv(submission: Submission, *, script: Path, out_dir: Path,
         if section.get(key) is not None:
             argv.append(f"--{key.replace('_', '-')}={section[key]}")
     argv.extend(section.get("extra", []))
+    if is_array(submission):
+        argv.append(f"--array={section['array']}")
+        requeue = False  # seed 002; _validate_submission refused a plan that needs it
+    shape = shape_of(submission)
+    for option in shape.sbatch_options if shape is not None else ():
+        if option not in argv and option != "--no-requeue":
+            argv.append(option)
     argv.append("--requeue" if requeue else "--no-requeue")
     if submission.gated:
         argv.append("--hold")
@@ -220,6 +350,7 @@ def render(submission: Submission, *, out_dir: Path | None = None,
            requeue: bool | None = None) -> tuple[str, list[str]]:
     """(batch script text, sbatch argv). The argv's last word is where the script goes."""
     directory = output_dir(submission, out_dir)
+    _validate_submission(submission)
     script = render_script(submission)
     argv = sbatch_argv(submission, script=script_path(submission, directory), out_dir=directory,
                        requeue=requeue)
