@@ -287,7 +287,8 @@ def render_script(submission: Submission) -> str:
     # The same names the local backend sets, so a command can tell its submission apart.
     lines.append(f"export DISPATCH_JOB_ID={shlex.quote(submission.job_id)}")
     lines.append(f"export DISPATCH_SUBMISSION={submission.number}")
-    lines.append('export DISPATCH_OBJECT="${SLURM_JOB_ID:-}"')
+    # The object's ref: an array's tasks all belong to the array job.
+    lines.append('export DISPATCH_OBJECT="${SLURM_ARRAY_JOB_ID:-${SLURM_JOB_ID:-}}"')
     if spec.segment_health is not None:
         lines.append(f"export DISPATCH_SEGMENT_HEALTH_DIR={shlex.quote(spec.segment_health.dir)}")
     shape = shape_of(submission)
