@@ -145,9 +145,12 @@ def test_drained_array_task_is_excluded_at_its_next_rendezvous(cli: Dispatch,
         assert array.isdigit(), status
 
         # Both tasks must run at once (task 0 runs until told to finish).
-        tasks = wait_until("both array tasks running", lambda: (
-            t if {k: v[0] for k, v in (t := tasks_of(array)).items()}
-            == {"0": "RUNNING", "1": "RUNNING"} else None), timeout=300)
+        def both_running() -> dict[str, tuple[str, str]] | None:
+            t = tasks_of(array)
+            return t if {k: v[0] for k, v in t.items()} == {"0": "RUNNING", "1": "RUNNING"} \
+                else None
+
+        tasks = wait_until("both array tasks running", both_running, timeout=300)
         task1_nodes = hostnames(tasks["1"][1])
         assert len(task1_nodes) == 2 and not set(task1_nodes) & set(hostnames(tasks["0"][1]))
         out_dir = tmp_path / "state" / "dispatch" / "slurm"
@@ -173,10 +176,12 @@ def test_drained_array_task_is_excluded_at_its_next_rendezvous(cli: Dispatch,
 
         # A fault in task 1: its next rendezvous round runs the check on process 0.
         (control / "fault.1").touch()
-        ended = wait_until("task 1 to end", lambda: (
-            t if (t := tasks_of(array)).get("1", ("",))[0] in
-            ("FAILED", "COMPLETED", "CANCELLED", "TIMEOUT", "NODE_FAIL") else None),
-            timeout=240)
+        def task1_ended() -> dict[str, tuple[str, str]] | None:
+            t = tasks_of(array)
+            return t if t.get("1", ("",))[0] in ("FAILED", "COMPLETED", "CANCELLED",
+                                                   "TIMEOUT", "NODE_FAIL") else None
+
+        ended = wait_until("task 1 to end", task1_ended, timeout=240)
         assert ended["1"][0] == "FAILED", ended
         assert ended["0"][0] == "RUNNING", ended  # task 0 runs on
         task1_log = logs["1"].read_text()  # type: ignore[union-attr]
