@@ -126,7 +126,9 @@ def test_drained_array_task_is_excluded_at_its_next_rendezvous(cli: Dispatch,
         "command": [torchrun, "--max-restarts=1", "--monitor-interval=0.5", str(TRAIN),
                     str(control)],
         "segment_health": {"dir": str(segdir), "launcher": "torchrun"},
-        "slurm": {"array": "0-1", "rdzv_host": "127.0.0.1", "rdzv_port": free_port_pair()},
+        # --exclusive: the testbed nodes have room for both tasks; each task gets its own.
+        "slurm": {"array": "0-1", "exclusive": True, "rdzv_host": "127.0.0.1",
+                  "rdzv_port": free_port_pair()},
         "env": {"PYTHONPATH": os.pathsep.join([str(eps), str(REPO / "src")]),
                 "OMP_NUM_THREADS": "1", "TRAIN_MAX_SECONDS": "900"},
     }
