@@ -174,9 +174,13 @@ def _segment_decisions(job: Job, objs: Sequence[ObjectReport], fenced: dict[str,
                     unit_job_id=unit[0], task_id=unit[1], nodes=health.nodes,
                     cause="node-unavailable",
                     reason=f"node(s) {', '.join(health.nodes)} of {_unit_words(health.unit)} "
-                           "unavailable" + (f": {o.cause.detail}" if o.cause.detail else "")))
+                           "unavailable" + _words(health.detail or o.cause.detail)))
             published.add(unit)
     return out
+
+
+def _words(detail: str) -> str:
+    return f": {detail}" if detail else ""
 
 
 def _unit_words(unit: str) -> str:

@@ -109,10 +109,12 @@ class UnitHealth(msgspec.Struct, frozen=True, kw_only=True):
     """One allocation unit of an object and its nodes the scheduler marks unavailable.
 
     ``unit`` is the unit's Slurm name: the job id ("123") or array job and task ("123_4").
+    ``detail``: the scheduler's words about those nodes, verbatim ("n4 MIXED+DRAIN reason=e2e").
     """
 
     unit: str
     nodes: tuple[str, ...]
+    detail: str = ""
 
 
 class ObjectReport(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

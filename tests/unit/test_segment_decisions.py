@@ -124,6 +124,13 @@ def test_array_task_publication_names_the_task_and_is_made_once() -> None:
     out = decide_now(job, obj)
     (pub,) = [d for d in out if isinstance(d, dc.PublishSegment)]
     assert "array job 4242 task 1" in pub.reason and "n3" in pub.reason
+    assert pub.reason.endswith(": task 1: RUNNING")  # no words of its own: the object's
+    worded = running(unhealthy_units=(UnitHealth(unit="4242_1", nodes=("n3",),
+                                                 detail="n3 MIXED+DRAIN reason=e2e"),),
+                     cause=Cause(kind=CauseKind.NONE, detail="task 0: RUNNING"))
+    (pub2,) = [d for d in decide_now(job, worded) if isinstance(d, dc.PublishSegment)]
+    assert pub2.reason == ("node(s) n3 of array job 4242 task 1 unavailable: "
+                           "n3 MIXED+DRAIN reason=e2e")
     job2 = advance(job, dc.to_events(out, job, T0))
     assert not pubs_of(decide_now(job2, obj))
     # A second task going bad later still gets its own decision.

@@ -294,7 +294,9 @@ def test_a_running_array_is_one_object_found_by_its_token(tmp_path: Path) -> Non
     (obj,) = d.objects
     assert obj.ref == "100" and obj.token == "tok.1" and obj.state is S.RUNNING
     assert obj.nodes == ("n1", "n2", "n3", "n4")
-    assert obj.unhealthy_units == (UnitHealth(unit="100_1", nodes=("n4",)),)
+    (unit,) = obj.unhealthy_units
+    assert (unit.unit, unit.nodes) == ("100_1", ("n4",))
+    assert unit.detail.startswith("n4 MIXED+DRAIN reason=e2e by root at ")
     # The token was searched in accounting once; then a steady tick asks squeue and sinfo only.
     sacct_before = tools.count("sacct")
     d2 = b.discover({"tok.1"}, {"100"})

@@ -23,7 +23,6 @@ from dispatch.backends.slurm.parse import (
 from dispatch.model import CauseKind as K
 from dispatch.model import Provenance as P
 from dispatch.model import State as S
-from dispatch.model import UnitHealth
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -304,7 +303,9 @@ def test_running_on_a_lost_node_is_node_lost_with_lost_since() -> None:
     assert report.state is S.RUNNING and report.cause.kind is K.NODE_LOST
     assert report.lost_since == nodes["n1"].reason_at  # Slurm's own time for the reason
     assert "n1 DOWN+NOT_RESPONDING reason=Not responding" in report.cause.detail
-    assert report.unhealthy_units == (UnitHealth(unit="25", nodes=("n1",)),)
+    (unit,) = report.unhealthy_units
+    assert (unit.unit, unit.nodes) == ("25", ("n1",))
+    assert unit.detail.startswith("n1 DOWN+NOT_RESPONDING reason=Not responding")
     earlier = NOW - timedelta(minutes=3)
     report = object_report(ref="25", token=None, job=jobs["25"], groups=[], nodes=nodes,  # type: ignore[arg-type]
                            lost_since=earlier, now=NOW)

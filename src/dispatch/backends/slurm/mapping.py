@@ -368,7 +368,8 @@ def object_report(*, ref: str, token: str | None, job: SqueueJob | None,
                 cause = Cause(kind=CauseKind.NODE_LOST, detail=detail(
                     sig, "lost: " + ", ".join(node_words(n) for n in lost)), at=lost_at)
         unhealthy = tuple(n for n in job_nodes if n in nodes and node_unhealthy(nodes[n]))
-        units = (UnitHealth(unit=ref, nodes=unhealthy),) if unhealthy else ()
+        units = (UnitHealth(unit=ref, nodes=unhealthy, detail="; ".join(
+            node_words(nodes[n]) for n in unhealthy)),) if unhealthy else ()
         return ObjectReport(ref=ref, token=token or job.comment or None, state=state,
                             cause=cause, executions=execs, nodes=job_nodes, lost_since=lost_at,
                             gated=gated, unhealthy_units=units)
