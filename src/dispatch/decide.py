@@ -195,8 +195,11 @@ def _running_index(obj: ObjectReport) -> int:
 
 
 def verdict(job: Job, plan: Plan, cause: Cause, next_number: int, old_alive: bool,
-            now: datetime) -> list[Decision]:
-    """S6: what the plan says when the job's latest execution ended with ``cause``."""
+            now: datetime, used: Sequence[int] | None = None) -> list[Decision]:
+    """S6: what the plan says when the job's latest execution ended with ``cause``.
+    ``used``: the budget spent so far, including what this tick already spent (defaults
+    to the record's)."""
+    budget_used = job.budget_used if used is None else used
     kind = cause.kind
     if kind is CauseKind.NONE:
         return [Commit(state=State.SUCCEEDED, cause=cause)]
@@ -219,13 +222,13 @@ def verdict(job: Job, plan: Plan, cause: Cause, next_number: int, old_alive: boo
     if rule.enforced_by is Enforcer.BACKEND:
         return _fail(cause, f"the {plan.declarations.backend} backend ended the object although "
                             f"rules[{index}] asks it to {rule.action.value} on {kind.value}"
-                            f" (budget used {job.budget_used[index]}/{rule.budget})")
+                            f" (budget used {budget_used[index]}/{rule.budget})")
     if rule.action is Action.HOLD:
         return [PlaceHold(cause=cause)]
     budget = rule.budget or 0
-    used = job.budget_used[index]
-    if used >= budget:
-        return _fail(cause, f"rules[{index}] budget spent ({used}/{budget}) on {kind.value}")
+    spent = budget_used[index]
+    if spent >= budget:
+        return _fail(cause, f"rules[{index}] budget spent ({spent}/{budget}) on {kind.value}")
     return [
         StartRecovery(rule=index, action=rule.action, cause=cause),
         Submit(submission=next_number, token=token_for(job.id, next_number), gated=old_alive,
@@ -381,7 +384,8 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
         return out
 
     if awaiting is not None:
-        out.extend(verdict(job, plan, awaiting, next_number, any_alive or fenced_alive, now))
+        out.extend(verdict(job, plan, awaiting, next_number, any_alive or fenced_alive, now,
+                           used=native_used))
         return out
 
     if discovery is None:
