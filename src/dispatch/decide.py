@@ -305,6 +305,7 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
             continue
         o = found
         recorded = set(s.executions_recorded)
+        closed = s.ended
         for index, cause, final in _ended_executions(o):
             if index in recorded:
                 continue
@@ -313,10 +314,24 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
             out.append(RecordEnd(submission=s.number, ref=r, execution=index, cause=cause,
                                  final=final and not s.ended))
             recorded.add(index)
-            if final and not s.ended and s.number == len(job.submissions):
-                awaiting = cause
+            if final and not s.ended:
+                closed = True
+                if s.number == len(job.submissions):
+                    awaiting = cause
             if not final:
                 out.extend(_native_recovery(job, plan, s, r, cause, native_used, now))
+        if o.ended and not closed:
+            # The object ended after its last execution was recorded as run again (a requeue
+            # we then stopped): no new execution carries the end, so record it on its own.
+            cause = o.cause
+            if s.stop_cause is not None and cause.kind is CauseKind.CANCELLED:
+                cause = s.stop_cause
+            index = max(recorded, default=-1) + 1
+            out.append(RecordEnd(submission=s.number, ref=r, execution=index, cause=cause,
+                                 final=True))
+            recorded.add(index)
+            if s.number == len(job.submissions):
+                awaiting = cause
         if (s.number == len(job.submissions) and not s.ended and o.state is State.RUNNING
                 and o.cause.kind is CauseKind.NODE_LOST and o.lost_since is not None
                 and now - o.lost_since >= plan.declarations.node_loss_window):
