@@ -373,6 +373,10 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
                 alive_refs.append((s, r))
         if discovery is None:
             return out
+        if not discovery.complete and any(
+                ref_of(s) is not None and not s.ended and ref_of(s) not in by_ref
+                for s in job.submissions):
+            return out  # not seen ended: wait for a complete look
         if alive_refs:
             for s, r in alive_refs:
                 if _resend(s.cancel_sent_at, now, resend_after):
