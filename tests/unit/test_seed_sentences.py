@@ -36,6 +36,8 @@ from dispatch.decide import (
     Stop,
     StopDuplicate,
     Submit,
+    decide,
+    to_events,
 )
 from dispatch.model import (
     Cause,
@@ -599,6 +601,38 @@ def test_backend_native_requeue_counts_each_execution_against_the_budget() -> No
     assert sim.job.budget_used == (2, 0)
 
 
+def test_native_requeues_and_the_final_end_seen_in_one_look_never_overspend() -> None:
+    """"a rule with budget left: the job is recovering ...; a spent budget: the job is
+    failed": executions the backend ran again and the object's final end, all first seen
+    in one look, spend the budget once each and never past it."""
+    sim = Sim([rule([K.PREEMPTED], Action.RESUBMIT, 1)], declarations=SLURM)
+    running_first(sim)
+    d = sim.tick([_requeued([(0, K.PREEMPTED), (1, K.PREEMPTED)], State.FAILED,
+                            K.PREEMPTED)])
+    assert sim.job.budget_used == (1,)
+    assert sim.job.outcome is not None and sim.job.outcome.state is State.FAILED
+    assert not only(d, Submit)
+    assert "budget spent (1/1)" in sim.job.escalations[0].message
+
+
+def test_object_stopped_past_a_native_budget_ends_the_job_once_it_ended() -> None:
+    """"past the budget the object is stopped" and then "a spent budget: the job is
+    failed": also when the backend shows no new execution for the stopped object (its last
+    execution was already recorded as run again)."""
+    sim = Sim([rule([K.PREEMPTED], Action.REQUEUE, 1)], declarations=SLURM)
+    running_first(sim)
+    sim.tick([_requeued([(0, K.PREEMPTED)], State.PENDING)])
+    d = sim.tick([_requeued([(0, K.PREEMPTED), (1, K.PREEMPTED)], State.PENDING)])
+    assert kinds_of(d) == ["RecordEnd", "Stop"]
+    gone = _requeued([(0, K.PREEMPTED), (1, K.PREEMPTED)], State.CANCELLED, K.CANCELLED)
+    d = sim.tick([gone])
+    assert kinds_of(d) == ["RecordEnd", "Commit", "Escalate"], d
+    assert sim.job.outcome is not None and sim.job.outcome.state is State.FAILED
+    assert sim.job.outcome.cause.kind is K.PREEMPTED
+    assert sim.tick([gone]) == []
+    assert sim.status([gone]).state is State.FAILED
+
+
 # --- Where the state comes from ------------------------------------------------------------
 
 
@@ -682,6 +716,42 @@ def test_fenced_execution_past_its_budget_fails_with_node_lost() -> None:
     sim.later(3600)
     d = sim.tick([obj(1, State.RUNNING, K.NODE_LOST, lost_since=T0)])
     assert kinds_of(d) == ["Stop"]
+
+
+@pytest.mark.parametrize("path", ["hold-released", "verdict-recorded-apart"])
+def test_replacement_after_a_fence_is_gated_even_when_the_scheduler_cannot_be_asked(
+        path: str) -> None:
+    """"A replacement may be started, but its gate isn't opened until the scheduler shows
+    the old object ended": a replacement submitted while the scheduler cannot be asked (no
+    discovery) after a fence must be gated, since nothing showed the old object ended."""
+    rules = [rule([K.NODE_LOST], Action.HOLD)] if path == "hold-released" else [
+        PREEMPT_OR_LOST]
+    sim = Sim(rules, declarations=Declarations(backend="kubeflow",
+                                               node_loss_window=timedelta(0)))
+    running_first(sim)
+    stuck = obj(1, State.RUNNING, K.NODE_LOST, lost_since=T0)
+    if path == "hold-released":
+        sim.tick([stuck])
+        assert sim.job.hold is not None
+        sim.inject(ev.HoldReleased, actor="alice", resubmit=True)
+    else:
+        # The fence's end was recorded, the verdict not yet (a crash between two appends).
+        d = decide_now(sim, [stuck])
+        sim.append(to_events([x for x in d if isinstance(x, Stop | RecordEnd)], sim.job,
+                             sim.now))
+        assert sim.job.awaiting is not None
+    d = sim.tick(None)
+    subs = only(d, Submit)
+    assert len(subs) == 1 and subs[0].gated is True, d
+    # The old object still runs: no gate opened; once it ended, the gate opens.
+    sim.tick([stuck, obj(2, State.HELD, K.HELD, gated=True)])
+    assert not only(sim.tick([stuck, obj(2, State.HELD, K.HELD, gated=True)]), OpenGate)
+    d = sim.tick([ended(1, K.CANCELLED), obj(2, State.HELD, K.HELD, gated=True)])
+    assert only(d, OpenGate) == [OpenGate(submission=2, ref="r2")]
+
+
+def decide_now(sim: Sim, objects: list) -> list:
+    return decide(sim.job, sim.discovery(objects), sim.plan, sim.now)
 
 
 # --- Without a record ----------------------------------------------------------------------
@@ -834,6 +904,21 @@ def test_person_cancel_while_running_cancels_the_object_then_commits_cancelled()
     assert (commit.cause.kind, commit.cause.provenance, commit.cause.actor) == (
         K.CANCELLED, Provenance.ACTOR, "alice")
     assert sim.job.budget_used == (0,) and sim.job.escalations == ()
+
+
+def test_person_cancel_is_not_committed_while_the_object_is_missing_from_an_incomplete_look(
+        ) -> None:
+    """A person's cancel "commits cancelled once it ended": an object missing from an
+    incomplete look has not been seen ended (Discovery.complete False), so nothing is
+    committed until a complete look shows it."""
+    sim = Sim([PREEMPT_OR_LOST])
+    running_first(sim)
+    sim.inject(ev.CancelRequested, actor="alice")
+    assert sim.tick([], complete=False) == []
+    assert sim.job.outcome is None
+    assert sim.tick([obj(1, State.RUNNING)]) == [CancelObject(ref="r1")]
+    sim.tick([ended(1, K.CANCELLED)])
+    assert sim.job.outcome is not None and sim.job.outcome.state is State.CANCELLED
 
 
 def test_person_cancel_racing_a_preemption_is_still_cancelled() -> None:
