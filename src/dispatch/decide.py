@@ -353,13 +353,19 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
 
     out.extend(_segment_decisions(job, objs, fenced, bound_now))
 
-    any_alive = any(o.alive for r0, o in by_ref.items()
-                    if any(ref_of(s) == r0 for s in job.submissions))
-    if discovery is None:
-        # Not asked: an object not known to have ended may still run (a fenced or stopped
-        # one, or one never seen ending), so a replacement goes in gated (S11, R3).
-        any_alive = any(s.ref is not None and (not s.ended or s.stop_cause is not None)
-                        for s in job.submissions)
+    def maybe_alive(s: Submission) -> bool:
+        r0 = ref_of(s)
+        if r0 is None:
+            return False
+        seen = by_ref.get(r0)
+        if seen is not None:
+            return seen.alive
+        # Not in this look (not asked, or an incomplete look): an object not known to have
+        # ended may still run (a fenced or stopped one), so a replacement goes in gated
+        # (S11, R3).
+        return not s.ended or s.stop_cause is not None
+
+    any_alive = any(maybe_alive(s) for s in job.submissions)
     cur = job.current
     next_number = len(job.submissions) + 1
 
