@@ -526,6 +526,37 @@ def test_a_gated_replacement_waiting_for_the_fence_is_recovering(
     assert sim.job.hold is None
 
 
+def test_a_job_the_scheduler_runs_again_stays_recovering_without_a_covering_rule() -> None:
+    """"recovering never goes back to pending": the scheduler requeued the object by itself
+    (no rule allows it, so it is being stopped); shown recovering while the object says so,
+    and still recovering in a look without it, or with no look."""
+    sim = Sim([rule([K.NON_ZERO_EXIT], Action.RESUBMIT, 1)])
+    running_first(sim)
+    requeued = _requeued([(0, K.PREEMPTED)], State.RECOVERING, K.REQUEUED)
+    d = sim.tick([requeued])
+    assert kinds_of(d) == ["RecordEnd", "Stop"]
+    assert sim.status([requeued]).state is State.RECOVERING
+    for view, complete in (([], False), (None, True), ([requeued], True)):
+        assert sim.status(view, complete=complete).state is State.RECOVERING
+
+
+def test_replacement_is_gated_while_a_fenced_object_is_missing_from_an_incomplete_look(
+        ) -> None:
+    """"A replacement may be started, but its gate isn't opened until the scheduler shows
+    the old object ended": the fenced first object still runs; when the (gated) second
+    submission ends and a third is submitted on a look that misses the first, the third is
+    gated too."""
+    sim = Sim([PREEMPT_OR_LOST], declarations=Declarations(backend="kubeflow",
+                                                           node_loss_window=timedelta(0)))
+    running_first(sim)
+    stuck = obj(1, State.RUNNING, K.NODE_LOST, lost_since=T0)
+    assert only(sim.tick([stuck]), Submit)[0].gated
+    sim.tick([stuck, obj(2, State.HELD, K.HELD, gated=True)])
+    d = sim.tick([ended(2, K.PREEMPTED)], complete=False)
+    third = only(d, Submit)
+    assert len(third) == 1 and third[0].submission == 3 and third[0].gated is True
+
+
 # --- restart and requeue -------------------------------------------------------------------
 
 
@@ -973,3 +1004,91 @@ def test_decide_without_discovery_makes_no_transition_that_needs_the_scheduler(
     assert sim.job.outcome == before.outcome
     assert sim.job.submissions == before.submissions
 
+
+
+# --- Pure functions with the time passed in ------------------------------------------------
+
+CORE_MODULES = ("model", "policy", "spec", "events", "codec", "record", "decide", "status")
+
+
+def _drive_everything() -> None:
+    """A scripted life touching every core path: fence, gate, native requeue, hold, cancel,
+    duplicates, retry after the lease, projection with and without a record."""
+    sim = Sim([PREEMPT_OR_LOST, rule([K.UNKNOWN], Action.HOLD)],
+              declarations=Declarations(backend="slurm", native_actions=frozenset(
+                  {Action.REQUEUE}), node_loss_window=timedelta(seconds=5)))
+    sim.tick([])
+    sim.tick([], at=sim.now + timedelta(minutes=5))
+    sim.tick([obj(1, State.RUNNING), obj(1, State.RUNNING, ref="dup")])
+    stuck = obj(1, State.RUNNING, K.NODE_LOST, lost_since=sim.now)
+    sim.tick([stuck], at=sim.now + timedelta(seconds=10))
+    sim.tick([stuck, obj(2, State.HELD, K.HELD, gated=True)])
+    sim.tick([ended(1, K.CANCELLED), obj(2, State.HELD, K.HELD, gated=True)])
+    sim.tick([ended(1, K.CANCELLED), _requeued([(0, K.PREEMPTED), (1, None)], State.RUNNING)])
+    sim.tick(None)
+    sim.tick([ended(1, K.CANCELLED), ended(2, K.UNKNOWN, "weird")])
+    sim.status([ended(2, K.UNKNOWN)])
+    sim.status(None)
+    sim.inject(ev.HoldReleased, actor="a", resubmit=True)
+    sim.tick([])
+    sim.inject(ev.CancelRequested, actor="a")
+    sim.tick([obj(3, State.RUNNING)])
+    sim.tick([ended(3, K.CANCELLED)])
+    fold(sim.record, sim.now)
+    sim.status([ended(3, K.CANCELLED)])
+    project_objects("j", "train", [obj(1, State.RUNNING)])
+    assert sim.job.outcome is not None and sim.job.outcome.state is State.CANCELLED
+
+
+def test_the_core_never_reads_a_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """"dispatch.Fold replays ... dispatch.Project combines ... Both are pure functions with
+    the time passed in, so the state can't drift between adapters or between the processes
+    reading it." Every clock raises while the core runs."""
+    import datetime as dt
+    import importlib
+    import time
+
+    _drive_everything()  # once with clocks, so lazily built codecs/types are ready
+
+    def no_clock(*_: object, **__: object) -> object:
+        raise AssertionError("the core read a clock")
+
+    class NoClock(dt.datetime):
+        now = classmethod(no_clock)  # type: ignore[assignment]
+        utcnow = classmethod(no_clock)  # type: ignore[assignment]
+        today = classmethod(no_clock)  # type: ignore[assignment]
+
+    class NoClockDate(dt.date):
+        today = classmethod(no_clock)  # type: ignore[assignment]
+
+    for name in CORE_MODULES:
+        mod = importlib.import_module(f"dispatch.{name}")
+        if getattr(mod, "datetime", None) is dt.datetime:
+            monkeypatch.setattr(mod, "datetime", NoClock)
+        if getattr(mod, "date", None) is dt.date:
+            monkeypatch.setattr(mod, "date", NoClockDate)
+    for fn in ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter",
+               "perf_counter_ns", "localtime", "gmtime"):
+        monkeypatch.setattr(time, fn, no_clock)
+    _drive_everything()
+    monkeypatch.undo()
+    with pytest.raises(AssertionError, match="read a clock"):  # the trap itself works
+        NoClock.now()
+
+
+def test_the_core_modules_name_no_clock() -> None:
+    """The same, read from the source: no now(), utcnow(), today() or time module calls."""
+    import ast
+    import importlib
+    import inspect
+
+    for name in CORE_MODULES:
+        tree = ast.parse(inspect.getsource(importlib.import_module(f"dispatch.{name}")))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute):
+                assert node.attr not in {"now", "utcnow", "today", "monotonic",
+                                         "perf_counter", "time_ns"}, (name, node.lineno)
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names]
+                module = getattr(node, "module", None) or ""
+                assert "time" not in names and module != "time", (name, node.lineno)
