@@ -8,7 +8,7 @@ build every model type and every record event, for round-trip and fold propertie
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import msgspec
@@ -130,7 +130,8 @@ def kinds_of(decisions: Iterable[Decision]) -> list[str]:
 # --- strategies --------------------------------------------------------------------------
 
 datetimes = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1),
-                         timezones=st.just(UTC))
+                         timezones=st.sampled_from([UTC, timezone(timedelta(hours=2)),
+                                                    timezone(timedelta(hours=-5))]))
 small_text = st.text(max_size=20)
 words = st.text(alphabet="abcdefghijklmnopqrstuvwxyz-_ .:/0123456789", max_size=30)
 ints = st.integers(min_value=-(2**31), max_value=2**31)
@@ -156,7 +157,7 @@ executions = st.builds(
 object_reports = st.builds(
     ObjectReport, ref=small_text, token=st.none() | small_text, state=states, cause=causes,
     executions=st.lists(executions, max_size=3).map(tuple), nodes=node_names,
-    lost_since=st.none() | datetimes, gated=st.booleans(),
+    lost_since=st.none() | datetimes, gated=st.booleans(), unhealthy_nodes=node_names,
 )
 discoveries = st.builds(Discovery, at=datetimes,
                         objects=st.lists(object_reports, max_size=3).map(tuple),
