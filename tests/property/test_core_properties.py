@@ -64,8 +64,11 @@ from dispatch.record import Job, advance, fold
 from dispatch.status import project
 
 K = CauseKind
-# CORE_EXAMPLES=5000 for a deep run; the default keeps the suite fast.
-SETTINGS = settings(max_examples=int(os.environ.get("CORE_EXAMPLES", "150")), deadline=None,
+
+
+def examples(default: int) -> settings:
+    """CORE_EXAMPLES=5000 for a deep run; the defaults keep the suite fast."""
+    return settings(max_examples=int(os.environ.get("CORE_EXAMPLES", default)), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 # --- policies and declarations --------------------------------------------------------------
@@ -409,7 +412,7 @@ def act(data: st.DataObject, sim: Sim, world: World, decisions: list[Decision]) 
                 sim.inject(ev.GateOpened, submission=d.submission, ref=d.ref)
 
 
-@SETTINGS
+@examples(200)
 @given(data=st.data(), policy=policies, decl=declarations, ticks=st.integers(10, 40))
 def test_world_ticks_keep_every_invariant(data: st.DataObject, policy: RecoveryPolicy,
                                           decl: Declarations, ticks: int) -> None:
@@ -464,8 +467,8 @@ def chaotic_look(draw: st.DrawFn, job: Job, now: datetime) -> Discovery | None:
                      complete=draw(st.booleans()))
 
 
-@SETTINGS
-@given(data=st.data(), policy=policies, decl=declarations, ticks=st.integers(1, 25))
+@examples(60)
+@given(data=st.data(), policy=policies, decl=declarations, ticks=st.integers(1, 15))
 def test_chaotic_looks_keep_the_record_invariants(data: st.DataObject, policy: RecoveryPolicy,
                                                   decl: Declarations, ticks: int) -> None:
     """Whatever the scheduler says, however inconsistent: fold stays deterministic, the
@@ -486,7 +489,7 @@ def test_chaotic_looks_keep_the_record_invariants(data: st.DataObject, policy: R
 # --- fold on arbitrary records -------------------------------------------------------------
 
 
-@SETTINGS
+@examples(100)
 @given(policy=valid_policies(), extra=st.lists(later_event, max_size=25),
        cut=st.integers(0, 25))
 def test_fold_is_deterministic_on_any_record(policy: RecoveryPolicy, extra: list,
@@ -515,10 +518,10 @@ def budgets_ok_or_counted(job: Job, record: list) -> None:
     assert list(job.budget_used) == counted
 
 
-@SETTINGS
+@examples(60)
 @given(data=st.data(), policy=policies, decl=declarations,
        state=st.sampled_from([State.SUCCEEDED, State.FAILED, State.CANCELLED]),
-       extra=st.lists(later_event, max_size=30))
+       extra=st.lists(later_event, max_size=15))
 def test_a_committed_outcome_never_changes_whatever_events_follow(
         data: st.DataObject, policy: RecoveryPolicy, decl: Declarations, state: State,
         extra: list) -> None:
