@@ -67,13 +67,30 @@ def test_the_issues_policy_file_loads(tmp_path: Path) -> None:
 ])
 def test_malformed_policy_names_the_place(data: object, where: str, words: str) -> None:
     """Issue 2 item 8: a malformed policy (unknown cause or action, budget not an int,
-    unknown key) is a clear error naming the file and the place."""
-    with pytest.raises(SpecError) as err:
+    unknown key) is a clear error naming the file and the place. A bad rule is one of the
+    problems listed (every problem, not only the first); a file that is not a policy at all
+    is one SpecError."""
+    with pytest.raises((SpecError, PolicyError)) as err:
         parse_policy(data, "team/policy.yaml")
-    assert err.value.source == "team/policy.yaml"
-    assert err.value.where == where
-    assert words in err.value.message
-    assert str(err.value).startswith(f"team/policy.yaml: {where}: ")
+    if isinstance(err.value, SpecError):
+        assert err.value.source == "team/policy.yaml"
+        assert err.value.where == where
+        assert words in err.value.message
+        assert str(err.value).startswith(f"team/policy.yaml: {where}: ")
+    else:
+        assert err.value.where == "team/policy.yaml"
+        assert any(p.startswith(f"{where}: ") and words in p for p in err.value.problems), \
+            err.value.problems
+
+
+def test_every_malformed_rule_is_reported_not_only_the_first() -> None:
+    data = {"rules": [{"on": ["pre-empted"], "action": "resubmit", "budget": 1},
+                      {"on": ["node-lost"], "action": "retry", "budget": 1},
+                      {"on": ["unknown"], "action": "resubmit", "budget": 1}]}
+    with pytest.raises(PolicyError) as err:
+        parse_policy(data, "p.yaml")
+    assert [p.split(":")[0] for p in err.value.problems] == [
+        "rules[0].on[0]", "rules[1].action", "rules[2]"]
 
 
 def test_unknown_top_level_policy_key_is_named() -> None:
@@ -188,8 +205,12 @@ def test_a_full_spec_parses(tmp_path: Path) -> None:
                  "policy.rules[0].budget", "got `str`", id="policy-budget-str"),
 ])
 def test_malformed_spec_names_the_key(extra: dict, where: str, words: str) -> None:
-    with pytest.raises(SpecError) as err:
+    with pytest.raises((SpecError, PolicyError)) as err:
         parse_spec({**BASE, **extra}, "job.yaml")
+    if isinstance(err.value, PolicyError):  # a bad rule: one of every problem listed
+        assert err.value.where == "job.yaml"
+        assert any(p.startswith(f"{where}: ") and words in p for p in err.value.problems)
+        return
     assert err.value.source == "job.yaml"
     assert err.value.where == where
     assert words in err.value.message
