@@ -48,8 +48,10 @@ def squeue_state(ref: str) -> tuple[str, str]:
     return state, reason
 
 
-def sacct_has(word: str) -> Callable[[str], bool]:
-    return lambda ref: any(r["State"].startswith(word) for r in sb.sacct_rows(ref))
+def sacct_has(word: str, steps: bool = False) -> Callable[[str], bool]:
+    """Slurm recorded the word for the job (or, with steps, for one of its steps: an OOM
+    killed in the srun step shows on the step row; the job row says FAILED 1:0)."""
+    return lambda ref: any(r["State"].startswith(word) for r in sb.sacct_rows(ref, steps))
 
 
 def running(ref: str) -> bool:
@@ -109,7 +111,7 @@ def scenarios() -> list[Scenario]:
         Scenario("out-of-memory",
                  ["python3", "-c", "x = bytearray(400 * 1024 * 1024); import time; "
                   "time.sleep(5)"], {**small, "slurm": {"nodelist": "n3"}},
-                 "out-of-memory", ("OUT_OF_MEMORY",), sacct_has("OUT_OF_MEMORY")),
+                 "out-of-memory", ("OUT_OF_MEMORY",), sacct_has("OUT_OF_MEMORY", steps=True)),
         Scenario("exit code 3", ["bash", "-c", "exit 3"], {**small, "slurm": {"nodelist": "n3"}},
                  "non-zero-exit", ("FAILED",), sacct_has("FAILED")),
         Scenario("cancelled by a person", SLEEP, {**small, "slurm": {"nodelist": "n3"}},
@@ -167,6 +169,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--poll", type=float, default=2.0)
     ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--only", nargs="*", default=None,
+                    help="run only the scenarios whose name starts with these words")
     args = ap.parse_args()
     sb.cleanup("bench-cls-")
     work = Path(tempfile.mkdtemp(prefix="dispatch-bench-cls-"))
@@ -179,9 +183,11 @@ def main() -> None:
         st: Any = sb.SubmititStatus(work / "submitit")
     except Exception as err:  # noqa: BLE001
         st = f"not run: {type(err).__name__}: {err}"
-    scs = scenarios()
+    scs = [s for s in scenarios()
+           if args.only is None or any(s.name.startswith(w) for w in args.only)]
     for sc in scs:
-        sc.job_id = rig.add_job(f"bench-cls-{sc.name.split()[0]}", sc.command, **sc.spec)
+        # TorchX parses a job name as <role>-<replica id>: name ours the way it names its own.
+        sc.job_id = rig.add_job(f"bench-cls-{sc.name.split()[0]}-0", sc.command, **sc.spec)
     started = time.monotonic()
     try:
         while time.monotonic() - started < args.timeout and any(not s.observed for s in scs):

@@ -160,14 +160,14 @@ def slurm_version() -> str:
     return sh("sinfo", "--version").strip()
 
 
-def sacct_rows(ref: str) -> list[dict[str, str]]:
-    """Every execution of a job (sacct -D), the job rows only (not its steps)."""
+def sacct_rows(ref: str, steps: bool = False) -> list[dict[str, str]]:
+    """Every execution of a job (sacct -D): the job rows, and its step rows if asked."""
     fields = "JobID,State,ExitCode,Submit,Start,End"
     text = sh("sacct", "-P", "-D", "-n", "-j", ref, "-o", fields, check=False)
     rows = []
     for line in text.splitlines():
         parts = line.split("|")
-        if len(parts) == 6 and "." not in parts[0]:
+        if len(parts) == 6 and (steps or "." not in parts[0]):
             rows.append(dict(zip(fields.split(","), parts, strict=True)))
     return rows
 
