@@ -11,14 +11,19 @@ supervises them the way ``dispatch serve`` does (tick, then wait POLL seconds):
 - node-lost: ``sleep 600`` on n2; once running, ``scontrol update nodename=n2 state=down``.
 The end is the first job's sacct End (whole seconds, Slurm's clock); the replacement's
 submission is the record's SubmissionIntended time for submission 2 (dispatch's decision, the
-intent written before sbatch) and the new job's sacct Submit (sbatch accepted). Both are
-printed as seconds and as a ratio of POLL. Every job is named bench-react-... and cancelled.
+intent written before sbatch) and the new job's sacct Submit (sbatch accepted). sacct prints
+whole seconds (truncated), so End can read up to 1 s early: the bench also prints the time from
+its own trigger (sub-second, this clock; for preemption it includes Slurm scheduling the high
+job) to the intent. The trigger comes at a random moment of a poll interval, as a failure
+would. All are printed as seconds and as a ratio of POLL. Every job is named bench-react-...
+and cancelled.
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
+import random
 import statistics
 import sys
 import tempfile
@@ -48,19 +53,25 @@ def one_rep(rep: int, poll: float, work: Path, timeout: float) -> list[dict[str,
         "node-lost": rig.add_job(f"bench-react-node-{rep}", ["sleep", "600"], memory="100M",
                                  policy=POLICY, slurm={"nodelist": "n2"}),
     }
-    triggered: dict[str, bool] = {k: False for k in jobs}
+    triggered: dict[str, datetime] = {}
     done: dict[str, dict[str, Any]] = {}
     started = time.monotonic()
     try:
         while time.monotonic() - started < timeout and len(done) < len(jobs):
             rig.supervisor.tick()
+            wait = poll
             for kind, job_id in jobs.items():
                 if kind in done:
                     continue
                 job = fold(rig.store.read(job_id), datetime.now(UTC))
                 subs = job.submissions
-                if not triggered[kind]:
+                if kind not in triggered:
                     if subs and subs[0].ref and running(subs[0].ref):
+                        # At a random moment of the poll interval, as a failure would come:
+                        # right after a tick would measure the worst case every time.
+                        phase = random.uniform(0, wait)
+                        time.sleep(phase)
+                        wait -= phase
                         if kind == "preempted":
                             sb.sh("sbatch", "--parsable", f"--job-name=bench-react-high-{rep}",
                                   "--partition=high", "--exclusive", "--nodelist=n1",
@@ -69,7 +80,7 @@ def one_rep(rep: int, poll: float, work: Path, timeout: float) -> list[dict[str,
                         else:
                             sb.sh("scontrol", "update", "nodename=n2", "state=down",
                                   "reason=bench")
-                        triggered[kind] = True
+                        triggered[kind] = datetime.now(UTC)
                     continue
                 if len(subs) >= 2 and subs[1].ref:
                     first = sb.sacct_rows(subs[0].ref)
@@ -81,14 +92,14 @@ def one_rep(rep: int, poll: float, work: Path, timeout: float) -> list[dict[str,
                     if end is None or sub2 is None:
                         continue  # accounting lags a moment
                     done[kind] = {
-                        "kind": kind, "rep": rep, "end": end,
+                        "kind": kind, "rep": rep, "end": end, "trigger": triggered[kind],
                         "intended": subs[1].intended_at, "submit": sub2,
                         "first": subs[0].ref, "second": subs[1].ref,
                         "end_state": [r["State"] for r in first],
                     }
                     if kind == "node-lost":
                         sb.sh("scontrol", "update", "nodename=n2", "state=resume", check=False)
-            time.sleep(poll)
+            time.sleep(max(0.0, wait))
     finally:
         sb.sh("scontrol", "update", "nodename=n2", "state=resume", check=False)
         sb.cleanup("bench-react-")
@@ -120,23 +131,29 @@ def main() -> None:
           "are whole seconds, so each figure is +-1 s (+-{:.2f} poll intervals).".format(
               1 / args.poll))
     print()
-    print("| cause | rep | old job (sacct states) | new job | end -> intended (s) "
-          "| in polls | end -> sbatch Submit (s) | in polls |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| cause | rep | old job (sacct states) | new job | sacct End -> intended (s) "
+          "| in polls | sacct End -> sbatch Submit (s) | in polls "
+          "| our trigger -> intended (s) | in polls |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         a = (r["intended"] - r["end"]).total_seconds()
         b = (r["submit"] - r["end"]).total_seconds()
-        r["a"], r["b"] = a, b
+        c = (r["intended"] - r["trigger"]).total_seconds()
+        r["a"], r["b"], r["c"] = a, b, c
         print(f"| {r['kind']} | {r['rep']} | {r['first']} ({', '.join(r['end_state'])}) "
               f"| {r['second']} | {a:.1f} | {a / args.poll:.2f} | {b:.0f} | "
-              f"{b / args.poll:.2f} |")
+              f"{b / args.poll:.2f} | {c:.2f} | {c / args.poll:.2f} |")
     for kind in ("preempted", "node-lost"):
         sel = [r for r in rows if r["kind"] == kind]
         if sel:
-            print(f"| {kind} | mean of {len(sel)} | | | {statistics.fmean(r['a'] for r in sel):.1f}"
-                  f" | {statistics.fmean(r['a'] for r in sel) / args.poll:.2f} "
-                  f"| {statistics.fmean(r['b'] for r in sel):.1f} "
-                  f"| {statistics.fmean(r['b'] for r in sel) / args.poll:.2f} |")
+            m = {k: statistics.fmean(r[k] for r in sel) for k in "abc"}
+            print(f"| {kind} | mean of {len(sel)} | | | {m['a']:.1f} | {m['a'] / args.poll:.2f} "
+                  f"| {m['b']:.1f} | {m['b'] / args.poll:.2f} | {m['c']:.2f} "
+                  f"| {m['c'] / args.poll:.2f} |")
+            mx = {k: max(r[k] for r in sel) for k in "abc"}
+            print(f"| {kind} | max of {len(sel)} | | | {mx['a']:.1f} | {mx['a'] / args.poll:.2f} "
+                  f"| {mx['b']:.0f} | {mx['b'] / args.poll:.2f} | {mx['c']:.2f} "
+                  f"| {mx['c'] / args.poll:.2f} |")
     missing = args.reps * 2 - len(rows)
     if missing:
         print(f"\n{missing} measurement(s) did not complete within {args.timeout:g} s.")
