@@ -211,8 +211,11 @@ def _running_index(obj: ObjectReport) -> int:
 
 
 def verdict(job: Job, plan: Plan, cause: Cause, next_number: int, old_alive: bool,
-            now: datetime) -> list[Decision]:
-    """S6: what the plan says when the job's latest execution ended with ``cause``."""
+            now: datetime, used: Sequence[int] | None = None) -> list[Decision]:
+    """S6: what the plan says when the job's latest execution ended with ``cause``.
+    ``used``: the budget spent so far, including what this tick already spent (defaults
+    to the record's)."""
+    budget_used = job.budget_used if used is None else used
     kind = cause.kind
     if kind is CauseKind.NONE:
         return [Commit(state=State.SUCCEEDED, cause=cause)]
@@ -235,13 +238,13 @@ def verdict(job: Job, plan: Plan, cause: Cause, next_number: int, old_alive: boo
     if rule.enforced_by is Enforcer.BACKEND:
         return _fail(cause, f"the {plan.declarations.backend} backend ended the object although "
                             f"rules[{index}] asks it to {rule.action.value} on {kind.value}"
-                            f" (budget used {job.budget_used[index]}/{rule.budget})")
+                            f" (budget used {budget_used[index]}/{rule.budget})")
     if rule.action is Action.HOLD:
         return [PlaceHold(cause=cause)]
     budget = rule.budget or 0
-    used = job.budget_used[index]
-    if used >= budget:
-        return _fail(cause, f"rules[{index}] budget spent ({used}/{budget}) on {kind.value}")
+    spent = budget_used[index]
+    if spent >= budget:
+        return _fail(cause, f"rules[{index}] budget spent ({spent}/{budget}) on {kind.value}")
     return [
         StartRecovery(rule=index, action=rule.action, cause=cause),
         Submit(submission=next_number, token=token_for(job.id, next_number), gated=old_alive,
@@ -318,6 +321,7 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
             continue
         o = found
         recorded = set(s.executions_recorded)
+        closed = s.ended
         for index, cause, final in _ended_executions(o):
             if index in recorded:
                 continue
@@ -326,10 +330,24 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
             out.append(RecordEnd(submission=s.number, ref=r, execution=index, cause=cause,
                                  final=final and not s.ended))
             recorded.add(index)
-            if final and not s.ended and s.number == len(job.submissions):
-                awaiting = cause
+            if final and not s.ended:
+                closed = True
+                if s.number == len(job.submissions):
+                    awaiting = cause
             if not final:
                 out.extend(_native_recovery(job, plan, s, r, cause, native_used, now))
+        if o.ended and not closed:
+            # The object ended after its last execution was recorded as run again (a requeue
+            # we then stopped): no new execution carries the end, so record it on its own.
+            cause = o.cause
+            if s.stop_cause is not None and cause.kind is CauseKind.CANCELLED:
+                cause = s.stop_cause
+            index = max(recorded, default=-1) + 1
+            out.append(RecordEnd(submission=s.number, ref=r, execution=index, cause=cause,
+                                 final=True))
+            recorded.add(index)
+            if s.number == len(job.submissions):
+                awaiting = cause
         if (s.number == len(job.submissions) and not s.ended and o.state is State.RUNNING
                 and o.cause.kind is CauseKind.NODE_LOST and o.lost_since is not None
                 and now - o.lost_since >= plan.declarations.node_loss_window):
@@ -351,8 +369,19 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
 
     out.extend(_segment_decisions(job, objs, fenced, bound_now))
 
-    any_alive = any(o.alive for r0, o in by_ref.items()
-                    if any(ref_of(s) == r0 for s in job.submissions))
+    def maybe_alive(s: Submission) -> bool:
+        r0 = ref_of(s)
+        if r0 is None:
+            return False
+        seen = by_ref.get(r0)
+        if seen is not None:
+            return seen.alive
+        # Not in this look (not asked, or an incomplete look): an object not known to have
+        # ended may still run (a fenced or stopped one), so a replacement goes in gated
+        # (S11, R3).
+        return not s.ended or s.stop_cause is not None
+
+    any_alive = any(maybe_alive(s) for s in job.submissions)
     cur = job.current
     next_number = len(job.submissions) + 1
 
@@ -366,6 +395,10 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
                 alive_refs.append((s, r))
         if discovery is None:
             return out
+        if not discovery.complete and any(
+                ref_of(s) is not None and not s.ended and ref_of(s) not in by_ref
+                for s in job.submissions):
+            return out  # not seen ended: wait for a complete look
         if alive_refs:
             for s, r in alive_refs:
                 if _resend(s.cancel_sent_at, now, resend_after):
@@ -397,7 +430,8 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
         return out
 
     if awaiting is not None:
-        out.extend(verdict(job, plan, awaiting, next_number, any_alive or fenced_alive, now))
+        out.extend(verdict(job, plan, awaiting, next_number, any_alive or fenced_alive, now,
+                           used=native_used))
         return out
 
     if discovery is None:

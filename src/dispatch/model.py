@@ -68,7 +68,8 @@ class Level(StrEnum):
     OBJECT_ONLY = "object-only"
 
 
-class Cause(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Cause(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
+             forbid_unknown_fields=True):
     """Why: a kind, who said so, and the scheduler's own words kept verbatim."""
 
     kind: CauseKind
@@ -88,7 +89,8 @@ class SchedulerUnreachable(Exception):
         self.reason = reason
 
 
-class Execution(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Execution(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
+             forbid_unknown_fields=True):
     """One run of one scheduler object. A requeued Slurm job has several executions.
 
     ``index`` counts from 0 within the object. ``cause`` is set once the execution ended.
@@ -105,7 +107,8 @@ class Execution(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         return self.cause is not None
 
 
-class UnitHealth(msgspec.Struct, frozen=True, kw_only=True):
+class UnitHealth(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
+                 forbid_unknown_fields=True):
     """One allocation unit of an object and its nodes the scheduler marks unavailable.
 
     ``unit`` is the unit's Slurm name: the job id ("123") or array job and task ("123_4").
@@ -117,7 +120,8 @@ class UnitHealth(msgspec.Struct, frozen=True, kw_only=True):
     detail: str = ""
 
 
-class ObjectReport(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class ObjectReport(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
+             forbid_unknown_fields=True):
     """What a backend sees of one scheduler object (a Slurm job, a TrainJob, a local process group).
 
     ``state`` is the object's own state in the State vocabulary: an ended object is
@@ -203,7 +207,8 @@ class Discovery:
         return dict(self._by_job)
 
 
-class Transition(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Transition(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
+             forbid_unknown_fields=True):
     """One committed transition in a job's history (S10): never "running"."""
 
     at: datetime
@@ -213,14 +218,15 @@ class Transition(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     note: str = ""
 
 
-class Escalation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Escalation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
+             forbid_unknown_fields=True):
     at: datetime
     message: str
     cause: Cause | None = None
     seq: int = 0
 
 
-class Status(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=False):
+class Status(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """What a caller reads about a job."""
 
     job: str

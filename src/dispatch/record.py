@@ -227,6 +227,8 @@ class _Builder:
                     self.awaiting = e.cause
             else:
                 s = replace(s, executions_recorded=recorded)
+            if not e.final and self.outcome is None:
+                self.recovered = True  # the scheduler runs it again: taken back (S8)
             self._set(e.submission, s)
         elif isinstance(e, ev.RecoveryStarted):
             if self.outcome is not None:

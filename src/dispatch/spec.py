@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import yaml
 
-from dispatch.policy import PolicyError, RecoveryPolicy
+from dispatch.policy import PolicyError, RecoveryPolicy, Rule
 
 
 class SpecError(ValueError):
@@ -103,21 +103,53 @@ def _msgspec_where(err: msgspec.ValidationError) -> tuple[str, str]:
 
 
 def parse_policy(data: Any, source: str = "<policy>", prefix: str = "") -> RecoveryPolicy:
-    """Decode and validate a policy mapping; every problem is reported, with its place."""
+    """Decode and validate a policy mapping. Every problem is reported, with its place: each
+    rule is decoded on its own, so a bad word in rules[0] does not hide one in rules[1]."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise SpecError(source, prefix or "(top)", "a policy is a mapping with a 'rules' list")
+    rules = data.get("rules", [])
+    if not isinstance(rules, list):
+        try:
+            msgspec.convert(data, RecoveryPolicy, strict=True)
+        except msgspec.ValidationError as err:
+            where, message = _msgspec_where(err)
+            raise SpecError(source, _join(prefix, where), message) from None
+    problems: list[str] = []
+    decoded: list[Rule] = []
+    original: list[int] = []  # decoded rule j is rules[original[j]] in the file
+    if isinstance(rules, list):
+        for i, raw in enumerate(rules):
+            try:
+                decoded.append(msgspec.convert(raw, Rule, strict=True))
+                original.append(i)
+            except msgspec.ValidationError as err:
+                where, message = _msgspec_where(err)
+                problems.append(f"{_join(prefix, f'rules[{i}]' + _dot(where))}: {message}")
     try:
-        policy = msgspec.convert(data, RecoveryPolicy, strict=True)
+        policy = msgspec.convert({**data, "rules": []}, RecoveryPolicy, strict=True)
     except msgspec.ValidationError as err:
         where, message = _msgspec_where(err)
-        raise SpecError(source, _join(prefix, where), message) from None
-    problems = policy.problems()
+        if not problems:
+            raise SpecError(source, _join(prefix, where), message) from None
+        problems.insert(0, f"{_join(prefix, where)}: {message}")
+    policy = RecoveryPolicy(rules=tuple(decoded))
+
+    def renumber(problem: str) -> str:
+        return re.sub(r"rules\[(\d+)\]", lambda m: f"rules[{original[int(m.group(1))]}]",
+                      problem)
+
+    problems.extend(_join(prefix, renumber(p)) for p in policy.problems())
     if problems:
-        err2 = PolicyError([_join(prefix, p) for p in problems], where=source)
-        raise err2
+        raise PolicyError(problems, where=source)
     return policy
+
+
+def _dot(where: str) -> str:
+    if not where or where == "(top)":
+        return ""
+    return where if where.startswith("[") else f".{where}"
 
 
 def _join(prefix: str, where: str) -> str:

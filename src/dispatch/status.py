@@ -70,6 +70,10 @@ def _state(job: Job, discovery: Discovery | None, now: datetime) -> tuple[State,
             return State.RUNNING, obj.cause  # S11: inside the node-loss window
         return State.RUNNING, None
     if obj.state is State.HELD:
+        if obj.gated or (cur.gated and not cur.gate_opened):
+            # Held by our own gate (S11), not a hold a person resolves: still waiting to
+            # start, so recovering (S8).
+            return waiting, cur.cause if taken_back else None
         return State.HELD, obj.cause
     if obj.state is State.UNKNOWN:
         return State.UNKNOWN, obj.cause

@@ -207,15 +207,15 @@ def test_time_limit(cluster: Cluster) -> None:
 
 
 def test_calls_per_discover_for_many_jobs(cluster: Cluster) -> None:
-    """P2 on the real cluster: one squeue + one sinfo per look for N jobs, sacct only in a tick
-    where jobs ended."""
+    """P2 on the real cluster: one squeue per look for N jobs, one sinfo only while some of
+    them hold nodes, sacct only in a tick where jobs ended."""
     n = 20
     subs = [cluster.submit(("true",), gated=True) for _ in range(n)]
     tokens = {t for _, t in subs}
     b = cluster.new_backend()
     d = b.discover(tokens, ())
     assert len(d.objects) == n and all(o.state is S.HELD for o in d.objects)
-    assert dict(b.calls) == {"squeue": 1, "sinfo": 1}
+    assert dict(b.calls) == {"squeue": 1}  # held jobs hold no nodes: no node query
     slurm("scontrol", "release", *[r for r, _ in subs])
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -225,7 +225,7 @@ def test_calls_per_discover_for_many_jobs(cluster: Cluster) -> None:
         time.sleep(1)
     assert all(o.state is S.SUCCEEDED for o in d.objects), d.objects
     looks = b.calls["squeue"]
-    assert b.calls["sinfo"] == looks and b.calls["sacct"] <= looks
+    assert b.calls["sinfo"] <= looks and b.calls["sacct"] <= looks
     # Once accounting has confirmed every end, a look costs no sacct (bounded: slurmdbd may
     # lag squeue by a moment).
     steady = 0
