@@ -158,6 +158,7 @@ def status_json(s: Status, scheduler: str = "ok") -> dict[str, Any]:
         "supersedes": s.supersedes, "superseded_by": s.superseded_by,
         "submissions": s.submissions, "budget_used": s.budget_used, "objects": list(s.objects),
         "created_at": s.created_at.isoformat() if s.created_at else None,
+        "segments": list(s.segments),
         "scheduler": scheduler,
     }
 
@@ -467,6 +468,8 @@ def _print_status(s: Status, as_json: bool, unreachable: Sequence[str]) -> None:
               f"{', '.join(s.objects) or '-'}", markup=False)
     for x in s.escalations:
         out.print(f"  [red]escalation[/] {x.at:%Y-%m-%d %H:%M:%S} {x.message}")
+    for seg in s.segments:
+        out.print(f"  segment unavailable: {seg}", markup=False)
     if s.supersedes:
         out.print(f"  supersedes {s.supersedes}", markup=False)
     if s.superseded_by:

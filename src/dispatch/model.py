@@ -243,4 +243,5 @@ class Status(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     objects: tuple[str, ...] = ()
     settled: bool = False
     backend: str = ""
+    segments: tuple[str, ...] = ()  # published segment-health decisions: "job.task: reason"
     created_at: datetime | None = None
