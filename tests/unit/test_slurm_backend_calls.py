@@ -99,9 +99,13 @@ def many_jobs(n: int, ended: set[int]) -> str:
 
 
 def completed_rows(ids: set[int]) -> str:
-    lines = [HEADER] + [
-        f"{1000 + i}|{1000 + i}|COMPLETED|0:0|0:0|None|2026-11-30T11:33:45|"
-        f"2026-11-30T11:33:48|2026-11-30T11:40:00|n1|low|job{i}.1" for i in sorted(ids)]
+    """The allocation row and its batch step, as accounting writes a finished batch job."""
+    lines = [HEADER]
+    for i in sorted(ids):
+        lines.append(f"{1000 + i}|{1000 + i}|COMPLETED|0:0|0:0|None|2026-11-30T11:33:45|"
+                     f"2026-11-30T11:33:48|2026-11-30T11:40:00|n1|low|job{i}.1")
+        lines.append(f"{1000 + i}.batch|{1000 + i}.batch|COMPLETED|0:0||None|"
+                     f"2026-11-30T11:33:48|2026-11-30T11:33:48|2026-11-30T11:40:00|n1||")
     return "\n".join(lines) + "\n"
 
 

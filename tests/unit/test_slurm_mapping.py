@@ -346,3 +346,35 @@ def test_released_after_being_held() -> None:
 def test_missing_everywhere_is_ended_unknown() -> None:
     report = mapping.missing_report("999", "tok.1", NOW)
     assert report.ended and report.cause.kind is K.UNKNOWN and "999" in report.cause.detail
+
+
+def test_an_end_accounting_has_not_finished_writing_is_not_recorded_yet() -> None:
+    """The OOM of an srun step is only in the step row: while squeue says FAILED but
+    accounting lacks the steps, the object still counts as running (no end is recorded on
+    half the words); past the grace, squeue's word is used."""
+    jobs, groups = load("oom")
+    job = jobs["22"]
+    row_only = [(row, []) for row, _ in groups["22"]]  # the allocation row, no steps yet
+    end = datetime.fromtimestamp(1796038420, UTC)
+    soon = object_report(ref="22", token=None, job=job, groups=row_only,  # type: ignore[arg-type]
+                         nodes={}, lost_since=None, now=end + timedelta(seconds=5))
+    assert (soon.state, soon.cause.kind) == (S.RUNNING, K.NONE)
+    assert "waiting for accounting" in soon.cause.detail
+    written = object_report(ref="22", token=None, job=job,  # type: ignore[arg-type]
+                            groups=groups["22"], nodes={}, lost_since=None,
+                            now=end + timedelta(seconds=5))
+    assert (written.state, written.cause.kind) == (S.FAILED, K.OUT_OF_MEMORY)
+    late = object_report(ref="22", token=None, job=job, groups=row_only,  # type: ignore[arg-type]
+                         nodes={}, lost_since=None,
+                         now=end + mapping.ACCOUNTING_GRACE + timedelta(seconds=1))
+    assert late.state is S.FAILED  # squeue's word, once accounting is overdue
+
+
+def test_sig_oom_in_the_derived_exit_code_is_out_of_memory_before_the_step_rows() -> None:
+    """Slurm marks a step its cgroup OOM-killed with SIG_OOM (wait status 253, sacct 0:125);
+    squeue's derived_exit_code carries it before accounting has the step rows."""
+    jobs, _ = load("oom")
+    late = object_report(ref="22", token=None, job=jobs["22"], groups=[],  # type: ignore[arg-type]
+                         nodes={}, lost_since=None, now=NOW)
+    assert (late.state, late.cause.kind) == (S.FAILED, K.OUT_OF_MEMORY)
+    assert "DerivedExitCode=" in late.cause.detail

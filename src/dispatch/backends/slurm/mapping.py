@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import msgspec
 
@@ -39,6 +39,7 @@ class Signal(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = ""
     description: str = ""
     exit: ExitStatus | None = None
+    derived: ExitStatus | None = None  # the highest step exit (DerivedExitCode)
     restarts: int = 0
     nodes: str = ""
     steps: tuple[tuple[str, str, str], ...] = ()  # (step id, state, ExitCode) from sacct
@@ -110,6 +111,8 @@ def detail(sig: Signal, extra: str = "") -> str:
         parts.append(f"description={sig.description}")
     if sig.exit is not None and sig.exit.text:
         parts.append(f"ExitCode={sig.exit.text}")
+    if sig.derived is not None and (sig.derived.code or sig.derived.signal):
+        parts.append(f"DerivedExitCode={sig.derived.text}")
     if sig.restarts:
         parts.append(f"restarts={sig.restarts}")
     if sig.nodes:
@@ -128,7 +131,15 @@ def _cause(kind: CauseKind, sig: Signal, *, provenance: Provenance = Provenance.
                  exit_code=exit_code, at=sig.at)
 
 
+# Slurm's SIG_OOM (253 as a wait status; sacct prints 0:125): a step the cgroup OOM-killed.
+SIG_OOM_SIGNAL = 125
+
+
 def _step_oom(sig: Signal) -> bool:
+    """A step ran out of memory: its row says so, or the job's DerivedExitCode carries
+    SIG_OOM (squeue has it before accounting has written the step rows)."""
+    if sig.derived is not None and sig.derived.signal == SIG_OOM_SIGNAL:
+        return True
     return any(state.split(" ", 1)[0].upper() == "OUT_OF_MEMORY" for _, state, _ in sig.steps)
 
 
@@ -233,6 +244,7 @@ def signal_from_squeue(job: SqueueJob) -> Signal:
         reason=job.reason,
         description=job.description,
         exit=job.exit if ended else None,
+        derived=job.derived_exit if ended else None,
         restarts=job.restarts,
         nodes=job.nodes,
         at=job.end_time if ended else None,
@@ -257,6 +269,7 @@ def signal_from_sacct(row: SacctRow, steps: Sequence[SacctRow] = (), *,
         state=row.state,
         reason=row.reason if word == "PENDING" else "",
         exit=exit_,
+        derived=row.derived_exit,
         restarts=restarts,
         nodes=row.nodes if row.nodes != "None assigned" else "",
         steps=tuple((s.step or "", s.state, s.exit.text) for s in steps),
@@ -349,7 +362,8 @@ def object_report(*, ref: str, token: str | None, job: SqueueJob | None,
         sig = signal_from_squeue(job)
         state, cause = classify(sig, preempt_mode=preempt_mode, previous=previous)
         if state is State.RUNNING and job.state == "COMPLETING" and latest is not None \
-                and is_ended(latest[0].state_word) and _same_execution(latest[0], job):
+                and is_ended(latest[0].state_word) and _same_execution(latest[0], job) \
+                and _steps_settled(*latest):
             # Accounting already says how it ended: that is the answer, not "running".
             state, cause = classify(signal_from_sacct(latest[0], latest[1], restarts=job.restarts),
                                     preempt_mode=preempt_mode)
@@ -376,10 +390,13 @@ def object_report(*, ref: str, token: str | None, job: SqueueJob | None,
 
     if job is not None:  # squeue still shows it, ended
         if latest is not None and is_ended(latest[0].state_word) \
-                and _same_execution(latest[0], job):
+                and _same_execution(latest[0], job) and _steps_settled(*latest):
             sig = signal_from_sacct(latest[0], latest[1], squeue_exit=job.exit,
                                     restarts=job.restarts)
         else:
+            waiting = _awaiting_accounting(ref, token, job, execs, now)
+            if waiting is not None:
+                return waiting
             sig = signal_from_squeue(job)
         state, cause = classify(sig, preempt_mode=preempt_mode)
         return ObjectReport(ref=ref, token=token or job.comment or None, state=state,
@@ -396,6 +413,33 @@ def object_report(*, ref: str, token: str | None, job: SqueueJob | None,
                             cause=cause, executions=execs, nodes=_nodes(row.nodes))
 
     return missing_report(ref, token, now)
+
+
+# How long an end squeue shows may wait for accounting to say how it ended (the step rows carry
+# an srun step's OUT_OF_MEMORY; the job row only srun's exit). Past it, squeue's word is used.
+ACCOUNTING_GRACE = timedelta(seconds=60)
+
+
+def _steps_settled(row: SacctRow, steps: Sequence[SacctRow]) -> bool:
+    """Accounting has written the whole end: a job that started has its batch step, and no
+    step is still open."""
+    if row.start is not None and not any(s.step == "batch" for s in steps):
+        return False
+    return all(is_ended(s.state_word) for s in steps)
+
+
+def _awaiting_accounting(ref: str, token: str | None, job: SqueueJob,
+                         execs: tuple[Execution, ...], now: datetime) -> ObjectReport | None:
+    """squeue says the job ended, accounting has not said how yet: within the grace the
+    object still counts as running (like COMPLETING), so no end is recorded on half the
+    words. None once the grace has passed."""
+    if job.end_time is not None and now - job.end_time >= ACCOUNTING_GRACE:
+        return None
+    return ObjectReport(
+        ref=ref, token=token or job.comment or None, state=State.RUNNING,
+        cause=Cause(kind=CauseKind.NONE,
+                    detail=f"{job.state} per squeue; waiting for accounting to say how it ended"),
+        executions=execs, nodes=_nodes(job.nodes))
 
 
 def _same_execution(row: SacctRow, job: SqueueJob) -> bool:
