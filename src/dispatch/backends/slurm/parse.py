@@ -287,17 +287,24 @@ def _errors(doc: dict[str, Any]) -> list[str]:
 # ---------------------------------------------------------------------------------- squeue
 
 
-def parse_squeue_json(text: str | bytes) -> SqueueSnapshot:
-    tool = "squeue --json"
+def _document_list(tool: str, text: str | bytes, key: str) -> tuple[dict[str, Any], list[Any]]:
+    """A tool's JSON document and its list under ``key``; the tool's own errors (e.g. a
+    controller it cannot reach, with exit 0) are SlurmQueryError, never an empty answer."""
     doc = _decode_json(tool, text)
     if not isinstance(doc, dict):
         raise SlurmOutputError(tool, "(top)", "expected a JSON object")
     errors = _errors(doc)
     if errors:
         raise SlurmQueryError(tool, "; ".join(errors))
-    jobs_raw = _field(tool, doc, "jobs", "(top)")
-    if not isinstance(jobs_raw, list):
-        raise SlurmOutputError(tool, "jobs", "expected a list")
+    items = _field(tool, doc, key, "(top)")
+    if not isinstance(items, list):
+        raise SlurmOutputError(tool, key, "expected a list")
+    return doc, items
+
+
+def parse_squeue_json(text: str | bytes) -> SqueueSnapshot:
+    tool = "squeue --json"
+    doc, jobs_raw = _document_list(tool, text, "jobs")
     return SqueueSnapshot(release=_release(tool, doc),
                           jobs=tuple(_squeue_job(tool, j, f"jobs[{i}]")
                                      for i, j in enumerate(jobs_raw)))
@@ -439,15 +446,7 @@ def group_sacct(rows: tuple[SacctRow, ...]) -> dict[str, list[tuple[SacctRow, li
 
 def parse_sinfo_json(text: str | bytes) -> tuple[NodeInfo, ...]:
     tool = "sinfo --json"
-    doc = _decode_json(tool, text)
-    if not isinstance(doc, dict):
-        raise SlurmOutputError(tool, "(top)", "expected a JSON object")
-    errors = _errors(doc)
-    if errors:
-        raise SlurmQueryError(tool, "; ".join(errors))
-    nodes_raw = _field(tool, doc, "nodes", "(top)")
-    if not isinstance(nodes_raw, list):
-        raise SlurmOutputError(tool, "nodes", "expected a list")
+    _doc, nodes_raw = _document_list(tool, text, "nodes")
     return tuple(_node(tool, n, f"nodes[{i}]") for i, n in enumerate(nodes_raw))
 
 
