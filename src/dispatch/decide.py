@@ -185,7 +185,9 @@ def _words(detail: str) -> str:
 
 def _unit_words(unit: str) -> str:
     job_id, task_id = allocation_unit(unit)
-    return f"object {unit}" if job_id == task_id else f"array job {job_id} task {task_id}"
+    # An array task is named by its ref ("1_1"), never by equal ids: array job 1's task 1
+    # has job id == task id too.
+    return f"array job {job_id} task {task_id}" if "_" in unit else f"object {unit}"
 
 
 def _ended_executions(obj: ObjectReport) -> list[tuple[int, Cause, bool]]:

@@ -149,3 +149,8 @@ def test_fence_on_an_array_publishes_the_tasks_with_lost_nodes() -> None:
                    lost_since=T0, unhealthy_units=(unit("4242_1", "n3"),))
     past = decide_now(job, lost, T0 + timedelta(seconds=61))
     assert pubs_of(past) == [("4242", "1", ("n3",), "node-lost-fence")]
+
+
+def test_array_task_words_even_when_the_array_job_id_equals_the_task_id() -> None:
+    assert dc._unit_words("1_1") == "array job 1 task 1"
+    assert dc._unit_words("1") == "object 1"
