@@ -69,18 +69,22 @@ class Supervisor:
         self.resend_after = resend_after
         self.on_decision = on_decision
         self.stopping = threading.Event()
+        # Finished jobs of ours that may still have a live object (a stop asked for in the
+        # tick that committed the outcome): ticked until the scheduler shows none alive.
+        self.chasing: set[str] = set()
 
     # ---- one tick -------------------------------------------------------------------
     def tick(self, job_ids: Sequence[str] | None = None) -> TickReport:
         report = TickReport()
         if job_ids is None:
             job_ids = [row.job_id for row in self.store.list_jobs(live_only=True)]
+        job_ids = list(dict.fromkeys([*job_ids, *self.chasing]))
         if not job_ids:
             return report
-        records = self.store.read_many(list(job_ids))
+        records = self.store.read_many(job_ids)
         now = self.clock()
         jobs = [fold(records[j], now) for j in job_ids if j in records]
-        jobs = [j for j in jobs if not j.terminal]
+        jobs = [j for j in jobs if not j.terminal or j.id in self.chasing]
         report.jobs = len(jobs)
         by_backend: dict[str, list[Job]] = {}
         for job in jobs:
@@ -112,6 +116,9 @@ class Supervisor:
 
     def _step(self, job: Job, backend: Backend, discovery: Discovery | None,
               report: TickReport, attempts: int = 3) -> None:
+        if job.terminal and discovery is not None and not _any_alive(job, discovery):
+            self.chasing.discard(job.id)  # the scheduler shows nothing of it alive: done
+            return
         for _ in range(attempts):
             now = self.clock()
             decisions = dc.decide(job, discovery, plan_of(job), now,
@@ -130,6 +137,10 @@ class Supervisor:
                 continue
             report.decisions += len(decisions)
             report.appended += len(events)
+            if any(isinstance(d, dc.Commit) for d in decisions) and any(
+                    isinstance(d, (dc.Stop, dc.StopDuplicate, dc.CancelObject))
+                    for d in decisions):
+                self.chasing.add(job.id)  # make sure the stop lands even after the commit
             self._act(job, version, decisions, backend, report)
             return
 
@@ -225,3 +236,9 @@ def _gate_opened(d: dc.OpenGate) -> Callable[[int, datetime], ev.Event]:
     def make(seq: int, now: datetime) -> ev.Event:
         return ev.GateOpened(seq=seq, at=now, submission=d.submission, ref=d.ref)
     return make
+
+
+def _any_alive(job: Job, discovery: Discovery) -> bool:
+    refs = {s.ref for s in job.submissions if s.ref is not None}
+    return any(o.alive for o in discovery.of_job(job.id)) or any(
+        o.alive for r in refs if (o := discovery.get(r)) is not None)
