@@ -153,27 +153,29 @@ def utcnow() -> datetime:
 # ---------------------------------------------------------------- files
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``path`` so that a reader sees the old file or the whole new one, never a part."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+def _write_synced(tmp: Path, data: bytes) -> None:
+    """The whole of ``data`` in a fresh temp file, on disk before it is published."""
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, data)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``path`` so that a reader sees the old file or the whole new one, never a part."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    _write_synced(tmp, data)
     os.replace(tmp, path)
 
 
 def create_exclusive(path: Path, data: bytes) -> bool:
     """Publish ``path`` whole, only if it does not exist yet. False when another won."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{time.monotonic_ns()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _write_synced(tmp, data)
     try:
         os.link(tmp, path)
         return True
