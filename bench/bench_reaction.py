@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import slurm_bench as sb  # noqa: E402
 
-from dispatch.record import fold  # noqa: E402
+from dispatch.core.record import fold  # noqa: E402
 
 POLICY = {"rules": [{"on": ["preempted", "node-lost"], "action": "resubmit", "budget": 3}]}
 

@@ -24,11 +24,11 @@ if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
 from dispatch.backends.slurm.backend import SlurmBackend  # noqa: E402
+from dispatch.core.model import Discovery  # noqa: E402
+from dispatch.core.record import fold  # noqa: E402
+from dispatch.core.spec import parse_spec  # noqa: E402
+from dispatch.core.status import project  # noqa: E402
 from dispatch.jobs import create_job  # noqa: E402
-from dispatch.model import Discovery  # noqa: E402
-from dispatch.record import fold  # noqa: E402
-from dispatch.spec import parse_spec  # noqa: E402
-from dispatch.status import project  # noqa: E402
 from dispatch.stores.select import open_store  # noqa: E402
 from dispatch.supervisor import Supervisor  # noqa: E402
 

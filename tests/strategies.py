@@ -18,10 +18,10 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from dispatch import events as ev
-from dispatch.model import Cause, CauseKind, Provenance, State
-from dispatch.policy import Action, Declarations, Enforcer, RecoveryPolicy, Rule
-from dispatch.spec import JobSpec, SegmentHealthSpec
+from dispatch.core import events as ev
+from dispatch.core.model import Cause, CauseKind, Provenance, State
+from dispatch.core.policy import Action, Declarations, Enforcer, RecoveryPolicy, Rule
+from dispatch.core.spec import JobSpec, SegmentHealthSpec
 
 # Text that is fine in a record: any Unicode the codec round-trips (no lone surrogates).
 texts = st.text(max_size=40)

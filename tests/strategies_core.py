@@ -14,9 +14,9 @@ from typing import Any
 import msgspec
 from hypothesis import strategies as st
 
-from dispatch import events as ev
-from dispatch.decide import Decision, decide, to_events
-from dispatch.model import (
+from dispatch.core import events as ev
+from dispatch.core.decide import Decision, decide, to_events
+from dispatch.core.model import (
     Cause,
     CauseKind,
     Discovery,
@@ -31,10 +31,10 @@ from dispatch.model import (
     UnitHealth,
     token_for,
 )
-from dispatch.policy import Action, Declarations, Enforcer, Plan, RecoveryPolicy, Rule
-from dispatch.record import Job, advance, fold
-from dispatch.spec import JobSpec, SegmentHealthSpec
-from dispatch.status import project
+from dispatch.core.policy import Action, Declarations, Enforcer, Plan, RecoveryPolicy, Rule
+from dispatch.core.record import Job, advance, fold
+from dispatch.core.spec import JobSpec, SegmentHealthSpec
+from dispatch.core.status import project
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 JOB = "j"

@@ -1,6 +1,6 @@
 """dispatch: a state and the cause behind it for every training job, and recovery by cause."""
 
-from dispatch.model import (
+from dispatch.core.model import (
     Cause,
     CauseKind,
     Discovery,
@@ -12,7 +12,7 @@ from dispatch.model import (
     State,
     Status,
 )
-from dispatch.policy import Action, Declarations, Plan, PolicyError, RecoveryPolicy, Rule
+from dispatch.core.policy import Action, Declarations, Plan, PolicyError, RecoveryPolicy, Rule
 
 __all__ = [
     "Action",

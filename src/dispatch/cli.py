@@ -26,7 +26,19 @@ from rich.live import Live
 from rich.table import Table
 
 from dispatch.backends.registry import BackendCache, BackendConfigError, declarations_for
-from dispatch.codec import DecodeError, cause_json, to_builtins
+from dispatch.core.codec import DecodeError, cause_json, to_builtins
+from dispatch.core.model import (
+    Cause,
+    Discovery,
+    SchedulerUnreachable,
+    State,
+    Status,
+    token_for,
+)
+from dispatch.core.policy import Plan, PolicyError, RecoveryPolicy
+from dispatch.core.record import Job, RecordError, fold
+from dispatch.core.spec import SpecError
+from dispatch.core.status import project, project_objects
 from dispatch.jobs import (
     JobStateError,
     create_job,
@@ -36,19 +48,8 @@ from dispatch.jobs import (
     supersede,
     whoami,
 )
-from dispatch.model import (
-    Cause,
-    Discovery,
-    SchedulerUnreachable,
-    State,
-    Status,
-    token_for,
-)
 from dispatch.notify import Notifier
-from dispatch.policy import Plan, PolicyError, RecoveryPolicy
-from dispatch.record import Job, RecordError, fold
-from dispatch.spec import SpecError, load_policy, load_spec
-from dispatch.status import project, project_objects
+from dispatch.specfile import load_policy, load_spec
 from dispatch.stores.base import (
     AmbiguousName,
     ConflictError,
@@ -282,7 +283,7 @@ def _policy_from_file(file: Path) -> RecoveryPolicy:
     """A policy file, or a job spec whose policy: section is checked."""
     import yaml
 
-    from dispatch.spec import load_yaml_text
+    from dispatch.specfile import load_yaml_text
 
     try:
         data = load_yaml_text(file.read_text())
@@ -391,7 +392,7 @@ def run(spec_path: Path, poll: float, store_url: str | None, as_json: bool,
         sup.notifier.close()
         s, unreachable = statuses(store, [job_id], backends)
         if not as_json:
-            from dispatch.story import story
+            from dispatch.core.story import story
 
             for e, text in story(store.read(job_id)):
                 click.echo(f"{e.at:%H:%M:%S}  #{e.seq:<3} {text}")
@@ -550,7 +551,7 @@ def watch(interval: float, show_all: bool, store_url: str | None) -> None:
 @handle_errors
 def history(job: str, store_url: str | None, as_json: bool) -> None:
     """The job's story: every committed event with its time, cause and the scheduler's words."""
-    from dispatch.story import story
+    from dispatch.core.story import story
 
     with _store(store_url) as store:
         job_id = store.resolve(job)

@@ -11,14 +11,15 @@ import secrets
 from collections.abc import Callable
 from datetime import datetime
 
-from dispatch import events as ev
-from dispatch.policy import Declarations
-from dispatch.record import Job, fold
-from dispatch.spec import JobSpec
+from dispatch.core import events as ev
+from dispatch.core.policy import Declarations
+from dispatch.core.record import Job, fold
+from dispatch.core.spec import JobSpec
+from dispatch.errors import StateConflict
 from dispatch.stores.base import ConflictError, RecordStore, StoreError
 
 
-class JobStateError(ValueError):
+class JobStateError(StateConflict, ValueError):
     """The request does not fit the job's state (e.g. resubmit of a job that isn't held)."""
 
 

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from dispatch.codec import cause_json
-from dispatch.model import Cause
-from dispatch.record import Job
+from dispatch.core.codec import cause_json
+from dispatch.core.model import Cause
+from dispatch.core.record import Job
 
 log = logging.getLogger("dispatch.escalation")
 

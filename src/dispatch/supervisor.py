@@ -17,13 +17,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from dispatch import decide as dc
-from dispatch import events as ev
 from dispatch.backends.base import Backend, Submission, SubmitRejected
-from dispatch.model import Cause, CauseKind, Discovery, Provenance, SchedulerUnreachable
+from dispatch.core import decide as dc
+from dispatch.core import events as ev
+from dispatch.core.model import Cause, CauseKind, Discovery, Provenance, SchedulerUnreachable
+from dispatch.core.record import Job, fold
+from dispatch.core.status import plan_of
 from dispatch.notify import Notifier
-from dispatch.record import Job, fold
-from dispatch.status import plan_of
 from dispatch.stores.base import ConflictError, RecordStore, append_fact
 
 log = logging.getLogger("dispatch.supervisor")

@@ -29,11 +29,11 @@ from tests.conftest_pg import postgres_cluster, postgres_url  # noqa: F401  (fix
 from dispatch.backends.base import Submission
 from dispatch.backends.local import LocalBackend
 from dispatch.backends.registry import declarations_for
+from dispatch.core.model import State
+from dispatch.core.policy import Declarations
+from dispatch.core.record import Job, fold
+from dispatch.core.spec import parse_spec
 from dispatch.jobs import create_job
-from dispatch.model import State
-from dispatch.policy import Declarations
-from dispatch.record import Job, fold
-from dispatch.spec import parse_spec
 from dispatch.stores.select import open_store
 from dispatch.supervisor import Supervisor, utcnow
 

@@ -11,12 +11,12 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
-from dispatch import events as ev
 from dispatch.backends.registry import declarations_for
-from dispatch.model import Cause, CauseKind
+from dispatch.core import events as ev
+from dispatch.core.model import Cause, CauseKind
+from dispatch.core.record import fold
+from dispatch.core.spec import parse_spec
 from dispatch.notify import Notifier
-from dispatch.record import fold
-from dispatch.spec import parse_spec
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 JOB = fold([ev.JobCreated(seq=1, at=NOW, job_id="j1",

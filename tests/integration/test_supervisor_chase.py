@@ -10,10 +10,10 @@ from pathlib import Path
 
 from dispatch.backends.local import LocalBackend
 from dispatch.backends.registry import declarations_for
+from dispatch.core.model import CauseKind, SchedulerUnreachable, State
+from dispatch.core.record import fold
+from dispatch.core.spec import parse_spec
 from dispatch.jobs import create_job
-from dispatch.model import CauseKind, SchedulerUnreachable, State
-from dispatch.record import fold
-from dispatch.spec import parse_spec
 from dispatch.stores.select import open_store
 from dispatch.supervisor import Supervisor, utcnow
 

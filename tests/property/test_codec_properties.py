@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from tests.strategies_core import EVENT_STRATEGIES, MODEL_STRATEGIES, any_event
 
-from dispatch import events as ev
-from dispatch import model, policy, spec
-from dispatch.codec import DecodeError, decode, decode_event, encode, encode_event, to_builtins
+from dispatch.core import events as ev
+from dispatch.core import model, policy, spec
+from dispatch.core.codec import DecodeError, decode, decode_event, encode, encode_event, to_builtins
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from tests.strategies_core import JOB, T0, Sim, causes, executions, later_event, renumber
 
-from dispatch import events as ev
-from dispatch.decide import (
+from dispatch.core import events as ev
+from dispatch.core.decide import (
     ATTEMPT_LEASE,
     Bind,
     CancelObject,
@@ -41,7 +41,7 @@ from dispatch.decide import (
     decide,
     to_events,
 )
-from dispatch.model import (
+from dispatch.core.model import (
     Cause,
     CauseKind,
     Discovery,
@@ -50,7 +50,7 @@ from dispatch.model import (
     State,
     token_for,
 )
-from dispatch.policy import (
+from dispatch.core.policy import (
     BUDGETED_ACTIONS,
     ENDING_KINDS,
     SUPERVISOR_ACTIONS,
@@ -60,8 +60,8 @@ from dispatch.policy import (
     RecoveryPolicy,
     Rule,
 )
-from dispatch.record import Job, advance, fold
-from dispatch.status import project
+from dispatch.core.record import Job, advance, fold
+from dispatch.core.status import project
 
 K = CauseKind
 

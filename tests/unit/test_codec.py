@@ -7,10 +7,10 @@ import json
 import pytest
 from tests.strategies_core import T0
 
-from dispatch import events as ev
-from dispatch.codec import DecodeError, decode, decode_event, encode, encode_event, to_builtins
-from dispatch.model import Cause, CauseKind, ObjectReport, Provenance, State
-from dispatch.policy import Action, Declarations, RecoveryPolicy, Rule
+from dispatch.core import events as ev
+from dispatch.core.codec import DecodeError, decode, decode_event, encode, encode_event, to_builtins
+from dispatch.core.model import Cause, CauseKind, ObjectReport, Provenance, State
+from dispatch.core.policy import Action, Declarations, RecoveryPolicy, Rule
 
 K = CauseKind
 

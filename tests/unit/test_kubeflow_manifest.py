@@ -23,8 +23,8 @@ from dispatch.backends.kubeflow.manifest import (  # noqa: E402
     object_name,
     parse_section,
 )
-from dispatch.policy import Action  # noqa: E402
-from dispatch.spec import parse_spec  # noqa: E402
+from dispatch.core.policy import Action  # noqa: E402
+from dispatch.core.spec import parse_spec  # noqa: E402
 from kube_fake import schemas  # noqa: E402
 
 

@@ -23,7 +23,7 @@ from dispatch.backends.kubeflow.mapping import (  # noqa: E402
     report_gone,
     report_trainjob,
 )
-from dispatch.model import CauseKind, Provenance, State  # noqa: E402
+from dispatch.core.model import CauseKind, Provenance, State  # noqa: E402
 from kube_fake import schemas  # noqa: E402
 from kube_fake.trainer import T0, T1, builtin_cond, cond, node  # noqa: E402
 

@@ -21,7 +21,7 @@ from dispatch.backends.local_runner import (
     boot_id,
     read_proc_stat,
 )
-from dispatch.model import Cause, CauseKind, Execution, State
+from dispatch.core.model import Cause, CauseKind, Execution, State
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from tests.strategies_core import KUBEFLOW, LOCAL, SLURM, rule
 
-from dispatch.model import CauseKind
-from dispatch.policy import (
+from dispatch.core.model import CauseKind
+from dispatch.core.policy import (
     ENDING_KINDS,
     UNCOVERABLE,
     Action,

@@ -22,9 +22,9 @@ from tests.strategies_core import (
     rule,
 )
 
-from dispatch import events as ev
-from dispatch.codec import DecodeError, decode, decode_event, encode, encode_event
-from dispatch.decide import (
+from dispatch.core import events as ev
+from dispatch.core.codec import DecodeError, decode, decode_event, encode, encode_event
+from dispatch.core.decide import (
     ATTEMPT_LEASE,
     Bind,
     CancelObject,
@@ -39,7 +39,7 @@ from dispatch.decide import (
     decide,
     to_events,
 )
-from dispatch.model import (
+from dispatch.core.model import (
     Cause,
     CauseKind,
     Execution,
@@ -48,7 +48,7 @@ from dispatch.model import (
     SchedulerUnreachable,
     State,
 )
-from dispatch.policy import (
+from dispatch.core.policy import (
     Action,
     Declarations,
     Enforcer,
@@ -56,8 +56,8 @@ from dispatch.policy import (
     PolicyError,
     RecoveryPolicy,
 )
-from dispatch.record import fold
-from dispatch.status import project_objects
+from dispatch.core.record import fold
+from dispatch.core.status import project_objects
 
 K = CauseKind
 PREEMPT_OR_LOST = rule([K.PREEMPTED, K.NODE_LOST], Action.RESUBMIT, 3)
@@ -1062,7 +1062,7 @@ def test_the_core_never_reads_a_clock(monkeypatch: pytest.MonkeyPatch) -> None:
         today = classmethod(no_clock)  # type: ignore[assignment]
 
     for name in CORE_MODULES:
-        mod = importlib.import_module(f"dispatch.{name}")
+        mod = importlib.import_module(f"dispatch.core.{name}")
         if getattr(mod, "datetime", None) is dt.datetime:
             monkeypatch.setattr(mod, "datetime", NoClock)
         if getattr(mod, "date", None) is dt.date:
@@ -1083,7 +1083,7 @@ def test_the_core_modules_name_no_clock() -> None:
     import inspect
 
     for name in CORE_MODULES:
-        tree = ast.parse(inspect.getsource(importlib.import_module(f"dispatch.{name}")))
+        tree = ast.parse(inspect.getsource(importlib.import_module(f"dispatch.core.{name}")))
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute):
                 assert node.attr not in {"now", "utcnow", "today", "monotonic",

@@ -7,13 +7,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dispatch import decide as dc
-from dispatch import events as ev
-from dispatch.model import Cause, CauseKind, Discovery, ObjectReport, State, UnitHealth
-from dispatch.policy import Action, Declarations
-from dispatch.record import advance, fold
-from dispatch.spec import SpecError, parse_spec
-from dispatch.status import plan_of
+from dispatch.core import decide as dc
+from dispatch.core import events as ev
+from dispatch.core.model import Cause, CauseKind, Discovery, ObjectReport, State, UnitHealth
+from dispatch.core.policy import Action, Declarations
+from dispatch.core.record import advance, fold
+from dispatch.core.spec import SpecError, parse_spec
+from dispatch.core.status import plan_of
 
 T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)
 DECL = Declarations(backend="slurm", native_actions=frozenset({Action.REQUEUE}),

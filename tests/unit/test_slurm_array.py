@@ -30,10 +30,10 @@ from dispatch.backends.slurm.parse import (
     parse_sacct,
     parse_sacct_time,
 )
-from dispatch.model import Cause, Execution, ObjectReport, UnitHealth
-from dispatch.model import CauseKind as K
-from dispatch.model import State as S
-from dispatch.spec import JobSpec
+from dispatch.core.model import Cause, Execution, ObjectReport, UnitHealth
+from dispatch.core.model import CauseKind as K
+from dispatch.core.model import State as S
+from dispatch.core.spec import JobSpec
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -14,11 +14,11 @@ import pytest
 from dispatch.backends.base import Submission, SubmitRejected
 from dispatch.backends.slurm.backend import Result, SlurmBackend, SlurmCommandError
 from dispatch.backends.slurm.parse import SACCT_FIELDS
-from dispatch.model import CauseKind as K
-from dispatch.model import SchedulerUnreachable
-from dispatch.model import State as S
-from dispatch.policy import Action
-from dispatch.spec import JobSpec
+from dispatch.core.model import CauseKind as K
+from dispatch.core.model import SchedulerUnreachable
+from dispatch.core.model import State as S
+from dispatch.core.policy import Action
+from dispatch.core.spec import JobSpec
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

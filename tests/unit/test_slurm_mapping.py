@@ -20,9 +20,9 @@ from dispatch.backends.slurm.parse import (
     parse_squeue_json,
     wait_status,
 )
-from dispatch.model import CauseKind as K
-from dispatch.model import Provenance as P
-from dispatch.model import State as S
+from dispatch.core.model import CauseKind as K
+from dispatch.core.model import Provenance as P
+from dispatch.core.model import State as S
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

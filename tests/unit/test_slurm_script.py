@@ -21,8 +21,8 @@ from dispatch.backends.slurm.script import (
     time_option,
     wants_requeue,
 )
-from dispatch.policy import Action, RecoveryPolicy, Rule
-from dispatch.spec import JobSpec, SegmentHealthSpec, SpecError
+from dispatch.core.policy import Action, RecoveryPolicy, Rule
+from dispatch.core.spec import JobSpec, SegmentHealthSpec, SpecError
 
 HOSTILE = ["python", "-c", "print('hi'); import sys", "$(rm -rf /)", "a b", "`id`", "'\"",
            "; echo pwned", "--flag=$HOME", "*", "line\nbreak", "\\"]

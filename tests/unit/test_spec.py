@@ -6,18 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from dispatch.model import CauseKind
-from dispatch.policy import Action, PolicyError, RecoveryPolicy
-from dispatch.spec import (
+from dispatch.core.model import CauseKind
+from dispatch.core.policy import Action, PolicyError, RecoveryPolicy
+from dispatch.core.spec import (
     JobSpec,
     SpecError,
-    load_policy,
-    load_spec,
     parse_duration,
     parse_policy,
     parse_size,
     parse_spec,
 )
+from dispatch.specfile import load_policy, load_spec
 
 ISSUE_POLICY = """\
 rules:

@@ -11,9 +11,10 @@ from typing import Protocol
 
 import msgspec
 
-from dispatch.model import Discovery
-from dispatch.policy import Declarations
-from dispatch.spec import JobSpec
+from dispatch.core.model import Discovery
+from dispatch.core.policy import Declarations
+from dispatch.core.spec import JobSpec
+from dispatch.errors import BackendError
 
 
 class Submission(msgspec.Struct, frozen=True, kw_only=True):
@@ -26,7 +27,7 @@ class Submission(msgspec.Struct, frozen=True, kw_only=True):
     gated: bool = False
 
 
-class SubmitRejected(Exception):
+class SubmitRejected(BackendError):
     """The scheduler answered and refused the object (e.g. sbatch error). Carries its words."""
 
     def __init__(self, detail: str) -> None:

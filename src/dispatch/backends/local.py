@@ -70,7 +70,7 @@ from dispatch.backends.local_runner import (
     utcnow,
     write_atomic,
 )
-from dispatch.model import (
+from dispatch.core.model import (
     Cause,
     CauseKind,
     Discovery,
@@ -80,14 +80,15 @@ from dispatch.model import (
     SchedulerUnreachable,
     State,
 )
-from dispatch.policy import Declarations
+from dispatch.core.policy import Declarations
+from dispatch.errors import NotFound, StateConflict
 
 NO_SUCH_OBJECT = "no such local object"
 _REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 Injection = Literal["preempt", "lose-node"]
 
 
-class NoSuchObject(LookupError):
+class NoSuchObject(NotFound, LookupError):
     """A ref (or token, or job) that names no local object under this root."""
 
     def __init__(self, what: str, root: Path) -> None:
@@ -96,7 +97,7 @@ class NoSuchObject(LookupError):
         self.root = root
 
 
-class InjectError(ValueError):
+class InjectError(StateConflict, ValueError):
     """An injection that cannot be made (the object is not running, no such node, ...)."""
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import msgspec
 
-from dispatch.model import Cause, CauseKind, Execution, Provenance, State
+from dispatch.core.model import Cause, CauseKind, Execution, Provenance, State
 
 FORMAT = 1
 SUPERVISOR_ACTOR = "dispatch"

@@ -8,11 +8,12 @@ from datetime import timedelta
 from pathlib import Path
 
 from dispatch.backends.base import Backend
-from dispatch.policy import Declarations
-from dispatch.spec import parse_duration
+from dispatch.core.policy import Declarations
+from dispatch.core.spec import parse_duration
+from dispatch.errors import BackendError
 
 
-class BackendConfigError(ValueError):
+class BackendConfigError(BackendError, ValueError):
     pass
 
 

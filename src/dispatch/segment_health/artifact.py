@@ -14,6 +14,8 @@ import os
 import re
 from pathlib import Path
 
+from dispatch.errors import BadInput
+
 PREFIX = "segment_health_check"
 STATE_SUFFIX = "state"
 
@@ -25,7 +27,7 @@ _ID = re.compile(r"[0-9]+")
 _UNIT_NAME = re.compile(r"segment_health_check\.([0-9]+)\.([0-9]+)")
 
 
-class SegmentHealthError(Exception):
+class SegmentHealthError(BadInput):
     """Base of every error the segment health package raises on purpose."""
 
 

@@ -12,15 +12,16 @@ from datetime import datetime
 
 import click
 
-from dispatch import events as ev
-from dispatch.decide import allocation_unit
-from dispatch.record import Job, fold
+from dispatch.core import events as ev
+from dispatch.core.decide import allocation_unit
+from dispatch.core.record import Job, fold
+from dispatch.errors import BadInput
 from dispatch.segment_health.cli import segment
 from dispatch.segment_health.publisher import clear, list_decisions, make_decision, publish
 from dispatch.stores.base import RecordStore, append_fact
 
 
-class SegmentCommandError(ValueError):
+class SegmentCommandError(BadInput, ValueError):
     pass
 
 

@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
 
-from dispatch.events import Event, JobCreated, OutcomeCommitted
+from dispatch.core.events import Event, JobCreated, OutcomeCommitted
+from dispatch.errors import NotFound, StoreUnusable
 
 SCHEMA_VERSION = 1
 """The schema this build writes and reads. A store whose schema is newer is refused."""
 
 
-class StoreError(Exception):
+class StoreError(StoreUnusable):
     """The store cannot be opened or used (bad URL, unreachable database, I/O error)."""
 
 
@@ -62,7 +63,7 @@ class JobExists(StoreError):
         super().__init__(f"job already exists: {shown}")
 
 
-class JobNotFound(StoreError, LookupError):
+class JobNotFound(NotFound, LookupError):
     def __init__(self, what: str | Sequence[str]) -> None:
         names = (what,) if isinstance(what, str) else tuple(what)
         self.job_ids = names
@@ -70,7 +71,7 @@ class JobNotFound(StoreError, LookupError):
         super().__init__(f"no such job: {shown}")
 
 
-class AmbiguousName(StoreError, LookupError):
+class AmbiguousName(NotFound, LookupError):
     """A name that several jobs carry; use one of their ids."""
 
     def __init__(self, name: str, job_ids: Sequence[str]) -> None:

@@ -20,8 +20,8 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 
-from dispatch.codec import decode_event, encode_event
-from dispatch.events import Event, JobCreated
+from dispatch.core.codec import decode_event, encode_event
+from dispatch.core.events import Event, JobCreated
 from dispatch.stores.base import (
     SCHEMA_VERSION,
     AmbiguousName,

@@ -17,8 +17,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
-from dispatch.codec import decode_event, encode_event
-from dispatch.events import Event, JobCreated
+from dispatch.core.codec import decode_event, encode_event
+from dispatch.core.events import Event, JobCreated
 from dispatch.stores.base import (
     SCHEMA_VERSION,
     AmbiguousName,

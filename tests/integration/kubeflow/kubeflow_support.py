@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dispatch.backends.kubeflow import KubeflowBackend  # noqa: E402
 from dispatch.backends.kubeflow.informer import InformerSettings  # noqa: E402
-from dispatch.model import Discovery  # noqa: E402
+from dispatch.core.model import Discovery  # noqa: E402
 from kube_fake import FakeApiServer  # noqa: E402
 
 SETTLE_BOUND_S = 10.0  # a bound on waiting for watch events, never a timing assertion

@@ -16,7 +16,7 @@ from test_kubeflow_scenarios import NODES, fail, submit
 
 from dispatch.backends.kubeflow import KubeflowBackend
 from dispatch.backends.kubeflow.informer import InformerSettings
-from dispatch.model import CauseKind, SchedulerUnreachable, State
+from dispatch.core.model import CauseKind, SchedulerUnreachable, State
 from kube_fake import FakeApiServer
 from kube_fake import trainer as tr
 

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from kubeflow_support import Target
 
 from dispatch.backends.base import Submission
-from dispatch.model import CauseKind, Provenance, State
-from dispatch.spec import parse_spec
+from dispatch.core.model import CauseKind, Provenance, State
+from dispatch.core.spec import parse_spec
 
 
 def submission(target: Target, gated: bool = False, number: int = 0) -> Submission:

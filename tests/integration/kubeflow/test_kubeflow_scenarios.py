@@ -12,8 +12,8 @@ from kubeflow_support import Clock, make_backend
 
 from dispatch.backends.base import Submission, SubmitRejected
 from dispatch.backends.kubeflow import KubeflowBackend, ObjectGone
-from dispatch.model import CauseKind, ObjectReport, Provenance, SchedulerUnreachable, State
-from dispatch.spec import parse_spec
+from dispatch.core.model import CauseKind, ObjectReport, Provenance, SchedulerUnreachable, State
+from dispatch.core.spec import parse_spec
 from kube_fake import FakeApiServer
 from kube_fake import trainer as tr
 

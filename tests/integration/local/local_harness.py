@@ -13,8 +13,8 @@ import pytest
 
 from dispatch.backends.base import Submission
 from dispatch.backends.local import LocalBackend
-from dispatch.model import ObjectReport
-from dispatch.spec import JobSpec
+from dispatch.core.model import ObjectReport
+from dispatch.core.spec import JobSpec
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "local"
 PY = sys.executable

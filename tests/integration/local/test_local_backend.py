@@ -26,8 +26,8 @@ from local_harness import (
 from dispatch.backends.base import Submission
 from dispatch.backends.local import InjectError, LocalBackend, NoSuchObject
 from dispatch.backends.local_runner import RunnerInfo
-from dispatch.model import CauseKind, Provenance, State
-from dispatch.spec import JobSpec
+from dispatch.core.model import CauseKind, Provenance, State
+from dispatch.core.spec import JobSpec
 
 
 def test_all_nodes_exit_zero_is_succeeded(local: Local) -> None:

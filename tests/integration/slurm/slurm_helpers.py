@@ -11,8 +11,8 @@ from pathlib import Path
 
 from dispatch.backends.base import Submission
 from dispatch.backends.slurm.backend import SlurmBackend
-from dispatch.model import ObjectReport, token_for
-from dispatch.spec import JobSpec
+from dispatch.core.model import ObjectReport, token_for
+from dispatch.core.spec import JobSpec
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from slurm_helpers import TESTBED, Cluster, slurm, wait_nodes_idle
 
-from dispatch.model import CauseKind as K
-from dispatch.model import ObjectReport, SchedulerUnreachable
-from dispatch.model import Provenance as P
-from dispatch.model import State as S
-from dispatch.policy import Action, RecoveryPolicy, Rule
+from dispatch.core.model import CauseKind as K
+from dispatch.core.model import ObjectReport, SchedulerUnreachable
+from dispatch.core.model import Provenance as P
+from dispatch.core.model import State as S
+from dispatch.core.policy import Action, RecoveryPolicy, Rule
 
 pytestmark = pytest.mark.slurm
 

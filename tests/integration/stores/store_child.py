@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, overload
 
-from dispatch.events import EscalationRaised, Event
+from dispatch.core.events import EscalationRaised, Event
 from dispatch.stores.base import ConflictError
 from dispatch.stores.select import open_store
 

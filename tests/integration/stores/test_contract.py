@@ -33,11 +33,11 @@ from tests.strategies import (
     records_with_every_type,
 )
 
-from dispatch.codec import DecodeError
-from dispatch.events import EscalationRaised, Event, JobCreated, OutcomeCommitted
-from dispatch.model import Cause, CauseKind, State
-from dispatch.policy import Declarations
-from dispatch.spec import JobSpec
+from dispatch.core.codec import DecodeError
+from dispatch.core.events import EscalationRaised, Event, JobCreated, OutcomeCommitted
+from dispatch.core.model import Cause, CauseKind, State
+from dispatch.core.policy import Declarations
+from dispatch.core.spec import JobSpec
 from dispatch.stores.base import (
     SCHEMA_VERSION,
     AmbiguousName,

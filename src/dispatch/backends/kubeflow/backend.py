@@ -61,9 +61,10 @@ from dispatch.backends.kubeflow.mapping import (
     report_gone,
     report_trainjob,
 )
-from dispatch.model import CauseKind, Discovery, ObjectReport
-from dispatch.policy import Action, Declarations
-from dispatch.spec import JobSpec
+from dispatch.core.model import CauseKind, Discovery, ObjectReport
+from dispatch.core.policy import Action, Declarations
+from dispatch.core.spec import JobSpec
+from dispatch.errors import NotFound
 
 DEFAULT_NODE_LOSS_WINDOW = timedelta(minutes=5)
 MANAGED = ((MANAGED_LABEL, "true"),)
@@ -121,7 +122,7 @@ def _ungated(etype: str, obj: dict[str, Any]) -> bool:
     return etype == "DELETED" or not (obj.get("spec") or {}).get("suspend")
 
 
-class ObjectGone(LookupError):
+class ObjectGone(NotFound, LookupError):
     """The TrainJob a call named does not exist (any more)."""
 
 

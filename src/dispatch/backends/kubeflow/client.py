@@ -41,7 +41,8 @@ from lightkube.generic_resource import (
 )
 from lightkube.types import CascadeType, PatchType
 
-from dispatch.model import SchedulerUnreachable
+from dispatch.core.model import SchedulerUnreachable
+from dispatch.errors import BackendError
 
 BACKEND = "kubeflow"
 
@@ -73,7 +74,7 @@ Objects = list[dict[str, Any]]  # an alias: inside KubeClient ``list`` names the
 T = TypeVar("T")
 
 
-class ApiAnswer(Exception):
+class ApiAnswer(BackendError):
     """The API server answered and said no (404, 409, 422, 403...). Carries its words."""
 
     def __init__(self, code: int, reason: str, message: str) -> None:
@@ -83,7 +84,7 @@ class ApiAnswer(Exception):
         self.message = message
 
 
-class WatchExpired(Exception):
+class WatchExpired(BackendError):
     """410 Gone: the resourceVersion a watch asked for is older than the server keeps; the
     only way on is a fresh list."""
 

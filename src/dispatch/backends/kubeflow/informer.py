@@ -44,7 +44,7 @@ from dispatch.backends.kubeflow.client import (
     WatchExpired,
     WatchStream,
 )
-from dispatch.model import SchedulerUnreachable
+from dispatch.core.model import SchedulerUnreachable
 
 Predicate = Callable[[str, dict[str, Any]], bool]  # (event type, object) -> the write is seen
 

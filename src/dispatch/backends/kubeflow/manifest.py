@@ -27,6 +27,7 @@ import msgspec
 
 from dispatch.backends.base import Submission
 from dispatch.backends.kubeflow.mapping import GATE_ANNOTATION, MANAGED_LABEL, TOKEN_LABEL
+from dispatch.errors import BadInput
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 KIND = "TrainJob"
@@ -50,7 +51,7 @@ NAME_MAX = 40
 HASH_LEN = 10
 
 
-class KubeflowSpecError(ValueError):
+class KubeflowSpecError(BadInput, ValueError):
     """The spec's ``kubeflow:`` section (or the token) cannot make a TrainJob; names the key."""
 
     def __init__(self, where: str, message: str) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from dispatch.model import Cause, CauseKind, Execution, ObjectReport, Provenance, State
+from dispatch.core.model import Cause, CauseKind, Execution, ObjectReport, Provenance, State
 
 TOKEN_LABEL = "dispatch.io/token"
 MANAGED_LABEL = "dispatch.io/managed"

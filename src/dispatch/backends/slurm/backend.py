@@ -40,8 +40,9 @@ from dispatch.backends.slurm.parse import (
     parse_squeue_json,
 )
 from dispatch.backends.slurm.script import default_output_dir, render, script_path
-from dispatch.model import Discovery, ObjectReport, SchedulerUnreachable, State
-from dispatch.policy import Action, Declarations
+from dispatch.core.model import Discovery, ObjectReport, SchedulerUnreachable, State
+from dispatch.core.policy import Action, Declarations
+from dispatch.errors import BackendError
 
 NAME = "slurm"
 
@@ -94,7 +95,7 @@ def unreachable_words(text: str) -> bool:
     return any(w in low for w in UNREACHABLE_WORDS)
 
 
-class SlurmCommandError(Exception):
+class SlurmCommandError(BackendError):
     """scancel / scontrol refused (not an unreachable controller, not an ended job)."""
 
     def __init__(self, argv: Sequence[str], words: str) -> None:

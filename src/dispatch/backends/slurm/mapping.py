@@ -21,7 +21,7 @@ from dispatch.backends.slurm.parse import (
     SqueueJob,
     expand_nodelist,
 )
-from dispatch.model import (
+from dispatch.core.model import (
     Cause,
     CauseKind,
     Execution,

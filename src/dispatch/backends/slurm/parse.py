@@ -20,8 +20,10 @@ from typing import Any
 
 import msgspec
 
+from dispatch.errors import BackendError
 
-class SlurmOutputError(ValueError):
+
+class SlurmOutputError(BackendError, ValueError):
     """A Slurm tool printed something we cannot read. Names the tool and where."""
 
     def __init__(self, tool: str, where: str, message: str) -> None:
@@ -31,7 +33,7 @@ class SlurmOutputError(ValueError):
         super().__init__(f"{tool}: {where}: {message}" if where else f"{tool}: {message}")
 
 
-class SlurmQueryError(Exception):
+class SlurmQueryError(BackendError):
     """The tool answered with errors instead of data (e.g. squeue --json ``errors`` when it
     could not load jobs). Its words, verbatim."""
 

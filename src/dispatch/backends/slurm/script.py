@@ -48,7 +48,8 @@ from typing import Any
 
 from dispatch.backends.base import Submission
 from dispatch.backends.slurm.parse import expand_array_tasks
-from dispatch.policy import Action, Enforcer
+from dispatch.core.policy import Action, Enforcer
+from dispatch.core.spec import SpecError
 from dispatch.segment_health.launch import (
     Launcher,
     LaunchRequest,
@@ -56,7 +57,6 @@ from dispatch.segment_health.launch import (
     LaunchShapeError,
     launch_shape,
 )
-from dispatch.spec import SpecError
 
 # Options a spec may add through ``slurm.extra``. Everything dispatch itself sets (comment,
 # hold, requeue, output, job name, nodes, time, memory, partition, array, wrap, parsable) is

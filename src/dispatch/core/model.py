@@ -13,6 +13,8 @@ from functools import cached_property
 
 import msgspec
 
+from dispatch.errors import Unreachable
+
 
 class State(StrEnum):
     """A job's coarse state (S1). Also used for what a backend reports of one object."""
@@ -80,7 +82,7 @@ class Cause(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
     at: datetime | None = None
 
 
-class SchedulerUnreachable(Exception):
+class SchedulerUnreachable(Unreachable):
     """The scheduler could not be asked. Never a state: no transition is made on it (S3, R3)."""
 
     def __init__(self, backend: str, reason: str) -> None:

@@ -13,13 +13,14 @@ from datetime import datetime
 
 import msgspec
 
-from dispatch import events as ev
-from dispatch.model import Cause, CauseKind, Escalation, Provenance, State, Transition
-from dispatch.policy import Declarations
-from dispatch.spec import JobSpec
+from dispatch.core import events as ev
+from dispatch.core.model import Cause, CauseKind, Escalation, Provenance, State, Transition
+from dispatch.core.policy import Declarations
+from dispatch.core.spec import JobSpec
+from dispatch.errors import StoreUnusable
 
 
-class RecordError(ValueError):
+class RecordError(StoreUnusable, ValueError):
     """A record that cannot be folded (e.g. it does not start with JobCreated)."""
 
 

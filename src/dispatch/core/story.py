@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dispatch import events as ev
-from dispatch.model import Cause
+from dispatch.core import events as ev
+from dispatch.core.model import Cause
 
 
 def _cause(c: Cause | None) -> str:

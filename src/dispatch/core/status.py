@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from dispatch.decide import decide, to_events
-from dispatch.model import (
+from dispatch.core.decide import decide, to_events
+from dispatch.core.model import (
     Cause,
     CauseKind,
     Discovery,
@@ -21,8 +21,8 @@ from dispatch.model import (
     State,
     Status,
 )
-from dispatch.policy import Plan
-from dispatch.record import Job, advance
+from dispatch.core.policy import Plan
+from dispatch.core.record import Job, advance
 
 
 def plan_of(job: Job) -> Plan:

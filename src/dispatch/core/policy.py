@@ -11,7 +11,8 @@ from enum import StrEnum
 
 import msgspec
 
-from dispatch.model import CauseKind
+from dispatch.core.model import CauseKind
+from dispatch.errors import BadInput
 
 
 class Action(StrEnum):
@@ -66,7 +67,7 @@ class Rule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
         return f"[{kinds}] -> {self.action.value}{budget} ({self.enforced_by.value})"
 
 
-class PolicyError(ValueError):
+class PolicyError(BadInput, ValueError):
     """A policy that cannot be used. ``problems`` lists every problem, not only the first."""
 
     def __init__(self, problems: list[str], where: str = "policy") -> None:

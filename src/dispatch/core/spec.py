@@ -1,22 +1,21 @@
 """Job specs and policy files: strict decoding from YAML with errors that name the file and key.
 
-Nothing here touches a scheduler; loading a file is the only I/O (``load_*``), and the
-``parse_*`` functions are pure.
+Pure: ``parse_*`` take already-loaded data. Reading and parsing YAML files (the I/O) lives in
+``dispatch.specfile``.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import msgspec
-import yaml
 
-from dispatch.policy import PolicyError, RecoveryPolicy, Rule
+from dispatch.core.policy import PolicyError, RecoveryPolicy, Rule
+from dispatch.errors import BadInput
 
 
-class SpecError(ValueError):
+class SpecError(BadInput, ValueError):
     """A spec or policy file that cannot be used, naming the file and the place."""
 
     def __init__(self, source: str, where: str, message: str) -> None:
@@ -205,44 +204,3 @@ def parse_spec(data: Any, source: str = "<spec>") -> JobSpec:
                 source, "segment_health.launcher", "must be none, ft_launcher or torchrun"
             )
     return spec
-
-
-class _Loader(yaml.SafeLoader):
-    """YAML 1.2 booleans: only true/false. YAML 1.1 reads the policy key `on:` as True."""
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-    list("tTfF"))
-
-
-def load_yaml_text(text: str) -> Any:
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
-
-
-def _load_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise SpecError(str(path), "", f"cannot read: {err.strerror}") from None
-    try:
-        return load_yaml_text(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err)
-        raise SpecError(str(path), where, f"bad YAML: {problem}") from None
-
-
-def load_spec(path: str | Path) -> JobSpec:
-    p = Path(path)
-    return parse_spec(_load_yaml(p), str(p))
-
-
-def load_policy(path: str | Path) -> RecoveryPolicy:
-    p = Path(path)
-    return parse_policy(_load_yaml(p), str(p))

@@ -10,9 +10,9 @@ from datetime import datetime
 
 import msgspec
 
-from dispatch.model import Cause, State
-from dispatch.policy import Action, Declarations
-from dispatch.spec import JobSpec
+from dispatch.core.model import Cause, State
+from dispatch.core.policy import Action, Declarations
+from dispatch.core.spec import JobSpec
 
 
 class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True,

@@ -13,13 +13,14 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from dispatch.events import Event
-from dispatch.model import Cause
+from dispatch.core.events import Event
+from dispatch.core.model import Cause
+from dispatch.errors import StoreUnusable
 
 T = TypeVar("T")
 
 
-class DecodeError(ValueError):
+class DecodeError(StoreUnusable, ValueError):
     """A stored or received document that cannot be decoded, with where and why."""
 
     def __init__(self, message: str, *, field: str = "", job_id: str | None = None,

@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 
 import msgspec
 
-from dispatch import events as ev
-from dispatch.model import (
+from dispatch.core import events as ev
+from dispatch.core.model import (
     Cause,
     CauseKind,
     Discovery,
@@ -25,8 +25,8 @@ from dispatch.model import (
     parse_token,
     token_for,
 )
-from dispatch.policy import Action, Enforcer, Plan
-from dispatch.record import Job, Submission
+from dispatch.core.policy import Action, Enforcer, Plan
+from dispatch.core.record import Job, Submission
 
 # A submit call claimed by one supervisor is not retried by another for this long: it may
 # still be in flight. A duplicate that slips through anyway is caught by S15.
