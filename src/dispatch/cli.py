@@ -26,6 +26,8 @@ from rich.live import Live
 from rich.table import Table
 
 from dispatch.backends.registry import BackendCache, BackendConfigError, declarations_for
+from dispatch.cli_supervisors import register as register_supervisors
+from dispatch.cli_supervisors import scope_options, serve_scopes
 from dispatch.core.codec import DecodeError, cause_json, to_builtins
 from dispatch.core.model import (
     Cause,
@@ -59,6 +61,7 @@ from dispatch.stores.base import (
     StoreError,
 )
 from dispatch.stores.select import open_store
+from dispatch.supervision import scope_for
 from dispatch.supervisor import Supervisor, TickReport, utcnow
 
 EXIT_FAILED = 1
@@ -328,7 +331,8 @@ def _create(store: RecordStore, spec_path: Path, backends: BackendCache) -> str:
     plan = Plan(policy=spec.policy, declarations=declarations)
     for line in plan.unenforced():
         err.print(f"warning: {line} (an execution ending with it fails the job)", markup=False)
-    return create_job(store, spec, declarations, utcnow())
+    return create_job(store, spec, declarations, utcnow(),
+                      scope=scope_for(spec.backend, backends(spec.backend)))
 
 
 @main.command()
@@ -432,25 +436,24 @@ def _install_stop(sup: Supervisor) -> None:
 @main.command()
 @click.option("--poll", default=2.0, show_default=True, help="Seconds between ticks.")
 @click.option("--once", is_flag=True, help="Run one tick and exit.")
+@scope_options
 @store_option
 @notify_options
 @handle_errors
-def supervise(poll: float, once: bool, store_url: str | None, escalation_webhook: str | None,
+def supervise(poll: float, once: bool, scopes: tuple[str, ...], lease_s: float,
+              store_url: str | None, escalation_webhook: str | None,
               escalation_command: str | None) -> None:
-    """Supervise every non-terminal job until SIGTERM/SIGINT (a clean stop)."""
+    """Supervise every non-terminal job of the scopes served until SIGTERM/SIGINT (a clean
+    stop hands the scopes over): one active supervisor per scope, the others standbys."""
+    import shlex
+
     backends = BackendCache()
+    notifier = Notifier(webhook=escalation_webhook,
+                        command=shlex.split(escalation_command) if escalation_command else None)
     with _store(store_url) as store:
-        sup = _supervisor(store, backends, escalation_webhook, escalation_command)
-        if once:
-            report = sup.tick()
-            click.echo(json.dumps({"jobs": report.jobs, "decisions": report.decisions,
-                                   "unreachable": report.unreachable}))
-            sup.notifier.close()
-            return
-        _install_stop(sup)
-        logging.getLogger("dispatch").setLevel(logging.INFO)
-        sup.serve(poll)
-        sup.notifier.close()
+        serve_scopes(store, backends, scopes, poll=poll, lease_s=lease_s, notifier=notifier,
+                     once=once)
+        notifier.close()
 
 
 def _print_status(s: Status, as_json: bool, unreachable: Sequence[str]) -> None:
@@ -713,6 +716,7 @@ def _mount_segment() -> None:
 
 
 _mount_segment()
+register_supervisors(main)
 
 
 if __name__ == "__main__":  # pragma: no cover

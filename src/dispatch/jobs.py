@@ -36,11 +36,11 @@ def whoami() -> str:
 
 def create_job(store: RecordStore, spec: JobSpec, declarations: Declarations, now: datetime,
                *, supersedes: str | None = None, actor: str | None = None,
-               job_id: str | None = None) -> str:
+               job_id: str | None = None, scope: str | None = None) -> str:
     job_id = job_id or new_job_id()
     store.create(ev.JobCreated(seq=1, at=now, job_id=job_id, spec=spec,
                                declarations=declarations, supersedes=supersedes,
-                               actor=actor or whoami()))
+                               actor=actor or whoami(), scope=scope))
     return job_id
 
 
@@ -103,7 +103,8 @@ def supersede(store: RecordStore, job_id: str, now: datetime, actor: str,
                             "superseded (cancel it first)")
     if old.superseded_by is not None:
         raise JobStateError(f"job {job_id} is already superseded by {old.superseded_by}")
-    new_id = create_job(store, old.spec, declarations, now, supersedes=job_id, actor=actor)
+    new_id = create_job(store, old.spec, declarations, now, supersedes=job_id, actor=actor,
+                        scope=old.scope)  # the same scheduler serves the rerun
 
     def make(job: Job, seq: int) -> ev.Event | None:
         if job.superseded_by is not None:

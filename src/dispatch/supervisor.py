@@ -5,6 +5,10 @@ of them, then per job: fold, decide, append the decision events (intent before a
 with optimistic concurrency), act on the backend, append the results. A supervisor that
 loses a race re-reads and re-decides; one that cannot reach its scheduler makes no
 transition that needs it (R3) and backs off.
+
+Under a lease (supervision.py) a supervisor serves one scope: it ticks that scope's jobs only,
+every append carries its lease's fence (the store refuses a stale one, stores/lease.py) and
+the lease is checked again before each action on the scheduler.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from dispatch.core.model import Cause, CauseKind, Discovery, Provenance, Schedul
 from dispatch.core.record import Job, fold
 from dispatch.core.status import plan_of
 from dispatch.notify import Notifier
-from dispatch.stores.base import ConflictError, RecordStore, append_fact
+from dispatch.stores.base import ConflictError, Fence, RecordStore, append_fact
 
 log = logging.getLogger("dispatch.supervisor")
 
@@ -59,6 +63,8 @@ class Supervisor:
         attempt_lease: timedelta = dc.ATTEMPT_LEASE,
         resend_after: timedelta = dc.RESEND_AFTER,
         on_decision: Callable[[Job, dc.Decision], None] | None = None,
+        scope: str | None = None,
+        lease_guard: Callable[[], Fence] | None = None,
     ) -> None:
         self.store = store
         self.backend_for = backend_for
@@ -68,6 +74,10 @@ class Supervisor:
         self.attempt_lease = attempt_lease
         self.resend_after = resend_after
         self.on_decision = on_decision
+        # The scope served (None: every job) and, under a lease, the guard that returns the
+        # lease's current fence or raises LeaseLost (renewing it when due).
+        self.scope = scope
+        self.lease_guard = lease_guard
         self.stopping = threading.Event()
         # Finished jobs of ours that may still have a live object (a stop asked for in the
         # tick that committed the outcome): ticked until the scheduler shows none alive.
@@ -77,7 +87,8 @@ class Supervisor:
     def tick(self, job_ids: Sequence[str] | None = None) -> TickReport:
         report = TickReport()
         if job_ids is None:
-            job_ids = [row.job_id for row in self.store.list_jobs(live_only=True)]
+            job_ids = [row.job_id for row in
+                       self.store.list_jobs(live_only=True, scope=self.scope)]
         job_ids = list(dict.fromkeys([*job_ids, *self.chasing]))
         if not job_ids:
             return report
@@ -128,8 +139,8 @@ class Supervisor:
                 return
             events = dc.to_events(decisions, job, now, self.name)
             try:
-                version = self.store.append(job.id, events, job.version) if events \
-                    else job.version
+                version = self.store.append(job.id, events, job.version,
+                                            fence=self._fence()) if events else job.version
             except ConflictError:
                 # Another supervisor decided first: re-read, re-decide on what it wrote.
                 report.conflicts += 1
@@ -150,6 +161,7 @@ class Supervisor:
         for d in decisions:
             if self.on_decision is not None:
                 self.on_decision(job, d)
+            self._fence()  # a lease lost since the intent was written: act no more
             try:
                 if isinstance(d, (dc.Submit, dc.RetrySubmit)):
                     self._submit(job, d.submission, d.token, d.gated, backend)
@@ -202,7 +214,11 @@ class Supervisor:
 
     def _append_fact(self, job_id: str, make: Callable[[int, datetime], ev.Event]) -> None:
         """Append a fact learnt from the backend; a conflict only means others wrote first."""
-        append_fact(self.store, job_id, lambda seq: make(seq, self.clock()))
+        append_fact(self.store, job_id, lambda seq: make(seq, self.clock()),
+                    fence=self._fence())
+
+    def _fence(self) -> Fence | None:
+        return self.lease_guard() if self.lease_guard is not None else None
 
     # ---- loops -----------------------------------------------------------------------
     def run_until_terminal(self, job_id: str, poll: float,

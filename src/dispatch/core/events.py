@@ -29,6 +29,9 @@ class JobCreated(_Event, tag="created", frozen=True):
     declarations: Declarations
     supersedes: str | None = None
     actor: str | None = None
+    # The scope whose supervisor serves the job (backend plus cluster, e.g. "slurm:clusterA"),
+    # fixed at submit. None (records written before scopes): the backend's name.
+    scope: str | None = None
 
 
 class SubmissionIntended(_Event, tag="submission-intended", frozen=True):

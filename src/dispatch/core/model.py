@@ -247,3 +247,4 @@ class Status(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     backend: str = ""
     segments: tuple[str, ...] = ()  # published segment-health decisions: "job.task: reason"
     created_at: datetime | None = None
+    scope: str = ""  # the scope whose supervisor serves the job (JobCreated.scope)

@@ -89,6 +89,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     duplicates_stopped: frozenset[str] = frozenset()
     segments: tuple[SegmentDecision, ...] = ()
     recovered: bool = False  # taken back to run again at least once
+    scope: str = ""  # JobCreated.scope, else the backend's name (records before scopes)
 
     @property
     def name(self) -> str:
@@ -140,7 +141,7 @@ class _Builder:
     __slots__ = (
         "job_id", "spec", "declarations", "created_at", "version", "subs", "budget", "hold",
         "resubmit", "awaiting", "cancel", "give_up", "outcome", "escalations", "history",
-        "supersedes", "superseded_by", "duplicates", "segments", "recovered",
+        "supersedes", "superseded_by", "duplicates", "segments", "recovered", "scope",
     )
 
     def __init__(self, created: ev.JobCreated) -> None:
@@ -168,6 +169,7 @@ class _Builder:
         self.duplicates: set[str] = set()
         self.segments: dict[tuple[str, str], SegmentDecision] = {}
         self.recovered = False
+        self.scope = created.scope or created.spec.backend
 
     @classmethod
     def resume(cls, job: Job) -> _Builder:
@@ -183,6 +185,7 @@ class _Builder:
         b.duplicates = set(job.duplicates_stopped)
         b.segments = {(d.unit_job_id, d.task_id): d for d in job.segments}
         b.recovered = job.recovered
+        b.scope = job.scope
         return b
 
     def _sub(self, number: int) -> Submission | None:
@@ -314,4 +317,5 @@ class _Builder:
             history=tuple(self.history), supersedes=self.supersedes,
             superseded_by=self.superseded_by, duplicates_stopped=frozenset(self.duplicates),
             segments=tuple(self.segments.values()), recovered=self.recovered,
+            scope=self.scope,
         )

@@ -47,7 +47,7 @@ def project(job: Job, discovery: Discovery | None, now: datetime) -> Status:
         objects=tuple(s.ref for s in settled_job.submissions if s.ref is not None),
         settled=settled_job.outcome is not None, backend=job.spec.backend,
         segments=tuple(f"{d.unit_job_id}.{d.task_id}: {d.reason}" for d in settled_job.segments),
-        created_at=job.created_at,
+        created_at=job.created_at, scope=job.scope,
     )
 
 

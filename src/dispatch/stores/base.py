@@ -9,6 +9,10 @@ Every store keeps the same contract, tested on each (tests/integration/stores/):
   so two supervisors on one store cannot both record the same decision (R2).
 - Events are stored as the codec encodes them and decoded strictly on read: a record written
   by a newer build is refused with the job and seq named, never misread (S13).
+- An append may carry a ``Fence`` (the supervisor's lease on the job's scope): the store
+  checks, in the append's own transaction, that the lease is still that supervisor's, at that
+  epoch and unexpired, and that the job belongs to that scope, else raises Fenced and writes
+  nothing (stores/lease.py). Appends without a fence (a person's request) are not checked.
 """
 
 from __future__ import annotations
@@ -18,12 +22,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from dispatch.core.events import Event, JobCreated, OutcomeCommitted
-from dispatch.errors import NotFound, StoreUnusable
+from dispatch.errors import NotFound, StateConflict, StoreUnusable
 
-SCHEMA_VERSION = 1
-"""The schema this build writes and reads. A store whose schema is newer is refused."""
+if TYPE_CHECKING:
+    from dispatch.stores.lease import LeaseBook
+
+SCHEMA_VERSION = 2
+"""The schema this build writes and reads. A store whose schema is newer is refused; an older
+one is migrated step by step when opened (each store lists its steps):
+1 -> 2: jobs get a ``scope`` column (filled with the backend name for existing jobs) and the
+supervisor lease table appears (stores/lease.py)."""
 
 
 class StoreError(StoreUnusable):
@@ -40,6 +51,34 @@ class ConflictError(StoreError):
         now = f"is at version {actual}" if actual is not None else "moved on concurrently"
         super().__init__(
             f"job {job_id}: expected version {expected} but the record {now}; nothing written"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """What an append by an active supervisor carries: its lease on ``scope`` at ``epoch``."""
+
+    scope: str
+    holder: str
+    epoch: int
+
+
+class Fenced(StateConflict):
+    """An append carried a fence that is no longer current (the lease expired, or another
+    supervisor holds the scope at a later epoch) or names another scope than the job's.
+    Nothing was written.
+
+    A StateConflict, not a ConflictError: the store is healthy and the writer's *own* state
+    (its lease) forbids the write, and re-reading and retrying — what every caller does with a
+    ConflictError — must not happen; the writer stops acting and goes back to standby."""
+
+    def __init__(self, job_id: str, fence: Fence, why: str) -> None:
+        self.job_id = job_id
+        self.fence = fence
+        self.why = why
+        super().__init__(
+            f"job {job_id}: {fence.holder}'s lease on scope {fence.scope} at epoch "
+            f"{fence.epoch} is not current ({why}); nothing written"
         )
 
 
@@ -93,6 +132,12 @@ class JobRow:
     terminal: bool
     version: int
     created_at: datetime
+    scope: str = ""  # JobCreated.scope, else the backend's name
+
+
+def created_scope(created: JobCreated) -> str:
+    """The scope column of a new job: its JobCreated's scope, else its backend's name."""
+    return created.scope or created.spec.backend
 
 
 def check_batch(job_id: str, events: Sequence[Event], expected_version: int) -> bool:
@@ -156,11 +201,13 @@ class RecordStore(abc.ABC):
         """Create several jobs in one transaction (all or none); JobExists if any exists."""
 
     @abc.abstractmethod
-    def append(self, job_id: str, events: Sequence[Event], expected_version: int) -> int:
+    def append(self, job_id: str, events: Sequence[Event], expected_version: int, *,
+               fence: Fence | None = None) -> int:
         """Append ``events`` (seq expected_version+1, +2, ...) atomically; returns the new
         version. ConflictError (nothing written) when the job is no longer at
         ``expected_version``; JobNotFound when there is no such job; ValueError for a batch
-        whose seqs do not follow on."""
+        whose seqs do not follow on; Fenced (nothing written) when ``fence`` is given and is
+        not the current, unexpired lease on the job's scope."""
 
     @abc.abstractmethod
     def read(self, job_id: str) -> list[Event]:
@@ -172,8 +219,10 @@ class RecordStore(abc.ABC):
         """The job's last seq; JobNotFound if none."""
 
     @abc.abstractmethod
-    def list_jobs(self, *, live_only: bool = False, name: str | None = None) -> list[JobRow]:
-        """Jobs ordered by creation; ``live_only`` leaves out jobs with a committed outcome."""
+    def list_jobs(self, *, live_only: bool = False, name: str | None = None,
+                  scope: str | None = None) -> list[JobRow]:
+        """Jobs ordered by creation; ``live_only`` leaves out jobs with a committed outcome;
+        ``scope`` keeps the jobs of that scope only."""
 
     @abc.abstractmethod
     def read_many(self, job_ids: Sequence[str]) -> dict[str, list[Event]]:
@@ -184,6 +233,10 @@ class RecordStore(abc.ABC):
     def resolve(self, job_or_name: str) -> str:
         """A job id (returned as is when it exists) or a name carried by exactly one job;
         JobNotFound when neither, AmbiguousName when several jobs carry the name."""
+
+    @abc.abstractmethod
+    def leases(self) -> LeaseBook:
+        """The supervisor leases kept in this store (stores/lease.py)."""
 
     @abc.abstractmethod
     def close(self) -> None: ...
@@ -204,14 +257,15 @@ class RecordStore(abc.ABC):
 
 
 def append_fact(store: RecordStore, job_id: str, make: Callable[[int], Event],
-                attempts: int = 10) -> int:
+                attempts: int = 10, *, fence: Fence | None = None) -> int:
     """Append one event whose truth does not depend on the record's state (a fact learnt
     from a backend, an operator's decision): on a conflict only its seq changes, so it is
-    re-made at the new version and tried again. Returns the new version."""
+    re-made at the new version and tried again. Returns the new version. Fenced is never
+    retried."""
     for _ in range(attempts):
         version = store.version(job_id)
         try:
-            return store.append(job_id, [make(version + 1)], version)
+            return store.append(job_id, [make(version + 1)], version, fence=fence)
         except ConflictError:
             continue
     raise StoreError(f"job {job_id}: could not append after {attempts} conflicting writers")

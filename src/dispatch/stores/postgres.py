@@ -26,6 +26,8 @@ from dispatch.stores.base import (
     SCHEMA_VERSION,
     AmbiguousName,
     ConflictError,
+    Fence,
+    Fenced,
     JobExists,
     JobNotFound,
     JobRow,
@@ -34,13 +36,17 @@ from dispatch.stores.base import (
     StoreError,
     check_batch,
     check_created,
+    created_scope,
     sort_key_us,
 )
+from dispatch.stores.lease import PG_DDL, PostgresLeases, check_fence_pg
 from dispatch.stores.url import mask_password
 
 CONNECT_TIMEOUT_S = 10
 _SCHEMA_LOCK = 0x6469737061746368  # pg_advisory_xact_lock key ("dispatch"): schema setup only
 
+# Version 1 of the schema; a new database gets it, then every step of _MIGRATIONS, so a new
+# database and a migrated one are the same by construction.
 _SCHEMA = [
     "CREATE TABLE dispatch_schema (version integer NOT NULL)",
     """CREATE TABLE dispatch_jobs (
@@ -62,14 +68,27 @@ _SCHEMA = [
     )""",
 ]
 
+# Schema 1 -> 2 (issue 16): each job's scope (the backend's name for jobs recorded before
+# scopes), and the supervisor leases.
+_ADD_SCOPES_AND_LEASES = [
+    "ALTER TABLE dispatch_jobs ADD COLUMN scope text",
+    "UPDATE dispatch_jobs SET scope = backend",
+    "CREATE INDEX dispatch_jobs_by_scope ON dispatch_jobs (scope, terminal)",
+    PG_DDL,
+]
+
+_MIGRATIONS: dict[int, list[str]] = {
+    2: _ADD_SCOPES_AND_LEASES,  # the version each step brings the database to
+}
+
 _RETRYABLE = (pg_errors.UniqueViolation, pg_errors.SerializationFailure,
               pg_errors.DeadlockDetected)
 
 
-def _row(r: tuple[str, str, str, bool, int, str]) -> JobRow:
+def _row(r: tuple[str, str, str, bool, int, str, str]) -> JobRow:
     return JobRow(
         job_id=r[0], name=r[1], backend=r[2], terminal=bool(r[3]), version=r[4],
-        created_at=datetime.fromisoformat(r[5]),
+        created_at=datetime.fromisoformat(r[5]), scope=r[6],
     )
 
 
@@ -152,9 +171,13 @@ class PostgresStore(RecordStore):
                 else:
                     for stmt in _SCHEMA:
                         conn.execute(stmt)
-                    conn.execute(
-                        "INSERT INTO dispatch_schema (version) VALUES (%s)", (SCHEMA_VERSION,)
-                    )
+                    conn.execute("INSERT INTO dispatch_schema (version) VALUES (1)")
+                    found = 1
+                if found < SCHEMA_VERSION:
+                    for version in range(found + 1, SCHEMA_VERSION + 1):
+                        for stmt in _MIGRATIONS[version]:
+                            conn.execute(stmt)
+                    conn.execute("UPDATE dispatch_schema SET version = %s", (SCHEMA_VERSION,))
         except psycopg.Error as err:
             raise StoreError(f"cannot set up {self.describe()}: {self._clean(err)}") from None
 
@@ -180,10 +203,10 @@ class PostgresStore(RecordStore):
                 with conn.transaction(), conn.cursor() as cur:
                     cur.executemany(
                         "INSERT INTO dispatch_jobs"
-                        " (job_id, name, backend, created_at, created_us, version)"
-                        " VALUES (%s, %s, %s, %s, %s, 1)",
+                        " (job_id, name, backend, created_at, created_us, version, scope)"
+                        " VALUES (%s, %s, %s, %s, %s, 1, %s)",
                         [(e.job_id, e.spec.name, e.spec.backend, e.at.isoformat(),
-                          sort_key_us(e.at)) for e in created],
+                          sort_key_us(e.at), created_scope(e)) for e in created],
                     )
                     cur.executemany(
                         "INSERT INTO dispatch_events (job_id, seq, body) VALUES (%s, 1, %s)",
@@ -201,7 +224,8 @@ class PostgresStore(RecordStore):
         found = {r[0] for r in rows}
         return [i for i in ids if i in found] or list(ids)
 
-    def append(self, job_id: str, events: Sequence[Event], expected_version: int) -> int:
+    def append(self, job_id: str, events: Sequence[Event], expected_version: int, *,
+               fence: Fence | None = None) -> int:
         terminal = check_batch(job_id, events, expected_version)
         new_version = expected_version + len(events)
         # Encoded lazily, inside the transaction: nothing is visible until COMMIT.
@@ -212,18 +236,24 @@ class PostgresStore(RecordStore):
             try:
                 conn = self._db
                 with conn.transaction(), conn.cursor() as cur:
+                    if fence is not None:
+                        check_fence_pg(cur, job_id, fence)
                     cur.execute(
                         "UPDATE dispatch_jobs SET version = %s, terminal = terminal OR %s"
-                        " WHERE job_id = %s AND version = %s",
-                        (new_version, terminal, job_id, expected_version),
+                        " WHERE job_id = %s AND version = %s AND scope = coalesce(%s, scope)",
+                        (new_version, terminal, job_id, expected_version,
+                         None if fence is None else fence.scope),
                     )
                     if cur.rowcount != 1:
                         cur.execute(
-                            "SELECT version FROM dispatch_jobs WHERE job_id = %s", (job_id,)
+                            "SELECT version, scope FROM dispatch_jobs WHERE job_id = %s",
+                            (job_id,),
                         )
                         row = cur.fetchone()
                         if row is None:
                             raise JobNotFound(job_id)
+                        if fence is not None and row[1] != fence.scope:
+                            raise Fenced(job_id, fence, f"the job belongs to scope {row[1]}")
                         raise ConflictError(job_id, expected_version, row[0])
                     cur.executemany(
                         "INSERT INTO dispatch_events (job_id, seq, body) VALUES (%s, %s, %s)",
@@ -258,14 +288,19 @@ class PostgresStore(RecordStore):
             raise JobNotFound(job_id)
         return int(rows[0][0])
 
-    def list_jobs(self, *, live_only: bool = False, name: str | None = None) -> list[JobRow]:
+    def list_jobs(self, *, live_only: bool = False, name: str | None = None,
+                  scope: str | None = None) -> list[JobRow]:
         where, params = [], []
         if live_only:
             where.append("NOT terminal")
         if name is not None:
             where.append("name = %s")
             params.append(name)
-        sql = "SELECT job_id, name, backend, terminal, version, created_at FROM dispatch_jobs"
+        if scope is not None:
+            where.append("scope = %s")
+            params.append(scope)
+        sql = ("SELECT job_id, name, backend, terminal, version, created_at, scope"
+               " FROM dispatch_jobs")
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created_us, job_id"
@@ -301,6 +336,18 @@ class PostgresStore(RecordStore):
         if len(rows) > 1:
             raise AmbiguousName(job_or_name, [r[0] for r in rows])
         return str(rows[0][0])
+
+    def leases(self) -> PostgresLeases:
+        return PostgresLeases(self._statement)
+
+    def _statement(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """One autocommit statement (a lease read or write); its rows, if it returns any."""
+        with self._lock:
+            try:
+                cur = self._db.execute(sql, params)
+                return cur.fetchall() if cur.description is not None else []
+            except psycopg.Error as err:
+                raise self._fail("lease", err) from None
 
     def close(self) -> None:
         with self._lock:

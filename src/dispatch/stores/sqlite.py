@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from dispatch.stores.base import (
     SCHEMA_VERSION,
     AmbiguousName,
     ConflictError,
+    Fence,
     JobExists,
     JobNotFound,
     JobRow,
@@ -31,8 +32,10 @@ from dispatch.stores.base import (
     StoreError,
     check_batch,
     check_created,
+    created_scope,
     sort_key_us,
 )
+from dispatch.stores.lease import SQLITE_DDL, SQLiteLeases, check_fence_sqlite
 
 BUSY_TIMEOUT_MS = 30_000
 """How long a writer waits for another process's write lock before giving up (StoreError).
@@ -45,6 +48,8 @@ Appends are short, so waiting this long only happens when something is badly stu
 # syncs the WAL at every commit. bench/bench_store.py measures the cost (bench/RESULTS.md).
 SYNCHRONOUS = "FULL"
 
+# Version 1 of the schema; a new file gets it, then every step of _MIGRATIONS, so a new file
+# and a migrated one are the same by construction.
 _SCHEMA = """
 CREATE TABLE schema (version INTEGER NOT NULL);
 CREATE TABLE jobs (
@@ -65,6 +70,19 @@ CREATE TABLE events (
     PRIMARY KEY (job_id, seq)     -- the last line of defence against two writers
 ) WITHOUT ROWID;
 """
+
+
+def _add_scopes_and_leases(c: sqlite3.Connection) -> None:
+    """Schema 1 -> 2 (issue 16): each job's scope, and the supervisor leases."""
+    c.execute("ALTER TABLE jobs ADD COLUMN scope TEXT")
+    c.execute("UPDATE jobs SET scope = backend")  # a record without a scope: the backend's
+    c.execute("CREATE INDEX jobs_by_scope ON jobs (scope, terminal)")
+    c.execute(SQLITE_DDL)
+
+
+_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    2: _add_scopes_and_leases,  # the version each step brings the file to
+}
 
 
 def default_path(env: Mapping[str, str] = os.environ) -> Path:
@@ -97,10 +115,10 @@ def _ensure_file(path: Path) -> None:
         os.close(fd)
 
 
-def _row(r: tuple[str, str, str, int, int, str]) -> JobRow:
+def _row(r: tuple[str, str, str, int, int, str, str]) -> JobRow:
     return JobRow(
         job_id=r[0], name=r[1], backend=r[2], terminal=bool(r[3]), version=r[4],
-        created_at=datetime.fromisoformat(r[5]),
+        created_at=datetime.fromisoformat(r[5]), scope=r[6],
     )
 
 
@@ -154,11 +172,17 @@ class SQLiteStore(RecordStore):
             c.execute("PRAGMA foreign_keys = ON")
             c.execute("BEGIN IMMEDIATE")
             try:
-                if self._check_schema() is None:
+                found = self._check_schema()
+                if found is None:
                     for stmt in _SCHEMA.split(";"):
                         if stmt.strip():
                             c.execute(stmt)
-                    c.execute("INSERT INTO schema (version) VALUES (?)", (SCHEMA_VERSION,))
+                    c.execute("INSERT INTO schema (version) VALUES (1)")
+                    found = 1
+                if found < SCHEMA_VERSION:
+                    for version in range(found + 1, SCHEMA_VERSION + 1):
+                        _MIGRATIONS[version](c)
+                    c.execute("UPDATE schema SET version = ?", (SCHEMA_VERSION,))
                 c.execute("COMMIT")
             except BaseException:
                 c.execute("ROLLBACK")
@@ -186,10 +210,10 @@ class SQLiteStore(RecordStore):
     def _insert_jobs(self, created: Sequence[JobCreated]) -> None:
         c = self._conn
         c.executemany(
-            "INSERT INTO jobs (job_id, name, backend, created_at, created_us, version)"
-            " VALUES (?, ?, ?, ?, ?, 1)",
-            ((e.job_id, e.spec.name, e.spec.backend, e.at.isoformat(), sort_key_us(e.at))
-             for e in created),
+            "INSERT INTO jobs (job_id, name, backend, created_at, created_us, version, scope)"
+            " VALUES (?, ?, ?, ?, ?, 1, ?)",
+            ((e.job_id, e.spec.name, e.spec.backend, e.at.isoformat(), sort_key_us(e.at),
+              created_scope(e)) for e in created),
         )
         c.executemany(
             "INSERT INTO events (job_id, seq, body) VALUES (?, 1, ?)",
@@ -238,7 +262,8 @@ class SQLiteStore(RecordStore):
         if self._conn.in_transaction:
             self._conn.execute("ROLLBACK")
 
-    def append(self, job_id: str, events: Sequence[Event], expected_version: int) -> int:
+    def append(self, job_id: str, events: Sequence[Event], expected_version: int, *,
+               fence: Fence | None = None) -> int:
         terminal = check_batch(job_id, events, expected_version)
         new_version = expected_version + len(events)
         # Encoded lazily, inside the transaction: nothing is visible until COMMIT.
@@ -249,9 +274,12 @@ class SQLiteStore(RecordStore):
             c = self._conn
             self._begin()  # takes the write lock: a concurrent writer waits, then sees ours
             try:
-                row = c.execute("SELECT version FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+                row = c.execute("SELECT version, scope FROM jobs WHERE job_id = ?",
+                                (job_id,)).fetchone()
                 if row is None:
                     raise JobNotFound(job_id)
+                if fence is not None:  # under the write lock: no takeover can slip in
+                    check_fence_sqlite(c, job_id, row[1], fence)
                 if row[0] != expected_version:
                     raise ConflictError(job_id, expected_version, row[0])
                 c.executemany("INSERT INTO events (job_id, seq, body) VALUES (?, ?, ?)", rows)
@@ -292,14 +320,18 @@ class SQLiteStore(RecordStore):
             raise JobNotFound(job_id)
         return int(row[0])
 
-    def list_jobs(self, *, live_only: bool = False, name: str | None = None) -> list[JobRow]:
+    def list_jobs(self, *, live_only: bool = False, name: str | None = None,
+                  scope: str | None = None) -> list[JobRow]:
         where, params = [], []
         if live_only:
             where.append("terminal = 0")
         if name is not None:
             where.append("name = ?")
             params.append(name)
-        sql = "SELECT job_id, name, backend, terminal, version, created_at FROM jobs"
+        if scope is not None:
+            where.append("scope = ?")
+            params.append(scope)
+        sql = "SELECT job_id, name, backend, terminal, version, created_at, scope FROM jobs"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created_us, job_id"
@@ -340,6 +372,9 @@ class SQLiteStore(RecordStore):
         if len(rows) > 1:
             raise AmbiguousName(job_or_name, [r[0] for r in rows])
         return str(rows[0][0])
+
+    def leases(self) -> SQLiteLeases:
+        return SQLiteLeases(self._conn, self._lock, self.describe())
 
     def close(self) -> None:
         with self._lock:
