@@ -283,8 +283,10 @@ def _judge(job_id: str, fence: Fence, row: Any, unexpired: bool | None) -> None:
 
 
 class PostgresLeases(LeaseBook):
-    def __init__(self, run: Callable[[str, tuple[Any, ...]], list[Any]]) -> None:
-        self._run = run  # one autocommit statement; StoreError when the server fails
+    def __init__(self, run: Callable[..., list[Any]]) -> None:
+        # run(sql, params, wait_for_lock=True): one statement in its own transaction, its
+        # rows; StoreError when the server fails; [] when wait_for_lock=False met a lock.
+        self._run = run
 
     def acquire(self, scope: str, holder: str, period_s: float) -> Lease | None:
         _check_period(period_s)
@@ -302,7 +304,7 @@ class PostgresLeases(LeaseBook):
             " epoch = l.epoch + 1, period_s = excluded.period_s, acquired_at = now(),"
             " expires_at = excluded.expires_at, last_tick_at = NULL, released_at = NULL"
             " WHERE l.expires_at <= now() " + _PG_RETURNING,
-            (scope, holder, period_s, period_s))
+            (scope, holder, period_s, period_s), wait_for_lock=False)
         return _pg_lease(rows[0]) if rows else None
 
     def _update(self, fence: Fence, sets: str, params: tuple[Any, ...]) -> Lease | None:

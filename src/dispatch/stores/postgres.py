@@ -43,6 +43,12 @@ from dispatch.stores.lease import PG_DDL, PostgresLeases, check_fence_pg
 from dispatch.stores.url import mask_password
 
 CONNECT_TIMEOUT_S = 10
+IDLE_IN_TXN_TIMEOUT_MS = 2000
+"""Our transactions are a few statements sent back to back; one idle this long belongs to a
+client that stopped or lost the network (the longest a takeover can be held up by it)."""
+ACQUIRE_LOCK_TIMEOUT_MS = 200
+"""How long taking a lease waits for the row (a stale append's FOR SHARE) before it tries
+again at the next poll, so a standby's loop never hangs on it."""
 _SCHEMA_LOCK = 0x6469737061746368  # pg_advisory_xact_lock key ("dispatch"): schema setup only
 
 # Version 1 of the schema; a new database gets it, then every step of _MIGRATIONS, so a new
@@ -118,6 +124,10 @@ class PostgresStore(RecordStore):
             conn = psycopg.connect(self._url, **self._extra)
             # A committed decision must survive a server crash, whatever the server default.
             conn.execute("SET synchronous_commit TO on")
+            # A client stopped inside a transaction (SIGSTOP, a cut network) holds its locks,
+            # among them the lease row an append reads FOR SHARE, which would keep a standby
+            # from taking the scope over: the server ends such a session (rolling it back).
+            conn.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TXN_TIMEOUT_MS}")
         except psycopg.Error as err:
             raise StoreError(
                 f"cannot reach PostgreSQL at {self.describe()}: {self._clean(err)}"
@@ -340,12 +350,20 @@ class PostgresStore(RecordStore):
     def leases(self) -> PostgresLeases:
         return PostgresLeases(self._statement)
 
-    def _statement(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        """One autocommit statement (a lease read or write); its rows, if it returns any."""
+    def _statement(self, sql: str, params: Sequence[Any], *, wait_for_lock: bool = True
+                   ) -> list[Any]:
+        """One statement in its own transaction (a lease read or write); its rows, if it
+        returns any. ``wait_for_lock`` False: give up on a locked row, returning []."""
         with self._lock:
             try:
-                cur = self._db.execute(sql, params)
-                return cur.fetchall() if cur.description is not None else []
+                conn = self._db
+                with conn.transaction():
+                    if not wait_for_lock:
+                        conn.execute(f"SET LOCAL lock_timeout = {ACQUIRE_LOCK_TIMEOUT_MS}")
+                    cur = conn.execute(sql, params)
+                    return cur.fetchall() if cur.description is not None else []
+            except pg_errors.LockNotAvailable:
+                return []
             except psycopg.Error as err:
                 raise self._fail("lease", err) from None
 

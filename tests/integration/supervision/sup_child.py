@@ -1,0 +1,117 @@
+"""A supervisor process under a lease, driven by the supervision tests (argv only).
+
+    sup_child.py URL ROOT LOG HOLDER LEASE POLL SCOPE [SCOPE ...] [--pause-before-append GO]
+
+Serves the SCOPEs as HOLDER with the real local backend under ROOT, appending one line per
+scheduler call to LOG ("discover HOLDER" / "submit HOLDER TOKEN", O_APPEND). Prints each
+lease change ("active SCOPE EPOCH", "standby SCOPE WHY", "released SCOPE"), each append
+("appended JOB VERSION epoch EPOCH") and each refused one ("fenced JOB") on stdout, flushed.
+SIGTERM stops it cleanly (leases handed back).
+
+--pause-before-append GO: the first fenced append after the file GO appears stops the process
+itself (SIGSTOP) just before the store call, with its fence in hand; once continued it makes
+that very append (printing "resumed" first).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from dispatch.backends.base import Submission
+from dispatch.backends.local import LocalBackend
+from dispatch.core.events import Event
+from dispatch.core.model import Discovery
+from dispatch.stores.base import Fence, Fenced, RecordStore
+from dispatch.stores.lease import Lease
+from dispatch.stores.select import open_store
+from dispatch.supervision import Supervision
+
+
+def say(*words: object) -> None:
+    print(*words, flush=True)
+
+
+def log_line(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, (text + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+class CountingLocal(LocalBackend):
+    def __init__(self, root: Path, log: Path, holder: str) -> None:
+        super().__init__(root, node_loss_window=timedelta(seconds=2))
+        self.log, self.holder = log, holder
+
+    def discover(self, tokens: Iterable[str], refs: Iterable[str]) -> Discovery:
+        log_line(self.log, f"discover {self.holder}")
+        return super().discover(tokens, refs)
+
+    def submit(self, submission: Submission) -> str:
+        log_line(self.log, f"submit {self.holder} {submission.token}")
+        return super().submit(submission)
+
+
+class PausingStore:
+    """The real store; its first fenced append after GO appears stops the process first."""
+
+    def __init__(self, store: RecordStore, go: Path | None) -> None:
+        self._store, self._go, self._paused = store, go, False
+
+    def append(self, job_id: str, events: Sequence[Event], expected_version: int, *,
+               fence: Fence | None = None) -> int:
+        if (fence is not None and self._go is not None and not self._paused
+                and self._go.exists()):
+            self._paused = True
+            say("pausing", job_id, fence.epoch, expected_version)
+            os.kill(os.getpid(), signal.SIGSTOP)
+            say("resumed", job_id)
+        try:
+            version = self._store.append(job_id, events, expected_version, fence=fence)
+        except Fenced:
+            say("fenced", job_id)
+            raise
+        say("appended", job_id, version, "epoch", fence.epoch if fence else "-")
+        return version
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def main(argv: list[str]) -> None:
+    go: Path | None = None
+    if "--pause-before-append" in argv:
+        i = argv.index("--pause-before-append")
+        go = Path(argv[i + 1])
+        del argv[i:i + 2]
+    url, root, log, holder, lease, poll, *scopes = argv
+    store = open_store(url)
+    backend = CountingLocal(Path(root), Path(log), holder)
+    sup = Supervision(PausingStore(store, go), lambda _name: backend,  # type: ignore[arg-type]
+                      scopes, holder=holder, lease_s=float(lease), poll=float(poll))
+
+    def changed(scope: str, what: str, lease: Lease | None) -> None:
+        if what == "active" and lease is not None:
+            say("active", scope, lease.epoch)
+        elif what == "released":
+            say("released", scope)
+        else:
+            say("standby", scope, what)
+
+    sup.on_change = changed
+    signal.signal(signal.SIGTERM, lambda *_: sup.stop())
+    say("ready", holder)
+    sup.run()
+    store.close()
+    say("stopped", holder)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
