@@ -20,7 +20,7 @@ from dispatch.backends.base import Backend
 from dispatch.notify import Notifier
 from dispatch.stores.base import RecordStore
 from dispatch.stores.lease import Lease
-from dispatch.supervision import DEFAULT_LEASE_S, Supervision, resolve_scopes
+from dispatch.supervision import DEFAULT_LEASE_S, ScopeError, Supervision, resolve_scopes
 from dispatch.supervisor import TickReport
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -46,7 +46,10 @@ def serve_scopes(store: RecordStore, backends: Callable[[str], Backend],
                  once: bool = False, echo: Callable[[str], None] = click.echo) -> None:
     """Resolve the scopes, then serve them until SIGTERM/SIGINT (which hand the leases back).
     ``once``: take each free scope, tick it once, hand it back, print a JSON summary."""
-    resolved, skipped = resolve_scopes(scopes, backends)
+    try:
+        resolved, skipped = resolve_scopes(scopes, backends)
+    except ScopeError as err:  # exit 2 with the reason, whichever CLI mounts this
+        raise click.BadParameter(str(err), param_hint="--scope") from None
     for why in skipped:
         click.echo(f"note: not serving {why}", err=True)
     sup = Supervision(store, backends, resolved, lease_s=lease_s, poll=poll, notifier=notifier)
@@ -143,7 +146,7 @@ def register(main: click.Group) -> None:
         table = Table(box=None, pad_edge=False)
         for col in ("SCOPE", "STATE", "ACTIVE", "EPOCH", "SINCE", "LAST TICK", "LAG",
                     "LIVE JOBS"):
-            table.add_column(col)
+            table.add_column(col, overflow="fold")  # never cut a scope or holder short
         style = {"active": "green", "unserved": "bold red", "expired": "bold red",
                  "released": "yellow"}
         for r in rows:
@@ -155,4 +158,4 @@ def register(main: click.Group) -> None:
 
 
 def _hms(iso: str | None) -> str:
-    return "-" if iso is None else datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M:%S")
+    return "-" if iso is None else datetime.fromisoformat(iso).strftime("%H:%M:%S")

@@ -79,9 +79,12 @@ class Procs:
         self.all: list[Proc] = []
 
     def child(self, url: str, root: Path, log: Path, holder: str, scopes: list[str], *,
-              lease: float = 1.0, poll: float = 0.1, pause_go: Path | None = None) -> Proc:
+              lease: float = 1.0, poll: float = 0.1, pause_go: Path | None = None,
+              no_lease: bool = False) -> Proc:
         argv = [sys.executable, str(CHILD), url, str(root), str(log), holder, str(lease),
                 str(poll), *scopes]
+        if no_lease:
+            argv.append("--no-lease")
         if pause_go is not None:
             argv += ["--pause-before-append", str(pause_go)]
         return self.add(Proc(argv, child_env()))

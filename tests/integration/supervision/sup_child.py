@@ -8,6 +8,9 @@ lease change ("active SCOPE EPOCH", "standby SCOPE WHY", "released SCOPE"), each
 ("appended JOB VERSION epoch EPOCH") and each refused one ("fenced JOB") on stdout, flushed.
 SIGTERM stops it cleanly (leases handed back).
 
+--no-lease: the supervisor as it was before leases (Supervisor.serve: every process ticks
+every job of the scopes), for the benchmark's comparison.
+
 --pause-before-append GO: the first fenced append after the file GO appears stops the process
 itself (SIGSTOP) just before the store call, with its fence in hand; once continued it makes
 that very append (printing "resumed" first).
@@ -31,6 +34,7 @@ from dispatch.stores.base import Fence, Fenced, RecordStore
 from dispatch.stores.lease import Lease
 from dispatch.stores.select import open_store
 from dispatch.supervision import Supervision
+from dispatch.supervisor import Supervisor
 
 
 def say(*words: object) -> None:
@@ -91,9 +95,19 @@ def main(argv: list[str]) -> None:
         i = argv.index("--pause-before-append")
         go = Path(argv[i + 1])
         del argv[i:i + 2]
+    no_lease = "--no-lease" in argv
+    if no_lease:
+        argv.remove("--no-lease")
     url, root, log, holder, lease, poll, *scopes = argv
     store = open_store(url)
     backend = CountingLocal(Path(root), Path(log), holder)
+    if no_lease:
+        plain = Supervisor(store, lambda _name: backend, name=holder, scope=scopes[0])
+        signal.signal(signal.SIGTERM, lambda *_: plain.stopping.set())
+        say("ready", holder)
+        plain.serve(float(poll))
+        say("stopped", holder)
+        return
     sup = Supervision(PausingStore(store, go), lambda _name: backend,  # type: ignore[arg-type]
                       scopes, holder=holder, lease_s=float(lease), poll=float(poll))
 
