@@ -13,7 +13,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -23,8 +23,11 @@ from dispatch.core import events as ev
 from dispatch.core.model import Cause, CauseKind, Discovery, Provenance, SchedulerUnreachable
 from dispatch.core.record import Job, fold
 from dispatch.core.status import plan_of
+from dispatch.discovery import OK, UNREACHABLE, by_backend, look
+from dispatch.errors import DispatchError
 from dispatch.notify import Notifier
 from dispatch.stores.base import ConflictError, RecordStore, append_fact
+from dispatch.stores.reading import fold_records
 
 log = logging.getLogger("dispatch.supervisor")
 
@@ -81,41 +84,33 @@ class Supervisor:
         job_ids = list(dict.fromkeys([*job_ids, *self.chasing]))
         if not job_ids:
             return report
-        records = self.store.read_many(job_ids)
         now = self.clock()
-        jobs = [fold(records[j], now) for j in job_ids if j in records]
+        jobs, broken = fold_records(self.store, job_ids, now)
+        for job_id, err in broken.items():  # one bad record never stops the others
+            report.errors.append(f"job {job_id}: {err}")
+            log.error("job %s: its record cannot be used: %s", job_id, err)
         jobs = [j for j in jobs if not j.terminal or j.id in self.chasing]
         report.jobs = len(jobs)
-        by_backend: dict[str, list[Job]] = {}
-        for job in jobs:
-            by_backend.setdefault(job.spec.backend, []).append(job)
-        for backend_name, group in by_backend.items():
-            backend = self.backend_for(backend_name)
-            discovery = self._discover(backend, group, report)
+        for name, group in by_backend(jobs).items():
+            seen = look(name, group, self.backend_for, now)
+            if seen.scheduler == UNREACHABLE:
+                report.unreachable.append(seen.problem)
+            elif seen.scheduler != OK:
+                report.errors.append(f"backend {name}: {seen.problem}")
             for job in group:
                 if self.stopping.is_set():
                     return report
-                self._step(job, backend, discovery, report)
+                try:
+                    self._step(job, seen.backend, seen.discovery, report)
+                except DispatchError as err:
+                    report.errors.append(f"job {job.id}: {err}")
+                    log.error("job %s: %s", job.id, err)
         return report
 
-    def _discover(self, backend: Backend, jobs: Iterable[Job],
-                  report: TickReport) -> Discovery | None:
-        tokens: list[str] = []
-        refs: list[str] = []
-        for job in jobs:
-            for s in job.submissions:
-                tokens.append(s.token)
-                if s.ref is not None:
-                    refs.append(s.ref)
-        try:
-            return backend.discover(tokens, refs)
-        except SchedulerUnreachable as err:
-            log.warning("%s; no transition that needs it this tick", err)
-            report.unreachable.append(str(err))
-            return None
-
-    def _step(self, job: Job, backend: Backend, discovery: Discovery | None,
+    def _step(self, job: Job, backend: Backend | None, discovery: Discovery | None,
               report: TickReport, attempts: int = 3) -> None:
+        """Decide, append, act. ``backend`` None: it cannot be built here, so only decisions
+        that need no scheduler are made (e.g. cancelling a job that never reached one)."""
         if job.terminal and discovery is not None and not _any_alive(job, discovery):
             self.chasing.discard(job.id)  # the scheduler shows nothing of it alive: done
             return
@@ -126,6 +121,8 @@ class Supervisor:
                                   resend_after=self.resend_after)
             if not decisions:
                 return
+            if backend is None and any(isinstance(d, _NEEDS_BACKEND) for d in decisions):
+                return  # waits until its backend can be used; the tick reported why
             events = dc.to_events(decisions, job, now, self.name)
             try:
                 version = self.store.append(job.id, events, job.version) if events \
@@ -145,23 +142,15 @@ class Supervisor:
             return
 
     # ---- actions, after the intent is in the record ----------------------------------
-    def _act(self, job: Job, version: int, decisions: Sequence[dc.Decision], backend: Backend,
-             report: TickReport) -> None:
+    def _act(self, job: Job, version: int, decisions: Sequence[dc.Decision],
+             backend: Backend | None, report: TickReport) -> None:
         for d in decisions:
             if self.on_decision is not None:
                 self.on_decision(job, d)
             try:
-                if isinstance(d, (dc.Submit, dc.RetrySubmit)):
-                    self._submit(job, d.submission, d.token, d.gated, backend)
-                elif isinstance(d, dc.Stop):
-                    backend.stop(d.ref)
-                elif isinstance(d, dc.StopDuplicate):
-                    backend.stop(d.ref)
-                elif isinstance(d, dc.CancelObject):
-                    backend.cancel(d.ref)
-                elif isinstance(d, dc.OpenGate):
-                    backend.open_gate(d.ref)
-                    self._append_fact(job.id, _gate_opened(d))
+                if isinstance(d, _NEEDS_BACKEND):
+                    if backend is not None:  # _step made none of these without one
+                        self._on_scheduler(job, d, backend)
                 elif isinstance(d, dc.PublishSegment):
                     self._publish_segment(job, d)
                 elif isinstance(d, dc.Escalate):
@@ -174,6 +163,17 @@ class Supervisor:
                 report.unreachable.append(str(err))
                 log.warning("job %s: %s; will retry", job.id, err)
                 return
+
+    def _on_scheduler(self, job: Job, d: dc.Decision, backend: Backend) -> None:
+        if isinstance(d, (dc.Submit, dc.RetrySubmit)):
+            self._submit(job, d.submission, d.token, d.gated, backend)
+        elif isinstance(d, (dc.Stop, dc.StopDuplicate)):
+            backend.stop(d.ref)
+        elif isinstance(d, dc.CancelObject):
+            backend.cancel(d.ref)
+        elif isinstance(d, dc.OpenGate):
+            backend.open_gate(d.ref)
+            self._append_fact(job.id, _gate_opened(d))
 
     def _publish_segment(self, job: Job, d: dc.PublishSegment) -> None:
         from dispatch.segment_health import make_decision, publish
@@ -230,6 +230,11 @@ class Supervisor:
                 on_tick(report)
             backoff = min(backoff * 2, poll * 16) if report.unreachable else poll
             self.stopping.wait(backoff)
+
+
+# Decisions carried out on the scheduler: not made while the backend cannot be used.
+_NEEDS_BACKEND = (dc.Submit, dc.RetrySubmit, dc.Stop, dc.StopDuplicate, dc.CancelObject,
+                  dc.OpenGate)
 
 
 def _gate_opened(d: dc.OpenGate) -> Callable[[int, datetime], ev.Event]:

@@ -13,7 +13,7 @@ from dispatch.backends.registry import declarations_for
 from dispatch.cli import main
 from dispatch.core import events as ev
 from dispatch.core.spec import parse_spec
-from dispatch.jobs import create_job
+from dispatch.service.requests import create_job
 from dispatch.stores.select import open_store
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)

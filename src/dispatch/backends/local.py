@@ -21,6 +21,7 @@ state (S10).
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import re
 import secrets
@@ -37,7 +38,7 @@ from typing import Literal
 import msgspec
 
 import dispatch
-from dispatch.backends.base import Submission, SubmitRejected
+from dispatch.backends.base import DryRun, Submission, SubmitRejected
 from dispatch.backends.local_runner import (
     CANCEL,
     CONTROL,
@@ -81,6 +82,7 @@ from dispatch.core.model import (
     State,
 )
 from dispatch.core.policy import Declarations
+from dispatch.core.spec import JobSpec, SpecError
 from dispatch.errors import NotFound, StateConflict
 
 NO_SUCH_OBJECT = "no such local object"
@@ -148,6 +150,21 @@ class LocalBackend:
     def declarations(self) -> Declarations:
         return Declarations(backend="local", native_actions=frozenset(),
                             node_loss_window=self.node_loss_window)
+
+    def validate(self, spec: JobSpec) -> None:
+        if spec.local:
+            raise SpecError("<spec>", f"local.{sorted(spec.local)[0]}",
+                            "the local backend takes no options")
+
+    def dry_run(self, submission: Submission) -> DryRun:
+        spec = submission.spec
+        plan = json.dumps({"nodes": spec.nodes, "argv": list(spec.command),
+                           "time_limit": spec.time_limit, "memory": spec.memory,
+                           "env": spec.env, "gated": submission.gated}, indent=2)
+        return DryRun(backend="local", documents=(("local runner plan", plan),))
+
+    def close(self) -> None:
+        """Nothing to release: objects live on disk, runners are detached."""
 
     def submit(self, submission: Submission) -> str:
         """Create the object and start its runner; the ref of an object already carrying

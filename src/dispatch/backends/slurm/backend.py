@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from dispatch.backends.base import Submission, SubmitRejected
+from dispatch.backends.base import DryRun, Submission, SubmitRejected
 from dispatch.backends.slurm import mapping
 from dispatch.backends.slurm.parse import (
     SACCT_FIELDS,
@@ -39,9 +39,15 @@ from dispatch.backends.slurm.parse import (
     parse_sinfo_json,
     parse_squeue_json,
 )
-from dispatch.backends.slurm.script import default_output_dir, render, script_path
+from dispatch.backends.slurm.script import (
+    default_output_dir,
+    render,
+    script_path,
+    validate_spec,
+)
 from dispatch.core.model import Discovery, ObjectReport, SchedulerUnreachable, State
 from dispatch.core.policy import Action, Declarations
+from dispatch.core.spec import JobSpec
 from dispatch.errors import BackendError
 
 NAME = "slurm"
@@ -362,6 +368,16 @@ class SlurmBackend:
         return report
 
     # ------------------------------------------------------------------ acting
+
+    def validate(self, spec: JobSpec) -> None:
+        validate_spec(spec)
+
+    def dry_run(self, submission: Submission) -> DryRun:
+        script, argv = render(submission, out_dir=self.output_dir)
+        return DryRun(backend=NAME, argv=tuple(argv), documents=(("batch script", script),))
+
+    def close(self) -> None:
+        """Nothing to release: every call is one tool run."""
 
     def submit(self, submission: Submission) -> str:
         script, argv = render(submission, out_dir=self.output_dir)

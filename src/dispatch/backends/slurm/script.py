@@ -49,7 +49,7 @@ from typing import Any
 from dispatch.backends.base import Submission
 from dispatch.backends.slurm.parse import expand_array_tasks
 from dispatch.core.policy import Action, Enforcer
-from dispatch.core.spec import SpecError
+from dispatch.core.spec import JobSpec, SpecError
 from dispatch.segment_health.launch import (
     Launcher,
     LaunchRequest,
@@ -224,6 +224,12 @@ def _validate_submission(submission: Submission) -> None:
         for key in _LAUNCH_KEYS:
             if key in section:
                 raise _bad(key, "only with segment_health.launcher torchrun or ft_launcher")
+
+
+def validate_spec(spec: JobSpec) -> None:
+    """Everything render would refuse, refused before anything is recorded: the slurm section,
+    the launch shape, the name, the environment names."""
+    render(Submission(job_id="0", number=1, token="0.1", spec=spec), out_dir=Path("/"))
 
 
 def launcher_of(submission: Submission) -> Launcher | None:
