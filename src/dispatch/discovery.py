@@ -57,7 +57,7 @@ def look(name: str, jobs: Sequence[Job], backend_for: Callable[[str], Backend],
     try:
         backend = backend_for(name)
     except DispatchError as err:
-        log.warning("backend %s cannot be used: %s", name, err)
+        log.info("backend %s cannot be used: %s", name, err)
         empty = Discovery(at=now) if not tokens else None
         return Look(name, None, empty, UNUSABLE, str(err))
     if not tokens:
@@ -65,10 +65,10 @@ def look(name: str, jobs: Sequence[Job], backend_for: Callable[[str], Backend],
     try:
         return Look(name, backend, backend.discover(tokens, refs))
     except SchedulerUnreachable as err:
-        log.warning("%s; no transition that needs it", err)
+        log.info("%s; no transition that needs it", err)
         return Look(name, backend, None, UNREACHABLE, str(err))
     except DispatchError as err:
-        log.warning("backend %s failed: %s", name, err)
+        log.info("backend %s failed: %s", name, err)
         return Look(name, backend, None, UNUSABLE, str(err))
 
 

@@ -6,7 +6,8 @@ that cannot reach its scheduler raises ``SchedulerUnreachable`` (an error, never
 The contract, in the order a job meets it:
 
 - ``validate(spec)``: refuse a spec this backend cannot run (its own section included), before
-  anything is recorded; raises ``SpecError`` naming the key.
+  anything is recorded; raises ``SpecError`` naming the key. ``ready()``: refuse when the
+  backend cannot be used from here at all (no config), also before anything is recorded.
 - ``dry_run(submission)``: exactly what ``submit`` would send, built without side effects
   (TorchX's ``submit_dryrun`` beside ``schedule``).
 - ``submit`` / ``discover`` / ``stop`` / ``cancel`` / ``open_gate``: the supervisor's calls.
@@ -73,6 +74,11 @@ class Backend(Protocol):
 
     def validate(self, spec: JobSpec) -> None:
         """Raise ``SpecError`` (naming the key) for a spec this backend cannot run."""
+        ...
+
+    def ready(self) -> None:
+        """Raise ``BackendError`` when this backend cannot be used from here at all (e.g. no
+        usable Kubernetes config); reaches no scheduler. Checked before a job is recorded."""
         ...
 
     def dry_run(self, submission: Submission) -> DryRun:

@@ -166,6 +166,9 @@ class LocalBackend:
     def close(self) -> None:
         """Nothing to release: objects live on disk, runners are detached."""
 
+    def ready(self) -> None:
+        """Nothing to check before the first submit creates the root."""
+
     def submit(self, submission: Submission) -> str:
         """Create the object and start its runner; the ref of an object already carrying
         ``submission.token`` when there is one (idempotent)."""

@@ -181,8 +181,6 @@ def ls(show_all: bool, name: str | None, store_url: str | None, as_json: bool) -
     if as_json:
         emit_json([status_json(v) for v in rows])
         return
-    for problem in sorted({f"{v.scheduler}: {v.problem}" for v in rows if v.problem}):
-        err.print(f"warning: {problem}")
     out.print(table(rows, utcnow()))
 
 

@@ -53,14 +53,19 @@ def state_text(view: JobView) -> Text:
         return Text("error", style="bold red")
     text = s.state.value + ("" if s.settled or not s.state.terminal else "*")
     if view.scheduler != SCHEDULER_OK:
-        text += f" (scheduler {view.scheduler})"
+        text += "!"  # from the record alone: the scheduler could not be asked
     return Text(text, style=STATE_STYLE[s.state])
 
 
 def table(rows: Sequence[JobView], now: datetime) -> Table:
+    """One row per job; a state marked "!" comes from the record alone (its scheduler could
+    not be asked: the caption says why)."""
     from rich.table import Table
 
-    t = Table(box=None, header_style="bold", pad_edge=False)
+    problems = sorted({f"{v.status.backend if v.status else v.job}: scheduler {v.scheduler}: "
+                       f"{v.problem}" for v in rows if v.scheduler != SCHEDULER_OK})
+    t = Table(box=None, header_style="bold", pad_edge=False,
+              caption="\n".join(f"! {p}" for p in problems) or None, caption_justify="left")
     for col in ("JOB", "NAME", "STATE", "CAUSE", "SUBMISSIONS", "BUDGET USED", "AGE"):
         t.add_column(col)
     for v in rows:

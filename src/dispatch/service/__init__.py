@@ -41,20 +41,24 @@ from dispatch.supervisor import Clock, Supervisor, utcnow
 __all__ = ["JobView", "Service", "dry_run_of", "prepare"]
 
 
-def prepare(spec: JobSpec, backends: Backends) -> tuple[JobSpec, Plan]:
+def prepare(spec: JobSpec, backends: Backends, *, ready: bool = True
+            ) -> tuple[JobSpec, Plan]:
     """The spec as it will be recorded, validated by its backend, and its plan on that
-    backend. Nothing is recorded, no scheduler is asked."""
+    backend; with ``ready``, also refused when the backend cannot be used from here. Nothing
+    is recorded, no scheduler is asked."""
     if spec.workdir is None:
         # Relative paths in the command mean what they meant where the job was submitted.
         spec = msgspec.structs.replace(spec, workdir=os.getcwd())
     backend = backends(spec.backend)
     backend.validate(spec)
+    if ready:
+        backend.ready()
     return spec, Plan(policy=spec.policy, declarations=backend.declarations())
 
 
 def dry_run_of(spec: JobSpec, backends: Backends) -> DryRun:
     """What the first submission would send to the scheduler; nothing recorded or sent."""
-    spec, _ = prepare(spec, backends)
+    spec, _ = prepare(spec, backends, ready=False)
     sub = Submission(job_id="DRYRUN", number=1, token=token_for("DRYRUN", 1), spec=spec)
     return backends(spec.backend).dry_run(sub)
 

@@ -221,6 +221,10 @@ class KubeflowBackend:
         parse_section(spec.kubeflow)
         build_trainjob(Submission(job_id="0", number=1, token="0.1", spec=spec), "default")
 
+    def ready(self) -> None:
+        """A usable Kubernetes config (the client is built; no request is made)."""
+        _ = self.kube
+
     def _default_namespace(self) -> str:
         if self._client is not None:
             return self._client.default_namespace

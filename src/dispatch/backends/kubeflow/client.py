@@ -175,7 +175,11 @@ def load_config(
             return KubeConfig.from_file(path).get(context_name=context)
         return KubeConfig.from_env(service_account=service_account_dir).get(context_name=context)
     except (ConfigError, KeyError, OSError, ValueError) as err:
-        raise ConfigError(f"cannot load Kubernetes config: {err}") from None
+        raise KubeConfigError(f"cannot load Kubernetes config: {err}") from None
+
+
+class KubeConfigError(BackendError):
+    """No usable Kubernetes config here: the backend cannot be built (never a state)."""
 
 
 class KubeClient:

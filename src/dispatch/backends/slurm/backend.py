@@ -379,6 +379,10 @@ class SlurmBackend:
     def close(self) -> None:
         """Nothing to release: every call is one tool run."""
 
+    def ready(self) -> None:
+        """Whether the cluster answers is the scheduler's business (SchedulerUnreachable at
+        submit); nothing to check locally."""
+
     def submit(self, submission: Submission) -> str:
         script, argv = render(submission, out_dir=self.output_dir)
         path = Path(argv[-1])
