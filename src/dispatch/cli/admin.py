@@ -21,9 +21,9 @@ from dispatch.cli.common import (
 )
 from dispatch.cli.jobs import _supervisor, install_stop
 from dispatch.core.policy import Plan, PolicyError, RecoveryPolicy
-from dispatch.core.spec import SpecError
+from dispatch.core.spec import SpecError, parse_policy, parse_spec
 from dispatch.errors import EXIT_BAD_INPUT, BadInput, StateConflict
-from dispatch.specfile import load_policy, load_spec, load_yaml_text
+from dispatch.specfile import load_yaml_file
 
 
 @click.group()
@@ -62,16 +62,11 @@ def policy_check(file: Path, backend: str, as_json: bool) -> None:
 
 
 def _policy_from_file(file: Path) -> RecoveryPolicy:
-    """A policy file, or a job spec whose policy: section is checked."""
-    import yaml
-
-    try:
-        data = load_yaml_text(file.read_text())
-    except (OSError, yaml.YAMLError):
-        return load_policy(file)  # produces the precise error
+    """A policy file, or a job spec whose policy: section is checked (the file read once)."""
+    data = load_yaml_file(file)
     if isinstance(data, dict) and "command" in data:
-        return load_spec(file).policy
-    return load_policy(file)
+        return parse_spec(data, str(file)).policy
+    return parse_policy(data, str(file))
 
 
 @click.command()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -16,8 +17,24 @@ from dispatch.service.views import error_json
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# Seconds between ticks or refreshes: positive and finite (no busy loop, no nan).
-SECONDS = click.FloatRange(min=0.05, max=86_400.0)
+class Seconds(click.ParamType[float]):
+    """Seconds between ticks or refreshes: finite, 0.05 s .. 1 day (no busy loop, no nan)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or not 0.05 <= seconds <= 86_400:
+            self.fail(f"{value!r} must be a finite number of seconds from 0.05 to 86400",
+                      param, ctx)
+        return seconds
+
+
+SECONDS = Seconds()
 
 
 def handle_errors(fn: F) -> F:

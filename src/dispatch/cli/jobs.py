@@ -26,6 +26,7 @@ from dispatch.cli.common import (
 from dispatch.cli.render import cause_text, err, out, print_status, table
 from dispatch.core.model import State, token_for
 from dispatch.core.record import Job
+from dispatch.core.spec import JobSpec
 from dispatch.core.status import project_objects
 from dispatch.errors import EXIT_CANCELLED, EXIT_FAILED, BadInput
 from dispatch.notify import Notifier
@@ -45,8 +46,8 @@ def show(view: JobView, as_json: bool) -> None:
         print_status(view)
 
 
-def _warn_unenforced(service: Service, spec_path: Path) -> None:
-    spec, plan = service.prepare(load_spec(spec_path))
+def _warn_unenforced(service: Service, spec: JobSpec, source: Path) -> None:
+    _, plan = service.prepare(spec, str(source))
     for line in plan.unenforced():
         err.print(f"warning: {line} (an execution ending with it fails the job)")
 
@@ -64,13 +65,13 @@ def submit(spec_path: Path, dry_run: bool, store_url: str | None, as_json: bool)
     if dry_run:  # needs no record store
         backends = Backends()
         try:
-            click.echo(dry_run_of(spec, backends).render(), nl=False)
+            click.echo(dry_run_of(spec, backends, str(spec_path)).render(), nl=False)
         finally:
             backends.close()
         return
     with open_service(store_url) as service:
-        _warn_unenforced(service, spec_path)
-        job_id = service.submit(spec)
+        _warn_unenforced(service, spec, spec_path)
+        job_id = service.submit(spec, str(spec_path))
         show(service.view(job_id), as_json)
 
 
@@ -99,9 +100,10 @@ def run(spec_path: Path, poll: float, store_url: str | None, as_json: bool,
     """Submit SPEC and supervise it in the foreground until it is finished.
 
     Exit 0 succeeded, 1 failed, 130 cancelled."""
+    spec = load_spec(spec_path)
     with open_service(store_url) as service:
-        _warn_unenforced(service, spec_path)
-        job_id = service.create(load_spec(spec_path))
+        _warn_unenforced(service, spec, spec_path)
+        job_id = service.create(spec, str(spec_path))
         sup = _supervisor(service, escalation_webhook, escalation_command)
         install_stop(sup)
         if not as_json:

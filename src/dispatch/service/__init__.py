@@ -21,7 +21,7 @@ from dispatch.core import events as ev
 from dispatch.core.model import Status, token_for
 from dispatch.core.policy import Plan
 from dispatch.core.record import Job, fold
-from dispatch.core.spec import JobSpec
+from dispatch.core.spec import JobSpec, SpecError
 from dispatch.core.status import project
 from dispatch.core.story import story
 from dispatch.discovery import look_all
@@ -41,24 +41,29 @@ from dispatch.supervisor import Clock, Supervisor, utcnow
 __all__ = ["JobView", "Service", "dry_run_of", "prepare"]
 
 
-def prepare(spec: JobSpec, backends: Backends, *, ready: bool = True
-            ) -> tuple[JobSpec, Plan]:
+def prepare(spec: JobSpec, backends: Backends, *, ready: bool = True,
+            source: str = "<spec>") -> tuple[JobSpec, Plan]:
     """The spec as it will be recorded, validated by its backend, and its plan on that
     backend; with ``ready``, also refused when the backend cannot be used from here. Nothing
-    is recorded, no scheduler is asked."""
+    is recorded, no scheduler is asked. ``source`` names the spec in errors (its file)."""
     if spec.workdir is None:
         # Relative paths in the command mean what they meant where the job was submitted.
         spec = msgspec.structs.replace(spec, workdir=os.getcwd())
     backend = backends(spec.backend)
-    backend.validate(spec)
+    try:
+        backend.validate(spec)
+    except SpecError as err:
+        if err.source != "<spec>" or source == "<spec>":
+            raise
+        raise SpecError(source, err.where, err.message) from None
     if ready:
         backend.ready()
     return spec, Plan(policy=spec.policy, declarations=backend.declarations())
 
 
-def dry_run_of(spec: JobSpec, backends: Backends) -> DryRun:
+def dry_run_of(spec: JobSpec, backends: Backends, source: str = "<spec>") -> DryRun:
     """What the first submission would send to the scheduler; nothing recorded or sent."""
-    spec, _ = prepare(spec, backends, ready=False)
+    spec, _ = prepare(spec, backends, ready=False, source=source)
     sub = Submission(job_id="DRYRUN", number=1, token=token_for("DRYRUN", 1), spec=spec)
     return backends(spec.backend).dry_run(sub)
 
@@ -164,23 +169,23 @@ class Service:
         return self.backends(j.spec.backend).logs(ref)
 
     # ---- making jobs --------------------------------------------------------------------
-    def prepare(self, spec: JobSpec) -> tuple[JobSpec, Plan]:
+    def prepare(self, spec: JobSpec, source: str = "<spec>") -> tuple[JobSpec, Plan]:
         """The spec as it will be recorded, validated by its backend (nothing recorded)."""
-        return prepare(spec, self.backends)
+        return prepare(spec, self.backends, source=source)
 
-    def dry_run(self, spec: JobSpec) -> DryRun:
+    def dry_run(self, spec: JobSpec, source: str = "<spec>") -> DryRun:
         """What the first submission would send to the scheduler; nothing is recorded."""
-        return dry_run_of(spec, self.backends)
+        return dry_run_of(spec, self.backends, source)
 
-    def create(self, spec: JobSpec) -> str:
+    def create(self, spec: JobSpec, source: str = "<spec>") -> str:
         """Validate and record the job; no submission yet (a supervisor makes it)."""
-        spec, plan = self.prepare(spec)
+        spec, plan = self.prepare(spec, source)
         return requests.create_job(self.store, spec, plan.declarations, self.clock(),
                                    actor=self.actor)
 
-    def submit(self, spec: JobSpec) -> str:
+    def submit(self, spec: JobSpec, source: str = "<spec>") -> str:
         """Record the job and make its first submission."""
-        job_id = self.create(spec)
+        job_id = self.create(spec, source)
         self.supervisor().tick([job_id])
         return job_id
 

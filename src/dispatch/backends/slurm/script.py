@@ -39,7 +39,6 @@ task N listens on ``rdzv_port + N``.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import shlex
@@ -200,12 +199,12 @@ def _safe_name(text: str) -> str:
 
 def time_option(seconds: int) -> str:
     """Slurm time limits are whole minutes: round up, never down."""
-    return str(max(1, math.ceil(seconds / 60)))
+    return str(max(1, -(-seconds // 60)))  # integer ceiling: no float rounding
 
 
 def memory_option(size: int) -> str:
     """--mem is per node, in MiB here: round up."""
-    return f"{max(1, math.ceil(size / (1024 * 1024)))}M"
+    return f"{max(1, -(-size // (1024 * 1024)))}M"  # integer ceiling
 
 
 def is_array(submission: Submission) -> bool:
