@@ -56,6 +56,7 @@ def look(name: str, jobs: Sequence[Job], backend_for: Callable[[str], Backend],
     tokens, refs = tokens_and_refs(jobs)
     try:
         backend = backend_for(name)
+        backend.ready()
     except DispatchError as err:
         log.info("backend %s cannot be used: %s", name, err)
         empty = Discovery(at=now) if not tokens else None
