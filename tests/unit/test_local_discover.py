@@ -12,16 +12,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from dispatch.backends import local as local_module
 from dispatch.backends.local import LocalBackend, default_root
-from dispatch.backends.local_runner import (
-    ObjectMeta,
-    ObjectStatus,
-    RunnerInfo,
-    boot_id,
-    read_proc_stat,
-)
-from dispatch.core.model import Cause, CauseKind, Execution, State
+from dispatch.backends.local import root as root_module
+from dispatch.backends.local.procs import boot_id, read_proc_stat
+from dispatch.backends.local.root import LocalRoot
+from dispatch.backends.local.wire import ObjectMeta, ObjectStatus, RunnerInfo
+from dispatch.core.model import Cause, CauseKind, Execution, SchedulerUnreachable, State
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -43,6 +39,7 @@ def _dead() -> RunnerInfo:
 
 def write_object(root: Path, ref: str, token: str, *, runner: RunnerInfo,
                  status: ObjectStatus | bytes | None) -> None:
+    LocalRoot(root).claim()  # the root and its marker, as the first submit makes them
     objdir = root / "objects" / ref
     (objdir / "control").mkdir(parents=True)
     job, _, number = token.rpartition(".")
@@ -86,7 +83,7 @@ def test_discover_of_200_objects_is_one_scan_and_no_subprocess(
 
     scans: list[str] = []
     reads: list[Path] = []
-    real_scandir, real_read = os.scandir, local_module._read
+    real_scandir, real_read = os.scandir, root_module._read
 
     def counting_scandir(path: object = ".") -> object:
         scans.append(str(path))
@@ -100,7 +97,7 @@ def test_discover_of_200_objects_is_one_scan_and_no_subprocess(
         raise AssertionError("discover must not start a process")
 
     monkeypatch.setattr(os, "scandir", counting_scandir)
-    monkeypatch.setattr(local_module, "_read", counting_read)
+    monkeypatch.setattr(root_module, "_read", counting_read)
     monkeypatch.setattr(subprocess, "Popen", no_subprocess)
     monkeypatch.setattr(subprocess, "run", no_subprocess)
 
@@ -112,17 +109,18 @@ def test_discover_of_200_objects_is_one_scan_and_no_subprocess(
     for i, token in enumerate(tokens):
         expected = State.RUNNING if i % 2 else State.SUCCEEDED
         assert by_token[token].state is expected
-    # First look: each object's meta and status, plus the runner of each live one.
-    assert len(reads) == 201 + 200 + 100
+    # First look: the root's marker, each object's meta and status, plus the runner of each
+    # live one.
+    assert len(reads) == 1 + 201 + 200 + 100
 
-    # Steady state: meta, runner and ended reports never change, so only the live objects'
-    # status files are read again.
+    # Steady state: meta, runner and ended reports never change, so only the root's marker
+    # (is the root still there?) and the live objects' status files are read again.
     scans.clear()
     reads.clear()
     again = backend.discover(tokens, []).objects
     assert again == found
     assert scans == [str(tmp_path / "objects")]
-    assert sorted(p.name for p in reads) == ["status.json"] * 100
+    assert sorted(p.name for p in reads) == ["root.json"] + ["status.json"] * 100
 
 
 def test_refs_and_tokens_are_both_found_in_one_look(tmp_path: Path) -> None:
@@ -156,6 +154,7 @@ def test_an_unreadable_status_is_unknown_and_not_ended(tmp_path: Path) -> None:
 
 
 def test_an_unreadable_meta_asked_for_by_ref(tmp_path: Path) -> None:
+    LocalRoot(tmp_path).claim()
     objdir = tmp_path / "objects" / "l-00000001"
     objdir.mkdir(parents=True)
     (objdir / "meta.json").write_text("{not json")
@@ -194,7 +193,11 @@ def test_a_runner_pid_from_an_earlier_boot_is_not_alive(tmp_path: Path) -> None:
     assert report.executions[0].cause == report.cause
 
 
-def test_no_objects_directory_yet(tmp_path: Path) -> None:
+def test_a_root_never_used_is_unreachable_not_empty(tmp_path: Path) -> None:
+    # Absent is not ended: before the first submit made it, a root answers nothing.
+    with pytest.raises(SchedulerUnreachable, match="is missing"):
+        LocalBackend(tmp_path / "fresh").discover(["a.1"], ["l-00000001"])
+    LocalRoot(tmp_path / "fresh").claim()
     assert LocalBackend(tmp_path / "fresh").discover(["a.1"], []).objects == ()
 
 

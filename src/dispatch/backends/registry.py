@@ -17,11 +17,6 @@ class BackendConfigError(BackendError, ValueError):
     pass
 
 
-def state_home() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "dispatch"
-
-
 def _window(var: str, default: str) -> timedelta:
     text = os.environ.get(var, default)
     try:
@@ -32,9 +27,10 @@ def _window(var: str, default: str) -> timedelta:
 
 def make_backend(name: str) -> Backend:
     if name == "local":
-        from dispatch.backends.local import LocalBackend
+        from dispatch.backends.local import LocalBackend, default_root
 
-        root = Path(os.environ.get("DISPATCH_LOCAL_ROOT") or state_home() / "local")
+        # The root is under dispatch.paths.state_home() unless the operator names one.
+        root = Path(os.environ.get("DISPATCH_LOCAL_ROOT") or default_root())
         return LocalBackend(root, node_loss_window=_window("DISPATCH_LOCAL_NODE_LOSS_WINDOW",
                                                             "5s"))
     if name == "slurm":
