@@ -164,13 +164,11 @@ def test_formats_are_strict() -> None:
         msgspec.json.decode(status.replace(b'"running"', b'"exploded"'), type=ObjectStatus)
 
 
-def test_a_runner_whose_object_is_never_published_leaves(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dispatch.backends.local import runner
+def test_a_runner_whose_object_is_never_published_leaves(tmp_path: Path) -> None:
+    from dispatch.backends.local.root import wait_published
 
-    monkeypatch.setattr(runner, "PUBLISH_WAIT_S", 0.05)
-    assert not runner._wait_published(tmp_path / "never")
+    assert not wait_published(tmp_path / "never", 0.05)
     (tmp_path / "now").mkdir()
     (tmp_path / "now" / "meta.json").write_text("{}")
     (tmp_path / "now" / "runner.json").write_text("{}")
-    assert runner._wait_published(tmp_path / "now")
+    assert wait_published(tmp_path / "now", 0.05)

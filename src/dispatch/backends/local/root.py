@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,6 +48,17 @@ def marker_id(root: Path) -> str | None:
         return msgspec.json.decode(_read(root / ROOT_MARKER), type=RootMarker).id
     except (OSError, msgspec.DecodeError):
         return None
+
+
+def wait_published(objdir: Path, wait_s: float) -> bool:
+    """For a starting runner: submit starts it, then publishes the object directory; a submit
+    that crashed in between never publishes it, and the runner leaves."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if (objdir / META).exists() and (objdir / RUNNER).exists():
+            return True
+        time.sleep(0.005)
+    return False
 
 
 class LocalRoot:

@@ -63,7 +63,7 @@ from dispatch.backends.local.procs import (
     marked,
     scan_procs,
 )
-from dispatch.backends.local.root import marker_id
+from dispatch.backends.local.root import marker_id, wait_published
 from dispatch.backends.local.wire import (
     CANCEL,
     CONTROL,
@@ -72,7 +72,6 @@ from dispatch.backends.local.wire import (
     META,
     PREEMPT,
     PUBLISH_WAIT_S,
-    RUNNER,
     STATUS,
     STOP,
     ControlRequest,
@@ -115,6 +114,7 @@ class Runner:
         self.last_heartbeat = 0.0
         self.final: ObjectStatus | None = None
         self.away = False  # the root is away (see here())
+        self.marked_deadline: float | None = None
 
     def log(self, message: str) -> None:
         print(f"{utcnow().isoformat()} {self.meta.ref}: {message}", flush=True)
@@ -380,7 +380,7 @@ class Runner:
         self.check_memory()
         if self.ending is not None:
             self.reap()
-            if not self.children_left and not self.marked_left() and self.finish():
+            if not self.children_left and self.marked_gone() and self.finish():
                 return True
             if self.kill_deadline is not None and time.monotonic() >= self.kill_deadline:
                 self.kill_everything(signal.SIGKILL)
@@ -406,14 +406,22 @@ class Runner:
             self.away = True
         return False
 
-    def marked_left(self) -> bool:
-        """Kill what still carries the object's mark after every child is gone (a process that
-        escaped the runner's parent links); True while any is left."""
+    def marked_gone(self) -> bool:
+        """Kill what still carries the object's mark once every child is gone (a process that
+        left the runner's tree); True when none is left, or when those left could not be
+        killed within the grace (another user's process: the object must still end)."""
         left = [p.pid for p in marked(self.meta.mark) if p.pid != os.getpid()]
-        if left:
-            self.log(f"killing processes of the object outside the runner's tree: {left}")
-            kill_pids(left, signal.SIGKILL)
-        return bool(left)
+        if not left:
+            return True
+        now = time.monotonic()
+        if self.marked_deadline is None:
+            self.marked_deadline = now + self.meta.kill_grace + 5.0
+        elif now >= self.marked_deadline:
+            self.log(f"could not kill processes of the object {left}; ending without them")
+            return True
+        self.log(f"killing processes of the object outside the runner's tree: {left}")
+        kill_pids(left, signal.SIGKILL)
+        return False
 
     def timeout(self) -> float:
         interval = MEMORY_SAMPLE_S if self.meta.memory is not None else IDLE_POLL_S
@@ -429,17 +437,6 @@ class Runner:
     def run(self) -> None:
         while not self.step():
             self.wait(self.timeout())
-
-
-def _wait_published(objdir: Path) -> bool:
-    """submit starts the runner, then publishes the object directory; a submit that crashed
-    in between never publishes it, and the runner leaves."""
-    deadline = time.monotonic() + PUBLISH_WAIT_S
-    while time.monotonic() < deadline:
-        if (objdir / META).exists() and (objdir / RUNNER).exists():
-            return True
-        time.sleep(0.005)
-    return False
 
 
 def _install_signals(runner_box: list[Runner]) -> int:
@@ -471,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     objdir = Path(args[0])
     box: list[Runner] = []
     wake_fd = _install_signals(box)
-    if not _wait_published(objdir):
+    if not wait_published(objdir, PUBLISH_WAIT_S):
         print(f"{objdir} was never published (the submit did not finish); leaving",
               file=sys.stderr)
         return 0
