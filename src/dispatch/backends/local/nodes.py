@@ -59,9 +59,7 @@ class Node:
 
     def start(self, meta: ObjectMeta, env: dict[str, str], objdir: Path) -> None:
         """Start the node's process (raises OSError or ValueError when it cannot start)."""
-        node_env = dict(env)
-        node_env.update({"RANK": str(self.index), "NODE_RANK": str(self.index),
-                         "GROUP_RANK": str(self.index), "DISPATCH_NODE": self.name})
+        node_env = {**env, **per_node_variables(self.index)}
         with open(objdir / f"{self.name}.log", "ab") as out:
             proc = subprocess.Popen(  # noqa: S603 - an argv list, never a shell
                 list(meta.argv), cwd=meta.workdir, env=node_env,
@@ -72,6 +70,12 @@ class Node:
         self.pid = proc.pid
         st = read_proc_stat(proc.pid)
         self.start_ticks = st.start_ticks if st else None
+
+
+def per_node_variables(index: int) -> dict[str, str]:
+    """What differs from node to node (it wins over everything else)."""
+    return {"RANK": str(index), "NODE_RANK": str(index), "GROUP_RANK": str(index),
+            "DISPATCH_NODE": node_name(index)}
 
 
 def dispatch_variables(meta: ObjectMeta, master_port: int | None) -> dict[str, str]:

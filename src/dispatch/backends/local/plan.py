@@ -10,8 +10,8 @@ from pathlib import Path
 import msgspec
 
 from dispatch.backends.base import Submission
-from dispatch.backends.local.nodes import dispatch_variables
-from dispatch.backends.local.wire import MARK_VAR, ObjectMeta, node_name, utcnow
+from dispatch.backends.local.nodes import dispatch_variables, per_node_variables
+from dispatch.backends.local.wire import MARK_VAR, ObjectMeta, utcnow
 from dispatch.core.spec import JobSpec
 
 
@@ -82,8 +82,10 @@ def dry_run(submission: Submission, *, root: Path, python: str, kill_grace: floa
     variables["MASTER_PORT"] = "<a free port, chosen when the nodes start>"
     variables[MARK_VAR] = "<ref>:<nonce>"
     env.update(variables)
-    node_env = tuple({"RANK": str(i), "NODE_RANK": str(i), "GROUP_RANK": str(i),
-                      "DISPATCH_NODE": node_name(i)} for i in range(spec.nodes))
+    node_env = tuple(per_node_variables(i) for i in range(spec.nodes))
+    for per_node in node_env[:1]:
+        for key in per_node:
+            env.pop(key, None)  # each node's own value wins over the spec's
     return LocalDryRun(
         root=str(root), runner_argv=(python, "-m", runner_module, f"{root}/objects/<ref>"),
         argv=tuple(spec.command), nodes=spec.nodes, workdir=workdir, env=env,
