@@ -15,7 +15,7 @@ import pytest
 from dispatch.backends.local import LocalBackend, default_root
 from dispatch.backends.local import root as root_module
 from dispatch.backends.local.procs import boot_id, read_proc_stat
-from dispatch.backends.local.root import LocalRoot
+from dispatch.backends.local.root import LocalRoot, new_ref, ref_root
 from dispatch.backends.local.wire import ObjectMeta, ObjectStatus, RunnerInfo
 from dispatch.core.model import Cause, CauseKind, Execution, SchedulerUnreachable, State
 
@@ -216,3 +216,64 @@ def test_default_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("XDG_STATE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_root() == tmp_path / "home" / ".local" / "state" / "dispatch" / "local"
+
+
+def test_a_ref_names_the_root_it_was_made_in() -> None:
+    ref = new_ref("0123456789abcdef")
+    assert ref.startswith("l-01234567-") and ref_root(ref) == "01234567"
+    assert ref_root("l-00000001") is None  # made before roots had markers
+    assert ref_root("l-0123456-00000000") is None
+
+
+def test_a_ref_of_another_root_is_not_answered_for(tmp_path: Path) -> None:
+    """An unmounted root's place taken by a new root: its refs are absent here, not ended."""
+    marker = LocalRoot(tmp_path).claim()
+    other = new_ref("f" * 16 if not marker.id.startswith("ffffffff") else "e" * 16)
+    mine = new_ref(marker.id)
+    found = LocalBackend(tmp_path).discover([], [other, mine])
+    assert not found.complete  # decide makes no transition for what it left out
+    assert [(o.ref, o.ended) for o in found.objects] == [(mine, True)]
+    assert f"(root {marker.id})" in found.objects[0].cause.detail
+
+
+def test_a_root_that_lost_its_marker_is_unreachable(tmp_path: Path) -> None:
+    write_object(tmp_path, "l-00000001", "a.1", runner=_me(), status=None)
+    meta = msgspec.json.decode((tmp_path / "objects" / "l-00000001" / "meta.json").read_bytes(),
+                               type=ObjectMeta)
+    marker = LocalRoot(tmp_path).marker()
+    (tmp_path / "objects" / "l-00000001" / "meta.json").write_bytes(msgspec.json.encode(
+        msgspec.structs.replace(meta, root_id=marker.id)))
+    (tmp_path / "root.json").unlink()
+    with pytest.raises(SchedulerUnreachable, match="has no root.json"):
+        LocalBackend(tmp_path).discover(["a.1"], [])
+    assert not (tmp_path / "root.json").exists()
+
+
+def test_a_root_from_before_markers_is_adopted(tmp_path: Path) -> None:
+    write_object(tmp_path, "l-00000001", "a.1", runner=_me(),
+                 status=running("l-00000001", "a.1"))
+    (tmp_path / "root.json").unlink()  # as every root made before markers
+    found = LocalBackend(tmp_path).discover(["a.1"], ["l-00000002"]).objects
+    assert [(o.ref, o.state) for o in found] == [("l-00000001", State.RUNNING),
+                                                 ("l-00000002", State.FAILED)]
+    assert LocalRoot(tmp_path).marker().id  # written once, then it is a root like any other
+
+
+@pytest.mark.parametrize("make", ["missing", "empty"])
+def test_a_root_never_made_answers_tokens_with_nothing(tmp_path: Path, make: str) -> None:
+    """A first submit that died before making the root is retried, not stuck; but a ref is
+    never answered for by a root that was never made."""
+    root = tmp_path / "root"
+    if make == "empty":
+        root.mkdir()
+    found = LocalBackend(root).discover(["a.1"], [])
+    assert found.objects == () and found.complete
+    with pytest.raises(SchedulerUnreachable):
+        LocalBackend(root).discover(["a.1"], ["l-00000001"])
+    assert not (root / "root.json").exists()
+
+
+def test_a_root_that_is_a_file_is_unreachable(tmp_path: Path) -> None:
+    (tmp_path / "root").write_text("")
+    with pytest.raises(SchedulerUnreachable, match="not a directory"):
+        LocalBackend(tmp_path / "root").discover(["a.1"], [])

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from local_harness import WAIT_S, alive, wait_dead
+from local_harness import SLEEP, WAIT_S, Local, alive, wait_dead
 
 from dispatch.backends.local import LocalBackend
-from dispatch.backends.local.wire import ObjectStatus
+from dispatch.backends.local.wire import ObjectStatus, RunnerInfo
 from dispatch.backends.registry import declarations_for
 from dispatch.core.model import CauseKind, SchedulerUnreachable, State
 from dispatch.core.record import fold
@@ -149,3 +149,34 @@ def test_requests_to_an_absent_root_are_refused_as_unreachable(tmp_path: Path) -
                  lambda: backend.prune(timedelta(0))):
         with pytest.raises(SchedulerUnreachable, match="is missing"):
             call()
+
+
+def _wait_text(path: Path, words: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not (path.exists() and words in path.read_text()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} never said {words!r}")
+        time.sleep(0.05)
+
+
+def test_a_runner_whose_root_is_replaced_by_another_kills_its_nodes(local: Local,
+                                                                     tmp_path: Path) -> None:
+    """Away, the nodes keep running; a new root in its place (a wiped root made again, a
+    submit into an unmounted mount point) means nobody will look for the object again."""
+    ref, _ = local.submit(SLEEP, nodes=2)
+    local.wait(ref, lambda r: r.state is State.RUNNING)
+    nodes = local.status_pids(ref)
+    runner = msgspec.json.decode((local.root / "objects" / ref / "runner.json").read_bytes(),
+                                 type=RunnerInfo).pid
+    old = tmp_path / "old-root"
+    os.rename(local.root, old)
+    _wait_text(old / "objects" / ref / "runner.log", "the root is away")
+    assert all(alive(pid) for pid in [*nodes, runner])
+    fresh = LocalBackend(local.root)
+    fresh.disk.claim()
+    for pid in [*nodes, runner]:
+        wait_dead(pid)
+    assert "the root is another one now" in (old / "objects" / ref / "runner.log").read_text()
+    # The new root does not answer for the object of the old one: absent, not ended.
+    found = fresh.discover([], [ref])
+    assert found.objects == () and not found.complete

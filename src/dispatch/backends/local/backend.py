@@ -37,7 +37,7 @@ from dispatch.backends.local.reports import (
     vanished,
     whoami,
 )
-from dispatch.backends.local.root import LocalRoot
+from dispatch.backends.local.root import LocalRoot, new_ref, ref_root
 from dispatch.backends.local.wire import (
     CANCEL,
     CONTROL,
@@ -62,7 +62,14 @@ from dispatch.backends.local.wire import (
     node_name,
     utcnow,
 )
-from dispatch.core.model import Cause, CauseKind, Discovery, ObjectReport, State
+from dispatch.core.model import (
+    Cause,
+    CauseKind,
+    Discovery,
+    ObjectReport,
+    SchedulerUnreachable,
+    State,
+)
 from dispatch.core.policy import Declarations
 from dispatch.core.spec import JobSpec, SpecError
 from dispatch.errors import BadInput, NotFound, StateConflict
@@ -152,7 +159,7 @@ class LocalBackend:
         existing = self.disk.find(lambda m: m.token == submission.token)
         if existing:
             return min(existing, key=lambda ref: (self._meta(ref).created_at, ref))
-        ref = self._new_ref()
+        ref = self._new_ref(marker.id)
         final = self.objects_dir / ref
         stage = self.staging_dir / f"{ref}.{secrets.token_hex(4)}"
         meta = ObjectMeta(
@@ -203,13 +210,25 @@ class LocalBackend:
     def discover(self, tokens: Iterable[str], refs: Iterable[str]) -> Discovery:
         """One scan of ``<root>/objects``: every object carrying one of ``tokens`` and every
         object in ``refs``. A ref with no object is reported ended only when the root is
-        there and is ours (its marker): a root that is absent is unreachable, never a verdict.
+        there and is the one the ref was made in (its marker): a root that is absent is
+        unreachable, and a ref of another root is left out of an incomplete look; never a
+        verdict on what cannot be seen.
         """
         wanted_tokens = set(tokens)
         wanted_refs = set(refs)
         now = utcnow()
         self._reap_runners()
-        marker = self.disk.marker()
+        try:
+            marker = self.disk.marker()
+        except SchedulerUnreachable:
+            adopted = self.disk.adopt_legacy()
+            if adopted is None:
+                if wanted_refs or not self.disk.never_used():
+                    raise
+                # No object was ever recorded and the root was never made: nothing carries
+                # the tokens (a first submit that died before making the root is retried).
+                return Discovery(at=now, objects=(), complete=True)
+            marker = adopted
         reports: list[ObjectReport] = []
         seen: set[str] = set()
         for ref in self.disk.scan():
@@ -222,9 +241,14 @@ class LocalBackend:
             if meta.token in wanted_tokens or ref in wanted_refs:
                 seen.add(ref)
                 reports.append(self._look(ref, meta, now))
+        complete = True
         for ref in sorted(wanted_refs - seen):
+            made_in = ref_root(ref)
+            if made_in is not None and made_in != marker.id[:8]:
+                complete = False  # made in another root (not mounted here): no answer
+                continue
             reports.append(missing(ref, self.objects_dir, marker.id, now))
-        return Discovery(at=now, objects=tuple(reports), complete=True)
+        return Discovery(at=now, objects=tuple(reports), complete=complete)
 
     def stop(self, ref: str) -> None:
         """Stop on the supervisor's behalf: the object ends cancelled, actor "dispatch"."""
@@ -467,8 +491,8 @@ class LocalBackend:
         env["PYTHONPATH"] = package_parent + (os.pathsep + original if original else "")
         return env
 
-    def _new_ref(self) -> str:
+    def _new_ref(self, root_id: str) -> str:
         while True:
-            ref = f"l-{secrets.token_hex(4)}"
+            ref = new_ref(root_id)
             if not (self.objects_dir / ref).exists():
                 return ref

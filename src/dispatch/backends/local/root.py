@@ -1,14 +1,16 @@
 """A local root on disk: its marker, its objects, and strict, cached reads of their files.
 
-The marker (``root.json``, with an id) is written once, at the first submit. It is what makes
-an absent object a positive answer: a root that is missing, unreadable, not a directory, or
-present without its marker (an unmounted mount point, a wrong path) is unreachable, and
-nothing missing from it may be read as ended.
+The marker (``root.json``, with an id) is written once, at the first submit, and every ref
+made in the root names it (``l-<root id>-<object id>``). Together they make an absent object
+a positive answer: a root that is missing, unreadable, not a directory, or present without
+its marker (an unmounted mount point, a wrong path) is unreachable, and a ref made in another
+root is not answered for; only a ref of this very root with no object here is ended.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -40,6 +42,21 @@ def _read(path: Path) -> bytes:
 
 def _unreachable(reason: str) -> SchedulerUnreachable:
     return SchedulerUnreachable("local", reason)
+
+
+_REF_ROOT = re.compile(r"l-([0-9a-f]{8})-[0-9a-f]{8}")
+
+
+def new_ref(root_id: str) -> str:
+    """A fresh ref, naming the root it is made in."""
+    return f"l-{root_id[:8]}-{secrets.token_hex(4)}"
+
+
+def ref_root(ref: str) -> str | None:
+    """The root a ref was made in (the first 8 hex digits of its id); None for refs made
+    before roots had markers."""
+    m = _REF_ROOT.fullmatch(ref)
+    return m.group(1) if m else None
 
 
 def marker_id(root: Path) -> str | None:
@@ -93,8 +110,44 @@ class LocalRoot:
         except msgspec.DecodeError as err:
             raise _unreachable(f"{self.marker_path} unreadable: {err}") from None
 
+    def adopt_legacy(self) -> RootMarker | None:
+        """Give its marker to a root made before markers existed: it has an objects directory
+        and no object in it names a root. (An unmounted mount point has no objects directory;
+        a root that lost its marker has objects that name it.) None when it is not one."""
+        if not self.objects_dir.is_dir() or self.marker_path.exists():
+            return None
+        try:
+            refs = self.scan()
+        except SchedulerUnreachable:
+            return None
+        for ref in refs:
+            meta = self.load_meta(ref)
+            if not isinstance(meta, ObjectMeta) or meta.root_id:
+                return None
+        mine = RootMarker(id=secrets.token_hex(8), created_at=utcnow())
+        try:
+            if create_exclusive(self.marker_path, msgspec.json.encode(mine)):
+                return mine
+        except OSError:
+            return None
+        return None
+
+    def never_used(self) -> bool:
+        """True when the root was never made: its path does not exist, or is an empty
+        directory (a first submit that died before writing the marker)."""
+        try:
+            return not os.listdir(self.path)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+
     def claim(self) -> RootMarker:
-        """For a submit: the root's marker, making the root (and its marker) at first use."""
+        """For a submit: the root's marker, making the root (and its marker) at first use.
+
+        A directory without a marker gets a new one, even when it is an unmounted mount
+        point: that is safe because every ref names the root it was made in (``ref_root``),
+        so a ref of the other root is never read as ended here."""
         try:
             return self.marker()
         except SchedulerUnreachable:

@@ -398,8 +398,12 @@ class Runner:
                 self.log("the root is back")
                 self.away = False
             return True
-        if not self.meta.root_id or marker_id(self.objdir.parent.parent) == self.meta.root_id:
+        root_id = marker_id(self.objdir.parent.parent)
+        if not self.meta.root_id or root_id == self.meta.root_id:
             raise ObjectRemoved(f"{self.objdir} was removed while the object ran")
+        if root_id is not None:  # nobody will look for the object in another root
+            raise ObjectRemoved(f"the root is another one now (marker {root_id}, not "
+                                f"{self.meta.root_id}): {self.objdir} is gone")
         if not self.away:
             self.log(f"the root is away (no marker {self.meta.root_id}); the nodes keep "
                      "running and nothing is written until it is back")
@@ -425,7 +429,7 @@ class Runner:
 
     def timeout(self) -> float:
         interval = MEMORY_SAMPLE_S if self.meta.memory is not None else IDLE_POLL_S
-        if self.ending is not None:
+        if self.ending is not None and not self.away:
             interval = min(interval, 0.05)
         if self.meta.time_limit is not None and self.started_mono is not None:
             left = self.started_mono + self.meta.time_limit - time.monotonic()
