@@ -23,11 +23,6 @@ class BackendConfigError(BackendError, ValueError):
     """A backend that cannot be built from this environment (names the variable)."""
 
 
-def state_home() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "dispatch"
-
-
 def _window(var: str, default: str) -> timedelta:
     text = os.environ.get(var, default)
     try:
@@ -37,9 +32,9 @@ def _window(var: str, default: str) -> timedelta:
 
 
 def _local() -> Backend:
-    from dispatch.backends.local import LocalBackend
+    from dispatch.backends.local import LocalBackend, default_root
 
-    root = Path(os.environ.get("DISPATCH_LOCAL_ROOT") or state_home() / "local")
+    root = Path(os.environ.get("DISPATCH_LOCAL_ROOT") or default_root())
     return LocalBackend(root, node_loss_window=_window("DISPATCH_LOCAL_NODE_LOSS_WINDOW", "5s"))
 
 
