@@ -221,6 +221,53 @@ def legal(job: Job, decisions: list[Decision], discovery: Discovery | None,
             assert s is not None and d.execution not in s.executions_recorded
 
 
+def only_committed_is_terminal(before: Job, after: Job, decisions: list[Decision],
+                               discovery: Discovery | None, now: datetime) -> None:
+    """S7: project's state is terminal only if the record holds the outcome, whatever the
+    look (this one, none, or one that shows nothing); what the plan was about to commit was
+    the forecast before the commit; and with no look a bound live object never reads
+    pending (an unreachable scheduler is not a state)."""
+    for job in (before, after):
+        for look in (discovery, None, Discovery(at=now, objects=(), complete=False)):
+            status = project(job, look, now)
+            assert not status.state.terminal or job.outcome is not None, (status, look)
+            assert status.settled == (job.outcome is not None)
+            if status.forecast is not None:
+                assert job.outcome is None and look is not None
+            if look is None:
+                assert status.forecast is None and not status.scheduler_seen
+                cur = job.current
+                if job.outcome is None and job.hold is None and cur is not None \
+                        and cur.ref is not None and not cur.ended:
+                    assert status.state is not State.PENDING, status
+    commits = [d for d in decisions if isinstance(d, Commit)]
+    if commits and discovery is not None:
+        forecast = project(before, discovery, now).forecast
+        assert forecast is not None and forecast.state is commits[0].state, (forecast, commits)
+        assert forecast.cause == commits[0].cause
+
+
+def a_fault_never_produces_an_outcome(job: Job, decisions: list[Decision],
+                                      discovery: Discovery | None) -> None:
+    """R3/S16: a look that failed (None) or left objects out (incomplete) never ends an
+    execution it did not show, and an outcome then comes only from what the record holds
+    or from objects the look did show."""
+    seen = {o.ref for o in discovery.objects} if discovery is not None else set()
+    ends = [d for d in decisions if isinstance(d, RecordEnd)]
+    assert all(d.ref in seen for d in ends), (ends, seen)
+    if discovery is not None and discovery.complete:
+        return
+    for d in decisions:
+        if not isinstance(d, Commit):
+            continue
+        from_record = job.awaiting is not None or job.give_up_requested is not None
+        from_seen = any(e.final for e in ends)
+        cancelled = job.cancel_requested is not None and d.cause == job.cancel_requested \
+            and discovery is not None and all(
+                s.ref is None or s.ended or s.ref in seen for s in job.submissions)
+        assert from_record or from_seen or cancelled, (d, job.awaiting, discovery)
+
+
 @dataclass
 class Invariants:
     sim: Sim
@@ -255,6 +302,8 @@ class Invariants:
             assert sim.job.history[:len(self.history_at_commit)] == self.history_at_commit
         # history holds committed transitions, never running
         assert all(t.state is not State.RUNNING for t in sim.job.history)
+        only_committed_is_terminal(before, sim.job, decisions, discovery, sim.now)
+        a_fault_never_produces_an_outcome(before, decisions, discovery)
         # recovering never goes back to pending
         status = project(sim.job, discovery, sim.now)
         self.states.append(status.state)
