@@ -14,7 +14,7 @@ from datetime import timedelta
 
 import msgspec
 import pytest
-from tests.strategies_core import LOCAL, SLURM, T0, Sim, ended, kinds_of, obj, rule
+from tests.strategies_core import SLURM, T0, Sim, ended, kinds_of, obj, rule
 
 from dispatch.core import events as ev
 from dispatch.core.codec import cause_json

@@ -181,7 +181,7 @@ def test_no_capacity(cli: Dispatch) -> None:
     path = spec(cli, "big", ["true"], nodes=5)
     proc = cli.spawn("run", str(path), "--json", "--poll", "0.5")
     st = cli.wait_for("big", lambda s: kind(s) == "no-capacity")
-    assert st["state"] == "pending" and "can never start" in st["cause"]["detail"]
+    assert st["state"] == "pending" and "can never start" in st["cause"]["note"]
     cli("cancel", "big", check=True)
     finish(proc)
 
