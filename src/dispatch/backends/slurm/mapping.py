@@ -504,9 +504,9 @@ def array_report(*, ref: str, token: str | None,
       while any task runs). Ended when every task ended: the first of END_ORDER any task
       is in (every task COMPLETED -> succeeded).
     - cause: that of the task that speaks for the array (the first such task; while running,
-      one with a lost node first, for the fence, S11), its detail prefixed with the task
-      and followed by a summary of the others, e.g. ``task 1: FAILED; ExitCode=1:0 | others:
-      0 succeeded``. Every task succeeded: cause none.
+      one with a lost node first, for the fence, S11): its detail is that task's words from
+      Slurm, verbatim; the note names the task and sums up the others, e.g. ``task 1 speaks
+      for the array; others: 0 succeeded``. Every task succeeded: cause none.
     - executions: one, the array's run: from the first task start; ended, with the array's
       cause, only when every task ended. A task ending while others run is not an ended
       execution of a live object: that would read as a requeue (decide's native recovery).
@@ -526,10 +526,10 @@ def array_report(*, ref: str, token: str | None,
         speakers = [(t, r) for t, r in tasks if r.state is state]
     task, speaker = speakers[0]
     others = [(t, r) for t, r in tasks if t != task]
-    words = f"task {task}: {speaker.cause.detail}"
+    said = f"task {task} speaks for the array"
     if others:
-        words += " | others: " + _summary(others)
-    cause = msgspec.structs.replace(speaker.cause, detail=words)
+        said += "; others: " + _summary(others)
+    cause = msgspec.structs.replace(speaker.cause, note=_notes(said, speaker.cause.note))
     lost_since = speaker.lost_since if cause.kind is CauseKind.NODE_LOST else None
     return ObjectReport(
         ref=ref, token=token or speaker.token, state=state, cause=cause,
