@@ -60,7 +60,7 @@ from dispatch.core.policy import (
     RecoveryPolicy,
     Rule,
 )
-from dispatch.core.record import Job, advance, fold
+from dispatch.core.record import Job, RecordError, advance, fold
 from dispatch.core.status import project
 
 K = CauseKind
@@ -598,3 +598,52 @@ def test_a_committed_outcome_never_changes_whatever_events_follow(
         assert project(job, look, sim.now).state is outcome.state
         decisions = decide(job, look, sim.plan, sim.now)
         assert all(isinstance(d, Stop | StopDuplicate | Bind) for d in decisions), decisions
+
+
+# --- a record that cannot be trusted is refused -----------------------------------------------
+
+
+@examples(60)
+@given(data=st.data(), policy=policies, decl=declarations, ticks=st.integers(3, 20),
+       damage=st.sampled_from(["delete", "repeat", "swap", "drop-last", "renumber"]))
+def test_a_damaged_record_is_refused_never_folded_into_another_state(
+        data: st.DataObject, policy: RecoveryPolicy, decl: Declarations, ticks: int,
+        damage: str) -> None:
+    """Issue 12 item 10: a record with an event deleted (e.g. a recovery-started, which would
+    give a budget back), repeated, out of order, cut short of the stored version, or not
+    numbered from 1 is refused with RecordError naming the job: never folded."""
+    sim = Sim(policy.rules, declarations=decl)
+    world = World()
+    for _ in range(ticks):
+        sim.later(data.draw(steps))
+        world.evolve(data, sim.now)
+        person(data, sim)
+        look = world.look(data, sim.now)
+        before = sim.job
+        decisions = decide(before, look, sim.plan, sim.now)
+        sim.append(_events(decisions, before, sim))
+        act(data, sim, world, decisions)
+    record = list(sim.record)
+    if len(record) < 3:
+        return
+    version: int | None = None
+    i = data.draw(st.integers(1, len(record) - 2))
+    if damage == "delete":
+        record.pop(i)
+    elif damage == "repeat":
+        record.insert(i, record[i])
+    elif damage == "swap":
+        record[i], record[i + 1] = record[i + 1], record[i]
+    elif damage == "drop-last":
+        version = record[-1].seq
+        record.pop()
+    else:
+        shift = data.draw(st.sampled_from([-1, 1, 5]))
+        record = [msgspec.structs.replace(e, seq=e.seq + shift) for e in record]
+    event(f"damage {damage}")
+    try:
+        fold(record, sim.now, job_id=JOB, version=version)
+    except RecordError as err:
+        assert err.job_id == JOB and err.seq is not None and f"job {JOB}" in str(err)
+    else:
+        raise AssertionError(f"a damaged record ({damage}) was folded")
