@@ -71,6 +71,9 @@ class Supervisor:
         self.attempt_lease = attempt_lease
         self.resend_after = resend_after
         self.on_decision = on_decision
+        # The actor a scheduler names for this process's own stops (scancel: "CANCELLED by
+        # <uid>"): recorded with each stop so its cancel is not taken for a person's (S14).
+        self.stop_by = str(os.getuid())
         self.stopping = threading.Event()
         # Finished jobs of ours that may still have a live object (a stop asked for in the
         # tick that committed the outcome): ticked until the scheduler shows none alive.
@@ -123,7 +126,7 @@ class Supervisor:
                 return
             if backend is None and any(isinstance(d, _NEEDS_BACKEND) for d in decisions):
                 return  # waits until its backend can be used; the tick reported why
-            events = dc.to_events(decisions, job, now, self.name)
+            events = dc.to_events(decisions, job, now, self.name, stop_by=self.stop_by)
             try:
                 version = self.store.append(job.id, events, job.version) if events \
                     else job.version

@@ -164,7 +164,8 @@ def test_array_state_table(states: Sequence[S], state: S, speaker: str) -> None:
     assert report.state is state
     chosen = tasks[int(speaker)]
     assert report.cause.kind is chosen.cause.kind
-    assert report.cause.detail.startswith(f"task {speaker}: words of task {speaker}")
+    assert report.cause.detail == f"words of task {speaker}"  # Slurm's words, verbatim
+    assert report.cause.note.startswith(f"task {speaker} speaks for the array")
 
 
 def test_failed_task_cause_names_the_task_and_the_others() -> None:
@@ -173,13 +174,14 @@ def test_failed_task_cause_names_the_task_and_the_others() -> None:
                                                 exit_code=1))
     assert report.state is F and report.cause.kind is K.NON_ZERO_EXIT
     assert report.cause.exit_code == 1
-    assert report.cause.detail == "task 1: FAILED; ExitCode=1:0 | others: 0 succeeded"
+    assert report.cause.detail == "FAILED; ExitCode=1:0"
+    assert report.cause.note == "task 1 speaks for the array; others: 0 succeeded"
 
 
 def test_all_completed_is_succeeded_with_no_cause() -> None:
     report = agg(*(task(f"100_{i}", OK, end=2 + i) for i in range(4)))
     assert report.state is OK and report.cause.kind is K.NONE
-    assert report.cause.detail.endswith("| others: 1-3 succeeded")
+    assert report.cause.note.endswith("; others: 1-3 succeeded")
 
 
 def test_one_execution_for_the_array_closed_only_when_every_task_ended() -> None:
@@ -211,7 +213,8 @@ def test_running_array_with_a_lost_node_speaks_for_the_fence() -> None:
                 unhealthy=("n3",))
     report = agg(task("100_0", R), lost)
     assert report.cause.kind is K.NODE_LOST and report.lost_since == T[5]
-    assert report.cause.detail.startswith("task 1: RUNNING; lost: n3 DOWN")
+    assert report.cause.detail == "RUNNING; lost: n3 DOWN"
+    assert report.cause.note.startswith("task 1 speaks for the array")
     healthy = agg(task("100_0", R), task("100_1", R))
     assert healthy.lost_since is None
 
@@ -335,7 +338,7 @@ def test_submitted_array_pending_then_one_task_fails_then_all_end(tmp_path: Path
     ])
     (obj,) = b.discover({"tok.1"}, {"100"}).objects
     assert obj.state is S.RUNNING and obj.cause.kind is K.NONE
-    assert "task 0:" in obj.cause.detail and "1 failed (non-zero-exit)" in obj.cause.detail
+    assert "task 0 " in obj.cause.note and "1 failed (non-zero-exit)" in obj.cause.note
     assert len(obj.executions) == 1 and not obj.executions[0].ended
     sacct_calls = [c for c in tools.calls if c[0] == "sacct"]
     assert len(sacct_calls) == 1 and sacct_calls[0][-2:] == ("-j", "100")
@@ -356,8 +359,8 @@ def test_submitted_array_pending_then_one_task_fails_then_all_end(tmp_path: Path
     ])
     (obj,) = b.discover({"tok.1"}, {"100"}).objects
     assert obj.state is S.FAILED and obj.cause.kind is K.NON_ZERO_EXIT
-    assert obj.cause.detail.startswith("task 1: FAILED") and "others: 0 succeeded" in \
-        obj.cause.detail
+    assert obj.cause.detail.startswith("FAILED") and obj.cause.note.startswith("task 1 ")
+    assert "others: 0 succeeded" in obj.cause.note
     assert obj.executions[0].ended and obj.executions[0].cause == obj.cause
     assert tools.count("sacct") == 2
     # Confirmed by accounting: cached, never asked again.

@@ -51,8 +51,10 @@ def state_text(view: JobView) -> Text:
     s = view.status
     if s is None:
         return Text("error", style="bold red")
-    text = s.state.value + ("" if s.settled or not s.state.terminal else "*")
-    if view.scheduler != SCHEDULER_OK:
+    text = s.state.value
+    if s.forecast is not None:
+        text += f" -> {s.forecast.state.value}?"  # what the plan will commit; not yet true
+    if view.scheduler != SCHEDULER_OK or not s.scheduler_seen:
         text += "!"  # from the record alone: the scheduler could not be asked
     return Text(text, style=STATE_STYLE[s.state])
 
@@ -92,13 +94,16 @@ def status_lines(view: JobView) -> list[Text]:
     if view.scheduler != SCHEDULER_OK:
         lines.append(Text(f"scheduler: {view.scheduler}: {view.problem}; the state below is "
                           "the record's last committed one", style="red"))
-    settled = "" if s.settled or not s.state.terminal else " (not yet committed)"
     lines.append(Text.assemble((s.job, "bold"), f" {s.name}: ",
                                (s.state.value, STATE_STYLE[s.state]),
-                               f"{settled}  cause: {cause_text(s.cause)}"))
+                               f"  cause: {cause_text(s.cause)}"))
     if s.cause is not None:
         lines.append(Text(f"  provenance: {s.cause.provenance.value}"
-                          + (f"  detail: {s.cause.detail}" if s.cause.detail else "")))
+                          + (f"  detail: {s.cause.detail}" if s.cause.detail else "")
+                          + (f"  note: {s.cause.note}" if s.cause.note else "")))
+    if s.forecast is not None:
+        lines.append(Text(f"  forecast (not yet committed): {s.forecast.state.value}, "
+                          f"cause {cause_text(s.forecast.cause)}", style="italic"))
     lines.append(Text(f"  level: {s.level.value}  submissions: {s.submissions}  objects: "
                       f"{', '.join(s.objects) or '-'}"))
     for x in s.escalations:

@@ -112,9 +112,14 @@ class GateOpened(_Event, tag="gate-opened", frozen=True):
 
 
 class StopRequested(_Event, tag="stop-requested", frozen=True):
+    """The supervisor stops an object. ``by``: the actor the scheduler will name for this
+    stop (the supervisor's uid, as Slurm prints "CANCELLED by <uid>"), so that its cancel is
+    told apart from a person's (S14)."""
+
     submission: int
     ref: str
     cause: Cause
+    by: str | None = None
 
 
 class DuplicateStopped(_Event, tag="duplicate-stopped", frozen=True):

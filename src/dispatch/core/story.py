@@ -17,6 +17,8 @@ def _cause(c: Cause | None) -> str:
         parts.append(f"exit {c.exit_code}")
     if c.detail:
         parts.append(f"— {c.detail!r}")
+    if c.note:
+        parts.append(f"[dispatch: {c.note}]")
     return " ".join(parts)
 
 

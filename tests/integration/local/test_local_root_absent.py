@@ -14,7 +14,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from dispatch.service.requests import create_job
 from local_harness import SLEEP, WAIT_S, Local, alive, wait_dead
 
 from dispatch.backends.local import LocalBackend
@@ -23,6 +22,7 @@ from dispatch.backends.registry import declarations_for
 from dispatch.core.model import CauseKind, SchedulerUnreachable, State
 from dispatch.core.record import fold
 from dispatch.core.spec import parse_spec
+from dispatch.service.requests import create_job
 from dispatch.stores.base import RecordStore
 from dispatch.stores.select import open_store
 from dispatch.supervisor import Supervisor, utcnow

@@ -208,8 +208,9 @@ def test_drained_array_task_is_excluded_at_its_next_rendezvous(cli: Dispatch,
         st = json.loads(out)
         assert run.returncode == 1 and st["state"] == "failed", (out, err)
         assert st["cause"]["kind"] == "non-zero-exit"
-        assert st["cause"]["detail"].startswith("task 1: FAILED")
-        assert "others: 0 succeeded" in st["cause"]["detail"]
+        assert st["cause"]["detail"].startswith("FAILED")
+        assert st["cause"]["note"].startswith("task 1 ")
+        assert "others: 0 succeeded" in st["cause"]["note"]
         st2 = cli.json("status", "seg-e2e")
         assert st2["state"] == "failed" and st2["cause"] == st["cause"]
         assert st2["objects"] == [array]

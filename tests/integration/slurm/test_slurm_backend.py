@@ -85,7 +85,7 @@ def test_no_capacity_for_a_job_that_cannot_fit(cluster: Cluster) -> None:
     o = cluster.wait(token, lambda o: o.cause.kind is not K.NONE, what="a pending reason")
     assert (o.state, o.cause.kind) == (S.PENDING, K.NO_CAPACITY)
     # 22.05 says PartitionConfig first, PartitionNodeLimit once the scheduler looked again.
-    assert "can never start" in o.cause.detail
+    assert "can never start" in o.cause.note
     assert "PartitionNodeLimit" in o.cause.detail or "PartitionConfig" in o.cause.detail
 
 

@@ -181,7 +181,7 @@ def test_no_capacity(cli: Dispatch) -> None:
     path = spec(cli, "big", ["true"], nodes=5)
     proc = cli.spawn("run", str(path), "--json", "--poll", "0.5")
     st = cli.wait_for("big", lambda s: kind(s) == "no-capacity")
-    assert st["state"] == "pending" and "can never start" in st["cause"]["detail"]
+    assert st["state"] == "pending" and "can never start" in st["cause"]["note"]
     cli("cancel", "big", check=True)
     finish(proc)
 
@@ -204,7 +204,7 @@ def test_scheduler_outage_makes_no_transition_and_resumes(cli: Dispatch) -> None
         done = cli("status", "outage", "--json")
         st = json.loads(done.stdout)
         assert st["scheduler"] != "ok", st
-        assert st["state"] == "running" or st["state"] == "pending", st
+        assert st["state"] == "running", st  # the record's state, never a guess (issue 12)
         assert cli("history", "outage", check=True).stdout == before
     finally:
         subprocess.run([str(TESTBED), "up"], check=True, capture_output=True, timeout=120)

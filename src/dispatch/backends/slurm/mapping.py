@@ -2,8 +2,9 @@
 
 The table is SCHEDULER-SIGNALS.md "Slurm -> (state, cause)"; the tests hold every row of it
 and the real captures in tests/fixtures/slurm/. The scheduler's words are kept verbatim in
-``Cause.detail`` ("STATE; reason=...; ExitCode=...; restarts=...; nodes=..."); a word we cannot
-map gives ``CauseKind.UNKNOWN`` with the words, never a guess.
+``Cause.detail`` ("STATE; reason=...; ExitCode=...; restarts=...; nodes=..."), and only
+them: dispatch's own explanation goes in ``Cause.note``. A word we cannot map gives
+``CauseKind.UNKNOWN`` with the words, never a guess.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class Signal(msgspec.Struct, frozen=True, kw_only=True):
     steps: tuple[tuple[str, str, str], ...] = ()  # (step id, state, ExitCode) from sacct
     at: datetime | None = None
     eligible: bool = True  # False: the job has never been eligible (held since submission)
+    squeue_exit: str = ""  # squeue's exit_code beside sacct's ExitCode (sacct drops 128)
+    note: str = ""  # dispatch's own words about these (never in the detail)
 
     @property
     def word(self) -> str:
@@ -102,8 +105,8 @@ def no_capacity(reason: str) -> bool:
 # --------------------------------------------------------------------------- words
 
 
-def detail(sig: Signal, extra: str = "") -> str:
-    """The scheduler's words, verbatim, in one line."""
+def detail(sig: Signal) -> str:
+    """The scheduler's words, verbatim, in one line: each field under its Slurm name."""
     parts = [sig.state.strip() or "(no state)"]
     if sig.reason and sig.reason != "None":
         parts.append(f"reason={sig.reason}")
@@ -111,6 +114,8 @@ def detail(sig: Signal, extra: str = "") -> str:
         parts.append(f"description={sig.description}")
     if sig.exit is not None and sig.exit.text:
         parts.append(f"ExitCode={sig.exit.text}")
+    if sig.squeue_exit:
+        parts.append(f"exit_code={sig.squeue_exit}")
     if sig.derived is not None and (sig.derived.code or sig.derived.signal):
         parts.append(f"DerivedExitCode={sig.derived.text}")
     if sig.restarts:
@@ -120,15 +125,17 @@ def detail(sig: Signal, extra: str = "") -> str:
     for step, state, code in sig.steps:
         if state.split(" ", 1)[0].upper() not in ("COMPLETED", "RUNNING", "PENDING"):
             parts.append(f"step {step} {state} {code}".rstrip())
-    if extra:
-        parts.append(extra)
     return "; ".join(parts)
 
 
+def _notes(*notes: str) -> str:
+    return "; ".join(n for n in notes if n)
+
+
 def _cause(kind: CauseKind, sig: Signal, *, provenance: Provenance = Provenance.SCHEDULER,
-           actor: str | None = None, exit_code: int | None = None, extra: str = "") -> Cause:
-    return Cause(kind=kind, provenance=provenance, actor=actor, detail=detail(sig, extra),
-                 exit_code=exit_code, at=sig.at)
+           actor: str | None = None, exit_code: int | None = None, note: str = "") -> Cause:
+    return Cause(kind=kind, provenance=provenance, actor=actor, detail=detail(sig),
+                 note=_notes(note, sig.note), exit_code=exit_code, at=sig.at)
 
 
 # Slurm's SIG_OOM (253 as a wait status; sacct prints 0:125): a step the cgroup OOM-killed.
@@ -156,7 +163,7 @@ def classify(sig: Signal, *, preempt_mode: str = "REQUEUE",
     """
     word = sig.word
     reason = sig.reason
-    none = Cause(kind=CauseKind.NONE, detail=detail(sig), at=sig.at)
+    none = Cause(kind=CauseKind.NONE, detail=detail(sig), note=sig.note, at=sig.at)
 
     if word == "PENDING":
         if reason in HELD_REASONS:
@@ -170,10 +177,12 @@ def classify(sig: Signal, *, preempt_mode: str = "REQUEUE",
         if sig.restarts > 0 and (reason in WAITING_REASONS or no_capacity(reason)):
             if previous is not None:
                 return State.RECOVERING, msgspec.structs.replace(
-                    previous, detail=f"{previous.detail}; now {detail(sig)}")
+                    previous, detail=f"{previous.detail}; {detail(sig)}",
+                    note=_notes(previous.note, "the ended execution's words, then the job's "
+                                "now"))
             return State.RECOVERING, _cause(CauseKind.REQUEUED, sig)
         if never_runs(reason):
-            return State.PENDING, _cause(CauseKind.NO_CAPACITY, sig, extra="can never start")
+            return State.PENDING, _cause(CauseKind.NO_CAPACITY, sig, note="can never start")
         if no_capacity(reason):
             return State.PENDING, _cause(CauseKind.NO_CAPACITY, sig)
         if reason in WAITING_REASONS:
@@ -258,13 +267,13 @@ def signal_from_sacct(row: SacctRow, steps: Sequence[SacctRow] = (), *,
     reason, not why the job ended, so it is kept only for a row still pending."""
     word = row.state_word
     exit_ = row.exit
+    squeue_words, note = "", ""
     if squeue_exit is not None:  # squeue's wait status is exact; keep both words
-        exit_ = msgspec.structs.replace(
-            squeue_exit, text=f"{row.exit.text} (squeue exit_code {squeue_exit.text})")
+        exit_ = msgspec.structs.replace(squeue_exit, text=row.exit.text)
+        squeue_words = squeue_exit.text
     elif exit_.code and not exit_.signal:
-        exit_ = msgspec.structs.replace(
-            exit_, text=f"{exit_.text} (sacct prints codes >= 128 less 128: "
-                        f"{exit_.code} or {exit_.code + 128})")
+        note = (f"sacct prints codes >= 128 less 128: exit code {exit_.code} or "
+                f"{exit_.code + 128}")
     return Signal(
         state=row.state,
         reason=row.reason if word == "PENDING" else "",
@@ -274,6 +283,8 @@ def signal_from_sacct(row: SacctRow, steps: Sequence[SacctRow] = (), *,
         nodes=row.nodes if row.nodes != "None assigned" else "",
         steps=tuple((s.step or "", s.state, s.exit.text) for s in steps),
         at=row.end,
+        squeue_exit=squeue_words,
+        note=note,
     )
 
 
@@ -379,8 +390,10 @@ def object_report(*, ref: str, token: str | None, job: SqueueJob | None,
             if lost:
                 seen = [n.reason_at for n in lost if n.reason_at is not None]
                 lost_at = lost_since or (min(seen) if seen else now)
-                cause = Cause(kind=CauseKind.NODE_LOST, detail=detail(
-                    sig, "lost: " + ", ".join(node_words(n) for n in lost)), at=lost_at)
+                cause = Cause(kind=CauseKind.NODE_LOST, detail="; ".join(
+                    [detail(sig), *(node_words(n) for n in lost)]), at=lost_at,
+                    note="node(s) lost under the running job: "
+                         + ", ".join(n.name for n in lost))
         unhealthy = tuple(n for n in job_nodes if n in nodes and node_unhealthy(nodes[n]))
         units = (UnitHealth(unit=ref, nodes=unhealthy, detail="; ".join(
             node_words(nodes[n]) for n in unhealthy)),) if unhealthy else ()
@@ -437,8 +450,8 @@ def _awaiting_accounting(ref: str, token: str | None, job: SqueueJob,
         return None
     return ObjectReport(
         ref=ref, token=token or job.comment or None, state=State.RUNNING,
-        cause=Cause(kind=CauseKind.NONE,
-                    detail=f"{job.state} per squeue; waiting for accounting to say how it ended"),
+        cause=Cause(kind=CauseKind.NONE, detail=detail(signal_from_squeue(job)),
+                    note="squeue says it ended; waiting for accounting to say how"),
         executions=execs, nodes=_nodes(job.nodes))
 
 
@@ -466,7 +479,7 @@ def missing_report(ref: str, token: str | None, now: datetime) -> ObjectReport:
     """Neither squeue nor accounting knows the job: nothing of it can run, so it is reported
     ended, with an unknown cause and these words (never a guess at why)."""
     return ObjectReport(ref=ref, token=token, state=State.FAILED, cause=Cause(
-        kind=CauseKind.UNKNOWN, detail=f"{NO_SUCH_JOB} {ref}", at=now))
+        kind=CauseKind.UNKNOWN, note=f"{NO_SUCH_JOB} {ref}", at=now))
 
 
 # --------------------------------------------------------------------------- arrays
@@ -491,9 +504,9 @@ def array_report(*, ref: str, token: str | None,
       while any task runs). Ended when every task ended: the first of END_ORDER any task
       is in (every task COMPLETED -> succeeded).
     - cause: that of the task that speaks for the array (the first such task; while running,
-      one with a lost node first, for the fence, S11), its detail prefixed with the task
-      and followed by a summary of the others, e.g. ``task 1: FAILED; ExitCode=1:0 | others:
-      0 succeeded``. Every task succeeded: cause none.
+      one with a lost node first, for the fence, S11): its detail is that task's words from
+      Slurm, verbatim; the note names the task and sums up the others, e.g. ``task 1 speaks
+      for the array; others: 0 succeeded``. Every task succeeded: cause none.
     - executions: one, the array's run: from the first task start; ended, with the array's
       cause, only when every task ended. A task ending while others run is not an ended
       execution of a live object: that would read as a requeue (decide's native recovery).
@@ -513,10 +526,10 @@ def array_report(*, ref: str, token: str | None,
         speakers = [(t, r) for t, r in tasks if r.state is state]
     task, speaker = speakers[0]
     others = [(t, r) for t, r in tasks if t != task]
-    words = f"task {task}: {speaker.cause.detail}"
+    said = f"task {task} speaks for the array"
     if others:
-        words += " | others: " + _summary(others)
-    cause = msgspec.structs.replace(speaker.cause, detail=words)
+        said += "; others: " + _summary(others)
+    cause = msgspec.structs.replace(speaker.cause, note=_notes(said, speaker.cause.note))
     lost_since = speaker.lost_since if cause.kind is CauseKind.NODE_LOST else None
     return ObjectReport(
         ref=ref, token=token or speaker.token, state=state, cause=cause,
