@@ -166,7 +166,7 @@ class Supervisor:
                     backend.open_gate(d.ref)
                     self._append_fact(job.id, _gate_opened(d))
                 elif isinstance(d, dc.PublishSegment):
-                    self._publish_segment(job, d)
+                    self._publish_segment(job, d, report)
                 elif isinstance(d, dc.Escalate):
                     self.notifier.escalate(job, d.message, d.cause, self.clock())
                 elif isinstance(d, dc.Commit):
@@ -178,7 +178,7 @@ class Supervisor:
                 log.warning("job %s: %s; will retry", job.id, err)
                 return
 
-    def _publish_segment(self, job: Job, d: dc.PublishSegment) -> None:
+    def _publish_segment(self, job: Job, d: dc.PublishSegment, report: TickReport) -> None:
         # SegmentPublished is in the record (the intent): write what the record says now.
         # reconcile re-reads the record under the directory's lock before it writes; a
         # failure here is retried by the per-tick reconcile until the files match (an outbox).
@@ -186,7 +186,7 @@ class Supervisor:
                                   reason=d.reason, at=self.clock(), actor=self.name,
                                   nodes=d.nodes)
         self._reconcile_segments(msgspec.structs.replace(job, segments=(*job.segments, decided)),
-                                 None, {(d.unit_job_id, d.task_id): d.cause})
+                                 report, {(d.unit_job_id, d.task_id): d.cause})
         log.warning("job %s: segment health: unit %s.%s marked unavailable: %s",
                     job.id, d.unit_job_id, d.task_id, d.reason)
 

@@ -92,7 +92,7 @@ def check_usable(path: Path) -> None:
     while True:
         try:
             info = os.stat(probe)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # walk up to what is there
             if probe.parent == probe:
                 raise DirectoryUnusable(path, "no existing parent directory") from None
             probe = probe.parent
