@@ -199,7 +199,8 @@ class Supervisor:
         """
         if job.terminal or job.spec.segment_health is None or not job.segments:
             return
-        from dispatch.segment_health import SegmentHealthError, reconcile
+        from dispatch.segment_health.artifact import SegmentHealthError
+        from dispatch.segment_health.reconcile import reconcile
 
         def reread() -> Job:
             return fold(self.store.read(job.id), self.clock())

@@ -268,3 +268,15 @@ def test_list_shows_an_old_multiline_reason_on_one_line(tmp_path: Path) -> None:
     listed = CliRunner().invoke(main, ["segment", "list", job_id, "--store", url])
     assert listed.exit_code == 0
     assert len(listed.output.splitlines()) == 1 and "a\\u000afake  row" in listed.output
+
+
+def test_clear_of_a_recorded_decision_whose_directory_is_gone(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'r.sqlite3'}"
+    seg = tmp_path / "seg"
+    job_id = slurm_job(url, seg)
+    with open_store(url) as store:
+        mark(store, job_id, None, "bad NIC", "alice", NOW)
+        shutil.rmtree(seg)
+        assert unmark(store, job_id, None, "node replaced", "alice", NOW) is False
+        assert type(store.read(job_id)[-1]).__name__ == "SegmentCleared"
+    assert [n for n in files_in(seg) if not n.startswith(".")] == []

@@ -3,7 +3,8 @@
 publisher: dispatch marks an allocation unit unavailable (supervisor side).
 consumer: a launcher's process 0 checks its unit before rendezvous (one stat, never a read).
 launch: the Slurm launch shape the check needs (pure).
-reconcile: the outbox: the files follow the record, every supervisor tick.
+reconcile: the outbox: the files follow the record, every supervisor tick (imports the
+  record; not imported here, so a launcher's ``segment check`` stays light).
 directory: the shared directory, never followed (O_NOFOLLOW through one directory fd).
 rendezvous: the torchrun backend ``dispatch-segment-c10d`` (imports torch; not imported here).
 """
@@ -29,7 +30,6 @@ from dispatch.segment_health.publisher import (
     publish,
     read_state,
 )
-from dispatch.segment_health.reconcile import Reconciled, plan_reconcile, reconcile
 from dispatch.segment_health.state import StateFormatError, StateTooLarge
 
 __all__ = [
@@ -41,7 +41,6 @@ __all__ = [
     "NotARegularFile",
     "Outcome",
     "PublishedDecision",
-    "Reconciled",
     "SegmentCheck",
     "SegmentHealthError",
     "StateFormatError",
@@ -52,9 +51,7 @@ __all__ = [
     "install",
     "list_decisions",
     "make_decision",
-    "plan_reconcile",
     "publish",
     "read_state",
-    "reconcile",
     "unit_ids",
 ]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import unicodedata
 from collections.abc import Iterator
 from datetime import datetime
@@ -50,6 +51,8 @@ from dispatch.segment_health.publisher import (
     write_unit,
 )
 from dispatch.stores.base import RecordStore, append_fact
+
+log = logging.getLogger("dispatch.segment_health")
 
 # Categories that break a line or hide text: controls (newline, CR, ESC...), format
 # characters (bidi overrides, zero-width), line/paragraph separators, lone surrogates.
@@ -133,7 +136,7 @@ def mark(store: RecordStore, job_id: str, task: str | None, reason: str, actor: 
         assert found is not None  # create=True
         with found.lock(unit_job):
             existed = found.existing_regular(name)  # a planted link refuses here
-            write_unit(found, unit_job, unit_task, content)
+            overflow = write_unit(found, unit_job, unit_task, content)
             try:
                 append_fact(store, job_id, lambda seq: ev.SegmentPublished(
                     seq=seq, at=now, unit_job_id=unit_job, task_id=unit_task, reason=reason,
@@ -143,6 +146,8 @@ def mark(store: RecordStore, job_id: str, task: str | None, reason: str, actor: 
                     with contextlib.suppress(Exception):
                         remove_unit(found, unit_job, unit_task)
                 raise
+    if overflow is not None:  # the supervisor's reconcile escalates it
+        log.warning("%s; the per-unit file %s is written", overflow, path)
     return str(path)
 
 
@@ -157,12 +162,11 @@ def unmark(store: RecordStore, job_id: str, task: str | None, reason: str, actor
     checked_reason(reason, required=False)
     recorded = any((d.unit_job_id, d.task_id) == (unit_job, unit_task) for d in job.segments)
     name = unit_filename(unit_job, unit_task)
-    with _disk_errors(directory), open_directory(directory, create=False) as found:
-        if found is None:
-            removed = False
-            if recorded:
-                _record_cleared(store, job_id, unit_job, unit_task, reason, actor, now)
-            return removed
+    # With a recorded decision, take the lock even if the directory is gone (re-creating
+    # it): the supervisor's reconcile must see "cleared" before it could write the file back.
+    with _disk_errors(directory), open_directory(directory, create=recorded) as found:
+        if found is None:  # no directory, and nothing recorded: nothing to clear
+            return False
         with found.lock(unit_job):
             removed = remove_unit(found, unit_job, unit_task)  # a planted link refuses here
             if found.lstat(name) is not None:
