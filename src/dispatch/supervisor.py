@@ -17,11 +17,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import msgspec
+
 from dispatch.backends.base import Backend, Submission, SubmitRejected
 from dispatch.core import decide as dc
 from dispatch.core import events as ev
 from dispatch.core.model import Cause, CauseKind, Discovery, Provenance, SchedulerUnreachable
-from dispatch.core.record import Job, fold
+from dispatch.core.record import Job, SegmentDecision, fold
 from dispatch.core.status import plan_of
 from dispatch.discovery import OK, UNREACHABLE, by_backend, look
 from dispatch.errors import DispatchError
@@ -108,6 +110,7 @@ class Supervisor:
                 except DispatchError as err:
                     report.errors.append(f"job {job.id}: {err}")
                     log.error("job %s: %s", job.id, err)
+                self._reconcile_segments(job, report)
         return report
 
     def _step(self, job: Job, backend: Backend | None, discovery: Discovery | None,
@@ -155,7 +158,7 @@ class Supervisor:
                     if backend is not None:  # _step made none of these without one
                         self._on_scheduler(job, d, backend)
                 elif isinstance(d, dc.PublishSegment):
-                    self._publish_segment(job, d)
+                    self._publish_segment(job, d, report)
                 elif isinstance(d, dc.Escalate):
                     self.notifier.escalate(job, d.message, d.cause, self.clock())
                 elif isinstance(d, dc.Commit):
@@ -178,16 +181,47 @@ class Supervisor:
             backend.open_gate(d.ref)
             self._append_fact(job.id, _gate_opened(d))
 
-    def _publish_segment(self, job: Job, d: dc.PublishSegment) -> None:
-        from dispatch.segment_health import make_decision, publish
+    def _publish_segment(self, job: Job, d: dc.PublishSegment, report: TickReport) -> None:
+        # SegmentPublished is in the record (the intent): write what the record says now.
+        # reconcile re-reads the record under the directory's lock before it writes; a
+        # failure here is retried by the per-tick reconcile until the files match (an outbox).
+        decided = SegmentDecision(unit_job_id=d.unit_job_id, task_id=d.task_id,
+                                  reason=d.reason, at=self.clock(), actor=self.name,
+                                  nodes=d.nodes)
+        self._reconcile_segments(msgspec.structs.replace(job, segments=(*job.segments, decided)),
+                                 report, {(d.unit_job_id, d.task_id): d.cause})
+        log.warning("job %s: segment health: unit %s.%s marked unavailable: %s",
+                    job.id, d.unit_job_id, d.task_id, d.reason)
 
-        assert job.spec.segment_health is not None
-        decision = make_decision(job_id=d.unit_job_id, task_id=d.task_id, nodes=d.nodes,
-                                 cause=d.cause, who=self.name, why=d.reason, when=self.clock(),
-                                 extra={"dispatch_job": job.id, "dispatch_name": job.name})
-        path = publish(job.spec.segment_health.dir, d.unit_job_id, d.task_id, decision=decision)
-        log.warning("job %s: segment health: unit %s.%s marked unavailable (%s): %s",
-                    job.id, d.unit_job_id, d.task_id, d.reason, path)
+    def _reconcile_segments(self, job: Job, report: TickReport | None,
+                            causes: dict[tuple[str, str], str] | None = None) -> None:
+        """Issue 12 item 4: make the decision files match the record; never raises.
+
+        A refusal (a planted link) or a state line over its limit is escalated once per
+        message through the notifier; a disk or store error is logged, retried next tick.
+        """
+        if job.terminal or job.spec.segment_health is None or not job.segments:
+            return
+        from dispatch.segment_health.artifact import SegmentHealthError
+        from dispatch.segment_health.reconcile import reconcile
+
+        def reread() -> Job:
+            return fold(self.store.read(job.id), self.clock())
+
+        try:
+            try:
+                messages = reconcile(job, reread=reread, causes=causes).escalations
+            except SegmentHealthError as err:  # e.g. a planted link under the lock's name
+                messages = [f"segment health: {err}"]
+            known = {e.message for e in job.escalations}
+            for message in dict.fromkeys(messages):
+                if message not in known:
+                    self._append_fact(job.id, _escalation_raised(message))
+                    self.notifier.escalate(job, message, None, self.clock())
+        except Exception as err:  # noqa: BLE001 - one job's files never stop the tick
+            log.warning("job %s: segment health files not yet in step: %s", job.id, err)
+            if report is not None:
+                report.errors.append(f"job {job.id}: segment health: {err}")
 
     def _submit(self, job: Job, number: int, token: str, gated: bool, backend: Backend) -> None:
         submission = Submission(job_id=job.id, number=number, token=token, spec=job.spec,
@@ -243,6 +277,12 @@ _NEEDS_BACKEND = (dc.Submit, dc.RetrySubmit, dc.Stop, dc.StopDuplicate, dc.Cance
 def _gate_opened(d: dc.OpenGate) -> Callable[[int, datetime], ev.Event]:
     def make(seq: int, now: datetime) -> ev.Event:
         return ev.GateOpened(seq=seq, at=now, submission=d.submission, ref=d.ref)
+    return make
+
+
+def _escalation_raised(message: str) -> Callable[[int, datetime], ev.Event]:
+    def make(seq: int, now: datetime) -> ev.Event:
+        return ev.EscalationRaised(seq=seq, at=now, message=message)
     return make
 
 

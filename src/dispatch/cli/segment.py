@@ -13,7 +13,13 @@ import click
 from dispatch.cli.common import handle_errors, json_option, open_service, store_option
 from dispatch.errors import BadInput
 from dispatch.segment_health.cli import segment
-from dispatch.segment_health.commands import SegmentCommandError, listing, mark, unmark
+from dispatch.segment_health.commands import (
+    SegmentCommandError,
+    listing,
+    mark,
+    one_line,
+    unmark,
+)
 from dispatch.supervisor import utcnow
 
 
@@ -64,7 +70,7 @@ def list_cmd(job: str | None, store_url: str | None, as_json: bool) -> None:
         click.echo("no segment health decisions")
     for r in rows:
         click.echo(f"{r['job']}  unit {r['unit_job_id']}.{r['task_id']}  {r['path']}  "
-                   f"{r['reason'] or '(not in the record)'}")
+                   f"{one_line(str(r['reason'])) if r['reason'] else '(not in the record)'}")
 
 
 COMMANDS = (segment,)
