@@ -75,6 +75,11 @@ def checked_id(what: str, value: object) -> str:
     raise InvalidUnitId(what, value)
 
 
+def is_slurm_id(value: str) -> bool:
+    """Whether ``value`` is a canonical Slurm id (what checked_id accepts as a string)."""
+    return _ID.fullmatch(value) is not None
+
+
 def numeric_key(digits: str) -> tuple[int, str, str]:
     """Sort key putting decimal id strings in numeric order, without int() (no size limit)."""
     significant = digits.lstrip("0")
