@@ -160,7 +160,9 @@ def test_publish_creates_a_missing_directory(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("job", "task"), [("1/..", "1"), ("1", "../x"), ("1", "state"), ("", "1"), ("1", "")]
+    ("job", "task"),
+    [("1/..", "1"), ("1", "../x"), ("1", "state"), ("", "1"), ("1", ""), ("1", "007"),
+     ("01", "1"), ("1", "00")],
 )
 def test_ids_must_be_slurm_ids(tmp_path, job, task):
     with pytest.raises(InvalidUnitId):
@@ -246,3 +248,17 @@ def test_read_state_refuses_a_torn_line(tmp_path):
 def test_clear_in_a_missing_directory_is_false(tmp_path):
     assert clear(tmp_path / "missing", "1", "1") is False
     assert not (tmp_path / "missing").exists()
+
+
+def test_a_non_canonical_id_names_the_canonical_one(tmp_path):
+    with pytest.raises(InvalidUnitId) as refused:
+        publish(tmp_path, "123", "007", decision={"x": 1})
+    assert "write 7" in str(refused.value)
+
+
+def test_a_file_named_with_a_leading_zero_is_not_a_decision(tmp_path):
+    # No consumer derives such a name (Slurm ids are canonical), so it excludes nothing.
+    (tmp_path / "segment_health_check.123.007").write_bytes(b"{}\n")
+    publish(tmp_path, "123", "7", decision={"x": 1})
+    assert [(d.job_id, d.task_id) for d in list_decisions(tmp_path)] == [("123", "7")]
+    assert read_state(tmp_path, "123") == ["7"]

@@ -211,3 +211,15 @@ def test_reconcile_reports_a_planted_link_and_writes_through_nothing(tmp_path: P
     [message] = done.escalations
     assert "segment_health_check.4242.4242" in message and "symbolic link" in message
     assert read_state(seg, "4242") == ["4242"]  # the record's word, for the H4 reader
+
+
+def test_a_record_naming_no_slurm_unit_never_stops_the_others(tmp_path: Path) -> None:
+    seg = tmp_path / "seg"
+    job = job_in(seg, decision(unit_job="٣", task="1"), decision(unit_job="007", task="1"),
+                 decision(task="5", reason=""), decision())
+    done = reconcile(job, reread=lambda: job)
+    assert sorted(r.name for r in done.refused) == ["007.1", "٣.1"]
+    assert set(done.written) == {"segment_health_check.4242.4242",
+                                 "segment_health_check.4242.5", "segment_health_check.4242.state"}
+    assert read_state(seg, "4242") == ["5", "4242"]
+    assert b"(no reason recorded)" in (seg / "segment_health_check.4242.5").read_bytes()

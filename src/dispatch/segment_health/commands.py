@@ -155,7 +155,7 @@ def unmark(store: RecordStore, job_id: str, task: str | None, reason: str, actor
     directory = _directory(job)
     unit_job, unit_task = _unit(job, task)
     checked_reason(reason, required=False)
-    recorded = any((d.unit_job_id, d.task_id) == (unit_job, unit_task) for d in job.segments)
+    recorded = _holds(job, unit_job, unit_task)
     name = unit_filename(unit_job, unit_task)
     # With a recorded decision, take the lock even if the directory is gone (re-creating
     # it): the supervisor's reconcile must see "cleared" before it could write the file back.
@@ -163,12 +163,19 @@ def unmark(store: RecordStore, job_id: str, task: str | None, reason: str, actor
         if found is None:  # no directory, and nothing recorded: nothing to clear
             return False
         with found.lock(unit_job):
+            # The record as it is now, under the lock (the supervisor may have published
+            # since the read above).
+            recorded = _holds(fold(store.read(job_id), now), unit_job, unit_task)
             removed = remove_unit(found, unit_job, unit_task)  # a planted link refuses here
             if found.lstat(name) is not None:
                 raise DirectoryUnusable(directory, f"{name} is still there after removing it")
             if removed or recorded:
                 _record_cleared(store, job_id, unit_job, unit_task, reason, actor, now)
     return removed
+
+
+def _holds(job: Job, unit_job: str, unit_task: str) -> bool:
+    return any((d.unit_job_id, d.task_id) == (unit_job, unit_task) for d in job.segments)
 
 
 def _record_cleared(store: RecordStore, job_id: str, unit_job: str, unit_task: str,

@@ -27,6 +27,7 @@ from dispatch.core.record import Job, SegmentDecision
 from dispatch.segment_health.artifact import (
     SegmentHealthError,
     absolute_directory,
+    is_slurm_id,
     numeric_key,
     parse_unit_filename,
     state_filename,
@@ -195,13 +196,17 @@ def reconcile(
         if not first.writes:
             return Reconciled(refused=first.refused, overflows=first.overflows)
         unit_jobs = sorted({d.unit_job_id for d in job.segments
-                            if d.unit_job_id.isdigit()}, key=numeric_key)
+                            if is_slurm_id(d.unit_job_id)}, key=numeric_key)
         with contextlib.ExitStack() as locks:
             for unit_job in unit_jobs:  # one order everywhere: no deadlock between two
                 locks.enter_context(found.lock(unit_job))
             fresh = reread() if reread is not None else job
-            mine = [d for d in fresh.segments if d.unit_job_id in unit_jobs]
-            return _carry_out(found, fresh, _plan(found, mine), causes or {})
+            plan = _plan(found, fresh.segments)
+            # A unit job that appeared since the first look is not locked: the next tick.
+            plan = Plan(tuple(u for u in plan.units if u.decision.unit_job_id in unit_jobs),
+                        tuple(s for s in plan.states if s.unit_job_id in unit_jobs),
+                        plan.refused, plan.overflows)
+            return _carry_out(found, fresh, plan, causes or {})
 
 
 def _listing(found: DecisionDirectory) -> dict[str, Entry]:
@@ -219,7 +224,7 @@ def _plan(found: DecisionDirectory, decisions: Iterable[SegmentDecision]) -> Pla
     decisions = list(decisions)
     listing = _listing(found)
     states: dict[str, bytes] = {}
-    for unit_job in {d.unit_job_id for d in decisions if d.unit_job_id.isdigit()}:
+    for unit_job in {d.unit_job_id for d in decisions if is_slurm_id(d.unit_job_id)}:
         name = state_filename(unit_job)
         entry = listing.get(name)
         if entry is not None and entry.kind == "regular file":
@@ -245,14 +250,14 @@ def _carry_out(found: DecisionDirectory, job: Job, plan: Plan,
     for unit in plan.units:
         d = unit.decision
         name = unit_filename(d.unit_job_id, d.task_id)
-        document = make_decision(
-            job_id=d.unit_job_id, task_id=d.task_id, nodes=list(d.nodes),
-            cause=causes.get((d.unit_job_id, d.task_id), RECORDED_CAUSE),
-            who=d.actor or "dispatch", why=d.reason or "(no reason recorded)", when=d.at,
-            extra={"dispatch_job": job.id, "dispatch_name": job.name})
         try:
+            document = make_decision(
+                job_id=d.unit_job_id, task_id=d.task_id, nodes=list(d.nodes),
+                cause=causes.get((d.unit_job_id, d.task_id), RECORDED_CAUSE),
+                who=d.actor or "dispatch", why=d.reason or "(no reason recorded)", when=d.at,
+                extra={"dispatch_job": job.id, "dispatch_name": job.name})
             found.write_atomic(name, encode_decision(d.unit_job_id, d.task_id, document))
-        except SegmentHealthError as err:  # a link planted since the listing
+        except SegmentHealthError as err:  # a link planted since the listing, a bad record
             refused.append(Refusal(name, str(err)))
             continue
         written.append(name)
