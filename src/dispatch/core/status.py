@@ -106,8 +106,11 @@ def _state(job: Job, discovery: Discovery | None) -> tuple[State, Cause | None, 
       is not committed, so the job keeps the state it had as if that end were not seen:
       running when the object shows it ran (an execution that started, or an end only an
       object that ran has: success, an exit code, out-of-memory, time-limit, preempted,
-      node-lost, requeued), else the record-implied state above. The end itself, and
-      what the plan decides on it, is ``Status.forecast``.
+      node-lost, requeued), else the record-implied state above: an end without a
+      started execution may be a cancel while queued, or a backend that no longer shows
+      the start (pods gone), and a missing word is not evidence, so it is not read as
+      "it never ran". The end itself, and what the plan decides on it, is
+      ``Status.forecast``.
     """
     if job.outcome is not None:
         return job.outcome.state, job.outcome.cause, discovery is not None
