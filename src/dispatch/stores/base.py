@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
 
+from dispatch.core.codec import DecodeError, decode_event
 from dispatch.core.events import Event, JobCreated, OutcomeCommitted, Superseded
 from dispatch.errors import NotFound, StateConflict, StoreUnusable
 
@@ -181,6 +182,15 @@ def check_contiguous(where: str, job_id: str, version: object, seqs: Sequence[ob
         else:
             problem = f"the job's version is {version} but events run to seq {last}"
         raise RecordDamaged(where, job_id, max(1, min(version, last) + 1), problem)
+
+
+def decode_stored(where: str, body: bytes | str, job_id: str, seq: int) -> Event:
+    """codec.decode_event, with the store named in the error (job, seq and field kept)."""
+    try:
+        return decode_event(body, job_id=job_id, seq=seq)
+    except DecodeError as err:
+        raise DecodeError(f"{err.reason} (stored in {where})", field=err.field,
+                          job_id=job_id, seq=seq) from None
 
 
 def check_successor(created: JobCreated, superseded: Superseded, expected_version: int) -> str:

@@ -25,7 +25,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 
-from dispatch.core.codec import decode_event, encode_event
+from dispatch.core.codec import encode_event
 from dispatch.core.events import Event, JobCreated, Superseded
 from dispatch.stores import schema
 from dispatch.stores.base import (
@@ -43,6 +43,7 @@ from dispatch.stores.base import (
     check_contiguous,
     check_created,
     check_successor,
+    decode_stored,
     sort_key_us,
 )
 from dispatch.stores.url import mask_password
@@ -144,6 +145,8 @@ class PostgresStore(RecordStore):
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
                     found = self._schema_version(conn)  # again, under the lock
                     if found is None:
+                        schema.check_fresh(where, [t for t in schema.PG_TABLES if conn.execute(
+                            "SELECT to_regclass(%s) IS NOT NULL", (t,)).fetchone() == (True,)])
                         for stmt in schema.PG_V1:
                             conn.execute(stmt)
                         conn.execute("INSERT INTO dispatch_schema (version) VALUES (1)")
@@ -404,7 +407,7 @@ class PostgresStore(RecordStore):
                 entry[1].append((seq, body))
         for job_id, (version, stored) in by_job.items():
             check_contiguous(where, job_id, version, [s for s, _ in stored])
-            out[job_id] = [decode_event(body, job_id=job_id, seq=seq) for seq, body in stored]
+            out[job_id] = [decode_stored(where, body, job_id, seq) for seq, body in stored]
 
     def read(self, job_id: str) -> list[Event]:
         # One statement, one snapshot: the version and the events agree unless damaged.

@@ -96,6 +96,16 @@ def check_tables(where: str, present: Iterable[str], needed: Iterable[str]) -> N
                             "usable dispatch record store (nothing was changed)")
 
 
+def check_fresh(where: str, present: Iterable[str]) -> None:
+    """Before creating the schema where no schema table is: refuse a database that already
+    holds tables of ours (the schema table was lost) or, for a SQLite file, anyone's."""
+    found = sorted(present)
+    if found:
+        raise SchemaInvalid(f"{where}: there is no schema table but there are tables "
+                            f"({', '.join(found[:5])}); this is not a usable dispatch record "
+                            "store (nothing was changed)")
+
+
 def _supersedes(body: object) -> str | None:
     """The ``supersedes`` of a stored JobCreated body; None when absent or unreadable (a
     body that does not decode is refused when the record is read, not here)."""

@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from dispatch.core.codec import decode_event, encode_event
+from dispatch.core.codec import encode_event
 from dispatch.core.events import Event, JobCreated, Superseded
 from dispatch.stores import schema
 from dispatch.stores.base import (
@@ -41,6 +41,7 @@ from dispatch.stores.base import (
     check_contiguous,
     check_created,
     check_successor,
+    decode_stored,
     sort_key_us,
 )
 
@@ -81,9 +82,14 @@ def default_path(env: Mapping[str, str] = os.environ) -> Path:
     return base / "dispatch" / "record.sqlite3"
 
 
-def _words(err: sqlite3.Error) -> str:
+def _words(err: sqlite3.Error, directory: Path | None = None) -> str:
     name = getattr(err, "sqlite_errorname", "") or ""
     hint = next((h for code, h in _HINTS.items() if name.startswith(code)), None)
+    if (directory is not None and name.startswith(("SQLITE_CANTOPEN", "SQLITE_READONLY"))
+            and not os.access(directory, os.W_OK)):
+        # WAL keeps its -wal and -shm files beside the database: the directory must be
+        # writable too (a read-only mount, a directory made immutable).
+        hint = f"directory {directory} is not writable (read-only or immutable)"
     return f"{err} ({hint})" if hint else str(err)
 
 
@@ -134,6 +140,8 @@ class SQLiteStore(RecordStore):
                         "(dispatch creates only its default store's directory; create it, or "
                         "check the path)")
                 os.makedirs(parent, mode=0o700, exist_ok=True)
+            elif not parent.is_dir():
+                raise StoreError(f"record store {self.describe()}: {parent} is not a directory")
             try:
                 mode = os.stat(self.path).st_mode
             except FileNotFoundError:
@@ -178,7 +186,14 @@ class SQLiteStore(RecordStore):
                 yield self._conn
             except sqlite3.Error as err:
                 self._rollback()
-                raise StoreError(f"{self.describe()}: {what}: {_words(err)}") from None
+                raise StoreError(
+                    f"{self.describe()}: {what}: {_words(err, self.path.parent)}") from None
+            except UnicodeDecodeError as err:
+                # sqlite3 decodes TEXT as UTF-8 itself: a damaged page fails here, not in SQLite.
+                self._rollback()
+                raise StoreError(f"{self.describe()}: {what}: stored text is not UTF-8 "
+                                 f"({err.reason} at byte {err.start}; the file is damaged)"
+                                 ) from None
             except BaseException:
                 self._rollback()
                 raise
@@ -199,6 +214,9 @@ class SQLiteStore(RecordStore):
                 self._begin("set up the schema")
                 found = self._schema_version()  # again, under the write lock
                 if found is None:
+                    schema.check_fresh(self.describe(), [r[0] for r in c.execute(
+                        "SELECT name FROM sqlite_master WHERE type = 'table'"
+                        " AND name NOT LIKE 'sqlite_%'")])
                     for stmt in schema.SQLITE_V1:
                         c.execute(stmt)
                     c.execute("INSERT INTO schema (version) VALUES (1)")
@@ -326,7 +344,7 @@ class SQLiteStore(RecordStore):
             self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as err:
             raise StoreError(f"{self.describe()}: cannot start a write ({what}): "
-                             f"{_words(err)}") from None
+                             f"{_words(err, self.path.parent)}") from None
 
     def _rollback(self) -> None:
         try:
@@ -375,7 +393,7 @@ class SQLiteStore(RecordStore):
                 entry[1].append((seq, body))
         for job_id, (version, stored) in by_job.items():
             check_contiguous(where, job_id, version, [s for s, _ in stored])
-            out[job_id] = [decode_event(body, job_id=job_id, seq=seq) for seq, body in stored]
+            out[job_id] = [decode_stored(where, body, job_id, seq) for seq, body in stored]
 
     def read(self, job_id: str) -> list[Event]:
         # One statement, one snapshot: the version and the events agree unless damaged.

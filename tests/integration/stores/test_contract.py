@@ -414,6 +414,7 @@ def test_undecodable_stored_event_is_refused_naming_job_and_seq(
             attempt()
         assert info.value.job_id == "newer-build" and info.value.seq == 2
         assert "job newer-build" in str(info.value) and "seq 2" in str(info.value)
+        assert f"stored in {store.describe()}" in str(info.value)
         assert field in str(info.value)
     assert len(store.read("old")) == 1  # the other job is still readable
 
