@@ -16,6 +16,7 @@ import subprocess
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,7 @@ def run(*argv: str) -> None:
     subprocess.run(argv, check=True, capture_output=True)
 
 
-# -- a damaged file ----------------------------------------------------------------------------
+# -- a damaged file -----------------------------------------------------------------------
 
 
 def _not_a_database(p: Path) -> None:
@@ -166,7 +167,7 @@ def test_an_empty_file_becomes_a_new_store(tmp_path: Path) -> None:
         assert len(s.read("a")) == 1
 
 
-# -- the schema inside the file -----------------------------------------------------------------
+# -- the schema inside the file ------------------------------------------------------------
 
 
 def _sql(path: Path, *stmts: str) -> None:
@@ -216,7 +217,7 @@ def test_another_program_s_database_is_refused_not_taken_over(tmp_path: Path) ->
     conn.close()
 
 
-# -- read-only and immutable ---------------------------------------------------------------------
+# -- read-only and immutable ----------------------------------------------------------------
 
 
 @needs_root
@@ -279,7 +280,7 @@ def test_a_read_only_mount_is_refused_naming_it(read_only_view: tuple[Path, Path
     assert_intact(url)
 
 
-# -- a full disk ---------------------------------------------------------------------------------
+# -- a full disk ----------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -345,15 +346,15 @@ def test_a_full_disk_at_creation_leaves_no_half_store(tiny_disk: Path) -> None:
         assert len(s.read("a")) == 1
 
 
-# -- the wrong place -----------------------------------------------------------------------------
+# -- the wrong place ------------------------------------------------------------------------
 
 
 def test_a_missing_directory_is_refused_not_created(tmp_path: Path) -> None:
     typo = tmp_path / "stat" / "record.sqlite3"
     for url in (str(typo), f"sqlite://{typo}"):
-        refused(lambda u=url: open_store(u, env={}), str(typo),
+        refused(partial(open_store, url, env={}), str(typo),
                 f"directory {typo.parent} does not exist")
-        refused(lambda u=url: open_store(None, env={"DISPATCH_STORE": u}), str(typo))
+        refused(partial(open_store, None, env={"DISPATCH_STORE": url}), str(typo))
     assert not typo.parent.exists()
     # The default location is the one whose directory is made (0700).
     with open_store(None, env={"XDG_STATE_HOME": str(tmp_path / "xdg")}) as s:

@@ -16,6 +16,7 @@ from tests.integration.stores.helpers import Backdoor, build_v1_store, spawn_chi
 from dispatch.core.codec import encode_event
 from dispatch.core.events import (
     EscalationRaised,
+    Event,
     JobCreated,
     OutcomeCommitted,
     Superseded,
@@ -146,7 +147,7 @@ def test_a_supersede_retries_when_the_old_job_moved_on(store: RecordStore) -> No
     inside supersede, which folds again and succeeds."""
     finished_job(store, "old")
     real = store.create_successor
-    calls = []
+    calls: list[int] = []
 
     def interleaved(c: JobCreated, s: Superseded, expected: int) -> int:
         if not calls:
@@ -155,7 +156,7 @@ def test_a_supersede_retries_when_the_old_job_moved_on(store: RecordStore) -> No
         calls.append(expected)
         return real(c, s, expected)
 
-    store.create_successor = interleaved  # type: ignore[method-assign]
+    store.create_successor = interleaved  # type: ignore[method-assign,assignment]
     new = supersede(store, "old", T0, "alice", DECL)
     assert calls == [2, 3]
     assert_one_successor(store, "old", new)
@@ -237,10 +238,10 @@ def test_two_processes_superseding_one_job_leave_one_successor(store_url: str,
 def test_a_version_1_store_is_migrated_in_place(store_url: str) -> None:
     """Before version 2 a race could leave two successors of one job: the one the old job's
     Superseded event names keeps the link; both records stay readable."""
-    old = [created("old"), failed(), Superseded(seq=3, at=T0, by="late")]
+    old: list[Event] = [created("old"), failed(), Superseded(seq=3, at=T0, by="late")]
     early = created("early", supersedes="old", us=1)
     late = created("late", supersedes="old", us=2)
-    other_old = [created("other", us=3), failed()]
+    other_old: list[Event] = [created("other", us=3), failed()]
     single = created("single", supersedes="other", us=4)
     build_v1_store(store_url, {"old": old, "early": [early], "late": [late],
                                "other": other_old, "single": [single]})
