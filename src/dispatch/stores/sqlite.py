@@ -136,19 +136,19 @@ class SQLiteStore(RecordStore):
             if not parent.exists():
                 if not create_parent:
                     raise StoreError(
-                        f"record store {self.describe()}: directory {parent} does not exist "
+                        f"{self.describe()}: directory {parent} does not exist "
                         "(dispatch creates only its default store's directory; create it, or "
                         "check the path)")
                 os.makedirs(parent, mode=0o700, exist_ok=True)
             elif not parent.is_dir():
-                raise StoreError(f"record store {self.describe()}: {parent} is not a directory")
+                raise StoreError(f"{self.describe()}: {parent} is not a directory")
             try:
                 mode = os.stat(self.path).st_mode
             except FileNotFoundError:
                 mode = None
             if mode is not None and not stat.S_ISREG(mode):
                 kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-                raise StoreError(f"record store {self.describe()} is {kind}")
+                raise StoreError(f"{self.describe()} is {kind}")
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
             except FileExistsError:

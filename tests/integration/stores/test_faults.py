@@ -372,3 +372,14 @@ def test_a_path_that_is_not_a_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "file").touch()
     refused(lambda: open_store(str(tmp_path / "file" / "r.sqlite3")),
             f"{tmp_path / 'file'} is not a directory")
+
+
+def test_a_table_dropped_under_an_open_store_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite3"
+    url = healthy_store(path)
+    with open_store(url) as s:
+        _sql(path, "DROP TABLE events")
+        refused(lambda: s.read("j1"), str(path), "read job j1", "no such table: events")
+        refused(lambda: s.append("j1", [EscalationRaised(seq=3, at=T0, message="x")], 2),
+                str(path), "append to job j1")
+        assert s.version("j1") == 2  # what is left is still readable
