@@ -383,3 +383,20 @@ def test_a_table_dropped_under_an_open_store_is_a_clear_error(tmp_path: Path) ->
         refused(lambda: s.append("j1", [EscalationRaised(seq=3, at=T0, message="x")], 2),
                 str(path), "append to job j1")
         assert s.version("j1") == 2  # what is left is still readable
+
+
+@needs_root
+def test_an_immutable_version_1_file_is_refused_not_half_migrated(tmp_path: Path) -> None:
+    from tests.integration.stores.helpers import Backdoor, build_v1_store
+
+    path = tmp_path / "r.sqlite3"
+    build_v1_store(f"sqlite://{path}", {"a": [created("a")]})
+    run("chattr", "+i", str(path))
+    try:
+        refused(lambda: open_store(str(path)), str(path), "readonly database", "read-only")
+    finally:
+        run("chattr", "-i", str(path))
+    assert Backdoor(f"sqlite://{path}").schema_version() == 1
+    with open_store(str(path)) as s:  # writable again: migrated on open
+        assert len(s.read("a")) == 1
+    assert Backdoor(f"sqlite://{path}").schema_version() == 2
