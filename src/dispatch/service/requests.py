@@ -16,11 +16,15 @@ from dispatch.core.policy import Declarations
 from dispatch.core.record import Job, fold
 from dispatch.core.spec import JobSpec
 from dispatch.errors import StateConflict
-from dispatch.stores.base import ConflictError, RecordStore, StoreError
+from dispatch.stores.base import AlreadySuperseded, ConflictError, RecordStore, StoreError
 
 
 class JobStateError(StateConflict, ValueError):
     """The request does not fit the job's state (e.g. resubmit of a job that isn't held)."""
+
+
+class JobAlreadySuperseded(AlreadySuperseded, JobStateError):
+    """The store's AlreadySuperseded, caught wherever a JobStateError is (exit 6)."""
 
 
 def new_job_id() -> str:
@@ -96,18 +100,28 @@ def give_up(store: RecordStore, job_id: str, now: datetime, actor: str) -> Job:
 
 def supersede(store: RecordStore, job_id: str, now: datetime, actor: str,
               declarations: Declarations) -> str:
-    """S7: running a finished job again is a new job that names the old one."""
-    old = fold(store.read(job_id), now)
-    if old.outcome is None:
-        raise JobStateError(f"job {job_id} is not finished; only a committed job can be "
-                            "superseded (cancel it first)")
-    if old.superseded_by is not None:
-        raise JobStateError(f"job {job_id} is already superseded by {old.superseded_by}")
-    new_id = create_job(store, old.spec, declarations, now, supersedes=job_id, actor=actor)
+    """S7: running a finished job again is a new job that names the old one.
 
-    def make(job: Job, seq: int) -> ev.Event | None:
-        if job.superseded_by is not None:
-            raise JobStateError(f"job {job_id} was superseded by {job.superseded_by} meanwhile")
-        return ev.Superseded(seq=seq, at=now, by=new_id, actor=actor)
-    _request(store, job_id, now, make)
-    return new_id
+    The new job and the old job's Superseded event are written in one transaction, and the
+    store keeps one successor per job: of two concurrent supersedes one wins and the other
+    creates nothing (JobAlreadySuperseded naming the winner)."""
+    new_id = new_job_id()
+    for _ in range(10):
+        old = fold(store.read(job_id), now)
+        if old.outcome is None:
+            raise JobStateError(f"job {job_id} is not finished; only a committed job can be "
+                                "superseded (cancel it first)")
+        if old.superseded_by is not None:
+            raise JobAlreadySuperseded(job_id, old.superseded_by)
+        created = ev.JobCreated(seq=1, at=now, job_id=new_id, spec=old.spec,
+                                declarations=declarations, supersedes=job_id,
+                                actor=actor or whoami())
+        superseded = ev.Superseded(seq=old.version + 1, at=now, by=new_id, actor=actor)
+        try:
+            store.create_successor(created, superseded, old.version)
+            return new_id
+        except AlreadySuperseded as err:
+            raise JobAlreadySuperseded(job_id, err.by) from None
+        except ConflictError:
+            continue  # the old job moved on (e.g. an escalation): fold it again
+    raise StoreError(f"job {job_id}: too many concurrent writers")
