@@ -9,6 +9,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+from dispatch.jobs import create_job
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +18,6 @@ from dispatch.core import events as ev
 from dispatch.core.record import fold
 from dispatch.core.spec import parse_spec
 from dispatch.errors import BadInput
-from dispatch.jobs import create_job
 from dispatch.segment_health.commands import mark, unmark
 from dispatch.stores.base import RecordStore
 from dispatch.stores.select import open_store

@@ -14,10 +14,10 @@ from dispatch.core.codec import DecodeError
 from dispatch.core.events import Event
 from dispatch.core.record import Job, RecordError, fold
 from dispatch.errors import DispatchError
-from dispatch.stores.base import RecordStore
+from dispatch.stores.base import RecordDamaged, RecordStore
 
 # A record that cannot be decoded or folded: that job's problem, not the store's.
-RECORD_ERRORS = (DecodeError, RecordError)
+RECORD_ERRORS = (DecodeError, RecordError, RecordDamaged)
 
 
 def read_records(store: RecordStore, job_ids: Sequence[str]

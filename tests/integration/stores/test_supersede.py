@@ -11,6 +11,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from dispatch.jobs import JobAlreadySuperseded, JobStateError, supersede
 from tests.integration.stores.helpers import Backdoor, build_v1_store, spawn_child
 
 from dispatch.core.codec import encode_event
@@ -26,7 +27,6 @@ from dispatch.core.policy import Declarations
 from dispatch.core.record import fold
 from dispatch.core.spec import JobSpec
 from dispatch.errors import StateConflict
-from dispatch.jobs import JobAlreadySuperseded, JobStateError, supersede
 from dispatch.stores.base import (
     SCHEMA_VERSION,
     AlreadySuperseded,
