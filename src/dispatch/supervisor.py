@@ -152,7 +152,10 @@ class Supervisor:
                 self.on_decision(job, d)
             try:
                 if isinstance(d, (dc.Submit, dc.RetrySubmit)):
-                    self._submit(job, d.submission, d.token, d.gated, backend)
+                    intended = job.submission(d.submission)
+                    avoid = d.exclude_nodes if isinstance(d, dc.Submit) else (
+                        intended.exclude_nodes if intended is not None else ())
+                    self._submit(job, d.submission, d.token, d.gated, backend, avoid)
                 elif isinstance(d, dc.Stop):
                     backend.stop(d.ref)
                 elif isinstance(d, dc.StopDuplicate):
@@ -186,9 +189,10 @@ class Supervisor:
         log.warning("job %s: segment health: unit %s.%s marked unavailable (%s): %s",
                     job.id, d.unit_job_id, d.task_id, d.reason, path)
 
-    def _submit(self, job: Job, number: int, token: str, gated: bool, backend: Backend) -> None:
+    def _submit(self, job: Job, number: int, token: str, gated: bool, backend: Backend,
+                exclude_nodes: tuple[str, ...] = ()) -> None:
         submission = Submission(job_id=job.id, number=number, token=token, spec=job.spec,
-                                gated=gated)
+                                gated=gated, exclude_nodes=exclude_nodes)
         try:
             ref = backend.submit(submission)
         except SubmitRejected as err:

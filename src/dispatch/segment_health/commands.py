@@ -49,7 +49,7 @@ def mark(store: RecordStore, job_id: str, task: str | None, reason: str, actor: 
     nodes = ()
     append_fact(store, job_id, lambda seq: ev.SegmentPublished(
         seq=seq, at=now, unit_job_id=unit_job, task_id=unit_task, reason=reason, actor=actor,
-        nodes=nodes))
+        nodes=nodes, source="operator"))
     decision = make_decision(job_id=unit_job, task_id=unit_task, nodes=list(nodes),
                              cause="operator", who=actor, why=reason, when=now,
                              extra={"dispatch_job": job.id, "dispatch_name": job.name})
