@@ -91,4 +91,4 @@ def cause_json(c: Cause | None) -> dict[str, Any] | None:
         return None
     return {"kind": c.kind.value, "provenance": c.provenance.value, "actor": c.actor,
             "detail": c.detail, "exit_code": c.exit_code,
-            "at": c.at.isoformat() if c.at else None}
+            "at": c.at.isoformat() if c.at else None, "note": c.note}
