@@ -172,7 +172,10 @@ class Supervisor:
 
     def _on_scheduler(self, job: Job, d: dc.Decision, backend: Backend) -> None:
         if isinstance(d, (dc.Submit, dc.RetrySubmit)):
-            self._submit(job, d.submission, d.token, d.gated, backend)
+            intended = job.submission(d.submission)
+            avoid = d.exclude_nodes if isinstance(d, dc.Submit) else (
+                intended.exclude_nodes if intended is not None else ())
+            self._submit(job, d.submission, d.token, d.gated, backend, avoid)
         elif isinstance(d, (dc.Stop, dc.StopDuplicate)):
             backend.stop(d.ref)
         elif isinstance(d, dc.CancelObject):
@@ -223,9 +226,10 @@ class Supervisor:
             if report is not None:
                 report.errors.append(f"job {job.id}: segment health: {err}")
 
-    def _submit(self, job: Job, number: int, token: str, gated: bool, backend: Backend) -> None:
+    def _submit(self, job: Job, number: int, token: str, gated: bool, backend: Backend,
+                exclude_nodes: tuple[str, ...] = ()) -> None:
         submission = Submission(job_id=job.id, number=number, token=token, spec=job.spec,
-                                gated=gated)
+                                gated=gated, exclude_nodes=exclude_nodes)
         try:
             ref = backend.submit(submission)
         except SubmitRejected as err:

@@ -37,6 +37,8 @@ class Submission(msgspec.Struct, frozen=True, kw_only=True):
     token: str
     spec: JobSpec
     gated: bool = False
+    # Nodes to keep this submission off (the job's segment-health exclusions): Slurm --exclude.
+    exclude_nodes: tuple[str, ...] = ()
 
 
 class DryRun(msgspec.Struct, frozen=True, kw_only=True):

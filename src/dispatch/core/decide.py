@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 import msgspec
 
 from dispatch.core import events as ev
+from dispatch.core.attribution import attribute_end, excluded_nodes
 from dispatch.core.model import (
     Cause,
     CauseKind,
@@ -65,6 +66,7 @@ class Submit(_Decision, frozen=True):
     token: str
     gated: bool
     cause: Cause | None
+    exclude_nodes: tuple[str, ...] = ()  # the job's segment-health exclusions (Slurm --exclude)
 
 
 class RetrySubmit(_Decision, frozen=True):
@@ -265,8 +267,17 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
     """Everything the supervisor should do for ``job`` now. Empty when nothing is to be done.
 
     With ``discovery`` None (the scheduler was not asked or could not be reached) only
-    decisions that need no scheduler information are made (R3).
+    decisions that need no scheduler information are made (R3). A new submission asks the
+    scheduler to avoid the nodes of the job's published segment-health exclusions.
     """
+    out = _decide(job, discovery, plan, now, attempt_lease, resend_after)
+    avoid = excluded_nodes(job.segments)
+    return [msgspec.structs.replace(d, exclude_nodes=avoid)
+            if avoid and isinstance(d, Submit) else d for d in out]
+
+
+def _decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
+            attempt_lease: timedelta, resend_after: timedelta) -> list[Decision]:
     out: list[Decision] = []
     objs: Sequence[ObjectReport] = discovery.of_job(job.id) if discovery is not None else ()
     by_ref: dict[str, ObjectReport] = {}
@@ -329,6 +340,9 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
             if index in recorded:
                 continue
             cause = _own_stop(s, cause)
+            # An end that follows a published exclusion of its unit is that decision's.
+            cause = attribute_end(job.segments, ref=r, reported=cause, now=now,
+                                  array=job.spec.slurm.get("array") is not None)
             out.append(RecordEnd(submission=s.number, ref=r, execution=index, cause=cause,
                                  final=final and not s.ended))
             recorded.add(index)
@@ -524,7 +538,7 @@ def to_events(decisions: Sequence[Decision], job: Job, now: datetime,
             e = ev.SubmissionBound(seq=nxt, at=now, submission=d.submission, ref=d.ref)
         elif isinstance(d, Submit):
             e = ev.SubmissionIntended(seq=nxt, at=now, submission=d.submission, token=d.token,
-                                      gated=d.gated, cause=d.cause)
+                                      gated=d.gated, cause=d.cause, exclude_nodes=d.exclude_nodes)
         elif isinstance(d, RetrySubmit):
             e = ev.SubmissionAttempted(seq=nxt, at=now, submission=d.submission,
                                        supervisor=supervisor)
@@ -547,7 +561,7 @@ def to_events(decisions: Sequence[Decision], job: Job, now: datetime,
         elif isinstance(d, PublishSegment):
             e = ev.SegmentPublished(seq=nxt, at=now, unit_job_id=d.unit_job_id,
                                     task_id=d.task_id, reason=d.reason, actor=supervisor,
-                                    nodes=d.nodes)
+                                    nodes=d.nodes, source=d.cause)
         if e is not None:
             out.append(e)
             seq = nxt

@@ -53,6 +53,7 @@ class Submission(msgspec.Struct, frozen=True, kw_only=True):
     stop_at: datetime | None = None
     stop_by: str | None = None  # the actor the scheduler names for our stop (Slurm: a uid)
     cancel_sent_at: datetime | None = None
+    exclude_nodes: tuple[str, ...] = ()  # nodes the scheduler was asked to avoid
 
 
 class Hold(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,6 +77,7 @@ class SegmentDecision(msgspec.Struct, frozen=True, kw_only=True):
     at: datetime
     actor: str | None = None
     nodes: tuple[str, ...] = ()
+    source: str = ""  # node-unavailable | node-lost-fence | operator ("" in older records)
 
 
 class Job(msgspec.Struct, frozen=True, kw_only=True):
@@ -240,7 +242,8 @@ class _Builder:
             if self.outcome is not None or e.submission != len(self.subs) + 1:
                 return
             self.subs.append(Submission(number=e.submission, token=e.token, intended_at=e.at,
-                                        attempted_at=e.at, gated=e.gated, cause=e.cause))
+                                        attempted_at=e.at, gated=e.gated, cause=e.cause,
+                                        exclude_nodes=e.exclude_nodes))
             self.awaiting = None
             self.resubmit = None
         elif isinstance(e, ev.SubmissionAttempted):
@@ -338,7 +341,7 @@ class _Builder:
         elif isinstance(e, ev.SegmentPublished):
             self.segments[(e.unit_job_id, e.task_id)] = SegmentDecision(
                 unit_job_id=e.unit_job_id, task_id=e.task_id, reason=e.reason, at=e.at,
-                actor=e.actor, nodes=e.nodes)
+                actor=e.actor, nodes=e.nodes, source=e.source)
         elif isinstance(e, ev.SegmentCleared):
             self.segments.pop((e.unit_job_id, e.task_id), None)
 

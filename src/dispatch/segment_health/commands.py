@@ -135,7 +135,7 @@ def mark(store: RecordStore, job_id: str, task: str | None, reason: str, actor: 
             try:
                 append_fact(store, job_id, lambda seq: ev.SegmentPublished(
                     seq=seq, at=now, unit_job_id=unit_job, task_id=unit_task, reason=reason,
-                    actor=actor, path=str(path)))
+                    actor=actor, path=str(path), source="operator"))
             except BaseException:
                 if not existed:  # no record of it: take back the file we made
                     with contextlib.suppress(Exception):
