@@ -9,7 +9,6 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dispatch.jobs import create_job
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +18,7 @@ from dispatch.core.record import fold
 from dispatch.core.spec import parse_spec
 from dispatch.errors import BadInput
 from dispatch.segment_health.commands import mark, unmark
+from dispatch.service.requests import create_job
 from dispatch.stores.base import RecordStore
 from dispatch.stores.select import open_store
 

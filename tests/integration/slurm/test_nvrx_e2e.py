@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 import yaml
-from dispatch.jobs import whoami
 from tests.e2e.conftest import Dispatch
 from tests.integration.slurm.test_segment_e2e import (
     TRAIN,
@@ -31,6 +30,8 @@ from tests.integration.slurm.test_segment_e2e import (
     tasks_of,
     wait_until,
 )
+
+from dispatch.service.requests import whoami
 
 pytestmark = pytest.mark.slurm
 

@@ -22,10 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, overload
 
-from dispatch.jobs import supersede
-
 from dispatch.core.events import EscalationRaised, Event
 from dispatch.core.policy import Declarations
+from dispatch.service.requests import supersede
 from dispatch.stores.base import AlreadySuperseded, ConflictError
 from dispatch.stores.select import open_store
 

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
-from dispatch.jobs import request_cancel, supersede
 from tests.integration.stores.helpers import Backdoor
 
 from dispatch.core.events import EscalationRaised, JobCreated, OutcomeCommitted
@@ -18,6 +17,7 @@ from dispatch.core.model import Cause, CauseKind, State
 from dispatch.core.policy import Declarations
 from dispatch.core.spec import JobSpec
 from dispatch.errors import StoreUnusable
+from dispatch.service.requests import request_cancel, supersede
 from dispatch.stores.base import RecordDamaged, RecordStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

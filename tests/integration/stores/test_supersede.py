@@ -11,7 +11,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from dispatch.jobs import JobAlreadySuperseded, JobStateError, supersede
 from tests.integration.stores.helpers import Backdoor, build_v1_store, spawn_child
 
 from dispatch.core.codec import encode_event
@@ -27,6 +26,7 @@ from dispatch.core.policy import Declarations
 from dispatch.core.record import fold
 from dispatch.core.spec import JobSpec
 from dispatch.errors import StateConflict
+from dispatch.service.requests import JobAlreadySuperseded, JobStateError, supersede
 from dispatch.stores.base import (
     SCHEMA_VERSION,
     AlreadySuperseded,
