@@ -83,12 +83,11 @@ class Cause(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
     provenance: Provenance = Provenance.SCHEDULER
     actor: str | None = None
     detail: str = ""
-    note: str = ""
-    exit_code: int | None = None
-    at: datetime | None = None
     # dispatch's own explanation, kept apart from ``detail`` (the scheduler's words, verbatim):
     # e.g. why an end is attributed to a segment-health exclusion (core/attribution.py).
     note: str = ""
+    exit_code: int | None = None
+    at: datetime | None = None
 
 
 class SchedulerUnreachable(Unreachable):
