@@ -13,7 +13,8 @@ Differences between the versions, seen on the testbeds (22.05.8 and 24.11.5):
   (``job requeued in held state`` where JSON has reason JobHeldUser plus that description):
   a text that is not one reason word is kept as the description; its leading reason word
   (``ReqNodeNotAvail, UnavailableNodes:n4``) as the reason.
-- ``Comment`` prints ``(null)`` when there is none.
+- ``Comment`` prints ``(null)`` when there is none; a running job's ``EndTime`` ``NONE`` on
+  24.11; a pending job's ``StartTime`` is a forecast (dropped here).
 """
 
 from __future__ import annotations
@@ -131,7 +132,9 @@ def _squeue_line(tool: str, line: str, where: str) -> SqueueJob:
         array_task_id=array_task_id, array_task_string=array_task_string,
         submit_time=_time(tool, v["SubmitTime"].strip(), where, "SubmitTime"),
         eligible_time=_time(tool, v["EligibleTime"].strip(), where, "EligibleTime"),
-        start_time=_time(tool, v["StartTime"].strip(), where, "StartTime"),
+        # A pending job's StartTime is Slurm's forecast (22.05 JSON gives 0): not a start.
+        start_time=None if state == "PENDING" else _time(tool, v["StartTime"].strip(), where,
+                                                         "StartTime"),
         end_time=_time(tool, v["EndTime"].strip(), where, "EndTime"),
         standard_output="" if out in _NOT_SET else out,
     )
