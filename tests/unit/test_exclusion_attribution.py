@@ -7,13 +7,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from dispatch.codec import decode_event, encode_event
-from dispatch.model import Cause, CauseKind, Discovery, Execution, ObjectReport, Provenance, State
-from dispatch.policy import Action, Declarations
-from dispatch.record import SegmentDecision, advance, fold
-from dispatch.spec import parse_spec
-from dispatch.status import plan_of
-from dispatch.story import line
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -21,6 +14,21 @@ from dispatch import decide as dc
 from dispatch import events as ev
 from dispatch.backends.slurm.mapping import array_report
 from dispatch.core.attribution import attribute_end, excluded_nodes, unit_of
+from dispatch.core.codec import decode_event, encode_event
+from dispatch.core.model import (
+    Cause,
+    CauseKind,
+    Discovery,
+    Execution,
+    ObjectReport,
+    Provenance,
+    State,
+)
+from dispatch.core.policy import Action, Declarations
+from dispatch.core.record import SegmentDecision, advance, fold
+from dispatch.core.spec import parse_spec
+from dispatch.core.status import plan_of
+from dispatch.core.story import line
 
 T0 = datetime(2026, 12, 1, 8, tzinfo=UTC)
 END = T0 + timedelta(minutes=5)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from dispatch.spec import JobSpec, SpecError
 
 from dispatch.backends.base import Submission
 from dispatch.backends.slurm.script import render
+from dispatch.core.spec import JobSpec, SpecError
 
 
 def sub(exclude_nodes: tuple[str, ...] = (), **slurm: object) -> Submission:

@@ -19,8 +19,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatch.backends.base import Submission
+from dispatch.backends.slurm.array_mapping import array_report, task_ranges
 from dispatch.backends.slurm.backend import Result, SlurmBackend
-from dispatch.backends.slurm.mapping import array_report, task_ranges
 from dispatch.backends.slurm.parse import (
     SACCT_FIELDS,
     array_task_of,
@@ -292,7 +292,8 @@ def test_a_running_array_is_one_object_found_by_its_token(tmp_path: Path) -> Non
     tools.answers["sinfo"] = sinfo_json(drained=("n4",))
     tools.answers["sacct"] = HEADER + "\n" + SACCT_ARRAY.split("\n", 1)[1].replace(
         "FAILED", "RUNNING").replace("2026-11-30T11:52:00", "Unknown")
-    b = SlurmBackend(runner=tools, clock=lambda: NOW, output_dir=tmp_path)
+    b = SlurmBackend(runner=tools, clock=lambda: NOW, output_dir=tmp_path,
+                        queries="json")
     d = b.discover({"tok.1"}, ())
     (obj,) = d.objects
     assert obj.ref == "100" and obj.token == "tok.1" and obj.state is S.RUNNING
@@ -309,7 +310,8 @@ def test_a_running_array_is_one_object_found_by_its_token(tmp_path: Path) -> Non
 
 def test_submitted_array_pending_then_one_task_fails_then_all_end(tmp_path: Path) -> None:
     tools = Tools()
-    b = SlurmBackend(runner=tools, clock=lambda: NOW, output_dir=tmp_path)
+    b = SlurmBackend(runner=tools, clock=lambda: NOW, output_dir=tmp_path,
+                        queries="json")
     spec = JobSpec(name="a", command=("x",), backend="slurm", nodes=2, slurm={"array": "0-1"})
     ref = b.submit(Submission(job_id="tok", number=1, token="tok.1", spec=spec))
     assert ref == "100"
@@ -379,7 +381,8 @@ def test_an_array_ref_only_accounting_knows_is_still_one_object(tmp_path: Path) 
         "100_1|100|COMPLETED|0:0|0:0|None|2026-11-30T11:50:00|2026-11-30T11:50:01|"
         "2026-11-30T11:56:00|n[3-4]|low|tok.1",
     ])
-    b = SlurmBackend(runner=tools, clock=lambda: NOW, output_dir=tmp_path)
+    b = SlurmBackend(runner=tools, clock=lambda: NOW, output_dir=tmp_path,
+                        queries="json")
     (obj,) = b.discover((), {"100"}).objects
     assert obj.ref == "100" and obj.state is S.SUCCEEDED and obj.cause.kind is K.NONE
     assert obj.token == "tok.1" and obj.nodes == ("n1", "n2", "n3", "n4")
@@ -388,6 +391,7 @@ def test_an_array_ref_only_accounting_knows_is_still_one_object(tmp_path: Path) 
 def test_array_logs_are_one_file_per_task(tmp_path: Path) -> None:
     for name in ("tok.1.100_10.out", "tok.1.100_2.out", "tok.1.1000_1.out"):
         (tmp_path / name).write_text("x")
-    b = SlurmBackend(runner=Tools(), clock=lambda: NOW, output_dir=tmp_path)
+    b = SlurmBackend(runner=Tools(), clock=lambda: NOW, output_dir=tmp_path,
+                        queries="json")
     b._arrays.add("100")
     assert [p.name for p in b.logs("100")] == ["tok.1.100_2.out", "tok.1.100_10.out"]

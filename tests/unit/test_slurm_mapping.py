@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from dispatch.backends.slurm import mapping
 from dispatch.backends.slurm.mapping import Signal, classify, object_report
+from dispatch.backends.slurm.nodes import parse_sinfo_json
 from dispatch.backends.slurm.parse import (
     ExitStatus,
     group_sacct,
     parse_sacct,
-    parse_sinfo_json,
     parse_squeue_json,
     wait_status,
 )

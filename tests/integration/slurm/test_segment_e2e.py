@@ -104,7 +104,7 @@ def hostnames(nodelist: str) -> list[str]:
 
 
 @pytest.fixture
-def cli(testbed: None, tmp_path: Path) -> Iterator[Dispatch]:
+def cli(slurm_version: str, tmp_path: Path) -> Iterator[Dispatch]:
     tmp_path.chmod(0o777)
     d = Dispatch(tmp_path)
     try:
