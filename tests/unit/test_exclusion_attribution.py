@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatch import decide as dc
-from dispatch import events as ev
-from dispatch.backends.slurm.mapping import array_report
+from dispatch.backends.slurm.array_mapping import array_report
+from dispatch.core import decide as dc
+from dispatch.core import events as ev
 from dispatch.core.attribution import attribute_end, excluded_nodes, unit_of
 from dispatch.core.codec import decode_event, encode_event
 from dispatch.core.model import (
