@@ -12,7 +12,7 @@ import logging
 
 import click
 
-from dispatch.cli import admin, jobs, segment
+from dispatch.cli import admin, jobs, segment, serve
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -26,7 +26,7 @@ def main(ctx: click.Context, debug: bool) -> None:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
-for _command in (*jobs.COMMANDS, *admin.COMMANDS, *segment.COMMANDS):
+for _command in (*jobs.COMMANDS, *admin.COMMANDS, *segment.COMMANDS, *serve.COMMANDS):
     main.add_command(_command)
 
 __all__ = ["main"]
