@@ -155,7 +155,7 @@ async function refreshDetail() {
   for (const x of tl.escalations) {
     esc.append(el("li", { title: causeTitle(x.cause) }, x.at.slice(11, 19) + "  " + x.message));
   }
-  if (!tl.escalations.length) esc.append(el("li", { class: "muted", style: { color: "" } }, "none"));
+  if (!tl.escalations.length) esc.append(el("li", { class: "muted" }, "none"));
   const hist = $("history");
   hist.replaceChildren();
   for (const h of history) {
