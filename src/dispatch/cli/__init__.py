@@ -16,6 +16,7 @@ from dispatch.cli import admin, jobs, segment, serve
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dispatch-jobs", prog_name="dispatch")
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
 @click.pass_context
 def main(ctx: click.Context, debug: bool) -> None:
