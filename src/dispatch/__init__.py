@@ -1,8 +1,8 @@
 """dispatch: a state and the cause behind it for every training job, and recovery by cause.
 
-The Python API (``submit``, ``get``, ``jobs``, ``Job``; docs/python-api.md) and
-``__version__`` are imported on first use, so that ``import dispatch`` (and every CLI
-command) stays quick.
+The Python API (``submit``, ``get``, ``jobs``, ``Job``; docs/python-api.md), ``fold``,
+``project`` and ``__version__`` are imported on first use, so that ``import dispatch`` (and
+every CLI command) stays quick.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from dispatch.core.model import (
     Status,
 )
 from dispatch.core.policy import Action, Declarations, Plan, PolicyError, RecoveryPolicy, Rule
-from dispatch.core.record import fold
-from dispatch.core.status import project
 from dispatch.errors import (
     BackendError,
     BadInput,
@@ -36,12 +34,22 @@ from dispatch.errors import (
 
 if TYPE_CHECKING:
     from dispatch.api import HistoryLine, Job, get, jobs, submit
+    from dispatch.core.record import fold
+    from dispatch.core.status import project
 
 DISTRIBUTION = "dispatch-jobs"
 _API = frozenset({"HistoryLine", "Job", "get", "jobs", "submit"})
 
 
 def __getattr__(name: str) -> Any:
+    if name == "fold":
+        from dispatch.core.record import fold
+
+        return fold
+    if name == "project":
+        from dispatch.core.status import project
+
+        return project
     if name in _API:
         from dispatch import api
 

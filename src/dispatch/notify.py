@@ -13,8 +13,6 @@ import queue
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -84,6 +82,11 @@ class Notifier:
             (self.delivered if ok else self.failed).append(payload)
 
     def _post(self, payload: dict[str, Any]) -> bool:
+        # Imported here: urllib.request pulls in http.client, ssl and email, which every
+        # command that never posts an escalation (status, ls, ...) would pay for at start.
+        import urllib.error
+        import urllib.request
+
         assert self.webhook is not None
         body = json.dumps(payload).encode()
         delay = self.backoff

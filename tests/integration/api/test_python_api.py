@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import Env
+from api_harness import Env
 
 import dispatch
 from dispatch import BadInput, CauseKind, NotFound, State, StateConflict

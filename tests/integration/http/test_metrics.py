@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import Served, spec
 from prometheus_client.parser import text_string_to_metric_families
+from serve_harness import Served, spec
 
 FAIL_FIRST = ("import os, sys\n"
               "sys.exit(3 if os.environ['DISPATCH_SUBMISSION'] == '1' else 0)\n")

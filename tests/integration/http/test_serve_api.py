@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx2
-from conftest import Served, cli, spec
+from serve_harness import Served, cli, spec
 
 FAIL_FIRST = ("import os, sys\n"
               "print('submission', os.environ['DISPATCH_SUBMISSION'], flush=True)\n"

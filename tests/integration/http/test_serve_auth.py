@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx2
-from conftest import Served, cli, spec
+from serve_harness import Served, cli, spec
 
 ANN = "ann-0123456789abcdef"
 BOB = "bob-0123456789abcdef"
