@@ -176,3 +176,27 @@ def test_timeline_of_a_recovered_job_and_the_state_filter(server: Server, page: 
     page.select_option("#state-filter", "failed")
     expect(row(page, recovered)).to_have_count(0, timeout=WAIT_MS)
     expect(row(page, failed)).to_have_count(1)
+
+
+def test_a_held_job_is_resubmitted_from_its_timeline(server: Server, page: Page) -> None:
+    body = ("import os, signal, sys, time\n"
+            "time.sleep(1)\n"
+            "if os.environ['DISPATCH_SUBMISSION'] == '1': os.kill(os.getpid(), signal.SIGSEGV)\n"
+            "sys.exit(0)\n")
+    job = server.submit("held", body, policy={"rules": [{"on": ["unknown"], "action": "hold"}]})
+    page.goto(server.url + "/")
+    page.evaluate(f"location.hash = '{job}'")  # a link to the job opens its timeline
+    expect(page.locator("#detail-state")).to_have_text("held", timeout=WAIT_MS)
+    expect(page.locator("#detail-cause")).to_contain_text("SIGSEGV")
+    expect(page.locator("#timeline .tl-hold").first).to_be_visible()
+    expect(page.locator("#do-give-up")).to_be_enabled()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-held.png"), full_page=True)
+    page.locator("#do-resubmit").click()
+    expect(row(page, job).locator(".state")).to_have_text("succeeded", timeout=WAIT_MS)
+    expect(page.locator('#timeline .tl-row[data-submission="2"] .tl-bar')).to_have_attribute(
+        "data-cause", "none", timeout=WAIT_MS)
+    history = server.client.get(f"/api/jobs/{job}/history").json()
+    released = [h["event"] for h in history if h["type"] == "HoldReleased"]
+    assert len(released) == 1 and released[0].get("resubmit", True) is True  # default omitted
+    assert released[0]["actor"]

@@ -121,6 +121,9 @@ async function refreshList() {
 
 function select(jobId) {
   selected = jobId;
+  if (decodeURIComponent(location.hash.slice(1)) !== jobId) {
+    history.replaceState(null, "", "#" + encodeURIComponent(jobId));
+  }
   for (const tr of document.querySelectorAll("#jobs tbody tr")) {
     tr.classList.toggle("selected", tr.dataset.job === jobId);
   }
@@ -268,6 +271,10 @@ function start() {
   });
   const fromHash = decodeURIComponent(location.hash.slice(1));
   if (fromHash) selected = fromHash;
+  window.addEventListener("hashchange", () => {
+    const job = decodeURIComponent(location.hash.slice(1));
+    if (job && job !== selected) select(job);
+  });
   tick();
   timer = setInterval(tick, POLL_MS);
 }
