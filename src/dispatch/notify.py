@@ -12,8 +12,6 @@ import logging
 import queue
 import subprocess
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -21,7 +19,6 @@ from typing import Any
 from dispatch.core.codec import cause_json
 from dispatch.core.model import Cause
 from dispatch.core.record import Job
-from dispatch.retry import with_backoff
 
 log = logging.getLogger("dispatch.escalation")
 
@@ -84,6 +81,13 @@ class Notifier:
             (self.delivered if ok else self.failed).append(payload)
 
     def _post(self, payload: dict[str, Any]) -> bool:
+        # Imported here: urllib.request pulls in http.client, ssl and email, which every
+        # command that never posts an escalation (status, ls, ...) would pay for at start.
+        import urllib.error
+        import urllib.request
+
+        from dispatch.retry import with_backoff
+
         assert self.webhook is not None
         body = json.dumps(payload).encode()
         attempts = [0]

@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -32,11 +32,20 @@ from dispatch.errors import EXIT_CANCELLED, EXIT_FAILED, BadInput
 from dispatch.notify import Notifier
 from dispatch.service import Service, dry_run_of
 from dispatch.service.views import JobView, history_json, status_json
-from dispatch.specfile import load_spec
 from dispatch.supervisor import Supervisor, TickReport, utcnow
+
+if TYPE_CHECKING:
+    from dispatch.core.spec import JobSpec
 
 EXIT_BY_OUTCOME = {State.SUCCEEDED: 0, State.FAILED: EXIT_FAILED, State.CANCELLED: EXIT_CANCELLED}
 SPEC = click.Path(dir_okay=False, path_type=Path)
+
+
+def load_spec(path: Path) -> JobSpec:
+    # Imported here: YAML is only for the commands that read a spec, not for status or ls.
+    from dispatch.specfile import load_spec as load
+
+    return load(path)
 
 
 def show(view: JobView, as_json: bool) -> None:
