@@ -28,7 +28,7 @@ from dispatch.core.model import Discovery  # noqa: E402
 from dispatch.core.record import fold  # noqa: E402
 from dispatch.core.spec import parse_spec  # noqa: E402
 from dispatch.core.status import project  # noqa: E402
-from dispatch.jobs import create_job  # noqa: E402
+from dispatch.service.requests import create_job  # noqa: E402
 from dispatch.stores.select import open_store  # noqa: E402
 from dispatch.supervisor import Supervisor  # noqa: E402
 

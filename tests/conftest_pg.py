@@ -149,6 +149,14 @@ class ThrowawayPostgres:
             conn.execute(f'CREATE DATABASE "{name}"')  # name is ours: hex only
         return self.url(name)
 
+    def pg_ctl(self, action: str) -> None:
+        """``stop`` (fast: sessions are disconnected), ``start`` or ``restart`` the server
+        on the same port and data directory (the fault tests' server outages)."""
+        args = ["-D", str(self.data), "-l", str(self.log), "-w", "-t", "60"]
+        if action in ("stop", "restart"):
+            args += ["-m", "fast"]
+        self._run("pg_ctl", *args, action)
+
     def stop(self) -> None:
         try:
             if self.started:

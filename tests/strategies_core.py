@@ -22,6 +22,7 @@ from dispatch.core.model import (
     Discovery,
     Escalation,
     Execution,
+    Forecast,
     Level,
     ObjectReport,
     Provenance,
@@ -147,7 +148,8 @@ levels = st.sampled_from(Level)
 
 causes = st.builds(
     Cause, kind=cause_kinds, provenance=provenances, actor=st.none() | small_text,
-    detail=words, exit_code=st.none() | st.integers(-255, 255), at=st.none() | datetimes,
+    detail=words, note=words, exit_code=st.none() | st.integers(-255, 255),
+    at=st.none() | datetimes,
 )
 node_names = st.lists(st.sampled_from(["n1", "n2", "n3", "n4"]), max_size=3, unique=True).map(
     tuple)
@@ -177,7 +179,8 @@ statuses = st.builds(
     submissions=st.integers(0, 100),
     budget_used=st.dictionaries(small_text, st.integers(0, 100), max_size=3),
     objects=st.lists(small_text, max_size=3).map(tuple), settled=st.booleans(),
-    backend=small_text, created_at=st.none() | datetimes,
+    forecast=st.none() | st.builds(Forecast, state=states, cause=st.none() | causes),
+    scheduler_seen=st.booleans(), backend=small_text, created_at=st.none() | datetimes,
 )
 rules = st.builds(
     Rule, on=st.lists(cause_kinds, max_size=4).map(tuple), action=actions,
@@ -213,6 +216,7 @@ MODEL_STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
     "Transition": transitions,
     "Escalation": escalations,
     "Status": statuses,
+    "Forecast": st.builds(Forecast, state=states, cause=st.none() | causes),
     "Rule": rules,
     "RecoveryPolicy": policies,
     "Declarations": declarations,
@@ -254,7 +258,7 @@ EVENT_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     ev.GateOpened: st.builds(ev.GateOpened, seq=_seq, at=datetimes, submission=_sub,
                              ref=small_text),
     ev.StopRequested: st.builds(ev.StopRequested, seq=_seq, at=datetimes, submission=_sub,
-                                ref=small_text, cause=causes),
+                                ref=small_text, cause=causes, by=_actor),
     ev.DuplicateStopped: st.builds(ev.DuplicateStopped, seq=_seq, at=datetimes, ref=small_text,
                                    token=small_text, cause=causes),
     ev.OutcomeCommitted: st.builds(ev.OutcomeCommitted, seq=_seq, at=datetimes, state=states,

@@ -1,4 +1,13 @@
-"""dispatch: a state and the cause behind it for every training job, and recovery by cause."""
+"""dispatch: a state and the cause behind it for every training job, and recovery by cause.
+
+The Python API (``submit``, ``get``, ``jobs``, ``Job``; docs/python-api.md), ``fold``,
+``project`` and ``__version__`` are imported on first use, so that ``import dispatch`` (and
+every CLI command) stays quick.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from dispatch.core.model import (
     Cause,
@@ -13,15 +22,62 @@ from dispatch.core.model import (
     Status,
 )
 from dispatch.core.policy import Action, Declarations, Plan, PolicyError, RecoveryPolicy, Rule
+from dispatch.errors import (
+    BackendError,
+    BadInput,
+    DispatchError,
+    NotFound,
+    StateConflict,
+    StoreUnusable,
+    Unreachable,
+)
+
+if TYPE_CHECKING:
+    from dispatch.api import HistoryLine, Job, get, jobs, submit
+    from dispatch.core.record import fold
+    from dispatch.core.status import project
+
+DISTRIBUTION = "dispatch-jobs"
+_API = frozenset({"HistoryLine", "Job", "get", "jobs", "submit"})
+
+
+def __getattr__(name: str) -> Any:
+    if name == "fold":
+        from dispatch.core.record import fold
+
+        return fold
+    if name == "project":
+        from dispatch.core.status import project
+
+        return project
+    if name in _API:
+        from dispatch import api
+
+        return getattr(api, name)
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version(DISTRIBUTION)
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            return "0+unknown"
+    raise AttributeError(f"module 'dispatch' has no attribute {name!r}")
+
 
 __all__ = [
     "Action",
+    "BackendError",
+    "BadInput",
     "Cause",
     "CauseKind",
     "Declarations",
     "Discovery",
+    "DispatchError",
     "Execution",
+    "HistoryLine",
+    "Job",
     "Level",
+    "NotFound",
     "ObjectReport",
     "Plan",
     "PolicyError",
@@ -30,5 +86,13 @@ __all__ = [
     "Rule",
     "SchedulerUnreachable",
     "State",
+    "StateConflict",
     "Status",
+    "StoreUnusable",
+    "Unreachable",
+    "fold",
+    "get",
+    "jobs",
+    "project",
+    "submit",
 ]

@@ -12,9 +12,6 @@ import logging
 import queue
 import subprocess
 import threading
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -84,21 +81,35 @@ class Notifier:
             (self.delivered if ok else self.failed).append(payload)
 
     def _post(self, payload: dict[str, Any]) -> bool:
+        # Imported here: urllib.request pulls in http.client, ssl and email, which every
+        # command that never posts an escalation (status, ls, ...) would pay for at start.
+        import urllib.error
+        import urllib.request
+
+        from dispatch.retry import with_backoff
+
         assert self.webhook is not None
         body = json.dumps(payload).encode()
-        delay = self.backoff
-        for attempt in range(1, self.retries + 1):
-            request = urllib.request.Request(self.webhook, data=body, method="POST",
+        attempts = [0]
+
+        def once() -> None:
+            attempts[0] += 1
+            request = urllib.request.Request(self.webhook or "", data=body, method="POST",
                                              headers={"Content-Type": "application/json"})
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
-                    if 200 <= response.status < 300:
-                        return True
+                    if not 200 <= response.status < 300:
+                        raise OSError(f"HTTP {response.status}")
             except (urllib.error.URLError, OSError) as err:
-                log.warning("escalation webhook attempt %d failed: %s", attempt, err)
-            time.sleep(delay)
-            delay *= 2
-        return False
+                log.warning("escalation webhook attempt %d failed: %s", attempts[0], err)
+                raise
+
+        try:
+            with_backoff(once, attempts=self.retries, backoff=self.backoff,
+                         retry_on=(urllib.error.URLError, OSError))
+        except (urllib.error.URLError, OSError):
+            return False
+        return True
 
     def _run(self, payload: dict[str, Any]) -> bool:
         assert self.command is not None

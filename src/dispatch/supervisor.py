@@ -17,18 +17,24 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+
+import msgspec
 
 from dispatch.backends.base import Backend, Submission, SubmitRejected
 from dispatch.core import decide as dc
 from dispatch.core import events as ev
 from dispatch.core.model import Cause, CauseKind, Discovery, Provenance, SchedulerUnreachable
-from dispatch.core.record import Job, fold
+from dispatch.core.record import Job, SegmentDecision, fold
 from dispatch.core.status import plan_of
+from dispatch.discovery import OK, UNREACHABLE, by_backend, look
+from dispatch.errors import DispatchError
 from dispatch.notify import Notifier
-from dispatch.stores.base import ConflictError, Fence, RecordStore, append_fact
+from dispatch.stores.base import ConflictError, Fence, Fenced, RecordStore, append_fact
+from dispatch.stores.lease import LeaseLost
+from dispatch.stores.reading import fold_records
 
 log = logging.getLogger("dispatch.supervisor")
 
@@ -74,6 +80,9 @@ class Supervisor:
         self.attempt_lease = attempt_lease
         self.resend_after = resend_after
         self.on_decision = on_decision
+        # The actor a scheduler names for this process's own stops (scancel: "CANCELLED by
+        # <uid>"): recorded with each stop so its cancel is not taken for a person's (S14).
+        self.stop_by = str(os.getuid())
         # The scope served (None: every job) and, under a lease, the guard that returns the
         # lease's current fence or raises LeaseLost (renewing it when due).
         self.scope = scope
@@ -92,41 +101,36 @@ class Supervisor:
         job_ids = list(dict.fromkeys([*job_ids, *self.chasing]))
         if not job_ids:
             return report
-        records = self.store.read_many(job_ids)
         now = self.clock()
-        jobs = [fold(records[j], now) for j in job_ids if j in records]
+        jobs, broken = fold_records(self.store, job_ids, now)
+        for job_id, err in broken.items():  # one bad record never stops the others
+            report.errors.append(f"job {job_id}: {err}")
+            log.error("job %s: its record cannot be used: %s", job_id, err)
         jobs = [j for j in jobs if not j.terminal or j.id in self.chasing]
         report.jobs = len(jobs)
-        by_backend: dict[str, list[Job]] = {}
-        for job in jobs:
-            by_backend.setdefault(job.spec.backend, []).append(job)
-        for backend_name, group in by_backend.items():
-            backend = self.backend_for(backend_name)
-            discovery = self._discover(backend, group, report)
+        for name, group in by_backend(jobs).items():
+            seen = look(name, group, self.backend_for, now)
+            if seen.scheduler == UNREACHABLE:
+                report.unreachable.append(seen.problem)
+            elif seen.scheduler != OK:
+                report.errors.append(f"backend {name}: {seen.problem}")
             for job in group:
                 if self.stopping.is_set():
                     return report
-                self._step(job, backend, discovery, report)
+                try:
+                    self._step(job, seen.backend, seen.discovery, report)
+                except (Fenced, LeaseLost):
+                    raise  # the scope is not ours any more: no job of it is (supervision.py)
+                except DispatchError as err:
+                    report.errors.append(f"job {job.id}: {err}")
+                    log.error("job %s: %s", job.id, err)
+                self._reconcile_segments(job, report)
         return report
 
-    def _discover(self, backend: Backend, jobs: Iterable[Job],
-                  report: TickReport) -> Discovery | None:
-        tokens: list[str] = []
-        refs: list[str] = []
-        for job in jobs:
-            for s in job.submissions:
-                tokens.append(s.token)
-                if s.ref is not None:
-                    refs.append(s.ref)
-        try:
-            return backend.discover(tokens, refs)
-        except SchedulerUnreachable as err:
-            log.warning("%s; no transition that needs it this tick", err)
-            report.unreachable.append(str(err))
-            return None
-
-    def _step(self, job: Job, backend: Backend, discovery: Discovery | None,
+    def _step(self, job: Job, backend: Backend | None, discovery: Discovery | None,
               report: TickReport, attempts: int = 3) -> None:
+        """Decide, append, act. ``backend`` None: it cannot be built here, so only decisions
+        that need no scheduler are made (e.g. cancelling a job that never reached one)."""
         if job.terminal and discovery is not None and not _any_alive(job, discovery):
             self.chasing.discard(job.id)  # the scheduler shows nothing of it alive: done
             return
@@ -137,7 +141,9 @@ class Supervisor:
                                   resend_after=self.resend_after)
             if not decisions:
                 return
-            events = dc.to_events(decisions, job, now, self.name)
+            if backend is None and any(isinstance(d, _NEEDS_BACKEND) for d in decisions):
+                return  # waits until its backend can be used; the tick reported why
+            events = dc.to_events(decisions, job, now, self.name, stop_by=self.stop_by)
             try:
                 version = self.store.append(job.id, events, job.version,
                                             fence=self._fence()) if events else job.version
@@ -156,26 +162,18 @@ class Supervisor:
             return
 
     # ---- actions, after the intent is in the record ----------------------------------
-    def _act(self, job: Job, version: int, decisions: Sequence[dc.Decision], backend: Backend,
-             report: TickReport) -> None:
+    def _act(self, job: Job, version: int, decisions: Sequence[dc.Decision],
+             backend: Backend | None, report: TickReport) -> None:
         for d in decisions:
             if self.on_decision is not None:
                 self.on_decision(job, d)
             self._fence()  # a lease lost since the intent was written: act no more
             try:
-                if isinstance(d, (dc.Submit, dc.RetrySubmit)):
-                    self._submit(job, d.submission, d.token, d.gated, backend)
-                elif isinstance(d, dc.Stop):
-                    backend.stop(d.ref)
-                elif isinstance(d, dc.StopDuplicate):
-                    backend.stop(d.ref)
-                elif isinstance(d, dc.CancelObject):
-                    backend.cancel(d.ref)
-                elif isinstance(d, dc.OpenGate):
-                    backend.open_gate(d.ref)
-                    self._append_fact(job.id, _gate_opened(d))
+                if isinstance(d, _NEEDS_BACKEND):
+                    if backend is not None:  # _step made none of these without one
+                        self._on_scheduler(job, d, backend)
                 elif isinstance(d, dc.PublishSegment):
-                    self._publish_segment(job, d)
+                    self._publish_segment(job, d, report)
                 elif isinstance(d, dc.Escalate):
                     self.notifier.escalate(job, d.message, d.cause, self.clock())
                 elif isinstance(d, dc.Commit):
@@ -187,20 +185,68 @@ class Supervisor:
                 log.warning("job %s: %s; will retry", job.id, err)
                 return
 
-    def _publish_segment(self, job: Job, d: dc.PublishSegment) -> None:
-        from dispatch.segment_health import make_decision, publish
+    def _on_scheduler(self, job: Job, d: dc.Decision, backend: Backend) -> None:
+        if isinstance(d, (dc.Submit, dc.RetrySubmit)):
+            intended = job.submission(d.submission)
+            avoid = d.exclude_nodes if isinstance(d, dc.Submit) else (
+                intended.exclude_nodes if intended is not None else ())
+            self._submit(job, d.submission, d.token, d.gated, backend, avoid)
+        elif isinstance(d, (dc.Stop, dc.StopDuplicate)):
+            backend.stop(d.ref)
+        elif isinstance(d, dc.CancelObject):
+            backend.cancel(d.ref)
+        elif isinstance(d, dc.OpenGate):
+            backend.open_gate(d.ref)
+            self._append_fact(job.id, _gate_opened(d))
 
-        assert job.spec.segment_health is not None
-        decision = make_decision(job_id=d.unit_job_id, task_id=d.task_id, nodes=d.nodes,
-                                 cause=d.cause, who=self.name, why=d.reason, when=self.clock(),
-                                 extra={"dispatch_job": job.id, "dispatch_name": job.name})
-        path = publish(job.spec.segment_health.dir, d.unit_job_id, d.task_id, decision=decision)
-        log.warning("job %s: segment health: unit %s.%s marked unavailable (%s): %s",
-                    job.id, d.unit_job_id, d.task_id, d.reason, path)
+    def _publish_segment(self, job: Job, d: dc.PublishSegment, report: TickReport) -> None:
+        # SegmentPublished is in the record (the intent): write what the record says now.
+        # reconcile re-reads the record under the directory's lock before it writes; a
+        # failure here is retried by the per-tick reconcile until the files match (an outbox).
+        decided = SegmentDecision(unit_job_id=d.unit_job_id, task_id=d.task_id,
+                                  reason=d.reason, at=self.clock(), actor=self.name,
+                                  nodes=d.nodes)
+        self._reconcile_segments(msgspec.structs.replace(job, segments=(*job.segments, decided)),
+                                 report, {(d.unit_job_id, d.task_id): d.cause})
+        log.warning("job %s: segment health: unit %s.%s marked unavailable: %s",
+                    job.id, d.unit_job_id, d.task_id, d.reason)
 
-    def _submit(self, job: Job, number: int, token: str, gated: bool, backend: Backend) -> None:
+    def _reconcile_segments(self, job: Job, report: TickReport | None,
+                            causes: dict[tuple[str, str], str] | None = None) -> None:
+        """Issue 12 item 4: make the decision files match the record; never raises.
+
+        A refusal (a planted link) or a state line over its limit is escalated once per
+        message through the notifier; a disk or store error is logged, retried next tick.
+        """
+        if job.terminal or job.spec.segment_health is None or not job.segments:
+            return
+        from dispatch.segment_health.artifact import SegmentHealthError
+        from dispatch.segment_health.reconcile import reconcile
+
+        def reread() -> Job:
+            return fold(self.store.read(job.id), self.clock())
+
+        try:
+            try:
+                messages = reconcile(job, reread=reread, causes=causes).escalations
+            except SegmentHealthError as err:  # e.g. a planted link under the lock's name
+                messages = [f"segment health: {err}"]
+            known = {e.message for e in job.escalations}
+            for message in dict.fromkeys(messages):
+                if message not in known:
+                    self._append_fact(job.id, _escalation_raised(message))
+                    self.notifier.escalate(job, message, None, self.clock())
+        except (Fenced, LeaseLost):
+            raise  # the lease is gone: the supervisor stops acting on the scope
+        except Exception as err:  # noqa: BLE001 - one job's files never stop the tick
+            log.warning("job %s: segment health files not yet in step: %s", job.id, err)
+            if report is not None:
+                report.errors.append(f"job {job.id}: segment health: {err}")
+
+    def _submit(self, job: Job, number: int, token: str, gated: bool, backend: Backend,
+                exclude_nodes: tuple[str, ...] = ()) -> None:
         submission = Submission(job_id=job.id, number=number, token=token, spec=job.spec,
-                                gated=gated)
+                                gated=gated, exclude_nodes=exclude_nodes)
         try:
             ref = backend.submit(submission)
         except SubmitRejected as err:
@@ -248,9 +294,20 @@ class Supervisor:
             self.stopping.wait(backoff)
 
 
+# Decisions carried out on the scheduler: not made while the backend cannot be used.
+_NEEDS_BACKEND = (dc.Submit, dc.RetrySubmit, dc.Stop, dc.StopDuplicate, dc.CancelObject,
+                  dc.OpenGate)
+
+
 def _gate_opened(d: dc.OpenGate) -> Callable[[int, datetime], ev.Event]:
     def make(seq: int, now: datetime) -> ev.Event:
         return ev.GateOpened(seq=seq, at=now, submission=d.submission, ref=d.ref)
+    return make
+
+
+def _escalation_raised(message: str) -> Callable[[int, datetime], ev.Event]:
+    def make(seq: int, now: datetime) -> ev.Event:
+        return ev.EscalationRaised(seq=seq, at=now, message=message)
     return make
 
 

@@ -33,7 +33,7 @@ from dispatch.core.model import State
 from dispatch.core.policy import Declarations
 from dispatch.core.record import Job, fold
 from dispatch.core.spec import parse_spec
-from dispatch.jobs import create_job
+from dispatch.service.requests import create_job
 from dispatch.stores.select import open_store
 from dispatch.supervisor import Supervisor, utcnow
 

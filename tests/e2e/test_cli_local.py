@@ -34,7 +34,7 @@ def finish(proc: subprocess.Popen[str]) -> tuple[int, dict]:
 
 
 def test_succeeded_with_cause_none(dispatch: Dispatch) -> None:
-    spec = dispatch.core.spec("ok", script("print('hi')"), nodes=2)
+    spec = dispatch.spec("ok", script("print('hi')"), nodes=2)
     code, st = run_json(dispatch, spec)
     assert code == 0
     assert st["state"] == "succeeded" and st["settled"] is True
@@ -45,7 +45,7 @@ def test_succeeded_with_cause_none(dispatch: Dispatch) -> None:
 
 def test_non_zero_exit_without_a_rule_fails_with_code_and_escalation(dispatch: Dispatch) -> None:
     """S6: no rule -> failed, with the cause that ended the execution, and an escalation."""
-    spec = dispatch.core.spec("exit3", script("import sys; sys.exit(3)"))
+    spec = dispatch.spec("exit3", script("import sys; sys.exit(3)"))
     code, st = run_json(dispatch, spec)
     assert code == 1
     assert st["state"] == "failed"
@@ -56,7 +56,7 @@ def test_non_zero_exit_without_a_rule_fails_with_code_and_escalation(dispatch: D
 
 
 def test_time_limit(dispatch: Dispatch) -> None:
-    spec = dispatch.core.spec("slow", script("import time; time.sleep(60)"), time_limit="2s")
+    spec = dispatch.spec("slow", script("import time; time.sleep(60)"), time_limit="2s")
     code, st = run_json(dispatch, spec)
     assert code == 1
     assert st["cause"]["kind"] == "time-limit"
@@ -65,7 +65,7 @@ def test_time_limit(dispatch: Dispatch) -> None:
 def test_out_of_memory(dispatch: Dispatch) -> None:
     hog = script("import time\nb=[]\nfor _ in range(400):\n"
                  "    b.append(bytearray(1<<20)); time.sleep(0.005)\ntime.sleep(30)\n")
-    spec = dispatch.core.spec("hog", hog, memory="64M")
+    spec = dispatch.spec("hog", hog, memory="64M")
     code, st = run_json(dispatch, spec)
     assert code == 1
     assert st["cause"]["kind"] == "out-of-memory"
@@ -75,7 +75,7 @@ def test_preempted_is_recovered_without_touching_the_failure_budget(dispatch: Di
     """'Preemption doesn't spend a budget meant for real failures.'"""
     policy = {"rules": [*RESUBMIT_PREEMPT["rules"],
                         {"on": ["non-zero-exit"], "action": "resubmit", "budget": 1}]}
-    spec = dispatch.core.spec("pre", LONG_THEN_OK, nodes=2, policy=policy)
+    spec = dispatch.spec("pre", LONG_THEN_OK, nodes=2, policy=policy)
     proc = dispatch.spawn("run", str(spec), "--json", "--poll", "0.2")
     dispatch.wait_for("pre", lambda s: s["state"] == "running")
     dispatch("local", "inject", "pre", "preempt", check=True)
@@ -91,7 +91,7 @@ def test_preempted_is_recovered_without_touching_the_failure_budget(dispatch: Di
 def test_node_lost_is_fenced_then_resubmitted(dispatch: Dispatch) -> None:
     """S11: inside the window running with cause node-lost; past it stopped and the plan for
     node-lost applied; the replacement starts only once the old object ended."""
-    spec = dispatch.core.spec("lost", LONG_THEN_OK, nodes=2, policy=RESUBMIT_PREEMPT)
+    spec = dispatch.spec("lost", LONG_THEN_OK, nodes=2, policy=RESUBMIT_PREEMPT)
     proc = dispatch.spawn("run", str(spec), "--json", "--poll", "0.2")
     dispatch.wait_for("lost", lambda s: s["state"] == "running")
     dispatch("local", "inject", "lost", "lose-node", "1", check=True)
@@ -112,7 +112,7 @@ def _held_job(dispatch: Dispatch, name: str) -> subprocess.Popen[str]:
     body = ("import os,signal,sys,time\n"
             "if os.environ['DISPATCH_SUBMISSION'] == '1': os.kill(os.getpid(), signal.SIGSEGV)\n"
             "sys.exit(0)\n")
-    spec = dispatch.core.spec(name, script(body),
+    spec = dispatch.spec(name, script(body),
                          policy={"rules": [{"on": ["unknown"], "action": "hold"}]})
     proc = dispatch.spawn("run", str(spec), "--json", "--poll", "0.2")
     held = dispatch.wait_for(name, lambda s: s["state"] == "held")
@@ -146,7 +146,7 @@ def test_recovery_hold_then_give_up(dispatch: Dispatch) -> None:
 
 
 def test_spent_budget_fails_with_escalation(dispatch: Dispatch) -> None:
-    spec = dispatch.core.spec("spent", script("import sys; sys.exit(3)"), policy={
+    spec = dispatch.spec("spent", script("import sys; sys.exit(3)"), policy={
         "rules": [{"on": ["non-zero-exit"], "action": "resubmit", "budget": 1}]})
     code, st = run_json(dispatch, spec)
     assert code == 1 and st["submissions"] == 2
@@ -155,7 +155,7 @@ def test_spent_budget_fails_with_escalation(dispatch: Dispatch) -> None:
 
 
 def test_escalate_rule_fails_with_escalation(dispatch: Dispatch) -> None:
-    spec = dispatch.core.spec("esc", script("import sys; sys.exit(3)"), policy={
+    spec = dispatch.spec("esc", script("import sys; sys.exit(3)"), policy={
         "rules": [{"on": ["non-zero-exit"], "action": "escalate"}]})
     code, st = run_json(dispatch, spec)
     assert code == 1 and st["submissions"] == 1
@@ -165,7 +165,7 @@ def test_escalate_rule_fails_with_escalation(dispatch: Dispatch) -> None:
 def test_rule_nobody_enforces_fails_with_escalation(dispatch: Dispatch) -> None:
     """S9: restart assigned to the supervisor fails the job with the escalation
     'supervisor recovery for restart isn't implemented'."""
-    spec = dispatch.core.spec("unenf", script("import sys; sys.exit(3)"), policy={
+    spec = dispatch.spec("unenf", script("import sys; sys.exit(3)"), policy={
         "rules": [{"on": ["non-zero-exit"], "action": "restart", "budget": 2,
                    "enforcer": "supervisor"}]})
     code, st = run_json(dispatch, spec)
@@ -175,18 +175,18 @@ def test_rule_nobody_enforces_fails_with_escalation(dispatch: Dispatch) -> None:
 
 
 def test_supersede_creates_a_new_job_naming_the_old(dispatch: Dispatch) -> None:
-    spec = dispatch.core.spec("sup", script("import sys; sys.exit(3)"))
+    spec = dispatch.spec("sup", script("import sys; sys.exit(3)"))
     code, old = run_json(dispatch, spec)
     assert code == 1
     new = dispatch.json("supersede", old["job"])
     assert new["supersedes"] == old["job"]
-    again = dispatch.core.status(old["job"])
+    again = dispatch.status(old["job"])
     assert again["superseded_by"] == new["job"]
     assert again["state"] == "failed"  # S7: the old outcome never changes
 
 
 def test_cancel_by_a_person(dispatch: Dispatch) -> None:
-    spec = dispatch.core.spec("can", script("import time; time.sleep(60)"), policy=RESUBMIT_PREEMPT)
+    spec = dispatch.spec("can", script("import time; time.sleep(60)"), policy=RESUBMIT_PREEMPT)
     proc = dispatch.spawn("run", str(spec), "--json", "--poll", "0.2")
     dispatch.wait_for("can", lambda s: s["state"] == "running")
     dispatch("cancel", "can", check=True)
@@ -203,7 +203,7 @@ def test_cancel_that_reached_the_scheduler_is_final(dispatch: Dispatch) -> None:
                                 "out-of-memory", "launch-failed"],
                          "action": "resubmit", "budget": 3},
                         {"on": ["unknown"], "action": "hold"}]}
-    spec = dispatch.core.spec("s14", script("import time; time.sleep(60)"), policy=policy)
+    spec = dispatch.spec("s14", script("import time; time.sleep(60)"), policy=policy)
     proc = dispatch.spawn("run", str(spec), "--json", "--poll", "0.2")
     st = dispatch.wait_for("s14", lambda s: s["state"] == "running")
     LocalBackend(dispatch.tmp / "local").cancel(st["objects"][0])
@@ -215,7 +215,7 @@ def test_cancel_that_reached_the_scheduler_is_final(dispatch: Dispatch) -> None:
 
 def test_object_only_status_without_a_record(dispatch: Dispatch) -> None:
     """S12: no record store: object-only, pending or running, never terminal."""
-    spec = dispatch.core.spec("oo", script("import time; time.sleep(60)"))
+    spec = dispatch.spec("oo", script("import time; time.sleep(60)"))
     dispatch("submit", str(spec), check=True)
     st = dispatch.wait_for("oo", lambda s: s["state"] == "running")
     job = st["job"]

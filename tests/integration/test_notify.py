@@ -60,7 +60,7 @@ def test_webhook_is_retried_with_backoff_until_delivered() -> None:
         "job": "j1", "name": "n", "backend": "local",
         "message": "no rule covers out-of-memory",
         "cause": {"kind": "out-of-memory", "provenance": "scheduler", "actor": None,
-                  "detail": "OUT_OF_MEMORY", "exit_code": None,
+                  "detail": "OUT_OF_MEMORY", "note": "", "exit_code": None,
                   "at": "2026-11-30T00:00:00+00:00"},
         "at": NOW.isoformat()}]
     assert len(notifier.delivered) == 1 and not notifier.failed

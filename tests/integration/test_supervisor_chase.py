@@ -13,7 +13,7 @@ from dispatch.backends.registry import declarations_for
 from dispatch.core.model import CauseKind, SchedulerUnreachable, State
 from dispatch.core.record import fold
 from dispatch.core.spec import parse_spec
-from dispatch.jobs import create_job
+from dispatch.service.requests import create_job
 from dispatch.stores.select import open_store
 from dispatch.supervisor import Supervisor, utcnow
 

@@ -60,7 +60,7 @@ from dispatch.core.policy import (
     RecoveryPolicy,
     Rule,
 )
-from dispatch.core.record import Job, advance, fold
+from dispatch.core.record import Job, RecordError, advance, fold
 from dispatch.core.status import project
 
 K = CauseKind
@@ -221,6 +221,53 @@ def legal(job: Job, decisions: list[Decision], discovery: Discovery | None,
             assert s is not None and d.execution not in s.executions_recorded
 
 
+def only_committed_is_terminal(before: Job, after: Job, decisions: list[Decision],
+                               discovery: Discovery | None, now: datetime) -> None:
+    """S7: project's state is terminal only if the record holds the outcome, whatever the
+    look (this one, none, or one that shows nothing); what the plan was about to commit was
+    the forecast before the commit; and with no look a bound live object never reads
+    pending (an unreachable scheduler is not a state)."""
+    for job in (before, after):
+        for look in (discovery, None, Discovery(at=now, objects=(), complete=False)):
+            status = project(job, look, now)
+            assert not status.state.terminal or job.outcome is not None, (status, look)
+            assert status.settled == (job.outcome is not None)
+            if status.forecast is not None:
+                assert job.outcome is None and look is not None
+            if look is None:
+                assert status.forecast is None and not status.scheduler_seen
+                cur = job.current
+                if job.outcome is None and job.hold is None and cur is not None \
+                        and cur.ref is not None and not cur.ended:
+                    assert status.state is not State.PENDING, status
+    commits = [d for d in decisions if isinstance(d, Commit)]
+    if commits and discovery is not None:
+        forecast = project(before, discovery, now).forecast
+        assert forecast is not None and forecast.state is commits[0].state, (forecast, commits)
+        assert forecast.cause == commits[0].cause
+
+
+def a_fault_never_produces_an_outcome(job: Job, decisions: list[Decision],
+                                      discovery: Discovery | None) -> None:
+    """R3/S16: a look that failed (None) or left objects out (incomplete) never ends an
+    execution it did not show, and an outcome then comes only from what the record holds
+    or from objects the look did show."""
+    seen = {o.ref for o in discovery.objects} if discovery is not None else set()
+    ends = [d for d in decisions if isinstance(d, RecordEnd)]
+    assert all(d.ref in seen for d in ends), (ends, seen)
+    if discovery is not None and discovery.complete:
+        return
+    for d in decisions:
+        if not isinstance(d, Commit):
+            continue
+        from_record = job.awaiting is not None or job.give_up_requested is not None
+        from_seen = any(e.final for e in ends)
+        cancelled = job.cancel_requested is not None and d.cause == job.cancel_requested \
+            and discovery is not None and all(
+                s.ref is None or s.ended or s.ref in seen for s in job.submissions)
+        assert from_record or from_seen or cancelled, (d, job.awaiting, discovery)
+
+
 @dataclass
 class Invariants:
     sim: Sim
@@ -255,6 +302,8 @@ class Invariants:
             assert sim.job.history[:len(self.history_at_commit)] == self.history_at_commit
         # history holds committed transitions, never running
         assert all(t.state is not State.RUNNING for t in sim.job.history)
+        only_committed_is_terminal(before, sim.job, decisions, discovery, sim.now)
+        a_fault_never_produces_an_outcome(before, decisions, discovery)
         # recovering never goes back to pending
         status = project(sim.job, discovery, sim.now)
         self.states.append(status.state)
@@ -549,3 +598,52 @@ def test_a_committed_outcome_never_changes_whatever_events_follow(
         assert project(job, look, sim.now).state is outcome.state
         decisions = decide(job, look, sim.plan, sim.now)
         assert all(isinstance(d, Stop | StopDuplicate | Bind) for d in decisions), decisions
+
+
+# --- a record that cannot be trusted is refused -----------------------------------------------
+
+
+@examples(60)
+@given(data=st.data(), policy=policies, decl=declarations, ticks=st.integers(3, 20),
+       damage=st.sampled_from(["delete", "repeat", "swap", "drop-last", "renumber"]))
+def test_a_damaged_record_is_refused_never_folded_into_another_state(
+        data: st.DataObject, policy: RecoveryPolicy, decl: Declarations, ticks: int,
+        damage: str) -> None:
+    """Issue 12 item 10: a record with an event deleted (e.g. a recovery-started, which would
+    give a budget back), repeated, out of order, cut short of the stored version, or not
+    numbered from 1 is refused with RecordError naming the job: never folded."""
+    sim = Sim(policy.rules, declarations=decl)
+    world = World()
+    for _ in range(ticks):
+        sim.later(data.draw(steps))
+        world.evolve(data, sim.now)
+        person(data, sim)
+        look = world.look(data, sim.now)
+        before = sim.job
+        decisions = decide(before, look, sim.plan, sim.now)
+        sim.append(_events(decisions, before, sim))
+        act(data, sim, world, decisions)
+    record = list(sim.record)
+    if len(record) < 3:
+        return
+    version: int | None = None
+    i = data.draw(st.integers(1, len(record) - 2))
+    if damage == "delete":
+        record.pop(i)
+    elif damage == "repeat":
+        record.insert(i, record[i])
+    elif damage == "swap":
+        record[i], record[i + 1] = record[i + 1], record[i]
+    elif damage == "drop-last":
+        version = record[-1].seq
+        record.pop()
+    else:
+        shift = data.draw(st.sampled_from([-1, 1, 5]))
+        record = [msgspec.structs.replace(e, seq=e.seq + shift) for e in record]
+    event(f"damage {damage}")
+    try:
+        fold(record, sim.now, job_id=JOB, version=version)
+    except RecordError as err:
+        assert err.job_id == JOB and err.seq is not None and f"job {JOB}" in str(err)
+    else:
+        raise AssertionError(f"a damaged record ({damage}) was folded")

@@ -91,8 +91,9 @@ def test_minimal_spec_uses_the_default_namespace_and_runtime_kind() -> None:
 
 def test_dry_run_prints_the_yaml_without_a_cluster() -> None:
     backend = KubeflowBackend(kubeconfig="/nonexistent/kubeconfig")
-    text = backend.dry_run(submission(FULL))
-    obj = yaml.safe_load(text)
+    dry = backend.dry_run(submission(FULL))
+    assert dry.argv == () and [title for title, _ in dry.documents] == ["TrainJob"]
+    obj = yaml.safe_load(dry.documents[0][1])
     schemas.validate("TrainJob", obj)
     assert obj["kind"] == "TrainJob" and obj["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
 

@@ -658,7 +658,7 @@ ROWS = [
         CauseKind.PREEMPTED,
         Provenance.SCHEDULER,
         None,
-        "restart 1",
+        "status.restarts=1",
     ),
 ]
 
@@ -756,7 +756,8 @@ def test_gone_trainjob_is_cancelled_by_an_unknown_actor() -> None:
     assert report.cause.kind is CauseKind.CANCELLED
     assert report.cause.provenance is Provenance.ACTOR
     assert report.cause.actor is None
-    assert "actor unknown" in report.cause.detail
+    assert "actor unknown" in report.cause.note
+    assert report.cause.detail == ""  # the API server said nothing but "not found"
 
 
 json_leaf = st.none() | st.booleans() | st.integers() | st.text(max_size=12)
@@ -817,3 +818,88 @@ def test_unmapped_disruption_reason_is_unknown_with_its_words(reason: str) -> No
     )
     assert report.cause.kind is CauseKind.UNKNOWN
     assert reason in report.cause.detail
+
+
+# --- the kubelet's own words (issue 12, item 11) -----------------------------------------------
+
+
+def _kubelet_ended(message: str, *, as_status: str | None = None) -> Any:
+    """A pod the kubelet ended with ``message``: as its DisruptionTarget condition, or (with
+    ``as_status``) as the pod's status reason/message only."""
+    p = pod(0, phase="Failed", conditions=[] if as_status else [builtin_cond(
+        "DisruptionTarget", reason="TerminationByKubelet", message=message)])
+    if as_status:
+        p["status"]["reason"] = as_status
+        p["status"]["message"] = message
+    return row(trainjob([FAILED_JOBS], active=0), None, [], [p])
+
+
+# Messages exactly as the kubelet writes them (pkg/kubelet/eviction/helpers.go: "The node was
+# low on resource: %v. " + "Threshold quantity: %v, available: %v. " + container usage;
+# nodeshutdown; preemption).
+KUBELET_WORDS = [
+    ("The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. "
+     "Container node was using 2Gi, request is 1Gi, has larger consumption of memory. ",
+     CauseKind.OUT_OF_MEMORY),
+    ("The node was low on resource: memory.", CauseKind.OUT_OF_MEMORY),
+    ("The node was low on resource: ephemeral-storage. Threshold quantity: 1Gi, available: "
+     "512Mi. Container node was using 3Gi, request is 0, has larger consumption of "
+     "ephemeral-storage. ", CauseKind.UNKNOWN),
+    ("The node was low on resource: pids. ", CauseKind.UNKNOWN),
+    ("The node was low on resource: inodes. Threshold quantity: 5%, available: 1%. ",
+     CauseKind.UNKNOWN),
+    ("The node had condition: [MemoryPressure]. ", CauseKind.UNKNOWN),
+    ("Pod ephemeral local storage usage exceeds the total limit of containers 1Gi. ",
+     CauseKind.UNKNOWN),
+    ("Pod was terminated in response to imminent node shutdown.", CauseKind.NODE_LOST),
+    ("Pod was preempted by Kubelet to accommodate a critical pod.", CauseKind.PREEMPTED),
+    ("the node is on fire", CauseKind.UNKNOWN),
+    ("memory of the node was fine; shutdown of something else", CauseKind.UNKNOWN),
+    ("", CauseKind.UNKNOWN),
+]
+
+
+@pytest.mark.parametrize(("message", "kind"), KUBELET_WORDS,
+                         ids=[m[:40] or "empty" for m, _ in KUBELET_WORDS])
+def test_termination_by_kubelet_maps_the_kubelets_words_never_a_guess(
+        message: str, kind: CauseKind) -> None:
+    """"TerminationByKubelet with 'The node was low on resource: ephemeral-storage' (or
+    pids, memory) is a resource eviction, not node-lost: map what the kubelet really says,
+    else unknown with the words." """
+    report = _kubelet_ended(message)
+    assert report.state is State.FAILED
+    assert report.cause.kind is kind
+    assert report.cause.kind is not CauseKind.NODE_LOST or "node shutdown" in message
+    assert "TerminationByKubelet" in report.cause.detail
+    if message:
+        assert repr(message) in report.cause.detail  # the words, whole
+
+
+@pytest.mark.parametrize(("message", "kind"), [
+    (KUBELET_WORDS[0][0], CauseKind.OUT_OF_MEMORY),
+    (KUBELET_WORDS[2][0], CauseKind.UNKNOWN),
+    (KUBELET_WORDS[3][0], CauseKind.UNKNOWN),
+])
+def test_an_evicted_pods_status_words_map_the_same_way(message: str, kind: CauseKind) -> None:
+    report = _kubelet_ended(message, as_status="Evicted")
+    assert report.cause.kind is kind
+    assert "reason=Evicted" in report.cause.detail and repr(message) in report.cause.detail
+
+
+def test_a_pod_the_kubelet_preempted_for_a_critical_pod_is_preempted() -> None:
+    report = _kubelet_ended("Preempted in order to admit critical pod", as_status="Preempting")
+    assert report.cause.kind is CauseKind.PREEMPTED
+    assert "reason=Preempting" in report.cause.detail
+
+
+def test_jobset_restart_numbering_is_dispatchs_note_not_the_detail() -> None:
+    report = row(
+        trainjob(),
+        jobset([], 1),
+        [job(attempt=1, active=2)],
+        [pod(0, phase="Pending", attempt=1)],
+    )
+    cause = report.executions[0].cause
+    assert cause is not None and cause.kind is CauseKind.REQUEUED
+    assert cause.note == "restart 1 of the JobSet"
+    assert cause.detail == f"jobset {NAME}: status.restarts=1"

@@ -12,16 +12,12 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from dispatch.backends import local as local_module
 from dispatch.backends.local import LocalBackend, default_root
-from dispatch.backends.local_runner import (
-    ObjectMeta,
-    ObjectStatus,
-    RunnerInfo,
-    boot_id,
-    read_proc_stat,
-)
-from dispatch.core.model import Cause, CauseKind, Execution, State
+from dispatch.backends.local import root as root_module
+from dispatch.backends.local.procs import boot_id, read_proc_stat
+from dispatch.backends.local.root import LocalRoot, new_ref, ref_root
+from dispatch.backends.local.wire import ObjectMeta, ObjectStatus, RunnerInfo
+from dispatch.core.model import Cause, CauseKind, Execution, SchedulerUnreachable, State
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -43,6 +39,7 @@ def _dead() -> RunnerInfo:
 
 def write_object(root: Path, ref: str, token: str, *, runner: RunnerInfo,
                  status: ObjectStatus | bytes | None) -> None:
+    LocalRoot(root).claim()  # the root and its marker, as the first submit makes them
     objdir = root / "objects" / ref
     (objdir / "control").mkdir(parents=True)
     job, _, number = token.rpartition(".")
@@ -86,7 +83,7 @@ def test_discover_of_200_objects_is_one_scan_and_no_subprocess(
 
     scans: list[str] = []
     reads: list[Path] = []
-    real_scandir, real_read = os.scandir, local_module._read
+    real_scandir, real_read = os.scandir, root_module._read
 
     def counting_scandir(path: object = ".") -> object:
         scans.append(str(path))
@@ -100,7 +97,7 @@ def test_discover_of_200_objects_is_one_scan_and_no_subprocess(
         raise AssertionError("discover must not start a process")
 
     monkeypatch.setattr(os, "scandir", counting_scandir)
-    monkeypatch.setattr(local_module, "_read", counting_read)
+    monkeypatch.setattr(root_module, "_read", counting_read)
     monkeypatch.setattr(subprocess, "Popen", no_subprocess)
     monkeypatch.setattr(subprocess, "run", no_subprocess)
 
@@ -112,17 +109,18 @@ def test_discover_of_200_objects_is_one_scan_and_no_subprocess(
     for i, token in enumerate(tokens):
         expected = State.RUNNING if i % 2 else State.SUCCEEDED
         assert by_token[token].state is expected
-    # First look: each object's meta and status, plus the runner of each live one.
-    assert len(reads) == 201 + 200 + 100
+    # First look: the root's marker, each object's meta and status, plus the runner of each
+    # live one.
+    assert len(reads) == 1 + 201 + 200 + 100
 
-    # Steady state: meta, runner and ended reports never change, so only the live objects'
-    # status files are read again.
+    # Steady state: meta, runner and ended reports never change, so only the root's marker
+    # (is the root still there?) and the live objects' status files are read again.
     scans.clear()
     reads.clear()
     again = backend.discover(tokens, []).objects
     assert again == found
     assert scans == [str(tmp_path / "objects")]
-    assert sorted(p.name for p in reads) == ["status.json"] * 100
+    assert sorted(p.name for p in reads) == ["root.json"] + ["status.json"] * 100
 
 
 def test_refs_and_tokens_are_both_found_in_one_look(tmp_path: Path) -> None:
@@ -156,6 +154,7 @@ def test_an_unreadable_status_is_unknown_and_not_ended(tmp_path: Path) -> None:
 
 
 def test_an_unreadable_meta_asked_for_by_ref(tmp_path: Path) -> None:
+    LocalRoot(tmp_path).claim()
     objdir = tmp_path / "objects" / "l-00000001"
     objdir.mkdir(parents=True)
     (objdir / "meta.json").write_text("{not json")
@@ -194,7 +193,11 @@ def test_a_runner_pid_from_an_earlier_boot_is_not_alive(tmp_path: Path) -> None:
     assert report.executions[0].cause == report.cause
 
 
-def test_no_objects_directory_yet(tmp_path: Path) -> None:
+def test_a_root_never_used_is_unreachable_not_empty(tmp_path: Path) -> None:
+    # Absent is not ended: before the first submit made it, a root answers nothing.
+    with pytest.raises(SchedulerUnreachable, match="is missing"):
+        LocalBackend(tmp_path / "fresh").discover(["a.1"], ["l-00000001"])
+    LocalRoot(tmp_path / "fresh").claim()
     assert LocalBackend(tmp_path / "fresh").discover(["a.1"], []).objects == ()
 
 
@@ -213,3 +216,64 @@ def test_default_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("XDG_STATE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_root() == tmp_path / "home" / ".local" / "state" / "dispatch" / "local"
+
+
+def test_a_ref_names_the_root_it_was_made_in() -> None:
+    ref = new_ref("0123456789abcdef")
+    assert ref.startswith("l-01234567-") and ref_root(ref) == "01234567"
+    assert ref_root("l-00000001") is None  # made before roots had markers
+    assert ref_root("l-0123456-00000000") is None
+
+
+def test_a_ref_of_another_root_is_not_answered_for(tmp_path: Path) -> None:
+    """An unmounted root's place taken by a new root: its refs are absent here, not ended."""
+    marker = LocalRoot(tmp_path).claim()
+    other = new_ref("f" * 16 if not marker.id.startswith("ffffffff") else "e" * 16)
+    mine = new_ref(marker.id)
+    found = LocalBackend(tmp_path).discover([], [other, mine])
+    assert not found.complete  # decide makes no transition for what it left out
+    assert [(o.ref, o.ended) for o in found.objects] == [(mine, True)]
+    assert f"(root {marker.id})" in found.objects[0].cause.detail
+
+
+def test_a_root_that_lost_its_marker_is_unreachable(tmp_path: Path) -> None:
+    write_object(tmp_path, "l-00000001", "a.1", runner=_me(), status=None)
+    meta = msgspec.json.decode((tmp_path / "objects" / "l-00000001" / "meta.json").read_bytes(),
+                               type=ObjectMeta)
+    marker = LocalRoot(tmp_path).marker()
+    (tmp_path / "objects" / "l-00000001" / "meta.json").write_bytes(msgspec.json.encode(
+        msgspec.structs.replace(meta, root_id=marker.id)))
+    (tmp_path / "root.json").unlink()
+    with pytest.raises(SchedulerUnreachable, match="has no root.json"):
+        LocalBackend(tmp_path).discover(["a.1"], [])
+    assert not (tmp_path / "root.json").exists()
+
+
+def test_a_root_from_before_markers_is_adopted(tmp_path: Path) -> None:
+    write_object(tmp_path, "l-00000001", "a.1", runner=_me(),
+                 status=running("l-00000001", "a.1"))
+    (tmp_path / "root.json").unlink()  # as every root made before markers
+    found = LocalBackend(tmp_path).discover(["a.1"], ["l-00000002"]).objects
+    assert [(o.ref, o.state) for o in found] == [("l-00000001", State.RUNNING),
+                                                 ("l-00000002", State.FAILED)]
+    assert LocalRoot(tmp_path).marker().id  # written once, then it is a root like any other
+
+
+@pytest.mark.parametrize("make", ["missing", "empty"])
+def test_a_root_never_made_answers_tokens_with_nothing(tmp_path: Path, make: str) -> None:
+    """A first submit that died before making the root is retried, not stuck; but a ref is
+    never answered for by a root that was never made."""
+    root = tmp_path / "root"
+    if make == "empty":
+        root.mkdir()
+    found = LocalBackend(root).discover(["a.1"], [])
+    assert found.objects == () and found.complete
+    with pytest.raises(SchedulerUnreachable):
+        LocalBackend(root).discover(["a.1"], ["l-00000001"])
+    assert not (root / "root.json").exists()
+
+
+def test_a_root_that_is_a_file_is_unreachable(tmp_path: Path) -> None:
+    (tmp_path / "root").write_text("")
+    with pytest.raises(SchedulerUnreachable, match="not a directory"):
+        LocalBackend(tmp_path / "root").discover(["a.1"], [])

@@ -14,21 +14,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatch.backends.local_runner import (
+from dispatch.backends.local.nodes import node_environment
+from dispatch.backends.local.procs import (
+    ProcStat,
+    descendants,
+    parse_proc_stat,
+    process_alive,
+    read_proc_stat,
+)
+from dispatch.backends.local.wire import (
     ORIGINAL_PYTHONPATH,
     SET_PREFIX,
     UNSET,
     ObjectMeta,
     ObjectStatus,
-    ProcStat,
-    create_exclusive,
-    descendants,
-    node_environment,
-    parse_proc_stat,
-    process_alive,
-    read_proc_stat,
-    write_atomic,
 )
+from dispatch.files import create_exclusive, write_atomic
 
 # A real line from proc(5)'s layout: fields 3.. after the command name.
 TAIL = (b"S 10 20 30 0 -1 4194304 103 0 0 0 0 0 0 0 20 0 1 0 31927 3133440 413 "
@@ -163,13 +164,11 @@ def test_formats_are_strict() -> None:
         msgspec.json.decode(status.replace(b'"running"', b'"exploded"'), type=ObjectStatus)
 
 
-def test_a_runner_whose_object_is_never_published_leaves(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dispatch.backends import local_runner
+def test_a_runner_whose_object_is_never_published_leaves(tmp_path: Path) -> None:
+    from dispatch.backends.local.root import wait_published
 
-    monkeypatch.setattr(local_runner, "PUBLISH_WAIT_S", 0.05)
-    assert not local_runner._wait_published(tmp_path / "never")
+    assert not wait_published(tmp_path / "never", 0.05)
     (tmp_path / "now").mkdir()
     (tmp_path / "now" / "meta.json").write_text("{}")
     (tmp_path / "now" / "runner.json").write_text("{}")
-    assert local_runner._wait_published(tmp_path / "now")
+    assert wait_published(tmp_path / "now", 0.05)

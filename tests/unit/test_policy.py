@@ -120,9 +120,23 @@ def test_enforced_by_defaults() -> None:
 
 
 def test_ending_kinds_are_every_kind_but_the_uncoverable_ones() -> None:
+    """Seed: "Some causes can't be covered at all": only none and cancelled."""
     assert set(ENDING_KINDS) | set(UNCOVERABLE) == set(CauseKind)
     assert not set(ENDING_KINDS) & set(UNCOVERABLE)
-    assert set(UNCOVERABLE) >= {K.NONE, K.CANCELLED, K.DUPLICATE}
+    assert set(UNCOVERABLE) == {K.NONE, K.CANCELLED}
+
+
+@pytest.mark.parametrize("kind", [K.HELD, K.RELEASED, K.REQUEUED, K.DUPLICATE])
+@pytest.mark.parametrize("action, budget", [(Action.RESUBMIT, 2), (Action.HOLD, None),
+                                            (Action.ESCALATE, None), (Action.REQUEUE, 1)])
+def test_held_released_requeued_duplicate_can_be_covered(kind: CauseKind, action: Action,
+                                                         budget: int | None) -> None:
+    """S5: "every kind but none and cancelled (held, released, requeued, duplicate
+    included)" can be covered, and is listed by uncovered() while no rule covers it."""
+    policy = RecoveryPolicy(rules=(rule([kind], action, budget),))
+    assert policy.problems() == []
+    assert kind not in Plan(policy=policy, declarations=SLURM).uncovered()
+    assert kind in Plan(policy=RecoveryPolicy(), declarations=SLURM).uncovered()
 
 
 # --- Plan: uncovered and unenforced on each backend ----------------------------------------
@@ -165,7 +179,7 @@ def test_plan_unenforced_per_backend(declarations: Declarations, unenforced: lis
     restart and requeue run only where the backend declares them native."""
     plan = Plan(policy=MIXED.validate(), declarations=declarations)
     assert plan.unenforced() == unenforced
-    assert plan.uncovered() == [K.NO_CAPACITY, K.REQUEUED]
+    assert plan.uncovered() == [K.NO_CAPACITY, K.HELD, K.RELEASED, K.REQUEUED, K.DUPLICATE]
 
 
 @pytest.mark.parametrize("declarations", [LOCAL, SLURM, KUBEFLOW], ids=lambda d: d.backend)

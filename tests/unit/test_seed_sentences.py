@@ -218,14 +218,17 @@ def test_validate_refuses_a_cause_covered_by_two_rules(rules: list, needle: str)
 
 @pytest.mark.parametrize("rules, uncovered", [
     ([], [K.PREEMPTED, K.NODE_LOST, K.OUT_OF_MEMORY, K.TIME_LIMIT, K.NON_ZERO_EXIT,
-          K.LAUNCH_FAILED, K.NO_CAPACITY, K.REQUEUED, K.UNKNOWN]),
+          K.LAUNCH_FAILED, K.NO_CAPACITY, K.HELD, K.RELEASED, K.REQUEUED, K.DUPLICATE,
+          K.UNKNOWN]),
     ([PREEMPT_OR_LOST], [K.OUT_OF_MEMORY, K.TIME_LIMIT, K.NON_ZERO_EXIT, K.LAUNCH_FAILED,
-                         K.NO_CAPACITY, K.REQUEUED, K.UNKNOWN]),
+                         K.NO_CAPACITY, K.HELD, K.RELEASED, K.REQUEUED, K.DUPLICATE,
+                         K.UNKNOWN]),
     ([PREEMPT_OR_LOST, rule([K.UNKNOWN, K.OUT_OF_MEMORY], Action.HOLD)],
-     [K.TIME_LIMIT, K.NON_ZERO_EXIT, K.LAUNCH_FAILED, K.NO_CAPACITY, K.REQUEUED]),
+     [K.TIME_LIMIT, K.NON_ZERO_EXIT, K.LAUNCH_FAILED, K.NO_CAPACITY, K.HELD, K.RELEASED,
+      K.REQUEUED, K.DUPLICATE]),
     ([rule([K.PREEMPTED, K.NODE_LOST, K.OUT_OF_MEMORY, K.TIME_LIMIT, K.NON_ZERO_EXIT,
             K.LAUNCH_FAILED, K.NO_CAPACITY, K.REQUEUED], Action.RESUBMIT, 1),
-      rule([K.UNKNOWN], Action.ESCALATE)], []),
+      rule([K.UNKNOWN, K.HELD, K.RELEASED, K.DUPLICATE], Action.ESCALATE)], []),
 ])
 def test_plan_uncovered_lists_every_cause_no_rule_covers(rules: list,
                                                          uncovered: list[CauseKind]) -> None:
@@ -330,7 +333,10 @@ def test_an_object_ending_is_not_the_job_ending() -> None:
     gone = ended(1, K.PREEMPTED, "PREEMPTED")
     assert gone.ended and gone.state is State.FAILED
     status = sim.status([gone])  # before the supervisor acted: what the plan will decide
-    assert status.state is State.RECOVERING and not status.settled
+    # ... is a forecast, not the state: the end is not committed, so the job still runs.
+    assert status.state is State.RUNNING and not status.settled
+    assert status.forecast is not None and status.forecast.state is State.RECOVERING
+    assert status.forecast.cause is not None and status.forecast.cause.kind is K.PREEMPTED
     sim.tick([gone])
     assert sim.job.outcome is None
     assert sim.status([gone]).state is State.RECOVERING

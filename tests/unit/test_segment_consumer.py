@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import socket
 import stat
 import subprocess
@@ -224,7 +225,6 @@ def make_symlink_to_device(path: Path) -> None:
     [
         (make_directory, "directory"),
         (make_fifo, "FIFO"),
-        (make_dangling_symlink, "dangling symlink"),
         (make_symlink_to_directory, "directory"),
         (make_symlink_to_device, "character device"),
     ],
@@ -264,6 +264,15 @@ def test_a_symlink_follows_to_the_file_it_names(tmp_path, caplog):
     caplog.clear()
     result, warnings = run_check(tmp_path, caplog)
     assert result.outcome is Outcome.PROCEED and warnings == []
+
+
+def test_a_dangling_symlink_is_a_missing_file_and_proceeds_quietly(tmp_path, caplog):
+    # One stat (issue 12 item 9) cannot tell a dangling link from a missing file, and
+    # NVRx's Path.stat() raises the same FileNotFoundError for both: proceed quietly.
+    make_dangling_symlink(artifact(tmp_path))
+    result, warnings = run_check(tmp_path, caplog)
+    assert result.outcome is Outcome.PROCEED and warnings == []
+    assert "no decision file" in result.reason
 
 
 def test_a_path_through_a_regular_file_warns_and_fails_open(tmp_path, caplog):
@@ -380,3 +389,86 @@ def test_the_check_never_reads_through_any_open(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "open", forbidden)
     monkeypatch.setattr(Path, "open", forbidden)
     assert check(tmp_path, REGULAR, LOG).outcome is Outcome.EXCLUDED
+
+
+# -- exactly one metadata call (issue 12 item 9) -------------------------------------------
+
+
+def make_missing(path: Path) -> None:
+    pass
+
+
+def make_zero_byte(path: Path) -> None:
+    path.touch()
+
+
+def make_decision_file(path: Path) -> None:
+    path.write_text('{"why": "drained"}')
+
+
+def make_link_to_decision(path: Path) -> None:
+    (path.parent / "real").write_text("x")
+    path.symlink_to(path.parent / "real")
+
+
+ONE_CALL_CASES = [
+    (make_missing, Outcome.PROCEED),
+    (make_zero_byte, Outcome.PROCEED),
+    (make_decision_file, Outcome.EXCLUDED),
+    (make_dangling_symlink, Outcome.PROCEED),
+    (make_link_to_decision, Outcome.EXCLUDED),
+    (make_directory, Outcome.FAIL_OPEN),
+    (make_symlink_to_device, Outcome.FAIL_OPEN),
+]
+
+
+@pytest.mark.parametrize(("make", "outcome"), ONE_CALL_CASES)
+def test_the_check_makes_exactly_one_metadata_call(tmp_path, monkeypatch, make, outcome):
+    make(artifact(tmp_path))
+    check_ = install(tmp_path, REGULAR, LOG)
+    assert check_ is not None
+    calls: list[tuple[str, object]] = []
+    real_stat, real_lstat = os.stat, os.lstat
+
+    def counting_stat(path, *args, **kwargs):
+        calls.append(("stat", path))
+        return real_stat(path, *args, **kwargs)
+
+    def counting_lstat(path, *args, **kwargs):
+        calls.append(("lstat", path))
+        return real_lstat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", counting_stat)
+    monkeypatch.setattr(os, "lstat", counting_lstat)
+    assert check_.run(LOG).outcome is outcome
+    assert calls == [("stat", artifact(tmp_path))]
+
+
+STRACE_SCRIPT = """
+import logging, sys
+sys.path.insert(0, sys.argv[2])
+from dispatch.segment_health.consumer import install
+check = install(sys.argv[1], {"SLURM_PROCID": "0", "SLURM_JOB_ID": "123"}, logging.getLogger("x"))
+print(check.run(logging.getLogger("x")).outcome.value)
+"""
+
+
+@pytest.mark.parametrize(("make", "outcome"), ONE_CALL_CASES)
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_the_kernel_sees_one_metadata_syscall(tmp_path, make, outcome):
+    """The same, counted by strace: every syscall naming the artifact, whatever wraps it."""
+    make(artifact(tmp_path))
+    trace = tmp_path / "trace"
+    done = subprocess.run(
+        ["strace", "-f", "-qq", "-o", str(trace), sys.executable, "-c", STRACE_SCRIPT,
+         str(tmp_path), SRC],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    if done.returncode != 0 and "ptrace" in done.stderr:
+        pytest.skip(f"strace cannot trace here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == outcome.value
+    name = f'"{artifact(tmp_path)}"'
+    touching = [line for line in trace.read_text().splitlines() if name in line]
+    assert len(touching) == 1, touching
+    assert any(call in touching[0] for call in ("newfstatat(", "stat(", "statx(")), touching

@@ -16,7 +16,6 @@ from dispatch.segment_health.publisher import (
     InvalidUnitId,
     PublishedDecision,
     StateFormatError,
-    StateTooLarge,
     clear,
     list_decisions,
     make_decision,
@@ -161,7 +160,9 @@ def test_publish_creates_a_missing_directory(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("job", "task"), [("1/..", "1"), ("1", "../x"), ("1", "state"), ("", "1"), ("1", "")]
+    ("job", "task"),
+    [("1/..", "1"), ("1", "../x"), ("1", "state"), ("", "1"), ("1", ""), ("1", "007"),
+     ("01", "1"), ("1", "00")],
 )
 def test_ids_must_be_slurm_ids(tmp_path, job, task):
     with pytest.raises(InvalidUnitId):
@@ -185,7 +186,10 @@ def test_a_decision_must_be_a_json_object_for_this_unit(tmp_path, bad):
     assert not (tmp_path / "segment_health_check.123.7").exists()
 
 
-def test_state_too_large_is_refused_before_anything_is_written(tmp_path):
+def test_state_overflow_still_writes_the_unit_and_keeps_a_true_state(tmp_path, caplog):
+    # Issue 12 item 4: past the 8 KiB limit the per-unit file is still written (the seed's
+    # consumer reads only it); the state lists the tasks that fit, every one of them truly
+    # excluded, and the overflow is reported (an escalation in the supervisor).
     # 10-digit ids take 13 bytes each: 630 of them make a line of exactly 8192 bytes.
     job = "5"
     ids = [str(10**9 + i) for i in range(631)]
@@ -194,11 +198,12 @@ def test_state_too_large_is_refused_before_anything_is_written(tmp_path):
     publish(tmp_path, job, ids[629], decision={"n": 629})
     state_file = tmp_path / f"segment_health_check.{job}.state"
     assert len(state_file.read_bytes()) == 8192
-    with pytest.raises(StateTooLarge) as info:
-        publish(tmp_path, job, ids[630], decision={"n": 630})
-    assert "8205 bytes" in str(info.value) and job in str(info.value)
-    assert not (tmp_path / f"segment_health_check.{job}.{ids[630]}").exists()
+    path = publish(tmp_path, job, ids[630], decision={"n": 630})
+    assert path.read_bytes() == b'{"n":630}\n'
     assert read_state(tmp_path, job) == ids[:630]
+    assert len(state_file.read_bytes()) == 8192
+    [warning] = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert "8205 bytes" in warning.getMessage() and str(path) in warning.getMessage()
 
 
 def test_list_decisions(tmp_path):
@@ -243,3 +248,17 @@ def test_read_state_refuses_a_torn_line(tmp_path):
 def test_clear_in_a_missing_directory_is_false(tmp_path):
     assert clear(tmp_path / "missing", "1", "1") is False
     assert not (tmp_path / "missing").exists()
+
+
+def test_a_non_canonical_id_names_the_canonical_one(tmp_path):
+    with pytest.raises(InvalidUnitId) as refused:
+        publish(tmp_path, "123", "007", decision={"x": 1})
+    assert "write 7" in str(refused.value)
+
+
+def test_a_file_named_with_a_leading_zero_is_not_a_decision(tmp_path):
+    # No consumer derives such a name (Slurm ids are canonical), so it excludes nothing.
+    (tmp_path / "segment_health_check.123.007").write_bytes(b"{}\n")
+    publish(tmp_path, "123", "7", decision={"x": 1})
+    assert [(d.job_id, d.task_id) for d in list_decisions(tmp_path)] == [("123", "7")]
+    assert read_state(tmp_path, "123") == ["7"]

@@ -19,8 +19,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatch.backends.base import Submission
+from dispatch.backends.slurm.array_mapping import array_report, task_ranges
 from dispatch.backends.slurm.backend import Result, SlurmBackend
-from dispatch.backends.slurm.mapping import array_report, task_ranges
 from dispatch.backends.slurm.parse import (
     SACCT_FIELDS,
     array_task_of,
@@ -164,7 +164,8 @@ def test_array_state_table(states: Sequence[S], state: S, speaker: str) -> None:
     assert report.state is state
     chosen = tasks[int(speaker)]
     assert report.cause.kind is chosen.cause.kind
-    assert report.cause.detail.startswith(f"task {speaker}: words of task {speaker}")
+    assert report.cause.detail == f"words of task {speaker}"  # Slurm's words, verbatim
+    assert report.cause.note.startswith(f"task {speaker} speaks for the array")
 
 
 def test_failed_task_cause_names_the_task_and_the_others() -> None:
@@ -173,13 +174,14 @@ def test_failed_task_cause_names_the_task_and_the_others() -> None:
                                                 exit_code=1))
     assert report.state is F and report.cause.kind is K.NON_ZERO_EXIT
     assert report.cause.exit_code == 1
-    assert report.cause.detail == "task 1: FAILED; ExitCode=1:0 | others: 0 succeeded"
+    assert report.cause.detail == "FAILED; ExitCode=1:0"
+    assert report.cause.note == "task 1 speaks for the array; others: 0 succeeded"
 
 
 def test_all_completed_is_succeeded_with_no_cause() -> None:
     report = agg(*(task(f"100_{i}", OK, end=2 + i) for i in range(4)))
     assert report.state is OK and report.cause.kind is K.NONE
-    assert report.cause.detail.endswith("| others: 1-3 succeeded")
+    assert report.cause.note.endswith("; others: 1-3 succeeded")
 
 
 def test_one_execution_for_the_array_closed_only_when_every_task_ended() -> None:
@@ -211,7 +213,8 @@ def test_running_array_with_a_lost_node_speaks_for_the_fence() -> None:
                 unhealthy=("n3",))
     report = agg(task("100_0", R), lost)
     assert report.cause.kind is K.NODE_LOST and report.lost_since == T[5]
-    assert report.cause.detail.startswith("task 1: RUNNING; lost: n3 DOWN")
+    assert report.cause.detail == "RUNNING; lost: n3 DOWN"
+    assert report.cause.note.startswith("task 1 speaks for the array")
     healthy = agg(task("100_0", R), task("100_1", R))
     assert healthy.lost_since is None
 
@@ -289,7 +292,8 @@ def test_a_running_array_is_one_object_found_by_its_token(tmp_path: Path) -> Non
     tools.answers["sinfo"] = sinfo_json(drained=("n4",))
     tools.answers["sacct"] = HEADER + "\n" + SACCT_ARRAY.split("\n", 1)[1].replace(
         "FAILED", "RUNNING").replace("2026-11-30T11:52:00", "Unknown")
-    b = SlurmBackend(runner=tools, clock=lambda: NOW, output_dir=tmp_path)
+    b = SlurmBackend(runner=tools, clock=lambda: NOW, output_dir=tmp_path,
+                        queries="json")
     d = b.discover({"tok.1"}, ())
     (obj,) = d.objects
     assert obj.ref == "100" and obj.token == "tok.1" and obj.state is S.RUNNING
@@ -306,7 +310,8 @@ def test_a_running_array_is_one_object_found_by_its_token(tmp_path: Path) -> Non
 
 def test_submitted_array_pending_then_one_task_fails_then_all_end(tmp_path: Path) -> None:
     tools = Tools()
-    b = SlurmBackend(runner=tools, clock=lambda: NOW, output_dir=tmp_path)
+    b = SlurmBackend(runner=tools, clock=lambda: NOW, output_dir=tmp_path,
+                        queries="json")
     spec = JobSpec(name="a", command=("x",), backend="slurm", nodes=2, slurm={"array": "0-1"})
     ref = b.submit(Submission(job_id="tok", number=1, token="tok.1", spec=spec))
     assert ref == "100"
@@ -335,7 +340,7 @@ def test_submitted_array_pending_then_one_task_fails_then_all_end(tmp_path: Path
     ])
     (obj,) = b.discover({"tok.1"}, {"100"}).objects
     assert obj.state is S.RUNNING and obj.cause.kind is K.NONE
-    assert "task 0:" in obj.cause.detail and "1 failed (non-zero-exit)" in obj.cause.detail
+    assert "task 0 " in obj.cause.note and "1 failed (non-zero-exit)" in obj.cause.note
     assert len(obj.executions) == 1 and not obj.executions[0].ended
     sacct_calls = [c for c in tools.calls if c[0] == "sacct"]
     assert len(sacct_calls) == 1 and sacct_calls[0][-2:] == ("-j", "100")
@@ -356,8 +361,8 @@ def test_submitted_array_pending_then_one_task_fails_then_all_end(tmp_path: Path
     ])
     (obj,) = b.discover({"tok.1"}, {"100"}).objects
     assert obj.state is S.FAILED and obj.cause.kind is K.NON_ZERO_EXIT
-    assert obj.cause.detail.startswith("task 1: FAILED") and "others: 0 succeeded" in \
-        obj.cause.detail
+    assert obj.cause.detail.startswith("FAILED") and obj.cause.note.startswith("task 1 ")
+    assert "others: 0 succeeded" in obj.cause.note
     assert obj.executions[0].ended and obj.executions[0].cause == obj.cause
     assert tools.count("sacct") == 2
     # Confirmed by accounting: cached, never asked again.
@@ -376,7 +381,8 @@ def test_an_array_ref_only_accounting_knows_is_still_one_object(tmp_path: Path) 
         "100_1|100|COMPLETED|0:0|0:0|None|2026-11-30T11:50:00|2026-11-30T11:50:01|"
         "2026-11-30T11:56:00|n[3-4]|low|tok.1",
     ])
-    b = SlurmBackend(runner=tools, clock=lambda: NOW, output_dir=tmp_path)
+    b = SlurmBackend(runner=tools, clock=lambda: NOW, output_dir=tmp_path,
+                        queries="json")
     (obj,) = b.discover((), {"100"}).objects
     assert obj.ref == "100" and obj.state is S.SUCCEEDED and obj.cause.kind is K.NONE
     assert obj.token == "tok.1" and obj.nodes == ("n1", "n2", "n3", "n4")
@@ -385,6 +391,7 @@ def test_an_array_ref_only_accounting_knows_is_still_one_object(tmp_path: Path) 
 def test_array_logs_are_one_file_per_task(tmp_path: Path) -> None:
     for name in ("tok.1.100_10.out", "tok.1.100_2.out", "tok.1.1000_1.out"):
         (tmp_path / name).write_text("x")
-    b = SlurmBackend(runner=Tools(), clock=lambda: NOW, output_dir=tmp_path)
+    b = SlurmBackend(runner=Tools(), clock=lambda: NOW, output_dir=tmp_path,
+                        queries="json")
     b._arrays.add("100")
     assert [p.name for p in b.logs("100")] == ["tok.1.100_2.out", "tok.1.100_10.out"]

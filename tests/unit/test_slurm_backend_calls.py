@@ -47,7 +47,8 @@ class FakeTools:
 
 
 def backend(tools: FakeTools, tmp_path: Path) -> SlurmBackend:
-    return SlurmBackend(runner=tools, clock=lambda: NOW, output_dir=tmp_path)
+    return SlurmBackend(runner=tools, clock=lambda: NOW, output_dir=tmp_path,
+                        queries="json")
 
 
 def fixture(name: str) -> str:
@@ -237,7 +238,8 @@ def test_node_lost_since_is_remembered(tmp_path: Path) -> None:
         node["reason_changed_at"] = 0
     tools.set("sinfo", json.dumps(doc))
     clock = [NOW]
-    b = SlurmBackend(runner=tools, clock=lambda: clock[0], output_dir=tmp_path)
+    b = SlurmBackend(runner=tools, clock=lambda: clock[0], output_dir=tmp_path,
+                        queries="json")
     first = {o.ref: o for o in b.discover({"cap.preempt-requeue.0"}, ()).objects}["25"]
     assert first.cause.kind is K.NODE_LOST and first.lost_since == NOW
     clock[0] = NOW + timedelta(seconds=30)

@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 
 from dispatch.backends.slurm import mapping
 from dispatch.backends.slurm.mapping import Signal, classify, object_report
+from dispatch.backends.slurm.nodes import parse_sinfo_json
 from dispatch.backends.slurm.parse import (
     ExitStatus,
     group_sacct,
     parse_sacct,
-    parse_sinfo_json,
     parse_squeue_json,
     wait_status,
 )
@@ -113,11 +113,12 @@ def test_cancelled_by_uid_names_the_actor() -> None:
     assert cause.detail.startswith("CANCELLED by 1000")
 
 
-def test_never_runs_is_flagged_in_detail() -> None:
+def test_never_runs_is_flagged_in_the_note_not_the_detail() -> None:
     _, cause = classify(sig("PENDING", "PartitionNodeLimit"))
-    assert "can never start" in cause.detail
+    assert cause.note == "can never start"
+    assert cause.detail == "PENDING; reason=PartitionNodeLimit"
     _, cause = classify(sig("PENDING", "Resources"))
-    assert "can never start" not in cause.detail
+    assert "can never start" not in cause.note + cause.detail
 
 
 def test_recovering_carries_the_ended_executions_cause() -> None:
@@ -245,7 +246,8 @@ def test_exit_137_from_accounting_says_it_may_be_137() -> None:
     _, groups = load("exit137")
     report = object_report(ref="21", token=None, job=None, groups=groups["21"], nodes={},
                            lost_since=None, now=NOW)
-    assert "9:0" in report.cause.detail and "9 or 137" in report.cause.detail
+    assert "ExitCode=9:0" in report.cause.detail and "137" not in report.cause.detail
+    assert "9 or 137" in report.cause.note
 
 
 def test_cancelled_by_a_person_names_uid_from_accounting() -> None:
@@ -345,7 +347,8 @@ def test_released_after_being_held() -> None:
 
 def test_missing_everywhere_is_ended_unknown() -> None:
     report = mapping.missing_report("999", "tok.1", NOW)
-    assert report.ended and report.cause.kind is K.UNKNOWN and "999" in report.cause.detail
+    assert report.ended and report.cause.kind is K.UNKNOWN and "999" in report.cause.note
+    assert report.cause.detail == ""  # the scheduler said nothing: no words of its own
 
 
 def test_an_end_accounting_has_not_finished_writing_is_not_recorded_yet() -> None:
@@ -359,7 +362,10 @@ def test_an_end_accounting_has_not_finished_writing_is_not_recorded_yet() -> Non
     soon = object_report(ref="22", token=None, job=job, groups=row_only,  # type: ignore[arg-type]
                          nodes={}, lost_since=None, now=end + timedelta(seconds=5))
     assert (soon.state, soon.cause.kind) == (S.RUNNING, K.NONE)
-    assert "waiting for accounting" in soon.cause.detail
+    assert "waiting for accounting" in soon.cause.note
+    assert soon.cause.detail.startswith("OUT_OF_MEMORY") or soon.cause.detail.startswith(
+        jobs["22"].state)  # type: ignore[attr-defined]
+    assert "waiting" not in soon.cause.detail
     written = object_report(ref="22", token=None, job=job,  # type: ignore[arg-type]
                             groups=groups["22"], nodes={}, lost_since=None,
                             now=end + timedelta(seconds=5))
@@ -378,3 +384,87 @@ def test_sig_oom_in_the_derived_exit_code_is_out_of_memory_before_the_step_rows(
                          nodes={}, lost_since=None, now=NOW)
     assert (late.state, late.cause.kind) == (S.FAILED, K.OUT_OF_MEMORY)
     assert "DerivedExitCode=" in late.cause.detail
+
+
+# --------------------------------------------------------------------------- detail = words
+
+
+# dispatch's own phrases that once were appended to the detail (issue 12, item 6).
+DISPATCH_PHRASES = ("can never start", "lost:", "waiting for accounting", "per squeue",
+                    "sacct prints", "less 128", "squeue exit_code ", "; now ", "no such job")
+# Field names detail() puts before a value: Slurm's own names for those fields.
+LABELS = ("reason=", "description=", "ExitCode=", "DerivedExitCode=", "exit_code=",
+          "restarts=", "nodes=")
+
+
+def _fixture_words(name: str) -> str:
+    return "\n".join(p.read_text() for p in sorted(FIX.glob(f"{name}.*"))
+                     if p.suffix in (".json", ".txt"))
+
+
+def _scheduler_parts(detail: str, raw: str) -> list[str]:
+    """The parts of a detail that are not the fixture's own words (should be none)."""
+    foreign = []
+    for part in detail.split("; "):
+        for label in LABELS:
+            if part.startswith(label):
+                part = part[len(label):]
+                break
+        if part.startswith("step "):
+            pieces = part[len("step "):].split(" ")
+        else:
+            pieces = [part]
+        foreign += [p for p in pieces if p and p not in raw]
+    return foreign
+
+
+@pytest.mark.parametrize("name", sorted({c[0] for c in CAPTURED} | {c[0] for c in SACCT_ONLY}))
+def test_every_captured_cause_has_only_the_schedulers_words_in_detail(name: str) -> None:
+    """Issue 12 item 6: "detail is the scheduler's own words, verbatim. No stripping, no
+    appended text." For every job of every capture, as squeue + sacct, and as sacct alone:
+    each part of the detail is a word the capture holds, under Slurm's name for the field;
+    dispatch's own words are only in the note."""
+    jobs, groups = load(name)
+    raw = _fixture_words(name)
+    refs = set(jobs) | set(groups)
+    assert refs
+    for ref in sorted(refs):
+        views = []
+        if ref in jobs:
+            views.append(object_report(ref=ref, token=None, job=jobs[ref],  # type: ignore[arg-type]
+                                       groups=groups.get(ref, []), nodes={}, lost_since=None,
+                                       now=NOW))
+        if ref in groups:
+            views.append(object_report(ref=ref, token=None, job=None, groups=groups[ref],
+                                       nodes={}, lost_since=None, now=NOW))
+        causes = [c for r in views for c in (r.cause, *(e.cause for e in r.executions)) if c]
+        for cause in causes:
+            assert not any(p in cause.detail for p in DISPATCH_PHRASES), (ref, cause)
+            assert _scheduler_parts(cause.detail, raw) == [], (ref, cause.detail)
+
+
+def test_a_lost_node_keeps_sinfos_words_in_detail_and_says_lost_in_the_note() -> None:
+    jobs, _ = load("preempt-before")
+    nodes = {n.name: n for n in parse_sinfo_json((FIX / "notresponding.sinfo.json").read_text())}
+    report = object_report(ref="25", token=None, job=jobs["25"], groups=[], nodes=nodes,  # type: ignore[arg-type]
+                           lost_since=None, now=NOW)
+    assert report.cause.note == "node(s) lost under the running job: n1"
+    assert "lost" not in report.cause.detail
+    assert report.cause.detail.startswith("RUNNING; ")
+    assert report.cause.detail.endswith(mapping.node_words(nodes["n1"]))
+
+
+def test_squeues_exit_code_sits_beside_saccts_under_its_own_name() -> None:
+    jobs, groups = load("exit137")
+    report = object_report(ref="21", token=None, job=jobs["21"], groups=groups["21"],  # type: ignore[arg-type]
+                           nodes={}, lost_since=None, now=NOW)
+    assert report.cause.exit_code == 137
+    assert "ExitCode=9:0" in report.cause.detail and "exit_code=" in report.cause.detail
+    assert "(" not in report.cause.detail and report.cause.note == ""
+
+
+def test_recovering_keeps_both_executions_words_and_no_word_of_its_own() -> None:
+    preempted = classify(sig("PREEMPTED", nodes="n1"))[1]
+    _, cause = classify(sig("PENDING", "BeginTime", restarts=1), previous=preempted)
+    assert cause.detail == "PREEMPTED; nodes=n1; PENDING; reason=BeginTime; restarts=1"
+    assert "now" in cause.note

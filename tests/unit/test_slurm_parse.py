@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dispatch.backends.slurm.nodes import parse_sinfo_json
 from dispatch.backends.slurm.parse import (
     SACCT_FIELDS,
     ExitStatus,
@@ -22,7 +23,6 @@ from dispatch.backends.slurm.parse import (
     parse_sacct,
     parse_sacct_time,
     parse_sbatch_parsable,
-    parse_sinfo_json,
     parse_squeue_json,
     wait_status,
 )

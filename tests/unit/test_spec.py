@@ -184,7 +184,7 @@ def test_a_full_spec_parses(tmp_path: Path) -> None:
     pytest.param({"command": []}, "command", "non-empty", id="command-empty"),
     pytest.param({"command": ["python", ""]}, "command", "non-empty", id="command-empty-arg"),
     pytest.param({"name": "  "}, "name", "must not be empty", id="name-blank"),
-    pytest.param({"nodes": 0}, "nodes", ">= 1", id="nodes-zero"),
+    pytest.param({"nodes": 0}, "nodes", "1..100000", id="nodes-zero"),
     pytest.param({"nodes": "2"}, "nodes", "got `str`", id="nodes-str"),
     pytest.param({"backend": "pbs"}, "backend", "'pbs'", id="backend-unknown"),
     pytest.param({"time_limit": "2x"}, "time_limit", "not a duration", id="duration-bad"),

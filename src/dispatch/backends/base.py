@@ -1,12 +1,24 @@
-"""The one small interface every backend implements (the shape of TorchX's schedulers).
+"""The one contract every backend implements (the shape of TorchX's schedulers).
 
-A backend reports objects; it never computes a job's state (S10). Every call that cannot
-reach its scheduler raises ``SchedulerUnreachable``.
+A backend reports objects; it never computes a job's state (docs/semantics.md#s10). Every call
+that cannot reach its scheduler raises ``SchedulerUnreachable`` (an error, never a state).
+
+The contract, in the order a job meets it:
+
+- ``validate(spec)``: refuse a spec this backend cannot run (its own section included), before
+  anything is recorded; raises ``SpecError`` naming the key. ``ready()``: refuse when the
+  backend cannot be used from here at all (no config), also before anything is recorded.
+- ``dry_run(submission)``: exactly what ``submit`` would send, built without side effects
+  (TorchX's ``submit_dryrun`` beside ``schedule``).
+- ``submit`` / ``discover`` / ``stop`` / ``cancel`` / ``open_gate``: the supervisor's calls.
+- ``logs(ref)``: where the object's output lies; ``close()``: release clients and threads.
+- ``declarations()``: what the backend carries out natively and its node-loss window.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Protocol
 
 import msgspec
@@ -25,6 +37,28 @@ class Submission(msgspec.Struct, frozen=True, kw_only=True):
     token: str
     spec: JobSpec
     gated: bool = False
+    # Nodes to keep this submission off (the job's segment-health exclusions): Slurm --exclude.
+    exclude_nodes: tuple[str, ...] = ()
+
+
+class DryRun(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``submit`` would send to the scheduler, and nothing sent.
+
+    ``argv``: the command the backend would run (``sbatch ...``), when it runs one;
+    ``documents``: (title, text) pairs of what it would write or send (a batch script, a
+    TrainJob manifest, the local runner's plan)."""
+
+    backend: str
+    argv: tuple[str, ...] = ()
+    documents: tuple[tuple[str, str], ...] = ()
+
+    def render(self) -> str:
+        parts = []
+        if self.argv:
+            parts.append("# argv: " + " ".join(self.argv))
+        for title, text in self.documents:
+            parts.append(f"# {title}\n{text.rstrip()}")
+        return "\n".join(parts) + "\n"
 
 
 class SubmitRejected(BackendError):
@@ -40,6 +74,19 @@ class Backend(Protocol):
 
     def declarations(self) -> Declarations: ...
 
+    def validate(self, spec: JobSpec) -> None:
+        """Raise ``SpecError`` (naming the key) for a spec this backend cannot run."""
+        ...
+
+    def ready(self) -> None:
+        """Raise ``BackendError`` when this backend cannot be used from here at all (e.g. no
+        usable Kubernetes config); reaches no scheduler. Checked before a job is recorded."""
+        ...
+
+    def dry_run(self, submission: Submission) -> DryRun:
+        """What ``submit`` would send; no side effects, reaches no scheduler."""
+        ...
+
     def submit(self, submission: Submission) -> str:
         """Create the object and return its ref. Must be safe to call again with the same
         token only after discovery showed no object carrying it."""
@@ -48,7 +95,8 @@ class Backend(Protocol):
     def discover(self, tokens: Iterable[str], refs: Iterable[str]) -> Discovery:
         """One batched look at every object of the tick: the objects carrying any of
         ``tokens`` (found even when the record never learnt their ref) and the objects
-        ``refs``. A ref the scheduler no longer knows must still be reported (ended)."""
+        ``refs``. A ref the scheduler positively no longer knows is reported ended; a
+        scheduler that cannot say is ``SchedulerUnreachable`` (absent is not ended)."""
         ...
 
     def stop(self, ref: str) -> None:
@@ -61,4 +109,12 @@ class Backend(Protocol):
 
     def open_gate(self, ref: str) -> None:
         """Let a gated object start (Slurm: scontrol release; TrainJob: suspend false)."""
+        ...
+
+    def logs(self, ref: str) -> list[Path]:
+        """The object's output files that exist now (node 0 first)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the backend holds (clients, watch threads)."""
         ...

@@ -91,5 +91,5 @@ def cause_json(c: Cause | None) -> dict[str, Any] | None:
     if c is None:
         return None
     return {"kind": c.kind.value, "provenance": c.provenance.value, "actor": c.actor,
-            "detail": c.detail, "exit_code": c.exit_code,
+            "detail": c.detail, "note": c.note, "exit_code": c.exit_code,
             "at": c.at.isoformat() if c.at else None}

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 import msgspec
 
 from dispatch.core import events as ev
+from dispatch.core.attribution import attribute_end, excluded_nodes
 from dispatch.core.model import (
     Cause,
     CauseKind,
@@ -65,6 +66,7 @@ class Submit(_Decision, frozen=True):
     token: str
     gated: bool
     cause: Cause | None
+    exclude_nodes: tuple[str, ...] = ()  # the job's segment-health exclusions (Slurm --exclude)
 
 
 class RetrySubmit(_Decision, frozen=True):
@@ -166,9 +168,10 @@ def _segment_decisions(job: Job, objs: Sequence[ObjectReport], fenced: dict[str,
             if unit in published:
                 continue
             if o.ref in fenced:
+                fence = fenced[o.ref]
                 out.append(PublishSegment(unit_job_id=unit[0], task_id=unit[1],
-                                          nodes=health.nodes, reason=fenced[o.ref].detail,
-                                          cause="node-lost-fence"))
+                                          nodes=health.nodes, reason=fence.note
+                                          + _words(fence.detail), cause="node-lost-fence"))
             else:
                 out.append(PublishSegment(
                     unit_job_id=unit[0], task_id=unit[1], nodes=health.nodes,
@@ -264,8 +267,17 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
     """Everything the supervisor should do for ``job`` now. Empty when nothing is to be done.
 
     With ``discovery`` None (the scheduler was not asked or could not be reached) only
-    decisions that need no scheduler information are made (R3).
+    decisions that need no scheduler information are made (R3). A new submission asks the
+    scheduler to avoid the nodes of the job's published segment-health exclusions.
     """
+    out = _decide(job, discovery, plan, now, attempt_lease, resend_after)
+    avoid = excluded_nodes(job.segments)
+    return [msgspec.structs.replace(d, exclude_nodes=avoid)
+            if avoid and isinstance(d, Submit) else d for d in out]
+
+
+def _decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
+            attempt_lease: timedelta, resend_after: timedelta) -> list[Decision]:
     out: list[Decision] = []
     objs: Sequence[ObjectReport] = discovery.of_job(job.id) if discovery is not None else ()
     by_ref: dict[str, ObjectReport] = {}
@@ -327,8 +339,10 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
         for index, cause, final in _ended_executions(o):
             if index in recorded:
                 continue
-            if s.stop_cause is not None and cause.kind is CauseKind.CANCELLED:
-                cause = s.stop_cause  # our own stop: the reason is ours, not a person's cancel
+            cause = _own_stop(s, cause)
+            # An end that follows a published exclusion of its unit is that decision's.
+            cause = attribute_end(job.segments, ref=r, reported=cause, now=now,
+                                  array=job.spec.slurm.get("array") is not None)
             out.append(RecordEnd(submission=s.number, ref=r, execution=index, cause=cause,
                                  final=final and not s.ended))
             recorded.add(index)
@@ -341,9 +355,7 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
         if o.ended and not closed:
             # The object ended after its last execution was recorded as run again (a requeue
             # we then stopped): no new execution carries the end, so record it on its own.
-            cause = o.cause
-            if s.stop_cause is not None and cause.kind is CauseKind.CANCELLED:
-                cause = s.stop_cause
+            cause = _own_stop(s, o.cause)
             index = max(recorded, default=-1) + 1
             out.append(RecordEnd(submission=s.number, ref=r, execution=index, cause=cause,
                                  final=True))
@@ -355,8 +367,9 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
                 and now - o.lost_since >= plan.declarations.node_loss_window):
             window = plan.declarations.node_loss_window.total_seconds()
             cause = Cause(kind=CauseKind.NODE_LOST, provenance=o.cause.provenance,
-                          detail=f"{o.cause.detail} (still reported running {window:g}s after "
-                                 "the node was lost: fenced)".strip(), at=now)
+                          detail=o.cause.detail, at=now,
+                          note=f"fenced: still reported running {window:g}s after the node "
+                               "was lost")
             fenced[r] = cause
             if s.stop_cause is None:
                 out.append(Stop(submission=s.number, ref=r, cause=cause))
@@ -409,10 +422,18 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
         if cur is not None and ref_of(cur) is None and not cur.ended \
                 and now - cur.attempted_at < attempt_lease:
             return out  # a submit may be in flight; cancel it once it is visible
+        if awaiting is not None and awaiting.kind is CauseKind.NONE:
+            # The scheduler says the job completed: the cancel came too late to stop it.
+            # Success is what happened (and what the forecast showed); never cancelled.
+            out.append(Commit(state=State.SUCCEEDED, cause=awaiting))
+            return out
         out.append(Commit(state=State.CANCELLED, cause=job.cancel_requested))
         return out
 
     if job.give_up_requested is not None:
+        if awaiting is not None and awaiting.kind is CauseKind.NONE:
+            out.append(Commit(state=State.SUCCEEDED, cause=awaiting))
+            return out
         cause = job.hold.cause if job.hold is not None else job.give_up_requested
         out.append(Commit(state=State.FAILED, cause=cause))
         out.append(Escalate(message=f"given up by {job.give_up_requested.actor or 'a person'}",
@@ -459,6 +480,24 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
     return out
 
 
+def _own_stop(s: Submission, cause: Cause) -> Cause:
+    """The cause an ended execution is recorded with: the reason of our own stop when the
+    scheduler's cancel is that stop's effect, else the scheduler's cause as it is.
+
+    A cancel that reached the scheduler is final whoever sent it (S14), even while our own
+    stop of that object is pending. It is our stop's effect only when the scheduler names no
+    actor, or names the supervisor: "dispatch" (the local and Kubeflow backends' word for
+    their own stop) or the actor recorded with the stop (``StopRequested.by``: the
+    supervisor's uid, as Slurm prints "CANCELLED by <uid>"). Any other actor is a person's
+    cancel: it is kept, and the job is committed cancelled, never recovered. A person using
+    the supervisor's own uid cannot be told apart on Slurm and is taken for the stop."""
+    if s.stop_cause is None or cause.kind is not CauseKind.CANCELLED:
+        return cause
+    if cause.actor is None or cause.actor in (SUPERVISOR, s.stop_by):
+        return s.stop_cause
+    return cause
+
+
 def _resend(last: datetime | None, now: datetime, after: timedelta) -> bool:
     return last is None or now - last >= after
 
@@ -476,16 +515,17 @@ def _native_recovery(job: Job, plan: Plan, s: Submission, ref: str, cause: Cause
             used[index] += 1
             return [StartRecovery(rule=index, action=rule.action, cause=cause, native=True)]
     stop = Cause(kind=cause.kind, provenance=cause.provenance, actor=cause.actor,
-                 detail=f"{cause.detail} (the scheduler ran the object again, which no rule "
-                        "with budget left allows: stopped)".strip(),
-                 exit_code=cause.exit_code, at=now)
+                 detail=cause.detail, exit_code=cause.exit_code, at=now,
+                 note="the scheduler ran the object again, which no rule with budget left "
+                      "allows: stopped")
     return [Stop(submission=s.number, ref=ref, cause=stop)]
 
 
 def to_events(decisions: Sequence[Decision], job: Job, now: datetime,
-              supervisor: str = SUPERVISOR) -> list[ev.Event]:
+              supervisor: str = SUPERVISOR, stop_by: str | None = None) -> list[ev.Event]:
     """The events a batch of decisions appends before anything is done (intent first).
-    Bind, OpenGate and CancelObject record their result after the action instead."""
+    Bind, OpenGate and CancelObject record their result after the action instead.
+    ``stop_by``: the actor the scheduler will name for this supervisor's stops (its uid)."""
     out: list[ev.Event] = []
     seq = job.version
     for d in decisions:
@@ -498,7 +538,7 @@ def to_events(decisions: Sequence[Decision], job: Job, now: datetime,
             e = ev.SubmissionBound(seq=nxt, at=now, submission=d.submission, ref=d.ref)
         elif isinstance(d, Submit):
             e = ev.SubmissionIntended(seq=nxt, at=now, submission=d.submission, token=d.token,
-                                      gated=d.gated, cause=d.cause)
+                                      gated=d.gated, cause=d.cause, exclude_nodes=d.exclude_nodes)
         elif isinstance(d, RetrySubmit):
             e = ev.SubmissionAttempted(seq=nxt, at=now, submission=d.submission,
                                        supervisor=supervisor)
@@ -507,7 +547,7 @@ def to_events(decisions: Sequence[Decision], job: Job, now: datetime,
                                    native=d.native)
         elif isinstance(d, Stop):
             e = ev.StopRequested(seq=nxt, at=now, submission=d.submission, ref=d.ref,
-                                 cause=d.cause)
+                                 cause=d.cause, by=stop_by)
         elif isinstance(d, CancelObject):
             e = ev.CancelSent(seq=nxt, at=now, ref=d.ref)
         elif isinstance(d, Commit):
@@ -521,7 +561,7 @@ def to_events(decisions: Sequence[Decision], job: Job, now: datetime,
         elif isinstance(d, PublishSegment):
             e = ev.SegmentPublished(seq=nxt, at=now, unit_job_id=d.unit_job_id,
                                     task_id=d.task_id, reason=d.reason, actor=supervisor,
-                                    nodes=d.nodes)
+                                    nodes=d.nodes, source=d.cause)
         if e is not None:
             out.append(e)
             seq = nxt

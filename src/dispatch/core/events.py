@@ -36,12 +36,14 @@ class JobCreated(_Event, tag="created", frozen=True):
 
 class SubmissionIntended(_Event, tag="submission-intended", frozen=True):
     """The supervisor is about to submit (intent before action). ``cause`` is the cause
-    recovered from, for a submission after the first."""
+    recovered from, for a submission after the first. ``exclude_nodes``: nodes of the job's
+    published segment-health exclusions the scheduler is asked to avoid (Slurm --exclude)."""
 
     submission: int
     token: str
     gated: bool = False
     cause: Cause | None = None
+    exclude_nodes: tuple[str, ...] = ()
 
 
 class SubmissionAttempted(_Event, tag="submission-attempted", frozen=True):
@@ -115,9 +117,14 @@ class GateOpened(_Event, tag="gate-opened", frozen=True):
 
 
 class StopRequested(_Event, tag="stop-requested", frozen=True):
+    """The supervisor stops an object. ``by``: the actor the scheduler will name for this
+    stop (the supervisor's uid, as Slurm prints "CANCELLED by <uid>"), so that its cancel is
+    told apart from a person's (S14)."""
+
     submission: int
     ref: str
     cause: Cause
+    by: str | None = None
 
 
 class DuplicateStopped(_Event, tag="duplicate-stopped", frozen=True):
@@ -154,6 +161,9 @@ class SegmentPublished(_Event, tag="segment-published", frozen=True):
     actor: str | None = None
     nodes: tuple[str, ...] = ()
     path: str = ""
+    # What the decision rests on: node-unavailable | node-lost-fence (the scheduler's node
+    # state, the supervisor's decision) or operator (a person's mark). "" in older records.
+    source: str = ""
 
 
 class SegmentCleared(_Event, tag="segment-cleared", frozen=True):

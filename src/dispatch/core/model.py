@@ -72,12 +72,20 @@ class Level(StrEnum):
 
 class Cause(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
              forbid_unknown_fields=True):
-    """Why: a kind, who said so, and the scheduler's own words kept verbatim."""
+    """Why: a kind, who said so, and the scheduler's own words kept verbatim.
+
+    ``detail`` holds only the scheduler's words (nothing stripped, nothing appended, S2);
+    ``note`` holds dispatch's own explanation (e.g. "fenced: still reported running 300s
+    after the node was lost"), shown beside the detail.
+    """
 
     kind: CauseKind
     provenance: Provenance = Provenance.SCHEDULER
     actor: str | None = None
     detail: str = ""
+    # dispatch's own explanation, kept apart from ``detail`` (the scheduler's words, verbatim):
+    # e.g. why an end is attributed to a segment-health exclusion (core/attribution.py).
+    note: str = ""
     exit_code: int | None = None
     at: datetime | None = None
 
@@ -228,8 +236,25 @@ class Escalation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
     seq: int = 0
 
 
+class Forecast(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the plan will decide once the supervisor commits what the scheduler shows now
+    (S7): never a state the job is in, only what it is about to be."""
+
+    state: State
+    cause: Cause | None = None
+
+
 class Status(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """What a caller reads about a job."""
+    """What a caller reads about a job.
+
+    ``state`` is terminal only once the record holds the outcome (``settled``, S7).
+    ``forecast`` is what the plan will decide from what the scheduler shows now, before the
+    supervisor has committed it; None when nothing is about to change.
+    ``scheduler_seen`` is False when the state could not use the scheduler's word for the
+    job's current object (not asked, unreachable, or missing from an incomplete look): the
+    state is then the one the record implies (see status.project), never a guess from
+    silence.
+    """
 
     job: str
     name: str
@@ -243,7 +268,9 @@ class Status(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     submissions: int = 0
     budget_used: dict[str, int] = msgspec.field(default_factory=dict)
     objects: tuple[str, ...] = ()
-    settled: bool = False
+    settled: bool = False  # the outcome is committed to the record
+    forecast: Forecast | None = None
+    scheduler_seen: bool = True
     backend: str = ""
     segments: tuple[str, ...] = ()  # published segment-health decisions: "job.task: reason"
     created_at: datetime | None = None

@@ -31,16 +31,16 @@ class Enforcer(StrEnum):
 BUDGETED_ACTIONS = frozenset({Action.RESUBMIT, Action.RESTART, Action.REQUEUE})
 SUPERVISOR_ACTIONS = frozenset({Action.RESUBMIT, Action.HOLD, Action.ESCALATE})
 
-# Kinds no rule may cover, and why (S4, S14, S15).
+# Kinds no rule may cover, and why (S4, S14). Only these two: every other kind can end an
+# execution and so can be covered (S5: held, released, requeued and duplicate included).
 UNCOVERABLE: dict[CauseKind, str] = {
     CauseKind.NONE: "none is success; there is nothing to recover from",
     CauseKind.CANCELLED: "cancelled from the scheduler is final and is never recovered (S14)",
-    CauseKind.DUPLICATE: "a duplicate object is never the job's execution (S15)",
-    CauseKind.HELD: "held describes a state, not how an execution ended",
-    CauseKind.RELEASED: "released describes a state, not how an execution ended",
 }
 
-# Every cause that can end an execution and so needs a rule (what Plan.uncovered lists).
+# Every cause a rule may cover, which Plan.uncovered lists when none does. A rule naming
+# duplicate is accepted but changes nothing: a duplicate is never the job's execution and
+# never spends a budget (S15), so decide runs the job again whatever the rule says.
 ENDING_KINDS: tuple[CauseKind, ...] = tuple(k for k in CauseKind if k not in UNCOVERABLE)
 
 

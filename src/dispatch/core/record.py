@@ -21,7 +21,18 @@ from dispatch.errors import StoreUnusable
 
 
 class RecordError(StoreUnusable, ValueError):
-    """A record that cannot be folded (e.g. it does not start with JobCreated)."""
+    """A record that cannot be trusted, so is never folded: it does not start with
+    'created' at seq 1, its seq numbers are not 1, 2, 3, ... (an event out of order, a
+    repeated or missing one), it holds a second 'created', or the job's stored version is
+    not its last seq. Names the job and the seq (exit 5, as every StoreUnusable)."""
+
+    def __init__(self, message: str, *, job_id: str | None = None,
+                 seq: int | None = None) -> None:
+        self.job_id = job_id
+        self.seq = seq
+        where = ", ".join(w for w in (f"job {job_id}" if job_id is not None else "",
+                                      f"seq {seq}" if seq is not None else "") if w)
+        super().__init__(f"{where}: {message}" if where else message)
 
 
 class Submission(msgspec.Struct, frozen=True, kw_only=True):
@@ -40,7 +51,9 @@ class Submission(msgspec.Struct, frozen=True, kw_only=True):
     executions_recorded: frozenset[int] = frozenset()
     stop_cause: Cause | None = None
     stop_at: datetime | None = None
+    stop_by: str | None = None  # the actor the scheduler names for our stop (Slurm: a uid)
     cancel_sent_at: datetime | None = None
+    exclude_nodes: tuple[str, ...] = ()  # nodes the scheduler was asked to avoid
 
 
 class Hold(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,6 +77,7 @@ class SegmentDecision(msgspec.Struct, frozen=True, kw_only=True):
     at: datetime
     actor: str | None = None
     nodes: tuple[str, ...] = ()
+    source: str = ""  # node-unavailable | node-lost-fence | operator ("" in older records)
 
 
 class Job(msgspec.Struct, frozen=True, kw_only=True):
@@ -109,22 +123,43 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
         return self.outcome is not None
 
 
-def fold(record: Sequence[ev.Event] | Iterable[ev.Event], now: datetime) -> Job:
+def fold(record: Sequence[ev.Event] | Iterable[ev.Event], now: datetime, *,
+         job_id: str | None = None, version: int | None = None) -> Job:
     """Replay ``record`` (ordered by seq) into a Job. ``now`` is accepted for symmetry with
-    project/decide and so that no caller is tempted to read a clock inside the core."""
+    project/decide and so that no caller is tempted to read a clock inside the core.
+
+    A record that cannot be trusted is refused with RecordError, never folded into a
+    different state: it must start with 'created' at seq 1 and go on 2, 3, ... with no gap,
+    repeat or reordering (a deleted 'recovery-started' would silently give a budget back).
+    ``job_id``: the job the caller asked for (named in errors even when the first event is
+    missing). ``version``: the job's stored version (``jobs.version``), which must be the
+    last seq: a version ahead of the events means events are missing at the end.
+    """
     del now  # the record alone decides; time-based reasoning lives in project/decide
     it = iter(record)
     first = next(it, None)
     if not isinstance(first, ev.JobCreated):
-        raise RecordError("a job's record must start with a 'created' event")
+        raise RecordError("a job's record must start with a 'created' event", job_id=job_id,
+                          seq=first.seq if first is not None else None)
+    if job_id is not None and first.job_id != job_id:
+        raise RecordError(f"the 'created' event names job {first.job_id}", job_id=job_id,
+                          seq=first.seq)
+    if first.seq != 1:
+        raise RecordError("a job's record must start at seq 1", job_id=first.job_id,
+                          seq=first.seq)
     b = _Builder(first)
     for event in it:
         b.apply(event)
+    if version is not None and version != b.version:
+        raise RecordError(f"the job's version is {version} but its last event is seq "
+                          f"{b.version}: the record is not whole", job_id=b.job_id,
+                          seq=b.version)
     return b.build()
 
 
 def advance(job: Job, more: Iterable[ev.Event]) -> Job:
-    """Fold further events onto an already-folded job (same result as a full fold)."""
+    """Fold further events onto an already-folded job (same result as a full fold, and
+    the same refusals: the first new event must be seq ``job.version + 1``)."""
     b = _Builder.resume(job)
     for event in more:
         b.apply(event)
@@ -197,13 +232,21 @@ class _Builder:
         self.subs[number - 1] = sub
 
     def apply(self, e: ev.Event) -> None:  # noqa: C901 - one branch per event type
+        if e.seq != self.version + 1:
+            what = ("out of order or repeated" if e.seq <= self.version
+                    else f"seq {self.version + 1}..{e.seq - 1} missing")
+            raise RecordError(f"expected seq {self.version + 1} after seq {self.version}, "
+                              f"found seq {e.seq} ({what})", job_id=self.job_id, seq=e.seq)
+        if isinstance(e, ev.JobCreated):
+            raise RecordError("a second 'created' event", job_id=self.job_id, seq=e.seq)
         self.version = e.seq
         replace = msgspec.structs.replace
         if isinstance(e, ev.SubmissionIntended):
             if self.outcome is not None or e.submission != len(self.subs) + 1:
                 return
             self.subs.append(Submission(number=e.submission, token=e.token, intended_at=e.at,
-                                        attempted_at=e.at, gated=e.gated, cause=e.cause))
+                                        attempted_at=e.at, gated=e.gated, cause=e.cause,
+                                        exclude_nodes=e.exclude_nodes))
             self.awaiting = None
             self.resubmit = None
         elif isinstance(e, ev.SubmissionAttempted):
@@ -283,7 +326,7 @@ class _Builder:
             s = self._sub(e.submission)
             if s is not None:
                 self._set(e.submission, replace(s, stop_cause=s.stop_cause or e.cause,
-                                                stop_at=e.at))
+                                                stop_at=e.at, stop_by=s.stop_by or e.by))
         elif isinstance(e, ev.DuplicateStopped):
             self.duplicates.add(e.ref)
         elif isinstance(e, ev.OutcomeCommitted):
@@ -301,11 +344,9 @@ class _Builder:
         elif isinstance(e, ev.SegmentPublished):
             self.segments[(e.unit_job_id, e.task_id)] = SegmentDecision(
                 unit_job_id=e.unit_job_id, task_id=e.task_id, reason=e.reason, at=e.at,
-                actor=e.actor, nodes=e.nodes)
+                actor=e.actor, nodes=e.nodes, source=e.source)
         elif isinstance(e, ev.SegmentCleared):
             self.segments.pop((e.unit_job_id, e.task_id), None)
-        elif isinstance(e, ev.JobCreated):
-            raise RecordError(f"job {self.job_id}: a second 'created' event at seq {e.seq}")
 
     def build(self) -> Job:
         return Job(

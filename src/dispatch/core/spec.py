@@ -26,6 +26,13 @@ class SpecError(BadInput, ValueError):
         super().__init__(f"{loc}: {message}")
 
 
+# Bounds a real job stays far inside; past them a number is a typo (or an attack on a
+# scheduler's argument parser), refused with integer arithmetic, never rounded.
+MAX_NODES = 100_000
+MAX_DURATION_S = 366 * 86_400
+MAX_SIZE_BYTES = 1024**5  # 1 PiB per node
+MAX_DIGITS = 20
+
 _DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)?\s*$")
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 
@@ -35,15 +42,16 @@ def parse_duration(text: str | int) -> int:
     if isinstance(text, bool):
         raise ValueError(f"not a duration: {text!r}")
     if isinstance(text, int):
-        if text <= 0:
-            raise ValueError(f"duration must be positive, got {text}")
-        return text
-    m = _DURATION.match(str(text))
-    if not m:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 90s, 10m, 2h)")
-    value = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2) or "s"]
+        value = text
+    else:
+        m = _DURATION.match(str(text))
+        if not m or len(m.group(1)) > MAX_DIGITS:
+            raise ValueError(f"not a duration: {text!r} (use e.g. 90s, 10m, 2h)")
+        value = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2) or "s"]
     if value <= 0:
         raise ValueError(f"duration must be positive, got {text!r}")
+    if value > MAX_DURATION_S:
+        raise ValueError(f"duration {text!r} is over {MAX_DURATION_S // 86_400} days")
     return value
 
 
@@ -52,16 +60,18 @@ def parse_size(text: str | int) -> int:
     if isinstance(text, bool):
         raise ValueError(f"not a size: {text!r}")
     if isinstance(text, int):
-        if text <= 0:
-            raise ValueError(f"size must be positive, got {text}")
-        return text
-    m = _SIZE.match(str(text))
-    if not m:
-        raise ValueError(f"not a size: {text!r} (use e.g. 512M, 2G)")
-    unit = (m.group(2) or "B").upper()[:1]
-    value = int(m.group(1)) * {"B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}[unit]
+        value = text
+    else:
+        m = _SIZE.match(str(text))
+        if not m or len(m.group(1)) > MAX_DIGITS:
+            raise ValueError(f"not a size: {text!r} (use e.g. 512M, 2G)")
+        unit = (m.group(2) or "B").upper()[:1]
+        scale = {"B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}[unit]
+        value = int(m.group(1)) * scale
     if value <= 0:
         raise ValueError(f"size must be positive, got {text!r}")
+    if value > MAX_SIZE_BYTES:
+        raise ValueError(f"size {text!r} is over 1 PiB")
     return value
 
 
@@ -190,8 +200,20 @@ def parse_spec(data: Any, source: str = "<spec>") -> JobSpec:
         raise SpecError(source, "name", "must not be empty")
     if not spec.command or any(not isinstance(a, str) or a == "" for a in spec.command):
         raise SpecError(source, "command", "must be a non-empty argv list of non-empty strings")
-    if spec.nodes < 1:
-        raise SpecError(source, "nodes", f"must be >= 1, got {spec.nodes}")
+    if not 1 <= spec.nodes <= MAX_NODES:
+        raise SpecError(source, "nodes", f"must be 1..{MAX_NODES}, got {spec.nodes}")
+    for i, arg in enumerate(spec.command):
+        if "\x00" in arg:
+            raise SpecError(source, f"command[{i}]", "holds a NUL byte (no argv can carry it)")
+    for key, value in spec.env.items():
+        if not key or "=" in key or "\x00" in key:
+            raise SpecError(source, f"env.{key!r}", "an environment variable name may not be "
+                            "empty or hold '=' or a NUL byte")
+        if "\x00" in value:
+            raise SpecError(source, f"env.{key}", "holds a NUL byte (no environment can carry "
+                            "it)")
+    if "\x00" in spec.name or "\n" in spec.name:
+        raise SpecError(source, "name", "must be one line without NUL bytes")
     if spec.segment_health is not None:
         if spec.backend != "slurm":
             raise SpecError(source, "segment_health",

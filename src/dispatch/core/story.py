@@ -17,6 +17,8 @@ def _cause(c: Cause | None) -> str:
         parts.append(f"exit {c.exit_code}")
     if c.detail:
         parts.append(f"— {c.detail!r}")
+    if c.note:
+        parts.append(f"[dispatch: {c.note}]")
     return " ".join(parts)
 
 
@@ -29,7 +31,9 @@ def line(e: ev.Event) -> str:  # noqa: C901 - one case per event type
     if isinstance(e, ev.SubmissionIntended):
         why = f" to recover from {_cause(e.cause)}" if e.cause else ""
         gate = " (gated until the old object ends)" if e.gated else ""
-        return f"submission {e.submission} intended{why}{gate}"
+        avoid = (f", asking the scheduler to avoid node(s) {', '.join(e.exclude_nodes)}"
+                 if e.exclude_nodes else "")
+        return f"submission {e.submission} intended{why}{gate}{avoid}"
     if isinstance(e, ev.SubmissionAttempted):
         return f"submission {e.submission}: submit retried by {e.supervisor}"
     if isinstance(e, ev.SubmissionBound):

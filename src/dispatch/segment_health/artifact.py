@@ -23,8 +23,11 @@ STATE_SUFFIX = "state"
 # name from escaping the directory (no "/" or ".."), keeps "<job>.<task>" parseable, keeps a
 # task id from ever colliding with the ".state" name, and matches the H4 state format
 # (NVRx validates the state line against ["<digits>",...]).
-_ID = re.compile(r"[0-9]+")
-_UNIT_NAME = re.compile(r"segment_health_check\.([0-9]+)\.([0-9]+)")
+# Canonical, as Slurm prints them and as the consumer derives names: no leading zero (a
+# file for task "007" would never be found by the consumer of task 7, so it is never
+# written, and a name spelled so is not a decision file).
+_ID = re.compile(r"0|[1-9][0-9]*")
+_UNIT_NAME = re.compile(r"segment_health_check\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")
 
 
 class SegmentHealthError(BadInput):
@@ -40,10 +43,13 @@ class DirectoryNotAbsolute(SegmentHealthError, ValueError):
 
 
 class InvalidUnitId(SegmentHealthError, ValueError):
-    """A job or task id that is not a Slurm id (decimal digits)."""
+    """A job or task id that is not a canonical Slurm id (decimal digits, no leading zero)."""
 
     def __init__(self, what: str, value: object) -> None:
-        super().__init__(f"{what} must be a Slurm id (decimal digits), got {value!r}")
+        hint = ""
+        if isinstance(value, str) and value.isascii() and value.isdigit():
+            hint = f" (write {value.lstrip('0') or '0'}: no leading zero)"
+        super().__init__(f"{what} must be a Slurm id (decimal digits), got {value!r}{hint}")
         self.what = what
         self.value = value
 
@@ -67,6 +73,11 @@ def checked_id(what: str, value: object) -> str:
     if isinstance(value, str) and _ID.fullmatch(value):
         return value
     raise InvalidUnitId(what, value)
+
+
+def is_slurm_id(value: str) -> bool:
+    """Whether ``value`` is a canonical Slurm id (what checked_id accepts as a string)."""
+    return _ID.fullmatch(value) is not None
 
 
 def numeric_key(digits: str) -> tuple[int, str, str]:

@@ -8,16 +8,21 @@ Contract, sentence by sentence:
 - One metadata check of ``<dir>/segment_health_check.<job_id>.<task_id>``; the content is
   never opened or read.
 - A non-empty regular file excludes the unit. A missing or zero-byte file proceeds quietly.
-- An unreadable path or an unexpected file type (directory, FIFO, socket, device, dangling
-  symlink, permission denied) logs a warning and proceeds: fail open.
+- An unreadable path or an unexpected file type (directory, FIFO, socket, device,
+  permission denied) logs a warning and proceeds: fail open.
 - An installed check logs ``Segment health check installed directory=<dir> job_id=<id>
   task_id=<id>`` once, at installation.
 
-Symlinks: the check is ``os.stat``, which follows links, as NVRx's ft_launcher does, so a
-link to a non-empty regular file excludes the unit and a link to a zero-byte one proceeds;
-the consumers agree on the decision. Only when ``os.stat`` says "not found" does a second
-metadata call (``os.lstat``) run, to tell a missing file (quiet) from a dangling link
-(a warning): it changes what is logged, never the decision.
+One metadata call, exactly (issue 12 item 9): ``os.stat(path)`` and nothing else, not even
+on "not found"; the decision is made from its result alone.
+
+Symlinks: ``os.stat`` follows links, as NVRx's ft_launcher does (``Path.stat()``), so every
+consumer of one directory reaches the same decision: a link to a non-empty regular file
+excludes the unit, a link to a zero-byte file proceeds, a link to a directory or device
+fails open with a warning, and a dangling link is "not found" like a missing file and
+proceeds quietly (one call cannot tell them apart: Path.stat() raises the same
+FileNotFoundError for both). Following is safe here: the consumer only stats; it never
+opens, creates or writes anything.
 """
 
 from __future__ import annotations
@@ -125,10 +130,9 @@ class SegmentCheck:
     def run(self, log: logging.Logger) -> CheckResult:
         path = self.path
         try:
-            info = os.stat(path)  # the one metadata check: never open(), never read()
-        except FileNotFoundError:
-            if _is_dangling_symlink(path):
-                return self._fail_open(log, "dangling symlink")
+            # The one metadata call: never open(), never read(), never a second stat.
+            info = os.stat(path)
+        except FileNotFoundError:  # missing, or a dangling link: the same to NVRx
             return self._result(Outcome.PROCEED, "no decision file")
         except OSError as exc:  # permission denied, not a directory, I/O error, ...
             return self._fail_open(log, f"{type(exc).__name__}: {exc.strerror or exc}")
@@ -157,13 +161,6 @@ class SegmentCheck:
             self.task_id,
             self.path,
         )
-
-
-def _is_dangling_symlink(path: Path) -> bool:
-    try:
-        return stat.S_ISLNK(os.lstat(path).st_mode)
-    except OSError:
-        return False
 
 
 def install(

@@ -16,17 +16,19 @@ so a publisher killed between the two writes is repaired by the next publish or 
 When the last unit of a job is cleared the state file is removed rather than left as ``[]``:
 "no decision" then looks the same in both forms (no file), the directory does not collect
 one empty state file per job, and readers fail open on either.
+
+Every file is opened, written and removed through directory.DecisionDirectory: relative to
+one directory descriptor, never following a symlink (the directory is shared with every
+launcher; dispatch often runs as root). See directory.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
+import logging
 import os
 import stat
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -38,30 +40,44 @@ from dispatch.segment_health.artifact import (
     SegmentHealthError,
     absolute_directory,
     checked_id,
-    lock_filename,
     numeric_key,
     parse_unit_filename,
     state_filename,
     unit_filename,
     unit_ids,
 )
+from dispatch.segment_health.directory import (
+    DecisionDirectory,
+    DirectoryUnusable,
+    NotARegularFile,
+    SymlinkRefused,
+    open_directory,
+)
 from dispatch.segment_health.state import (
     MAX_STATE_LINE_BYTES,
     StateFormatError,
     StateTooLarge,
     decode_state,
-    encode_state,
+    encode_state_within_limit,
 )
+
+log = logging.getLogger("dispatch.segment_health")
+
+# The diagnostic document is a few hundred bytes; `list` reads at most this much of one.
+MAX_DECISION_BYTES = 64 * 1024
 
 __all__ = [
     "DirectoryNotAbsolute",
+    "DirectoryUnusable",
     "InvalidDecision",
     "InvalidUnitId",
     "MAX_STATE_LINE_BYTES",
+    "NotARegularFile",
     "PublishedDecision",
     "SegmentHealthError",
     "StateFormatError",
     "StateTooLarge",
+    "SymlinkRefused",
     "clear",
     "list_decisions",
     "make_decision",
@@ -157,62 +173,95 @@ def publish(
     """Mark the unit (job_id, task_id) unavailable; returns the per-unit file's path.
 
     Writes the per-unit file atomically, then the job's state file, under the job's lock.
-    Publishing again replaces the diagnostics. Raises DirectoryNotAbsolute, InvalidUnitId,
-    InvalidDecision, or StateTooLarge (nothing is written then); OSError from the disk.
-    The directory is created if missing.
+    Publishing again replaces the diagnostics. Raises DirectoryNotAbsolute, InvalidUnitId or
+    InvalidDecision (nothing is written then), SymlinkRefused / NotARegularFile for a planted
+    entry under a name it writes (nothing is written then either), DirectoryUnusable, or
+    OSError from the disk. The directory is created if missing.
+
+    When the state line would pass its 8 KiB limit the per-unit file is still written and
+    the state lists as many tasks as fit (see state.encode_state_within_limit); a warning is
+    logged here, and the supervisor's reconcile turns it into an escalation.
     """
     root = absolute_directory(directory)
     job = checked_id("job_id", job_id)
     task = checked_id("task_id", task_id)
     content = encode_decision(job, task, decision)
-    root.mkdir(parents=True, exist_ok=True)
-    target = root / unit_filename(job, task)
-    with _job_lock(root, job):
-        excluded = _excluded_tasks(root, job)
-        excluded.add(task)
-        state = encode_state(excluded, job_id=job)  # refuse before writing anything
-        _write_atomically(root, target.name, content)
-        _write_atomically(root, state_filename(job), state)
-    return target
+    with open_directory(root, create=True) as found:
+        assert found is not None  # create=True
+        with found.lock(job):
+            overflow = write_unit(found, job, task, content)
+    path = root / unit_filename(job, task)
+    if overflow is not None:
+        log.warning("%s; the per-unit file %s is written", overflow, path)
+    return path
 
 
 def clear(directory: str | os.PathLike[str], job_id: str | int, task_id: str | int) -> bool:
     """Remove the unit's decision; True if there was a file to remove.
 
     The state file is rewritten without the task, or removed when no unit is left.
-    Clearing also repairs a state file left behind by a killed publisher.
+    Clearing also repairs a state file left behind by a killed publisher. A symlink under
+    the unit's (or the state's) name is refused with SymlinkRefused: nothing is removed.
     """
     root = absolute_directory(directory)
     job = checked_id("job_id", job_id)
     task = checked_id("task_id", task_id)
-    if not root.is_dir():
-        return False
-    target = root / unit_filename(job, task)
-    with _job_lock(root, job):
-        try:
-            target.unlink()
-            removed = True
-        except FileNotFoundError:
-            removed = False
-        if removed:
-            _fsync_directory(root)
-        _sync_state(root, job)
+    with open_directory(root, create=False) as found:
+        if found is None:
+            return False
+        with found.lock(job):
+            return remove_unit(found, job, task)
+
+
+def write_unit(found: DecisionDirectory, job: str, task: str, content: bytes
+               ) -> StateTooLarge | None:
+    """Write one unit's file, then the job's state; the caller holds the job's lock.
+
+    Every name it will write is checked first, so a planted link or directory refuses the
+    whole write before anything changes. Returns the overflow when the state line was cut.
+    """
+    found.existing_regular(unit_filename(job, task))
+    found.existing_regular(state_filename(job))
+    found.write_atomic(unit_filename(job, task), content)
+    return sync_state(found, job)
+
+
+def remove_unit(found: DecisionDirectory, job: str, task: str) -> bool:
+    """Remove one unit's file, then bring the state in step; the caller holds the lock."""
+    found.existing_regular(state_filename(job))
+    removed = found.remove(unit_filename(job, task))
+    sync_state(found, job)
     return removed
+
+
+def sync_state(found: DecisionDirectory, job: str) -> StateTooLarge | None:
+    """Rewrite (or remove) the job's state file from its per-unit files. Hold the lock.
+
+    The state is derived from the per-unit files (never read-modify-written), so a publisher
+    killed between its two writes is repaired by the next publish, clear or reconcile.
+    """
+    excluded = excluded_tasks(found, job)
+    name = state_filename(job)
+    if not excluded:
+        found.remove(name)
+        return None
+    line, overflow = encode_state_within_limit(excluded, job_id=job)
+    if found.read(name, MAX_STATE_LINE_BYTES + 1) != line:
+        found.write_atomic(name, line)
+    return overflow
 
 
 def read_state(directory: str | os.PathLike[str], job_id: str | int) -> list[str] | None:
     """The excluded task ids in the job's state file; None if there is none.
 
-    Raises StateFormatError when its first line is not a complete compact array.
+    Raises StateFormatError when its first line is not a complete compact array, and
+    SymlinkRefused / NotARegularFile for a planted link or other entry under its name.
     """
     root = absolute_directory(directory)
-    path = root / state_filename(checked_id("job_id", job_id))
-    try:
-        with path.open("rb") as stream:
-            head = stream.read(MAX_STATE_LINE_BYTES + 1)
-    except FileNotFoundError:
-        return None
-    return decode_state(head)
+    name = state_filename(checked_id("job_id", job_id))
+    with open_directory(root, create=False) as found:
+        head = None if found is None else found.read(name, MAX_STATE_LINE_BYTES + 1)
+    return None if head is None else decode_state(head)
 
 
 def list_decisions(
@@ -220,37 +269,37 @@ def list_decisions(
 ) -> list[PublishedDecision]:
     """Every per-unit decision in the directory (of one job, if given), in id order.
 
-    Only files that exclude their unit are listed (non-empty regular files); zero-byte or
-    other entries under a decision name are not decisions.
+    Only files that exclude their unit are listed: non-empty regular files, the entry
+    itself (a symlink is not a decision dispatch lists, and its target is never read).
     """
     root = absolute_directory(directory)
     only = None if job_id is None else checked_id("job_id", job_id)
     found: list[PublishedDecision] = []
-    try:
-        names = os.listdir(root)
-    except FileNotFoundError:
-        return []
-    for name in names:
-        ids = parse_unit_filename(name)
-        if ids is None or (only is not None and ids[0] != only):
-            continue
-        path = root / name
-        try:
-            info = path.stat()
-            if not stat.S_ISREG(info.st_mode) or info.st_size == 0:
+    with open_directory(root, create=False) as opened:
+        if opened is None:
+            return []
+        for name in opened.names():
+            ids = parse_unit_filename(name)
+            if ids is None or (only is not None and ids[0] != only):
                 continue
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            continue  # cleared while we listed
-        found.append(
-            PublishedDecision(
-                job_id=ids[0],
-                task_id=ids[1],
-                path=path,
-                size=info.st_size,
-                decision=_parse_object(raw),
+            info = opened.lstat(name)
+            if info is None or not stat.S_ISREG(info.st_mode) or info.st_size == 0:
+                continue
+            try:
+                raw = opened.read(name, MAX_DECISION_BYTES)
+            except SegmentHealthError:
+                continue  # replaced by a link or a FIFO since the lstat: not a decision
+            if raw is None:
+                continue  # cleared while we listed
+            found.append(
+                PublishedDecision(
+                    job_id=ids[0],
+                    task_id=ids[1],
+                    path=root / name,
+                    size=info.st_size,
+                    decision=_parse_object(raw),
+                )
             )
-        )
     found.sort(key=lambda d: (numeric_key(d.job_id), numeric_key(d.task_id)))
     return found
 
@@ -263,71 +312,15 @@ def _parse_object(raw: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _excluded_tasks(root: Path, job: str) -> set[str]:
-    """Task ids of the job's per-unit files that exclude their unit, as the consumer sees them."""
+def excluded_tasks(found: DecisionDirectory, job: str) -> set[str]:
+    """Task ids of the job's per-unit files that exclude their unit: non-empty regular files
+    (the entry itself; a link is not counted, as list_decisions does not list it)."""
     tasks: set[str] = set()
-    for name in os.listdir(root):
+    for name in found.names():
         ids = parse_unit_filename(name)
         if ids is None or ids[0] != job:
             continue
-        try:
-            info = os.stat(root / name)
-        except FileNotFoundError:
-            continue
-        if stat.S_ISREG(info.st_mode) and info.st_size > 0:
+        info = found.lstat(name)
+        if info is not None and stat.S_ISREG(info.st_mode) and info.st_size > 0:
             tasks.add(ids[1])
     return tasks
-
-
-def _sync_state(root: Path, job: str) -> None:
-    """Rewrite (or remove) the job's state file from its per-unit files. Hold the lock."""
-    excluded = _excluded_tasks(root, job)
-    name = state_filename(job)
-    if excluded:
-        # Cannot exceed the limit unless someone wrote unit files by hand; then refuse
-        # loudly rather than publish a line NVRx would reject.
-        _write_atomically(root, name, encode_state(excluded, job_id=job))
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            (root / name).unlink()
-            _fsync_directory(root)
-
-
-@contextlib.contextmanager
-def _job_lock(root: Path, job: str) -> Iterator[None]:
-    fd = os.open(root / lock_filename(job), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing the last descriptor releases the flock
-
-
-def _write_atomically(root: Path, name: str, content: bytes) -> None:
-    """temp file in ``root`` -> write -> fsync -> rename over ``name`` -> fsync ``root``."""
-    fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=root)
-    try:
-        # Launchers may run as other users; the H4 state is read by NVRx, so world-readable.
-        os.fchmod(fd, 0o644)
-        view = memoryview(content)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-        os.close(fd)
-        fd = -1
-        os.replace(temp, root / name)
-        _fsync_directory(root)  # make the rename itself durable
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-
-
-def _fsync_directory(root: Path) -> None:
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -71,3 +71,27 @@ def decode_state(data: bytes) -> list[str]:
 def is_excluded(line: bytes, task_id: str) -> bool:
     """Whether a decoded-valid state line names ``task_id`` (exact quoted-token match)."""
     return b'"' + checked_id("task_id", task_id).encode("ascii") + b'"' in line
+
+
+def encode_state_within_limit(
+    task_ids: Iterable[str], *, job_id: str = "?"
+) -> tuple[bytes, StateTooLarge | None]:
+    """The state line, or when the full one would pass the limit, the longest one that fits.
+
+    The shortened line lists the first tasks in numeric order: every task it names is
+    excluded (nothing false is said), the ones left out are still excluded by their per-unit
+    files, and the returned StateTooLarge says so for an escalation. Never raises it.
+    """
+    ids = sorted({checked_id("task_id", t) for t in task_ids}, key=numeric_key)
+    try:
+        return encode_state(ids, job_id=job_id), None
+    except StateTooLarge as overflow:
+        kept: list[str] = []
+        size = len(b"[]\n")
+        for task in ids:
+            grow = len(task) + 2 + (1 if kept else 0)  # quotes, and a comma after the first
+            if size + grow > MAX_STATE_LINE_BYTES:
+                break
+            kept.append(task)
+            size += grow
+        return encode_state(kept, job_id=job_id), overflow

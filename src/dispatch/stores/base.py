@@ -9,6 +9,13 @@ Every store keeps the same contract, tested on each (tests/integration/stores/):
   so two supervisors on one store cannot both record the same decision (R2).
 - Events are stored as the codec encodes them and decoded strictly on read: a record written
   by a newer build is refused with the job and seq named, never misread (S13).
+- A read refuses a record that is not whole: seqs 1..n with no gap, and the job's version
+  equal to n (RecordDamaged names the job and the seq), never folding a damaged record.
+- A job has at most one successor: the store keeps ``supersedes`` unique (S7), and
+  ``create_successor`` writes the new job and the old job's Superseded event in one
+  transaction, so two concurrent supersedes leave one successor and the loser nothing.
+- Any fault of the store (a damaged file, a full disk, a lost connection, a read-only
+  database) is a StoreError naming the store, never a raw driver exception.
 - An append may carry a ``Fence`` (the supervisor's lease on the job's scope): the store
   checks, in the append's own transaction, that the lease is still that supervisor's, at that
   epoch and unexpired, and that the job belongs to that scope, else raises Fenced and writes
@@ -24,17 +31,18 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from dispatch.core.events import Event, JobCreated, OutcomeCommitted
+from dispatch.core.codec import DecodeError, decode_event
+from dispatch.core.events import Event, JobCreated, OutcomeCommitted, Superseded
 from dispatch.errors import NotFound, StateConflict, StoreUnusable
 
 if TYPE_CHECKING:
     from dispatch.stores.lease import LeaseBook
 
-SCHEMA_VERSION = 2
-"""The schema this build writes and reads. A store whose schema is newer is refused; an older
-one is migrated step by step when opened (each store lists its steps):
-1 -> 2: jobs get a ``scope`` column (filled with the backend name for existing jobs) and the
-supervisor lease table appears (stores/lease.py)."""
+SCHEMA_VERSION = 3
+"""The schema this build writes and reads. A store whose schema is newer is refused; an
+older one is migrated in place, step by step, under the store's write lock
+(stores/schema.py): 1 -> 2 one successor per job (``supersedes`` UNIQUE); 2 -> 3 each job's
+``scope`` and the supervisor leases (stores/lease.py)."""
 
 
 class StoreError(StoreUnusable):
@@ -93,6 +101,35 @@ class SchemaTooNew(StoreError):
             f"{where}: record schema version {found} is newer than this build of dispatch "
             f"supports ({supported}); upgrade dispatch to read it (nothing was changed)"
         )
+
+
+class SchemaInvalid(StoreError):
+    """The schema table holds no usable version, or a table the schema needs is missing."""
+
+
+class RecordDamaged(StoreError):
+    """A stored record that is not whole: a gap or disorder in its seqs, or a job version
+    that disagrees with its last event. Refused rather than folded into another state."""
+
+    def __init__(self, where: str, job_id: str, seq: int | None, problem: str) -> None:
+        self.where = where
+        self.job_id = job_id
+        self.seq = seq
+        at = f", seq {seq}" if seq is not None else ""
+        super().__init__(
+            f"{where}: job {job_id}{at}: damaged record: {problem}; refusing to read it "
+            "(restore the store from a backup, or repair the record by hand)"
+        )
+
+
+class AlreadySuperseded(StateConflict, ValueError):
+    """The old job already has a successor: a job is superseded at most once (S7)."""
+
+    def __init__(self, job_id: str, by: str | None) -> None:
+        self.job_id = job_id
+        self.by = by
+        who = f" by {by}" if by else ""
+        super().__init__(f"job {job_id} is already superseded{who}; nothing was created")
 
 
 class JobExists(StoreError):
@@ -165,6 +202,56 @@ def check_batch(job_id: str, events: Sequence[Event], expected_version: int) -> 
     return terminal
 
 
+def check_contiguous(where: str, job_id: str, version: object, seqs: Sequence[object]) -> None:
+    """Refuse a record that is not seq 1..n with the job's version n (RecordDamaged)."""
+    if not seqs:
+        raise RecordDamaged(where, job_id, 1, "the job has no events (its created event, "
+                            "seq 1, is missing)")
+    for want, seq in enumerate(seqs, start=1):
+        if isinstance(seq, bool) or not isinstance(seq, int):
+            raise RecordDamaged(where, job_id, want, f"the event after seq {want - 1} has "
+                                f"seq {seq!r}, not an integer")
+        if seq != want:
+            problem = (f"seq {want} is missing (the next stored event is seq {seq})"
+                       if seq > want else f"seq {seq} is stored after seq {want - 1}")
+            raise RecordDamaged(where, job_id, want, problem)
+    last = len(seqs)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise RecordDamaged(where, job_id, None, f"the job's version is {version!r}, "
+                            "not an integer")
+    if version != last:
+        if version > last:
+            problem = (f"the job's version is {version} but the last stored event is seq "
+                       f"{last} (events {last + 1}..{version} are missing)")
+        else:
+            problem = f"the job's version is {version} but events run to seq {last}"
+        raise RecordDamaged(where, job_id, max(1, min(version, last) + 1), problem)
+
+
+def decode_stored(where: str, body: bytes | str, job_id: str, seq: int) -> Event:
+    """codec.decode_event, with the store named in the error (job, seq and field kept)."""
+    try:
+        return decode_event(body, job_id=job_id, seq=seq)
+    except DecodeError as err:
+        raise DecodeError(f"{err.reason} (stored in {where})", field=err.field,
+                          job_id=job_id, seq=seq) from None
+
+
+def check_successor(created: JobCreated, superseded: Superseded, expected_version: int) -> str:
+    """Validate a create_successor call before any I/O; returns the old job's id."""
+    check_created(created)
+    old = created.supersedes
+    if not old:
+        raise ValueError(f"job {created.job_id}: a successor's JobCreated must name the job "
+                         "it supersedes")
+    if old == created.job_id:
+        raise ValueError(f"job {old} cannot supersede itself")
+    if not isinstance(superseded, Superseded) or superseded.by != created.job_id:
+        raise ValueError(f"job {old}: the Superseded event must name {created.job_id}")
+    check_batch(old, [superseded], expected_version)
+    return old
+
+
 def check_created(created: JobCreated) -> None:
     if not isinstance(created, JobCreated):
         raise TypeError(f"create() takes a JobCreated event, got {type(created).__name__}")
@@ -201,6 +288,15 @@ class RecordStore(abc.ABC):
         """Create several jobs in one transaction (all or none); JobExists if any exists."""
 
     @abc.abstractmethod
+    def create_successor(self, created: JobCreated, superseded: Superseded,
+                         expected_version: int) -> int:
+        """In one transaction: create job ``created`` (which supersedes
+        ``created.supersedes``) and append ``superseded`` to the old job at
+        ``expected_version``; returns the old job's new version. AlreadySuperseded when the
+        old job has a successor already, ConflictError when it moved on, JobNotFound when it
+        does not exist, JobExists when the new id is taken: in each case nothing is written."""
+
+    @abc.abstractmethod
     def append(self, job_id: str, events: Sequence[Event], expected_version: int, *,
                fence: Fence | None = None) -> int:
         """Append ``events`` (seq expected_version+1, +2, ...) atomically; returns the new
@@ -212,7 +308,8 @@ class RecordStore(abc.ABC):
     @abc.abstractmethod
     def read(self, job_id: str) -> list[Event]:
         """The job's whole record in seq order; JobNotFound if none. A stored event this
-        build cannot decode raises codec.DecodeError naming the job, seq and field."""
+        build cannot decode raises codec.DecodeError naming the job, seq and field; a record
+        with a gap, or whose version disagrees with its events, raises RecordDamaged."""
 
     @abc.abstractmethod
     def version(self, job_id: str) -> int:

@@ -7,23 +7,30 @@ the first to commit and then (READ COMMITTED re-checks the WHERE clause against 
 row) matches nothing: ConflictError, and its transaction is rolled back. The primary key
 (job_id, seq) of dispatch_events is the last line of defence; a unique violation, or a
 serialization failure under a stricter default isolation, is a ConflictError too.
+
+Faults: every psycopg error becomes a StoreError naming the server (password masked). A
+connection lost while COMMIT was on its way leaves the outcome unknown to the client: the
+store reconnects and looks whether the write landed, so a write that reports failure has
+written nothing, and one that landed is not reported as failed.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 
-from dispatch.core.codec import decode_event, encode_event
-from dispatch.core.events import Event, JobCreated
+from dispatch.core.codec import encode_event
+from dispatch.core.events import Event, JobCreated, Superseded
+from dispatch.stores import schema
 from dispatch.stores.base import (
     SCHEMA_VERSION,
+    AlreadySuperseded,
     AmbiguousName,
     ConflictError,
     Fence,
@@ -31,15 +38,18 @@ from dispatch.stores.base import (
     JobExists,
     JobNotFound,
     JobRow,
+    RecordDamaged,
     RecordStore,
-    SchemaTooNew,
     StoreError,
     check_batch,
+    check_contiguous,
     check_created,
+    check_successor,
     created_scope,
+    decode_stored,
     sort_key_us,
 )
-from dispatch.stores.lease import PG_DDL, PostgresLeases, check_fence_pg
+from dispatch.stores.lease import PostgresLeases, check_fence_pg
 from dispatch.stores.url import mask_password
 
 CONNECT_TIMEOUT_S = 10
@@ -51,51 +61,33 @@ ACQUIRE_LOCK_TIMEOUT_MS = 200
 again at the next poll, so a standby's loop never hangs on it."""
 _SCHEMA_LOCK = 0x6469737061746368  # pg_advisory_xact_lock key ("dispatch"): schema setup only
 
-# Version 1 of the schema; a new database gets it, then every step of _MIGRATIONS, so a new
-# database and a migrated one are the same by construction.
-_SCHEMA = [
-    "CREATE TABLE dispatch_schema (version integer NOT NULL)",
-    """CREATE TABLE dispatch_jobs (
-        job_id     text PRIMARY KEY,
-        name       text NOT NULL,
-        backend    text NOT NULL,
-        created_at text NOT NULL,
-        created_us bigint NOT NULL,
-        version    integer NOT NULL,
-        terminal   boolean NOT NULL DEFAULT false
-    )""",
-    "CREATE INDEX dispatch_jobs_by_created ON dispatch_jobs (created_us, job_id)",
-    "CREATE INDEX dispatch_jobs_by_name ON dispatch_jobs (name)",
-    """CREATE TABLE dispatch_events (
-        job_id text NOT NULL REFERENCES dispatch_jobs (job_id),
-        seq    integer NOT NULL,
-        body   text NOT NULL,
-        PRIMARY KEY (job_id, seq)
-    )""",
-]
-
-# Schema 1 -> 2 (issue 16): each job's scope (the backend's name for jobs recorded before
-# scopes), and the supervisor leases.
-_ADD_SCOPES_AND_LEASES = [
-    "ALTER TABLE dispatch_jobs ADD COLUMN scope text",
-    "UPDATE dispatch_jobs SET scope = backend",
-    "CREATE INDEX dispatch_jobs_by_scope ON dispatch_jobs (scope, terminal)",
-    PG_DDL,
-]
-
-_MIGRATIONS: dict[int, list[str]] = {
-    2: _ADD_SCOPES_AND_LEASES,  # the version each step brings the database to
-}
-
 _RETRYABLE = (pg_errors.UniqueViolation, pg_errors.SerializationFailure,
               pg_errors.DeadlockDetected)
 
+T = TypeVar("T")
+Cursor = psycopg.Cursor[Any]
 
-def _row(r: tuple[str, str, str, bool, int, str, str]) -> JobRow:
-    return JobRow(
-        job_id=r[0], name=r[1], backend=r[2], terminal=bool(r[3]), version=r[4],
-        created_at=datetime.fromisoformat(r[5]), scope=r[6],
-    )
+
+def _row(where: str, r: tuple[Any, ...]) -> JobRow:
+    job_id, name, backend, terminal, version, created_at, scope = r
+    if not isinstance(scope, str) or not scope:
+        raise RecordDamaged(where, str(job_id), None, f"the job's scope is {scope!r}")
+    try:
+        at = datetime.fromisoformat(str(created_at))
+    except ValueError:
+        raise RecordDamaged(where, str(job_id), 1,
+                            f"created_at {created_at!r} is not a time") from None
+    return JobRow(job_id=job_id, name=name, backend=backend, terminal=bool(terminal),
+                  version=version, created_at=at, scope=scope)
+
+
+def _hint(err: psycopg.Error) -> str:
+    if isinstance(err, pg_errors.ReadOnlySqlTransaction):
+        return (" (the database is read-only: default_transaction_read_only is on, or this is "
+                "a standby; nothing was written)")
+    if isinstance(err, pg_errors.UndefinedTable):
+        return " (a table of the record store is missing)"
+    return ""
 
 
 class PostgresStore(RecordStore):
@@ -160,41 +152,155 @@ class PostgresStore(RecordStore):
 
     def _setup(self) -> None:
         conn = self._db
+        where = self.describe()
         try:
             with conn.transaction():
-                # Serialise first-time setup between processes; not used for appends.
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-                exists = conn.execute(
-                    "SELECT to_regclass('dispatch_schema') IS NOT NULL"
-                ).fetchone()
-                if exists and exists[0]:
-                    row = conn.execute(
-                        "SELECT max(version) FROM dispatch_schema"
-                    ).fetchone()
-                    found = row[0] if row else None
+                found = self._schema_version(conn)
+                if found is None or found < SCHEMA_VERSION:
+                    # Serialise creation and migration between processes; not for appends.
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                    found = self._schema_version(conn)  # again, under the lock
                     if found is None:
-                        raise StoreError(
-                            f"{self.describe()}: dispatch_schema holds no version"
-                        )
-                    if found > SCHEMA_VERSION:
-                        raise SchemaTooNew(self.describe(), found)
-                else:
-                    for stmt in _SCHEMA:
-                        conn.execute(stmt)
-                    conn.execute("INSERT INTO dispatch_schema (version) VALUES (1)")
-                    found = 1
-                if found < SCHEMA_VERSION:
-                    for version in range(found + 1, SCHEMA_VERSION + 1):
-                        for stmt in _MIGRATIONS[version]:
+                        schema.check_fresh(where, [t for t in schema.PG_TABLES_NOW if conn.execute(
+                            "SELECT to_regclass(%s) IS NOT NULL", (t,)).fetchone() == (True,)])
+                        for stmt in schema.PG_V1:
                             conn.execute(stmt)
-                    conn.execute("UPDATE dispatch_schema SET version = %s", (SCHEMA_VERSION,))
+                        conn.execute("INSERT INTO dispatch_schema (version) VALUES (1)")
+                        found = 1
+                    self._migrate(conn, found)
+                present = [t for t in schema.PG_TABLES_NOW if conn.execute(
+                    "SELECT to_regclass(%s) IS NOT NULL", (t,)).fetchone() == (True,)]
+                schema.check_tables(where, present, schema.PG_TABLES_NOW)
         except psycopg.Error as err:
-            raise StoreError(f"cannot set up {self.describe()}: {self._clean(err)}") from None
+            raise StoreError(f"cannot set up {where}: {self._clean(err)}{_hint(err)}") from None
+
+    def _schema_version(self, conn: psycopg.Connection[Any]) -> int | None:
+        exists = conn.execute("SELECT to_regclass('dispatch_schema') IS NOT NULL").fetchone()
+        if not (exists and exists[0]):
+            return None
+        row = conn.execute("SELECT max(version) FROM dispatch_schema").fetchone()
+        return schema.check_version(self.describe(), row[0] if row else None)
+
+    def _migrate(self, conn: psycopg.Connection[Any], found: int) -> None:
+        """Steps found+1 .. SCHEMA_VERSION, inside the caller's transaction and lock."""
+        if found < 2:
+            present = [t for t in schema.PG_TABLES if conn.execute(
+                "SELECT to_regclass(%s) IS NOT NULL", (t,)).fetchone() == (True,)]
+            schema.check_tables(self.describe(), present, schema.PG_TABLES)
+            conn.execute(schema.PG_V2_COLUMN)
+            created = conn.execute(
+                "SELECT j.job_id, j.created_us, e.body FROM dispatch_jobs j"
+                " JOIN dispatch_events e ON e.job_id = j.job_id AND e.seq = 1").fetchall()
+
+            def first_by(old: str) -> str | None:
+                return schema.first_superseded(b for (b,) in conn.execute(
+                    "SELECT body FROM dispatch_events WHERE job_id = %s ORDER BY seq",
+                    (old,)).fetchall())
+
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "UPDATE dispatch_jobs SET supersedes = %s WHERE job_id = %s",
+                    [(old, new) for new, old in schema.successor_links(created, first_by)])
+            conn.execute(schema.PG_V2_INDEX)
+        if found < 3:
+            for stmt in schema.PG_V3:
+                conn.execute(stmt)
+        if found < SCHEMA_VERSION:
+            conn.execute("UPDATE dispatch_schema SET version = %s", (SCHEMA_VERSION,))
 
     def _fail(self, what: str, err: psycopg.Error) -> StoreError:
-        return StoreError(f"{self.describe()}: {what}: {self._clean(err)}")
+        lost = " (the connection to the server was lost)" if self._conn.broken else ""
+        return StoreError(f"{self.describe()}: {what}: {self._clean(err)}{_hint(err)}{lost}")
 
     # -- writes ---------------------------------------------------------------------------
+
+    def _write(self, what: str, work: Callable[[Cursor], T],
+               landed: Callable[[Cursor], bool]) -> T:
+        """Run ``work`` in one transaction. When the connection is lost during COMMIT, the
+        outcome is unknown here: reconnect and ask ``landed`` whether it was written."""
+        with self._lock:
+            try:
+                conn = self._db
+            except StoreError as err:
+                raise StoreError(f"{err}; {what}: nothing was written") from None
+            committing = False
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("BEGIN")
+                    try:
+                        result = work(cur)
+                    except BaseException:
+                        self._rollback(conn)
+                        raise
+                    committing = True
+                    cur.execute("COMMIT")
+                return result
+            except psycopg.Error as err:
+                if committing and (conn.broken or conn.closed):
+                    return self._settle(what, err, landed, result)
+                raise
+
+    def _rollback(self, conn: psycopg.Connection[Any]) -> None:
+        if not (conn.broken or conn.closed):
+            try:
+                conn.execute("ROLLBACK")
+            except psycopg.Error:
+                pass  # the connection went away: the server rolls back on its own
+
+    def _settle(self, what: str, err: psycopg.Error, landed: Callable[[Cursor], bool],
+                result: T) -> T:
+        try:
+            with self._db.cursor() as cur:
+                written = landed(cur)
+        except (StoreError, psycopg.Error) as again:
+            raise StoreError(
+                f"{self.describe()}: {what}: the connection was lost while committing "
+                f"({self._clean(err)}) and the server cannot be asked whether it was written "
+                f"({self._clean(again)}); read the record once the server is back") from None
+        if written:
+            return result
+        raise StoreError(f"{self.describe()}: {what}: the connection was lost while "
+                         f"committing ({self._clean(err)}); nothing was written") from None
+
+    @staticmethod
+    def _has_event(cur: Cursor, job_id: str, seq: int, body: str) -> bool:
+        cur.execute("SELECT body FROM dispatch_events WHERE job_id = %s AND seq = %s",
+                    (job_id, seq))
+        row = cur.fetchone()
+        return row is not None and row[0] == body
+
+    def _insert_jobs(self, cur: Cursor, created: Sequence[JobCreated],
+                     bodies: Sequence[str]) -> None:
+        cur.executemany(
+            "INSERT INTO dispatch_jobs"
+            " (job_id, name, backend, created_at, created_us, version, supersedes, scope)"
+            " VALUES (%s, %s, %s, %s, %s, 1, %s, %s)",
+            [(e.job_id, e.spec.name, e.spec.backend, e.at.isoformat(), sort_key_us(e.at),
+              e.supersedes, created_scope(e)) for e in created],
+        )
+        cur.executemany(
+            "INSERT INTO dispatch_events (job_id, seq, body) VALUES (%s, 1, %s)",
+            [(e.job_id, body) for e, body in zip(created, bodies, strict=True)],
+        )
+
+    def _refused_insert(self, err: pg_errors.UniqueViolation,
+                        created: Sequence[JobCreated]) -> Exception:
+        """What a unique key refused: a second successor, or a job id already taken."""
+        try:
+            if err.diag.constraint_name == schema.PG_SUPERSEDES_INDEX:
+                olds = [e.supersedes for e in created if e.supersedes]
+                row = self._db.execute(
+                    "SELECT supersedes, job_id FROM dispatch_jobs WHERE supersedes = ANY(%s)"
+                    " LIMIT 1", (olds,)).fetchone()
+                return AlreadySuperseded(row[0], row[1]) if row else AlreadySuperseded(
+                    olds[0] if olds else "?", None)
+            ids = [e.job_id for e in created]
+            rows = self._db.execute(
+                "SELECT job_id FROM dispatch_jobs WHERE job_id = ANY(%s)", (ids,)).fetchall()
+        except psycopg.Error as again:
+            return self._fail("create", again)
+        found = {r[0] for r in rows}
+        return JobExists([i for i in ids if i in found] or ids)
 
     def create(self, created: JobCreated) -> None:
         self.create_many([created])
@@ -207,93 +313,144 @@ class PostgresStore(RecordStore):
             raise ValueError("create_many: the same job id appears twice")
         if not ids:
             return
-        with self._lock:
-            try:
-                conn = self._db
-                with conn.transaction(), conn.cursor() as cur:
-                    cur.executemany(
-                        "INSERT INTO dispatch_jobs"
-                        " (job_id, name, backend, created_at, created_us, version, scope)"
-                        " VALUES (%s, %s, %s, %s, %s, 1, %s)",
-                        [(e.job_id, e.spec.name, e.spec.backend, e.at.isoformat(),
-                          sort_key_us(e.at), created_scope(e)) for e in created],
-                    )
-                    cur.executemany(
-                        "INSERT INTO dispatch_events (job_id, seq, body) VALUES (%s, 1, %s)",
-                        [(e.job_id, encode_event(e).decode()) for e in created],
-                    )
-            except pg_errors.UniqueViolation:
-                raise JobExists(self._existing(ids)) from None
-            except psycopg.Error as err:
-                raise self._fail("create", err) from None
+        bodies = [encode_event(e).decode() for e in created]
+        what = f"create job {', '.join(ids[:3])}{' ...' if len(ids) > 3 else ''}"
 
-    def _existing(self, ids: Sequence[str]) -> list[str]:
-        rows = self._db.execute(
-            "SELECT job_id FROM dispatch_jobs WHERE job_id = ANY(%s)", (list(ids),)
-        ).fetchall()
-        found = {r[0] for r in rows}
-        return [i for i in ids if i in found] or list(ids)
+        def landed(cur: Cursor) -> bool:
+            return self._has_event(cur, ids[0], 1, bodies[0])
+
+        try:
+            self._write(what, lambda cur: self._insert_jobs(cur, created, bodies), landed)
+        except pg_errors.UniqueViolation as err:
+            raise self._refused_insert(err, created) from None
+        except psycopg.Error as err:
+            raise self._fail(what, err) from None
+
+    def create_successor(self, created: JobCreated, superseded: Superseded,
+                         expected_version: int) -> int:
+        old = check_successor(created, superseded, expected_version)
+        bodies = [encode_event(created).decode()]
+        old_body = encode_event(superseded).decode()
+        what = f"supersede job {old} with {created.job_id}"
+
+        def work(cur: Cursor) -> int:
+            # The old job's row lock first: a concurrent supersede waits here, then conflicts.
+            cur.execute("UPDATE dispatch_jobs SET version = %s WHERE job_id = %s AND version = %s",
+                        (superseded.seq, old, expected_version))
+            matched = cur.rowcount == 1
+            cur.execute("SELECT job_id FROM dispatch_jobs WHERE supersedes = %s", (old,))
+            by = cur.fetchone()
+            if by is not None:
+                raise AlreadySuperseded(old, by[0])
+            if not matched:
+                cur.execute("SELECT version FROM dispatch_jobs WHERE job_id = %s", (old,))
+                row = cur.fetchone()
+                if row is None:
+                    raise JobNotFound(old)
+                raise ConflictError(old, expected_version, row[0])
+            self._insert_jobs(cur, [created], bodies)
+            cur.execute("INSERT INTO dispatch_events (job_id, seq, body) VALUES (%s, %s, %s)",
+                        (old, superseded.seq, old_body))
+            return superseded.seq
+
+        def landed(cur: Cursor) -> bool:
+            return self._has_event(cur, created.job_id, 1, bodies[0])
+
+        try:
+            return self._write(what, work, landed)
+        except pg_errors.UniqueViolation as err:
+            if err.diag.constraint_name == "dispatch_events_pkey":
+                raise ConflictError(old, expected_version, None) from None
+            raise self._refused_insert(err, [created]) from None
+        except (pg_errors.SerializationFailure, pg_errors.DeadlockDetected):
+            raise ConflictError(old, expected_version, None) from None
+        except psycopg.Error as err:
+            raise self._fail(what, err) from None
 
     def append(self, job_id: str, events: Sequence[Event], expected_version: int, *,
                fence: Fence | None = None) -> int:
         terminal = check_batch(job_id, events, expected_version)
         new_version = expected_version + len(events)
-        # Encoded lazily, inside the transaction: nothing is visible until COMMIT.
-        rows: Iterator[tuple[str, int, str]] = (
-            (job_id, e.seq, encode_event(e).decode()) for e in events
-        )
-        with self._lock:
-            try:
-                conn = self._db
-                with conn.transaction(), conn.cursor() as cur:
-                    if fence is not None:
-                        check_fence_pg(cur, job_id, fence)
-                    cur.execute(
-                        "UPDATE dispatch_jobs SET version = %s, terminal = terminal OR %s"
-                        " WHERE job_id = %s AND version = %s AND scope = coalesce(%s, scope)",
-                        (new_version, terminal, job_id, expected_version,
-                         None if fence is None else fence.scope),
-                    )
-                    if cur.rowcount != 1:
-                        cur.execute(
-                            "SELECT version, scope FROM dispatch_jobs WHERE job_id = %s",
-                            (job_id,),
-                        )
-                        row = cur.fetchone()
-                        if row is None:
-                            raise JobNotFound(job_id)
-                        if fence is not None and row[1] != fence.scope:
-                            raise Fenced(job_id, fence, f"the job belongs to scope {row[1]}")
-                        raise ConflictError(job_id, expected_version, row[0])
-                    cur.executemany(
-                        "INSERT INTO dispatch_events (job_id, seq, body) VALUES (%s, %s, %s)",
-                        rows,
-                    )
-            except _RETRYABLE:
-                raise ConflictError(job_id, expected_version, None) from None
-            except psycopg.Error as err:
-                raise self._fail(f"append to job {job_id}", err) from None
-        return new_version
+        first: list[str] = []
+
+        def rows() -> Any:
+            # Encoded lazily, inside the transaction: nothing is visible until COMMIT.
+            for e in events:
+                body = encode_event(e).decode()
+                if not first:
+                    first.append(body)
+                yield (job_id, e.seq, body)
+
+        def work(cur: Cursor) -> int:
+            if fence is not None:
+                check_fence_pg(cur, job_id, fence)
+            cur.execute(
+                "UPDATE dispatch_jobs SET version = %s, terminal = terminal OR %s"
+                " WHERE job_id = %s AND version = %s AND scope = coalesce(%s, scope)",
+                (new_version, terminal, job_id, expected_version,
+                 None if fence is None else fence.scope),
+            )
+            if cur.rowcount != 1:
+                cur.execute("SELECT version, scope FROM dispatch_jobs WHERE job_id = %s",
+                            (job_id,))
+                row = cur.fetchone()
+                if row is None:
+                    raise JobNotFound(job_id)
+                if fence is not None and row[1] != fence.scope:
+                    raise Fenced(job_id, fence, f"the job belongs to scope {row[1]}")
+                raise ConflictError(job_id, expected_version, row[0])
+            cur.executemany(
+                "INSERT INTO dispatch_events (job_id, seq, body) VALUES (%s, %s, %s)", rows())
+            return new_version
+
+        def landed(cur: Cursor) -> bool:
+            return bool(first) and self._has_event(cur, job_id, expected_version + 1, first[0])
+
+        what = f"append to job {job_id}"
+        try:
+            return self._write(what, work, landed)
+        except _RETRYABLE:
+            raise ConflictError(job_id, expected_version, None) from None
+        except psycopg.Error as err:
+            raise self._fail(what, err) from None
 
     # -- reads ----------------------------------------------------------------------------
 
-    def _query(self, sql: str, params: Sequence[Any] | None = None) -> list[Any]:
+    def _query(self, what: str, sql: str, params: Sequence[Any] | None = None) -> list[Any]:
         with self._lock:
             try:
                 return self._db.execute(sql, params).fetchall()
             except psycopg.Error as err:
-                raise self._fail("read", err) from None
+                raise self._fail(what, err) from None
+
+    def _records(self, rows: Sequence[tuple[Any, ...]], out: dict[str, list[Event]]) -> None:
+        """Check and decode ``(job_id, version, seq, body)`` rows into ``out`` (see SQLite)."""
+        where = self.describe()
+        by_job: dict[str, tuple[Any, list[tuple[int, str]]]] = {}
+        for job_id, version, seq, body in rows:
+            entry = by_job.setdefault(job_id, (version, []))
+            if seq is not None:
+                entry[1].append((seq, body))
+        for job_id, (version, stored) in by_job.items():
+            check_contiguous(where, job_id, version, [s for s, _ in stored])
+            out[job_id] = [decode_stored(where, body, job_id, seq) for seq, body in stored]
 
     def read(self, job_id: str) -> list[Event]:
+        # One statement, one snapshot: the version and the events agree unless damaged.
         rows = self._query(
-            "SELECT seq, body FROM dispatch_events WHERE job_id = %s ORDER BY seq", (job_id,)
-        )
+            f"read job {job_id}",
+            "SELECT j.job_id, j.version, e.seq, e.body FROM dispatch_jobs j"
+            " LEFT JOIN dispatch_events e ON e.job_id = j.job_id"
+            " WHERE j.job_id = %s ORDER BY e.seq", (job_id,))
         if not rows:
             raise JobNotFound(job_id)
-        return [decode_event(body, job_id=job_id, seq=seq) for seq, body in rows]
+        out: dict[str, list[Event]] = {}
+        self._records(rows, out)
+        return out[job_id]
 
     def version(self, job_id: str) -> int:
-        rows = self._query("SELECT version FROM dispatch_jobs WHERE job_id = %s", (job_id,))
+        rows = self._query(f"read job {job_id}",
+                           "SELECT version FROM dispatch_jobs WHERE job_id = %s", (job_id,))
         if not rows:
             raise JobNotFound(job_id)
         return int(rows[0][0])
@@ -314,29 +471,32 @@ class PostgresStore(RecordStore):
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created_us, job_id"
-        return [_row(r) for r in self._query(sql, params)]
+        return [_row(self.describe(), r) for r in self._query("list jobs", sql, params)]
 
     def read_many(self, job_ids: Sequence[str]) -> dict[str, list[Event]]:
         out: dict[str, list[Event]] = {i: [] for i in job_ids}
         if not out:
             return out
         rows = self._query(
-            "SELECT job_id, seq, body FROM dispatch_events WHERE job_id = ANY(%s)"
-            " ORDER BY job_id, seq",
+            f"read {len(out)} jobs",
+            "SELECT j.job_id, j.version, e.seq, e.body FROM dispatch_jobs j"
+            " LEFT JOIN dispatch_events e ON e.job_id = j.job_id"
+            " WHERE j.job_id = ANY(%s) ORDER BY j.job_id, e.seq",
             (list(out),),
         )
-        for job_id, seq, body in rows:
-            out[job_id].append(decode_event(body, job_id=job_id, seq=seq))
+        self._records(rows, out)
         missing = [i for i, evs in out.items() if not evs]
         if missing:
             raise JobNotFound(missing)
         return out
 
     def resolve(self, job_or_name: str) -> str:
-        rows = self._query("SELECT 1 FROM dispatch_jobs WHERE job_id = %s", (job_or_name,))
+        what = f"resolve {job_or_name!r}"
+        rows = self._query(what, "SELECT 1 FROM dispatch_jobs WHERE job_id = %s", (job_or_name,))
         if rows:
             return job_or_name
         rows = self._query(
+            what,
             "SELECT job_id FROM dispatch_jobs WHERE name = %s"
             " ORDER BY created_us, job_id LIMIT 20",
             (job_or_name,),

@@ -42,12 +42,16 @@ def describe_store(url: str | None = None, env: Mapping[str, str] = os.environ) 
 
 def open_store(url: str | None = None, env: Mapping[str, str] = os.environ) -> RecordStore:
     """Open the chosen store. StoreError (password masked) for a bad URL or a store that
-    cannot be reached; SchemaTooNew for a store written by a newer build."""
+    cannot be reached; SchemaTooNew for a store written by a newer build.
+
+    Only the default SQLite location gets its directory created: a path someone typed
+    (--store, $DISPATCH_STORE) whose directory is missing is refused, not made."""
     chosen = choose_store(url, env)
     if chosen.kind == "sqlite":
         from dispatch.stores.sqlite import SQLiteStore
 
-        return SQLiteStore(chosen.target)
+        is_default = url is None and not env.get(ENV_VAR, "").strip()
+        return SQLiteStore(chosen.target, create_parent=is_default)
     from dispatch.stores.postgres import PostgresStore
 
     return PostgresStore(chosen.target)

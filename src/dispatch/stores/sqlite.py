@@ -4,6 +4,9 @@ Several processes on one machine may share the file (a CLI reading while a super
 writes, or two supervisors): appends take SQLite's write lock with BEGIN IMMEDIATE, then
 check the version, so the second writer sees the first one's commit and gets ConflictError.
 WAL needs a local filesystem (not NFS); supervisors on different machines use PostgreSQL.
+
+Every sqlite3 error (a damaged file, a full disk, a read-only file) becomes a StoreError
+naming the file; a write that fails is rolled back, so a failure never leaves half of it.
 """
 
 from __future__ import annotations
@@ -11,31 +14,39 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from dispatch.core.codec import decode_event, encode_event
-from dispatch.core.events import Event, JobCreated
+from dispatch.core.codec import encode_event
+from dispatch.core.events import Event, JobCreated, Superseded
+from dispatch.stores import schema
 from dispatch.stores.base import (
     SCHEMA_VERSION,
+    AlreadySuperseded,
     AmbiguousName,
     ConflictError,
     Fence,
     JobExists,
     JobNotFound,
     JobRow,
+    RecordDamaged,
     RecordStore,
-    SchemaTooNew,
     StoreError,
     check_batch,
+    check_contiguous,
     check_created,
+    check_successor,
     created_scope,
+    decode_stored,
     sort_key_us,
 )
-from dispatch.stores.lease import SQLITE_DDL, SQLiteLeases, check_fence_sqlite
+from dispatch.stores.lease import SQLiteLeases, check_fence_sqlite
 
 BUSY_TIMEOUT_MS = 30_000
 """How long a writer waits for another process's write lock before giving up (StoreError).
@@ -48,40 +59,15 @@ Appends are short, so waiting this long only happens when something is badly stu
 # syncs the WAL at every commit. bench/bench_store.py measures the cost (bench/RESULTS.md).
 SYNCHRONOUS = "FULL"
 
-# Version 1 of the schema; a new file gets it, then every step of _MIGRATIONS, so a new file
-# and a migrated one are the same by construction.
-_SCHEMA = """
-CREATE TABLE schema (version INTEGER NOT NULL);
-CREATE TABLE jobs (
-    job_id     TEXT PRIMARY KEY,
-    name       TEXT NOT NULL,
-    backend    TEXT NOT NULL,
-    created_at TEXT NOT NULL,     -- as the JobCreated event says (ISO 8601)
-    created_us INTEGER NOT NULL,  -- the same, as a sort key
-    version    INTEGER NOT NULL,  -- the last seq
-    terminal   INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX jobs_by_created ON jobs (created_us, job_id);
-CREATE INDEX jobs_by_name ON jobs (name);
-CREATE TABLE events (
-    job_id TEXT NOT NULL REFERENCES jobs (job_id),
-    seq    INTEGER NOT NULL,
-    body   BLOB NOT NULL,         -- codec.encode_event, decoded strictly on read
-    PRIMARY KEY (job_id, seq)     -- the last line of defence against two writers
-) WITHOUT ROWID;
-"""
-
-
-def _add_scopes_and_leases(c: sqlite3.Connection) -> None:
-    """Schema 1 -> 2 (issue 16): each job's scope, and the supervisor leases."""
-    c.execute("ALTER TABLE jobs ADD COLUMN scope TEXT")
-    c.execute("UPDATE jobs SET scope = backend")  # a record without a scope: the backend's
-    c.execute("CREATE INDEX jobs_by_scope ON jobs (scope, terminal)")
-    c.execute(SQLITE_DDL)
-
-
-_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
-    2: _add_scopes_and_leases,  # the version each step brings the file to
+# What a sqlite3 error code means for the person reading the message.
+_HINTS = {
+    "SQLITE_FULL": "the disk is full",
+    "SQLITE_READONLY": "the file, its directory or its -wal/-shm files are read-only",
+    "SQLITE_CORRUPT": "the file is damaged",
+    "SQLITE_NOTADB": "the file is not a SQLite database",
+    "SQLITE_CANTOPEN": "the file or its -wal/-shm files cannot be opened",
+    "SQLITE_IOERR": "an I/O error",
+    "SQLITE_PERM": "permission denied",
 }
 
 
@@ -99,35 +85,40 @@ def default_path(env: Mapping[str, str] = os.environ) -> Path:
     return base / "dispatch" / "record.sqlite3"
 
 
-def _ensure_file(path: Path) -> None:
-    """Create the directory (0700) and the file (0600) when missing: records name commands,
-    environments and hosts, which are nobody else's business. Existing ones are left as is."""
-    parent = path.parent
-    if not parent.exists():
-        os.makedirs(parent, mode=0o700, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    except FileExistsError:
-        return
-    try:
-        os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
+def _words(err: sqlite3.Error, directory: Path | None = None) -> str:
+    name = getattr(err, "sqlite_errorname", "") or ""
+    hint = next((h for code, h in _HINTS.items() if name.startswith(code)), None)
+    if (directory is not None and name.startswith(("SQLITE_CANTOPEN", "SQLITE_READONLY"))
+            and not os.access(directory, os.W_OK)):
+        # WAL keeps its -wal and -shm files beside the database: the directory must be
+        # writable too (a read-only mount, a directory made immutable).
+        hint = f"directory {directory} is not writable (read-only or immutable)"
+    return f"{err} ({hint})" if hint else str(err)
 
 
-def _row(r: tuple[str, str, str, int, int, str, str]) -> JobRow:
-    return JobRow(
-        job_id=r[0], name=r[1], backend=r[2], terminal=bool(r[3]), version=r[4],
-        created_at=datetime.fromisoformat(r[5]), scope=r[6],
-    )
+def _row(where: str, r: tuple[object, ...]) -> JobRow:
+    job_id, name, backend, terminal, version, created_at, scope = r
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise RecordDamaged(where, str(job_id), None, f"the job's version is {version!r}")
+    if not isinstance(scope, str) or not scope:
+        raise RecordDamaged(where, str(job_id), None, f"the job's scope is {scope!r}")
+    try:
+        at = datetime.fromisoformat(str(created_at))
+    except ValueError:
+        raise RecordDamaged(where, str(job_id), 1,
+                            f"created_at {created_at!r} is not a time") from None
+    return JobRow(job_id=str(job_id), name=str(name), backend=str(backend),
+                  terminal=bool(terminal), version=version, created_at=at, scope=scope)
 
 
 class SQLiteStore(RecordStore):
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, create_parent: bool = False) -> None:
+        """Open (creating when missing) the store file at ``path``. Its directory must exist
+        unless ``create_parent`` (the default location only): a typo is refused, not made."""
         self.path = Path(path)
         self._lock = threading.RLock()
+        self._prepare_file(create_parent)
         try:
-            _ensure_file(self.path)
             # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
             self._conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False,
@@ -140,6 +131,40 @@ class SQLiteStore(RecordStore):
         except BaseException:
             self._conn.close()
             raise
+
+    def _prepare_file(self, create_parent: bool) -> None:
+        """Create the directory (0700, default location only) and the file (0600) when
+        missing: records name commands, environments and hosts, which are nobody else's
+        business. Existing ones are left as they are; anything but a file is refused."""
+        parent = self.path.parent
+        try:
+            if not parent.exists():
+                if not create_parent:
+                    raise StoreError(
+                        f"{self.describe()}: directory {parent} does not exist "
+                        "(dispatch creates only its default store's directory; create it, or "
+                        "check the path)")
+                os.makedirs(parent, mode=0o700, exist_ok=True)
+            elif not parent.is_dir():
+                raise StoreError(f"{self.describe()}: {parent} is not a directory")
+            try:
+                mode = os.stat(self.path).st_mode
+            except FileNotFoundError:
+                mode = None
+            if mode is not None and not stat.S_ISREG(mode):
+                kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+                raise StoreError(f"{self.describe()} is {kind}")
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            except FileExistsError:
+                return
+            try:
+                os.fchmod(fd, 0o600)
+            finally:
+                os.close(fd)
+        except OSError as err:
+            raise StoreError(f"cannot create record store {self.describe()}: "
+                             f"{err.strerror or err}") from None
 
     def _open_retrying(self) -> None:
         # Opening a WAL file while another connection recovers or checkpoints it on close
@@ -157,12 +182,32 @@ class SQLiteStore(RecordStore):
     def describe(self) -> str:
         return f"sqlite://{self.path}" if self.path.is_absolute() else str(self.path)
 
+    @contextmanager
+    def _guard(self, what: str) -> Iterator[sqlite3.Connection]:
+        """Run ``what`` holding the lock; any sqlite3 error rolls back and becomes a
+        StoreError naming the store (so nothing half-written stays, and no raw error)."""
+        with self._lock:
+            try:
+                yield self._conn
+            except sqlite3.Error as err:
+                self._rollback()
+                raise StoreError(
+                    f"{self.describe()}: {what}: {_words(err, self.path.parent)}") from None
+            except UnicodeDecodeError as err:
+                # sqlite3 decodes TEXT as UTF-8 itself: a damaged page fails here, not in SQLite.
+                self._rollback()
+                raise StoreError(f"{self.describe()}: {what}: stored text is not UTF-8 "
+                                 f"({err.reason} at byte {err.start}; the file is damaged)"
+                                 ) from None
+            except BaseException:
+                self._rollback()
+                raise
+
     def _open(self) -> None:
-        c = self._conn
-        try:
+        with self._guard("cannot use the record store") as c:
             c.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            # Refuse a newer schema before changing anything in the file.
-            self._check_schema()
+            # Refuse a newer (or unusable) schema before changing anything in the file.
+            found = self._schema_version()
             mode = c.execute("PRAGMA journal_mode").fetchone()[0]
             if str(mode).lower() != "wal":
                 mode = c.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -170,27 +215,24 @@ class SQLiteStore(RecordStore):
                 raise StoreError(f"{self.describe()}: cannot switch to WAL (journal_mode {mode})")
             c.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
             c.execute("PRAGMA foreign_keys = ON")
-            c.execute("BEGIN IMMEDIATE")
-            try:
-                found = self._check_schema()
+            if found is None or found < SCHEMA_VERSION:
+                self._begin("set up the schema")
+                found = self._schema_version()  # again, under the write lock
                 if found is None:
-                    for stmt in _SCHEMA.split(";"):
-                        if stmt.strip():
-                            c.execute(stmt)
+                    schema.check_fresh(self.describe(), [r[0] for r in c.execute(
+                        "SELECT name FROM sqlite_master WHERE type = 'table'"
+                        " AND name NOT LIKE 'sqlite_%'")])
+                    for stmt in schema.SQLITE_V1:
+                        c.execute(stmt)
                     c.execute("INSERT INTO schema (version) VALUES (1)")
                     found = 1
-                if found < SCHEMA_VERSION:
-                    for version in range(found + 1, SCHEMA_VERSION + 1):
-                        _MIGRATIONS[version](c)
-                    c.execute("UPDATE schema SET version = ?", (SCHEMA_VERSION,))
+                self._migrate(found)
                 c.execute("COMMIT")
-            except BaseException:
-                c.execute("ROLLBACK")
-                raise
-        except sqlite3.DatabaseError as err:
-            raise StoreError(f"cannot use record store {self.describe()}: {err}") from None
+            tables = [r[0] for r in c.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")]
+            schema.check_tables(self.describe(), tables, schema.SQLITE_TABLES_NOW)
 
-    def _check_schema(self) -> int | None:
+    def _schema_version(self) -> int | None:
         c = self._conn
         exists = c.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema'"
@@ -198,27 +240,62 @@ class SQLiteStore(RecordStore):
         if exists is None:
             return None
         row = c.execute("SELECT max(version) FROM schema").fetchone()
-        found = row[0] if row else None
-        if found is None:
-            raise StoreError(f"{self.describe()}: the schema table holds no version")
-        if found > SCHEMA_VERSION:
-            raise SchemaTooNew(self.describe(), found)
-        return int(found)
+        return schema.check_version(self.describe(), row[0] if row else None)
+
+    def _migrate(self, found: int) -> None:
+        """Steps found+1 .. SCHEMA_VERSION, inside the caller's write transaction."""
+        c = self._conn
+        if found < 2:
+            tables = [r[0] for r in c.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")]
+            schema.check_tables(self.describe(), tables, schema.SQLITE_TABLES)
+            c.execute(schema.SQLITE_V2_COLUMN)
+            created = c.execute(
+                "SELECT j.job_id, j.created_us, e.body FROM jobs j"
+                " JOIN events e ON e.job_id = j.job_id AND e.seq = 1").fetchall()
+
+            def first_by(old: str) -> str | None:
+                return schema.first_superseded(b for (b,) in c.execute(
+                    "SELECT body FROM events WHERE job_id = ? ORDER BY seq", (old,)))
+
+            c.executemany("UPDATE jobs SET supersedes = ? WHERE job_id = ?",
+                          [(old, new) for new, old in schema.successor_links(created, first_by)])
+            c.execute(schema.SQLITE_V2_INDEX)
+        if found < 3:
+            for stmt in schema.SQLITE_V3:
+                c.execute(stmt)
+        if found < SCHEMA_VERSION:
+            c.execute("UPDATE schema SET version = ?", (SCHEMA_VERSION,))
 
     # -- writes ---------------------------------------------------------------------------
 
     def _insert_jobs(self, created: Sequence[JobCreated]) -> None:
         c = self._conn
         c.executemany(
-            "INSERT INTO jobs (job_id, name, backend, created_at, created_us, version, scope)"
-            " VALUES (?, ?, ?, ?, ?, 1, ?)",
+            "INSERT INTO jobs"
+            " (job_id, name, backend, created_at, created_us, version, supersedes, scope)"
+            " VALUES (?, ?, ?, ?, ?, 1, ?, ?)",
             ((e.job_id, e.spec.name, e.spec.backend, e.at.isoformat(), sort_key_us(e.at),
-              created_scope(e)) for e in created),
+              e.supersedes, created_scope(e)) for e in created),
         )
         c.executemany(
             "INSERT INTO events (job_id, seq, body) VALUES (?, 1, ?)",
             ((e.job_id, encode_event(e)) for e in created),
         )
+
+    def _refused_insert(self, err: sqlite3.IntegrityError,
+                        created: Sequence[JobCreated]) -> Exception:
+        """What a unique key refused: a second successor, or a job id already taken."""
+        self._rollback()
+        if "supersedes" in str(err):
+            olds = [e.supersedes for e in created if e.supersedes]
+            row = self._conn.execute(
+                "SELECT supersedes, job_id FROM jobs"
+                " WHERE supersedes IN (SELECT value FROM json_each(?)) LIMIT 1",
+                (json.dumps(olds),)).fetchone()
+            return AlreadySuperseded(row[0], row[1]) if row else AlreadySuperseded(
+                olds[0] if olds else "?", None)
+        return JobExists(self._existing([e.job_id for e in created]))
 
     def create(self, created: JobCreated) -> None:
         self.create_many([created])
@@ -231,18 +308,36 @@ class SQLiteStore(RecordStore):
             raise ValueError("create_many: the same job id appears twice")
         if not ids:
             return
-        with self._lock:
-            c = self._conn
-            self._begin()
+        with self._guard(f"create job {', '.join(ids[:3])}{' ...' if len(ids) > 3 else ''}"):
+            self._begin("create")
             try:
                 self._insert_jobs(created)
-                c.execute("COMMIT")
-            except sqlite3.IntegrityError:
-                c.execute("ROLLBACK")
-                raise JobExists(self._existing(ids)) from None
-            except BaseException:
-                self._rollback()
-                raise
+            except sqlite3.IntegrityError as err:
+                raise self._refused_insert(err, created) from None
+            self._conn.execute("COMMIT")
+
+    def create_successor(self, created: JobCreated, superseded: Superseded,
+                         expected_version: int) -> int:
+        old = check_successor(created, superseded, expected_version)
+        with self._guard(f"supersede job {old} with {created.job_id}") as c:
+            self._begin("supersede")
+            row = c.execute("SELECT version FROM jobs WHERE job_id = ?", (old,)).fetchone()
+            if row is None:
+                raise JobNotFound(old)
+            by = c.execute("SELECT job_id FROM jobs WHERE supersedes = ?", (old,)).fetchone()
+            if by is not None:
+                raise AlreadySuperseded(old, by[0])
+            if row[0] != expected_version:
+                raise ConflictError(old, expected_version, row[0])
+            try:
+                self._insert_jobs([created])
+            except sqlite3.IntegrityError as err:
+                raise self._refused_insert(err, [created]) from None
+            c.execute("INSERT INTO events (job_id, seq, body) VALUES (?, ?, ?)",
+                      (old, superseded.seq, encode_event(superseded)))
+            c.execute("UPDATE jobs SET version = ? WHERE job_id = ?", (superseded.seq, old))
+            c.execute("COMMIT")
+        return superseded.seq
 
     def _existing(self, ids: Sequence[str]) -> list[str]:
         rows = self._conn.execute(
@@ -250,17 +345,21 @@ class SQLiteStore(RecordStore):
             (json.dumps(list(ids)),),
         ).fetchall()
         found = {r[0] for r in rows}
-        return [i for i in ids if i in found]
+        return [i for i in ids if i in found] or list(ids)
 
-    def _begin(self) -> None:
+    def _begin(self, what: str) -> None:
         try:
             self._conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as err:
-            raise StoreError(f"{self.describe()}: cannot start a write: {err}") from None
+        except sqlite3.Error as err:
+            raise StoreError(f"{self.describe()}: cannot start a write ({what}): "
+                             f"{_words(err, self.path.parent)}") from None
 
     def _rollback(self) -> None:
-        if self._conn.in_transaction:
-            self._conn.execute("ROLLBACK")
+        try:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # SQLite rolled back already (a full disk, an I/O error): nothing is kept
 
     def append(self, job_id: str, events: Sequence[Event], expected_version: int, *,
                fence: Fence | None = None) -> int:
@@ -270,55 +369,65 @@ class SQLiteStore(RecordStore):
         rows: Iterator[tuple[str, int, bytes]] = (
             (job_id, e.seq, encode_event(e)) for e in events
         )
-        with self._lock:
-            c = self._conn
-            self._begin()  # takes the write lock: a concurrent writer waits, then sees ours
+        with self._guard(f"append to job {job_id}") as c:
+            self._begin("append")  # the write lock: a concurrent writer waits, then sees ours
+            row = c.execute("SELECT version, scope FROM jobs WHERE job_id = ?",
+                            (job_id,)).fetchone()
+            if row is None:
+                raise JobNotFound(job_id)
+            if fence is not None:  # under the write lock: no takeover can slip in
+                check_fence_sqlite(c, job_id, row[1], fence)
+            if row[0] != expected_version:
+                raise ConflictError(job_id, expected_version, row[0])
             try:
-                row = c.execute("SELECT version, scope FROM jobs WHERE job_id = ?",
-                                (job_id,)).fetchone()
-                if row is None:
-                    raise JobNotFound(job_id)
-                if fence is not None:  # under the write lock: no takeover can slip in
-                    check_fence_sqlite(c, job_id, row[1], fence)
-                if row[0] != expected_version:
-                    raise ConflictError(job_id, expected_version, row[0])
                 c.executemany("INSERT INTO events (job_id, seq, body) VALUES (?, ?, ?)", rows)
-                c.execute(
-                    "UPDATE jobs SET version = ?, terminal = max(terminal, ?) WHERE job_id = ?",
-                    (new_version, int(terminal), job_id),
-                )
-                c.execute("COMMIT")
             except sqlite3.IntegrityError:
                 # The unique (job_id, seq) key caught a writer the version check did not.
-                self._rollback()
                 raise ConflictError(job_id, expected_version, None) from None
-            except sqlite3.OperationalError as err:
-                self._rollback()
-                raise StoreError(f"{self.describe()}: append to job {job_id}: {err}") from None
-            except BaseException:
-                self._rollback()
-                raise
+            c.execute(
+                "UPDATE jobs SET version = ?, terminal = max(terminal, ?) WHERE job_id = ?",
+                (new_version, int(terminal), job_id),
+            )
+            c.execute("COMMIT")
         return new_version
 
     # -- reads ----------------------------------------------------------------------------
 
+    def _records(self, rows: Sequence[tuple[str, Any, Any, Any]],
+                 out: dict[str, list[Event]]) -> None:
+        """Check and decode ``(job_id, version, seq, body)`` rows (seq order per job; a job
+        without events has one row with seq NULL) into ``out``."""
+        where = self.describe()
+        by_job: dict[str, tuple[Any, list[tuple[Any, Any]]]] = {}
+        for job_id, version, seq, body in rows:
+            entry = by_job.setdefault(job_id, (version, []))
+            if seq is not None:
+                entry[1].append((seq, body))
+        for job_id, (version, stored) in by_job.items():
+            check_contiguous(where, job_id, version, [s for s, _ in stored])
+            out[job_id] = [decode_stored(where, body, job_id, seq) for seq, body in stored]
+
     def read(self, job_id: str) -> list[Event]:
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT seq, body FROM events WHERE job_id = ? ORDER BY seq", (job_id,)
-            ).fetchall()
+        # One statement, one snapshot: the version and the events agree unless damaged.
+        with self._guard(f"read job {job_id}") as c:
+            rows = c.execute(
+                "SELECT j.job_id, j.version, e.seq, e.body FROM jobs j"
+                " LEFT JOIN events e ON e.job_id = j.job_id WHERE j.job_id = ? ORDER BY e.seq",
+                (job_id,)).fetchall()
         if not rows:
             raise JobNotFound(job_id)
-        return [decode_event(body, job_id=job_id, seq=seq) for seq, body in rows]
+        out: dict[str, list[Event]] = {}
+        self._records(rows, out)
+        return out[job_id]
 
     def version(self, job_id: str) -> int:
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT version FROM jobs WHERE job_id = ?", (job_id,)
-            ).fetchone()
+        with self._guard(f"read job {job_id}") as c:
+            row = c.execute("SELECT version FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
         if row is None:
             raise JobNotFound(job_id)
-        return int(row[0])
+        if isinstance(row[0], bool) or not isinstance(row[0], int):
+            raise RecordDamaged(self.describe(), job_id, None, f"the job's version is {row[0]!r}")
+        return row[0]
 
     def list_jobs(self, *, live_only: bool = False, name: str | None = None,
                   scope: str | None = None) -> list[JobRow]:
@@ -335,35 +444,33 @@ class SQLiteStore(RecordStore):
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY created_us, job_id"
-        with self._lock:
-            rows = self._conn.execute(sql, params).fetchall()
-        return [_row(r) for r in rows]
+        with self._guard("list jobs") as c:
+            rows = c.execute(sql, params).fetchall()
+        return [_row(self.describe(), r) for r in rows]
 
     def read_many(self, job_ids: Sequence[str]) -> dict[str, list[Event]]:
         out: dict[str, list[Event]] = {i: [] for i in job_ids}
         if not out:
             return out
         # One query for the whole tick; the ids travel as one JSON array parameter.
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT job_id, seq, body FROM events"
-                " WHERE job_id IN (SELECT value FROM json_each(?)) ORDER BY job_id, seq",
+        with self._guard(f"read {len(out)} jobs") as c:
+            rows = c.execute(
+                "SELECT j.job_id, j.version, e.seq, e.body FROM jobs j"
+                " LEFT JOIN events e ON e.job_id = j.job_id"
+                " WHERE j.job_id IN (SELECT value FROM json_each(?)) ORDER BY j.job_id, e.seq",
                 (json.dumps(list(out)),),
             ).fetchall()
-        for job_id, seq, body in rows:
-            out[job_id].append(decode_event(body, job_id=job_id, seq=seq))
+        self._records(rows, out)
         missing = [i for i, evs in out.items() if not evs]
         if missing:
             raise JobNotFound(missing)
         return out
 
     def resolve(self, job_or_name: str) -> str:
-        with self._lock:
-            if self._conn.execute(
-                "SELECT 1 FROM jobs WHERE job_id = ?", (job_or_name,)
-            ).fetchone():
+        with self._guard(f"resolve {job_or_name!r}") as c:
+            if c.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job_or_name,)).fetchone():
                 return job_or_name
-            rows = self._conn.execute(
+            rows = c.execute(
                 "SELECT job_id FROM jobs WHERE name = ? ORDER BY created_us, job_id LIMIT 20",
                 (job_or_name,),
             ).fetchall()
@@ -378,4 +485,7 @@ class SQLiteStore(RecordStore):
 
     def close(self) -> None:
         with self._lock:
-            self._conn.close()
+            try:
+                self._conn.close()
+            except sqlite3.Error as err:
+                raise StoreError(f"{self.describe()}: close: {_words(err)}") from None

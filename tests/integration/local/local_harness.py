@@ -72,7 +72,7 @@ class Local:
     def status_pids(self, ref: str) -> list[int]:
         import msgspec
 
-        from dispatch.backends.local_runner import ObjectStatus
+        from dispatch.backends.local.wire import ObjectStatus
 
         raw = (self.root / "objects" / ref / "status.json").read_bytes()
         status = msgspec.json.decode(raw, type=ObjectStatus)

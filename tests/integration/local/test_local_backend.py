@@ -24,10 +24,11 @@ from local_harness import (
 )
 
 from dispatch.backends.base import Submission
-from dispatch.backends.local import InjectError, LocalBackend, NoSuchObject
-from dispatch.backends.local_runner import RunnerInfo
+from dispatch.backends.local import BadInjection, InjectError, LocalBackend, NoSuchObject
+from dispatch.backends.local.wire import RunnerInfo
 from dispatch.core.model import CauseKind, Provenance, State
 from dispatch.core.spec import JobSpec
+from dispatch.errors import BadInput, StateConflict
 
 
 def test_all_nodes_exit_zero_is_succeeded(local: Local) -> None:
@@ -176,20 +177,32 @@ def test_lose_node_after_the_other_nodes_exit_still_needs_a_stop(local: Local) -
 
 
 def test_inject_refuses_what_cannot_happen(local: Local) -> None:
+    ref, _ = local.submit(SLEEP, nodes=2, gated=True)
     with pytest.raises(NoSuchObject):
         local.backend.inject("nobody", "preempt")
-    ref, _ = local.submit(SLEEP, nodes=2, gated=True)
     local.wait(ref, lambda r: r.gated)
     with pytest.raises(InjectError, match="not running"):
         local.backend.inject(ref, "lose-node")
     local.backend.open_gate(ref)
     local.wait(ref, lambda r: r.state is State.RUNNING)
-    with pytest.raises(InjectError, match="no node 2"):
-        local.backend.inject(ref, "lose-node", 2)
+    # What can never be made is bad input (exit 2); what the state forbids, a conflict (6).
+    for args, words in [(("lose-node", 2), "no node 2"), (("lose-node", -1), "no node -1"),
+                        (("preempt", 0), "preempt takes no node")]:
+        with pytest.raises(BadInjection, match=words) as bad:
+            local.backend.inject(ref, *args)  # type: ignore[arg-type]
+        assert isinstance(bad.value, BadInput) and bad.value.exit_code == 2
+    with pytest.raises(BadInjection, match="unknown injection"):
+        local.backend.inject(ref, "explode")  # type: ignore[arg-type]
+    assert local.look(ref).state is State.RUNNING  # nothing was injected
     local.backend.stop(ref)
     local.ended(ref)
-    with pytest.raises(InjectError, match="already ended"):
+    with pytest.raises(InjectError, match="already ended") as late:
         local.backend.inject(ref, "preempt")
+    assert isinstance(late.value, StateConflict) and late.value.exit_code == 6
+    with pytest.raises(InjectError, match="already ended"):
+        local.backend.inject(ref, "lose-node", 0)
+    with pytest.raises(BadInjection, match="no node 5"):
+        local.backend.inject(ref, "lose-node", 5)  # bad input whatever the state
 
 
 def test_nothing_starts_until_the_gate_opens(local: Local) -> None:
@@ -326,6 +339,7 @@ def test_cancel_and_stop_of_an_ended_object_are_no_ops(local: Local) -> None:
 
 
 def test_a_ref_that_does_not_exist(local: Local) -> None:
+    local.backend.disk.claim()  # the root is there and is ours: its answer is positive
     (report,) = local.backend.discover([], ["l-00000000"]).objects
     assert report.ref == "l-00000000" and report.token is None
     assert report.ended and report.cause.kind is CauseKind.UNKNOWN

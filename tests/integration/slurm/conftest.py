@@ -2,6 +2,12 @@
 
 A missing testbed is a FAILURE, not a skip: skipped tests are not coverage. Set
 DISPATCH_SKIP_SLURM=1 to deselect the slurm-marked tests instead (say so in what you report).
+
+The suite runs against the Slurm whose tools are on PATH: the 22.05 testbed on the host, or
+the 24.11 one through ``scripts/slurm-testbed exec --version 24.11 python -m pytest ...``
+(scripts/test runs it against every version in DISPATCH_SLURM_VERSIONS). DISPATCH_SLURM_VERSION
+names the version the run is meant for (exec sets it); the ``slurm_version`` fixture fails
+when the tools on PATH are another release.
 """
 
 from __future__ import annotations
@@ -11,7 +17,13 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from slurm_helpers import SKIP_ENV, TESTBED, Cluster, testbed_problem
+from slurm_helpers import SKIP_ENV, TESTBED, Cluster, slurm_release, testbed_problem
+
+VERSION_ENV = "DISPATCH_SLURM_VERSION"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"slurm: {os.environ.get(VERSION_ENV, '22.05')} wanted, tools say {slurm_release()}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -34,8 +46,21 @@ def testbed() -> None:
                     pytrace=False)
 
 
+@pytest.fixture(scope="session")
+def slurm_version(testbed: None) -> str:
+    """The Slurm major version under test ("22.05", "24.11"): what the tools on PATH say,
+    and what DISPATCH_SLURM_VERSION asked for (a mismatch is a failure, not a silent run
+    against the wrong cluster)."""
+    wanted = os.environ.get(VERSION_ENV, "22.05")
+    release = slurm_release()
+    if not release.startswith(wanted + "."):
+        pytest.fail(f"{VERSION_ENV}={wanted} but the Slurm tools on PATH are {release}",
+                    pytrace=False)
+    return wanted
+
+
 @pytest.fixture
-def cluster(testbed: None, tmp_path_factory: pytest.TempPathFactory,
+def cluster(slurm_version: str, tmp_path_factory: pytest.TempPathFactory,
             request: pytest.FixtureRequest) -> Iterator[Cluster]:
     out = tmp_path_factory.mktemp("slurm-out")
     out.chmod(0o777)

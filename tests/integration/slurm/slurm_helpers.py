@@ -18,6 +18,42 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 TESTBED = REPO / "scripts" / "slurm-testbed"
 SKIP_ENV = "DISPATCH_SKIP_SLURM"
+# The testbed's state dir as the tests see it (inside the 24.11 root: /srv/testbed, set by exec).
+STATE_DIR = Path(os.environ.get("DISPATCH_SLURM_STATE", "/var/lib/dispatch-slurm-testbed"))
+
+
+def stop_controller() -> None:
+    """Stop slurmctld by its pid file (never by name: two testbeds may run on this host)."""
+    pid = int((STATE_DIR / "run" / "slurmctld.pid").read_text().strip())
+    subprocess.run(["kill", "-TERM", str(pid)], check=True)
+    deadline = time.monotonic() + 30
+    while subprocess.run(["scontrol", "ping"], capture_output=True,
+                         check=False).returncode == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def start_controller() -> None:
+    """Bring slurmctld back: the testbed's own idempotent ``up`` on the host (22.05); inside the
+    24.11 root, where that script cannot run, slurmctld itself (it reads the root's config)."""
+    if os.environ.get("DISPATCH_SLURM_VERSION", "22.05") == "22.05":
+        subprocess.run([str(TESTBED), "up"], check=True, capture_output=True, timeout=120)
+        return
+    subprocess.run(["slurmctld"], check=True, capture_output=True, timeout=60)
+    deadline = time.monotonic() + 60
+    while subprocess.run(["scontrol", "ping"], capture_output=True,
+                         check=False).returncode != 0:
+        assert time.monotonic() < deadline, "slurmctld did not answer within 60s of its start"
+        time.sleep(0.5)
+
+
+def slurm_release() -> str:
+    """What ``sinfo -V`` says: ``22.05.8``, ``24.11.5``; the words themselves if not that."""
+    try:
+        out = subprocess.run(["sinfo", "-V"], capture_output=True, text=True, timeout=15,
+                             check=False).stdout.split()
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"(sinfo -V failed: {err})"
+    return out[-1] if out else "(sinfo -V printed nothing)"
 
 
 def testbed_problem() -> str | None:

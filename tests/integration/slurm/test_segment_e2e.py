@@ -7,7 +7,7 @@ A simulated fault in task 1 (tests/fixtures/slurm/segment_train.py) makes torchr
 start a new rendezvous round (``--max-restarts=1``); process 0 of task 1 runs the check
 there, refuses to rejoin and exits non-zero, and ``srun --kill-on-bad-exit=1`` ends the
 step. Task 0 runs on and completes. ``dispatch status --json`` and ``dispatch history`` say
-why.
+why: the array's end is the exclusion's (node-lost, scheduler), not the application's.
 
 Every wait is bounded; nothing asserts a duration. The drained node is always resumed and
 the array cancelled, whatever happens.
@@ -104,7 +104,7 @@ def hostnames(nodelist: str) -> list[str]:
 
 
 @pytest.fixture
-def cli(testbed: None, tmp_path: Path) -> Iterator[Dispatch]:
+def cli(slurm_version: str, tmp_path: Path) -> Iterator[Dispatch]:
     tmp_path.chmod(0o777)
     d = Dispatch(tmp_path)
     try:
@@ -204,12 +204,18 @@ def test_drained_array_task_is_excluded_at_its_next_rendezvous(cli: Dispatch,
         task0_log = logs["0"].read_text()  # type: ignore[union-attr]
         assert task0_log.count("TRAINED") == 2 and "simulated fault" not in task0_log
 
-        # `dispatch run` / `status --json`: the array failed because task 1 did.
+        # `dispatch run` / `status --json`: the array failed because task 1 did, and task 1
+        # ended because its unit was excluded: the decision's cause (node-lost, the
+        # scheduler's node state), never the application's (issue 17). The scheduler's
+        # words stay verbatim in detail; dispatch's explanation is the note.
         st = json.loads(out)
         assert run.returncode == 1 and st["state"] == "failed", (out, err)
-        assert st["cause"]["kind"] == "non-zero-exit"
-        assert st["cause"]["detail"].startswith("task 1: FAILED")
-        assert "others: 0 succeeded" in st["cause"]["detail"]
+        assert st["cause"]["kind"] == "node-lost", st["cause"]
+        assert st["cause"]["provenance"] == "scheduler", st["cause"]
+        assert st["cause"]["detail"].startswith("FAILED")
+        assert "task 1 speaks for the array; others: 0 succeeded" in st["cause"]["note"]
+        assert f"allocation unit {array}.1 was excluded" in st["cause"]["note"]
+        assert drained in st["cause"]["note"]
         st2 = cli.json("status", "seg-e2e")
         assert st2["state"] == "failed" and st2["cause"] == st["cause"]
         assert st2["objects"] == [array]
@@ -226,6 +232,9 @@ def test_drained_array_task_is_excluded_at_its_next_rendezvous(cli: Dispatch,
         assert seg["event"]["unit_job_id"] == array and seg["event"]["task_id"] == "1"
         assert seg["event"]["nodes"] == [drained]
         assert "FAILED" in history and "task 1" in history
+        (end,) = [e["event"] for e in events if e["type"] == "ExecutionEnded"]
+        assert end["ref"] == array and end["cause"]["kind"] == "node-lost"
+        assert "ended: non-zero-exit" not in history, history  # (the note may quote it)
     finally:
         if drained is not None:
             subprocess.run(["scontrol", "update", f"nodename={drained}", "state=resume"],

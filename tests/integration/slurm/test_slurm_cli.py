@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -12,19 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_helpers import TESTBED, slurm, wait_nodes_idle
+from slurm_helpers import slurm, start_controller, stop_controller, wait_nodes_idle
 from tests.e2e.conftest import Dispatch
 
 pytestmark = pytest.mark.slurm
 
 # Runs long on its first submission, succeeds at once on the next ones.
 LONG_THEN_OK = ["bash", "-c", 'if [ "$DISPATCH_SUBMISSION" = 1 ]; then sleep 300; fi']
-STATE_DIR = Path(os.environ.get("DISPATCH_SLURM_STATE", "/var/lib/dispatch-slurm-testbed"))
 EXIT3_THEN_OK = ["bash", "-c", 'if [ "$DISPATCH_SUBMISSION" = 1 ]; then exit 3; fi']
 
 
 @pytest.fixture
-def cli(testbed: None, tmp_path: Path) -> Iterator[Dispatch]:
+def cli(slurm_version: str, tmp_path: Path) -> Iterator[Dispatch]:
     tmp_path.chmod(0o777)
     d = Dispatch(tmp_path)
     d.env["DISPATCH_SLURM_NODE_LOSS_WINDOW"] = "30s"
@@ -177,11 +175,16 @@ def test_requeued_by_a_person_with_a_native_requeue_rule(cli: Dispatch) -> None:
     finish(proc)
 
 
-def test_no_capacity(cli: Dispatch) -> None:
+def test_no_capacity(cli: Dispatch, slurm_version: str) -> None:
     path = spec(cli, "big", ["true"], nodes=5)
+    if slurm_version != "22.05":  # 24.11's sbatch refuses it: a rejected submission
+        code, st = run(cli, path)
+        assert kind(st) == "launch-failed", st
+        assert "Requested node configuration is not available" in st["cause"]["detail"]
+        return
     proc = cli.spawn("run", str(path), "--json", "--poll", "0.5")
     st = cli.wait_for("big", lambda s: kind(s) == "no-capacity")
-    assert st["state"] == "pending" and "can never start" in st["cause"]["detail"]
+    assert st["state"] == "pending" and "can never start" in st["cause"]["note"]
     cli("cancel", "big", check=True)
     finish(proc)
 
@@ -192,21 +195,16 @@ def test_scheduler_outage_makes_no_transition_and_resumes(cli: Dispatch) -> None
     path = spec(cli, "outage", ["sleep", "8"])
     proc = cli.spawn("run", str(path), "--json", "--poll", "0.5")
     cli.wait_for("outage", lambda s: s["state"] == "running")
-    pid = int((STATE_DIR / "run" / "slurmctld.pid").read_text().strip())
-    subprocess.run(["kill", "-TERM", str(pid)], check=True)
+    stop_controller()
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and subprocess.run(
-                ["scontrol", "ping"], capture_output=True, check=False).returncode == 0:
-            time.sleep(0.2)
         before = cli("history", "outage", check=True).stdout
         time.sleep(12)  # the job ends meanwhile; nobody can see it
         done = cli("status", "outage", "--json")
         st = json.loads(done.stdout)
         assert st["scheduler"] != "ok", st
-        assert st["state"] == "running" or st["state"] == "pending", st
+        assert st["state"] == "running", st  # the record's state, never a guess (issue 12)
         assert cli("history", "outage", check=True).stdout == before
     finally:
-        subprocess.run([str(TESTBED), "up"], check=True, capture_output=True, timeout=120)
+        start_controller()
     code, st = finish(proc)
     assert code == 0 and st["state"] == "succeeded" and st["submissions"] == 1, st

@@ -17,6 +17,7 @@ from dispatch.stores.select import open_store
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
+        (tmp_path / "state").mkdir()
         return f"sqlite://{tmp_path / 'state' / 'record.sqlite3'}"
     return str(request.getfixturevalue("postgres_url"))
 

@@ -6,9 +6,14 @@ import os
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dispatch.core.codec import encode_event
+from dispatch.core.events import Event, JobCreated, OutcomeCommitted
+from dispatch.stores import schema
+from dispatch.stores.base import sort_key_us
 from dispatch.stores.url import parse_store_url
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -35,6 +40,28 @@ class Backdoor:
             with psycopg.connect(self.target.target, autocommit=True) as pg:
                 pg.execute(sql_pg, params)
 
+    def query(self, sql_sqlite: str, sql_pg: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        if self.kind == "sqlite":
+            conn = sqlite3.connect(self.target.target, isolation_level=None)
+            try:
+                return conn.execute(sql_sqlite, params).fetchall()
+            finally:
+                conn.close()
+        import psycopg
+
+        with psycopg.connect(self.target.target, autocommit=True) as pg:
+            return pg.execute(sql_pg, params).fetchall()
+
+    def schema_version(self) -> int:
+        rows = self.query("SELECT version FROM schema", "SELECT version FROM dispatch_schema")
+        assert len(rows) == 1, rows
+        return int(rows[0][0])
+
+    def supersedes_column(self) -> dict[str, str | None]:
+        rows = self.query("SELECT job_id, supersedes FROM jobs",
+                          "SELECT job_id, supersedes FROM dispatch_jobs")
+        return dict(rows)
+
     def insert_event(self, job_id: str, seq: int, body: str) -> None:
         self.execute("INSERT INTO events (job_id, seq, body) VALUES (?, ?, ?)",
                      "INSERT INTO dispatch_events (job_id, seq, body) VALUES (%s, %s, %s)",
@@ -45,6 +72,29 @@ class Backdoor:
     def set_schema_version(self, version: int) -> None:
         self.execute("UPDATE schema SET version = ?", "UPDATE dispatch_schema SET version = %s",
                      (version,))
+
+
+def build_v1_store(url: str, records: Mapping[str, Sequence[Event]]) -> None:
+    """A store as schema version 1 wrote it (no supersedes column), holding ``records``."""
+    bd = Backdoor(url)
+    ddl = schema.SQLITE_V1 if bd.kind == "sqlite" else schema.PG_V1
+    for stmt in ddl:
+        bd.execute(stmt, stmt)
+    bd.execute("INSERT INTO schema (version) VALUES (1)",
+               "INSERT INTO dispatch_schema (version) VALUES (1)")
+    for job_id, events in records.items():
+        first = events[0]
+        assert isinstance(first, JobCreated) and first.job_id == job_id
+        terminal = any(isinstance(e, OutcomeCommitted) for e in events)
+        bd.execute("INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                   "INSERT INTO dispatch_jobs VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                   (job_id, first.spec.name, first.spec.backend, first.at.isoformat(),
+                    sort_key_us(first.at), len(events), terminal))
+        for e in events:
+            body = encode_event(e)
+            bd.execute("INSERT INTO events VALUES (?, ?, ?)",
+                       "INSERT INTO dispatch_events VALUES (%s, %s, %s)",
+                       (job_id, e.seq, body if bd.kind == "sqlite" else body.decode()))
 
 
 def child_env() -> dict[str, str]:

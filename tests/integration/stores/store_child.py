@@ -8,6 +8,8 @@
     store_child.py loop  URL JOB TAG COUNT SIZE GODIR  when GODIR/go appears, append COUNT
                                                   batches of SIZE events, re-reading the
                                                   version after a conflict
+    store_child.py supersede URL JOB GODIR ACTOR  when GODIR/go appears, supersede JOB:
+                                                  prints "won NEWID" or "lost ERRORTYPE BY"
 Each prints one line per step on stdout, flushed.
 """
 
@@ -21,7 +23,9 @@ from pathlib import Path
 from typing import Any, overload
 
 from dispatch.core.events import EscalationRaised, Event
-from dispatch.stores.base import ConflictError
+from dispatch.core.policy import Declarations
+from dispatch.service.requests import supersede
+from dispatch.stores.base import AlreadySuperseded, ConflictError
 from dispatch.stores.select import open_store
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -98,6 +102,15 @@ def main(argv: list[str]) -> int:
                 except ConflictError:
                     conflicts += 1
             say("conflicts", conflicts)
+        elif mode == "supersede":
+            godir, actor = Path(argv[3]), argv[4]
+            say("ready")
+            while not (godir / "go").exists():
+                time.sleep(0.001)
+            try:
+                say("won", supersede(store, job, NOW, actor, Declarations(backend="local")))
+            except AlreadySuperseded as err:
+                say("lost", type(err).__name__, err.by)
         else:
             raise SystemExit(f"unknown mode {mode}")
     return 0

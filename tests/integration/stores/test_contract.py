@@ -78,7 +78,10 @@ def new_id() -> str:
 def _round_trip(store: RecordStore, record: list[Event], split: int) -> None:
     # One store serves every example: a fresh job id keeps examples apart.
     job_id = new_id()
-    first = msgspec.structs.replace(record[0], job_id=job_id)
+    # ... and a fresh superseded id: a job has at most one successor in a store.
+    old = getattr(record[0], "supersedes", None)
+    first = msgspec.structs.replace(record[0], job_id=job_id,
+                                    supersedes=f"old-{job_id}" if old else None)
     assert isinstance(first, JobCreated)
     store.create(first)
     rest = record[1:]
@@ -411,6 +414,7 @@ def test_undecodable_stored_event_is_refused_naming_job_and_seq(
             attempt()
         assert info.value.job_id == "newer-build" and info.value.seq == 2
         assert "job newer-build" in str(info.value) and "seq 2" in str(info.value)
+        assert f"stored in {store.describe()}" in str(info.value)
         assert field in str(info.value)
     assert len(store.read("old")) == 1  # the other job is still readable
 
@@ -493,7 +497,9 @@ def test_sqlite_file_is_private_wal_and_fully_synced(tmp_path: Path) -> None:
     import sqlite3
 
     path = tmp_path / "state" / "dispatch" / "record.sqlite3"
-    with open_store(f"sqlite://{path}") as s:
+    # The default location: the only one whose missing directory is created (0700).
+    with open_store(None, env={"XDG_STATE_HOME": str(tmp_path / "state"),
+                               "HOME": "/nonexistent"}) as s:
         s.create(created("a"))
         s.append("a", escalations(2, 1), 1)
         assert stat.S_IMODE(path.stat().st_mode) == 0o600

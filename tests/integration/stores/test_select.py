@@ -71,5 +71,8 @@ def test_sqlite_url_and_bare_path_open_the_same_file(tmp_path: pytest.TempPathFa
 def test_unwritable_sqlite_location_is_a_clear_error(tmp_path: pytest.TempPathFactory) -> None:
     blocker = f"{tmp_path}/file"
     open(blocker, "w").close()
-    with pytest.raises(StoreError, match="cannot open record store"):
+    with pytest.raises(StoreError, match="directory .*/file/sub does not exist"):
         open_store(f"{blocker}/sub/r.sqlite3", env={})
+    # The default location's directory is made when missing, and a file in the way is named.
+    with pytest.raises(StoreError, match="cannot create record store .*/file/dispatch"):
+        open_store(None, env={"XDG_STATE_HOME": blocker})

@@ -18,7 +18,7 @@ from typing import Any
 from dispatch.backends.local import LocalBackend
 from dispatch.core.record import Job, fold
 from dispatch.core.spec import parse_spec
-from dispatch.jobs import create_job
+from dispatch.service.requests import create_job
 from dispatch.stores.lease import Lease
 from dispatch.stores.select import open_store
 from dispatch.supervision import local_scope

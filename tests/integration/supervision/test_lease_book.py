@@ -23,8 +23,7 @@ from dispatch.core.policy import Declarations
 from dispatch.core.record import fold
 from dispatch.core.spec import JobSpec
 from dispatch.core.status import project
-from dispatch.stores import postgres as pg_store
-from dispatch.stores import sqlite as sqlite_store
+from dispatch.stores import schema
 from dispatch.stores.base import SCHEMA_VERSION, ConflictError, Fence, Fenced, RecordStore
 from dispatch.stores.select import open_store
 from dispatch.stores.url import parse_store_url
@@ -155,7 +154,8 @@ def _v1_store(url: str) -> None:
     row = ("old", "old", "local", T0.isoformat(), 0, 1)
     if target.kind == "sqlite":
         conn = sqlite3.connect(target.target, isolation_level=None)
-        conn.executescript(sqlite_store._SCHEMA)
+        for stmt in schema.SQLITE_V1:
+            conn.execute(stmt)
         conn.execute("INSERT INTO schema (version) VALUES (1)")
         conn.execute("INSERT INTO jobs (job_id, name, backend, created_at, created_us, version)"
                      " VALUES (?, ?, ?, ?, ?, ?)", row)
@@ -165,7 +165,7 @@ def _v1_store(url: str) -> None:
     import psycopg
 
     with psycopg.connect(target.target, autocommit=True) as c:
-        for stmt in pg_store._SCHEMA:
+        for stmt in schema.PG_V1:
             c.execute(stmt)
         c.execute("INSERT INTO dispatch_schema (version) VALUES (1)")
         c.execute("INSERT INTO dispatch_jobs (job_id, name, backend, created_at, created_us,"
@@ -177,7 +177,7 @@ def _v1_store(url: str) -> None:
 def test_a_schema_1_store_is_migrated_and_its_jobs_get_their_backend_as_scope(
         store_url: str) -> None:
     _v1_store(store_url)
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
     with open_store(store_url) as store:
         assert [(r.job_id, r.scope) for r in store.list_jobs(scope="local")] == [
             ("old", "local")]

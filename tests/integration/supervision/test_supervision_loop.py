@@ -13,7 +13,7 @@ import pytest
 from tests.integration.supervision.helpers import ROOT, child_env, create_jobs, spec
 
 from dispatch.backends.local import LocalBackend
-from dispatch.backends.registry import BackendCache
+from dispatch.backends.registry import Backends
 from dispatch.stores.select import open_store
 from dispatch.supervision import (
     ScopeError,
@@ -73,7 +73,7 @@ def _subs(store, job_id):  # type: ignore[no-untyped-def]
 def test_scopes_this_machine_serves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "local"
     monkeypatch.setenv("DISPATCH_LOCAL_ROOT", str(root))
-    backends = BackendCache()
+    backends = Backends()
     mine = local_scope(root)
     assert mine.startswith("local:") and mine != local_scope(tmp_path / "other")
     assert resolve_scopes(["local"], backends) == ([mine, "local"], [])

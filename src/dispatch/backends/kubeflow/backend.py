@@ -32,13 +32,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import yaml
 from lightkube.types import CascadeType
 
-from dispatch.backends.base import Submission, SubmitRejected
+from dispatch.backends.base import DryRun, Submission, SubmitRejected
 from dispatch.backends.kubeflow.client import (
     ApiAnswer,
     ClientSettings,
@@ -214,10 +215,15 @@ class KubeflowBackend:
             backend=self.name, native_actions=native, node_loss_window=self._node_loss_window
         )
 
-    @staticmethod
-    def check_spec(spec: JobSpec) -> None:
-        """Raise KubeflowSpecError (naming the key) when the spec's kubeflow: section is bad."""
+    def validate(self, spec: JobSpec) -> None:
+        """Raise KubeflowSpecError (naming the key) when the spec's kubeflow: section is bad;
+        reaches no cluster."""
         parse_section(spec.kubeflow)
+        build_trainjob(Submission(job_id="0", number=1, token="0.1", spec=spec), "default")
+
+    def ready(self) -> None:
+        """A usable Kubernetes config (the client is built; no request is made)."""
+        _ = self.kube
 
     def _default_namespace(self) -> str:
         if self._client is not None:
@@ -227,9 +233,14 @@ class KubeflowBackend:
     def manifest(self, submission: Submission) -> dict[str, Any]:
         return build_trainjob(submission, self._default_namespace())
 
-    def dry_run(self, submission: Submission) -> str:
-        """The TrainJob YAML that ``submit`` would create; reaches no cluster."""
-        return yaml.safe_dump(self.manifest(submission), sort_keys=False)
+    def dry_run(self, submission: Submission) -> DryRun:
+        """The TrainJob that ``submit`` would create; reaches no cluster."""
+        text = yaml.safe_dump(self.manifest(submission), sort_keys=False)
+        return DryRun(backend=self.name, documents=(("TrainJob", text),))
+
+    def logs(self, ref: str) -> list[Path]:
+        """Pod logs live in the API server, not in files dispatch can read."""
+        return []
 
     # -- actions -----------------------------------------------------------------------------
 

@@ -43,6 +43,7 @@ from lightkube.types import CascadeType, PatchType
 
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.errors import BackendError
+from dispatch.retry import with_backoff
 
 BACKEND = "kubeflow"
 
@@ -87,6 +88,14 @@ class ApiAnswer(BackendError):
 class WatchExpired(BackendError):
     """410 Gone: the resourceVersion a watch asked for is older than the server keeps; the
     only way on is a fresh list."""
+
+
+class _Transient(Exception):
+    """A failure worth trying again (connection, timeout, 429, 5xx), with its words."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def _transient(code: int) -> bool:
@@ -166,7 +175,11 @@ def load_config(
             return KubeConfig.from_file(path).get(context_name=context)
         return KubeConfig.from_env(service_account=service_account_dir).get(context_name=context)
     except (ConfigError, KeyError, OSError, ValueError) as err:
-        raise ConfigError(f"cannot load Kubernetes config: {err}") from None
+        raise KubeConfigError(f"cannot load Kubernetes config: {err}") from None
+
+
+class KubeConfigError(BackendError):
+    """No usable Kubernetes config here: the backend cannot be built (never a state)."""
 
 
 class KubeClient:
@@ -198,27 +211,32 @@ class KubeClient:
         self._client.close()
 
     def _call(self, what: str, fn: Callable[[], T]) -> T:
-        attempt = 0
-        while True:
+        """``fn()``; connection errors, timeouts, 429 and 5xx retried with backoff, then
+        SchedulerUnreachable; any other answer is the API server speaking: ApiAnswer."""
+
+        def once() -> T:
             try:
                 return fn()
             except ApiError as err:
                 code = int(err.status.code or err.response.status_code)
-                if code < 500 and code != 429:
+                if not _transient(code):
                     status = err.status
                     raise ApiAnswer(code, status.reason or "", status.message or "") from None
-                reason = f"{what}: {code} {err.status.message or ''}".strip()
+                raise _Transient(f"{what}: {code} {err.status.message or ''}".strip()) from None
             except httpx2.HTTPStatusError as err:
                 code = err.response.status_code
-                if code < 500 and code != 429:
+                if not _transient(code):
                     raise ApiAnswer(code, err.response.reason_phrase, err.response.text) from None
-                reason = f"{what}: {code} {err.response.text[:200]}"
+                raise _Transient(f"{what}: {code} {err.response.text[:200]}") from None
             except httpx2.TransportError as err:
-                reason = f"{what}: {type(err).__name__}: {err}"
-            attempt += 1
-            if attempt > self.settings.retries:
-                raise SchedulerUnreachable(BACKEND, reason)
-            self._sleep(self.settings.backoff_s * (2 ** (attempt - 1)))
+                raise _Transient(f"{what}: {type(err).__name__}: {err}") from None
+
+        try:
+            return with_backoff(once, attempts=self.settings.retries + 1,
+                                backoff=self.settings.backoff_s, retry_on=_Transient,
+                                sleep=self._sleep)
+        except _Transient as err:
+            raise SchedulerUnreachable(BACKEND, err.reason) from None
 
     def list(
         self, res: ResourceType, namespace: str | None, labels: Mapping[str, str | None]

@@ -10,6 +10,7 @@ word we cannot map becomes ``CauseKind.UNKNOWN`` with the words kept verbatim in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +37,19 @@ DISRUPTION_KINDS: dict[str, CauseKind] = {
     "EvictionByEvictionAPI": CauseKind.PREEMPTED,
     "DeletionByTaintManager": CauseKind.NODE_LOST,
     "DeletionByPodGC": CauseKind.NODE_LOST,
+}
+# What the kubelet itself writes when it ends a pod (DisruptionTarget reason
+# TerminationByKubelet, or the pod's status reason/message), from Kubernetes'
+# pkg/kubelet (eviction/helpers.go, nodeshutdown, preemption). Mapped only on these words.
+KUBELET_LOW_ON_RESOURCE = re.compile(r"^The node was low on resource: ([A-Za-z0-9._/-]+)\.")
+# The resource the node ran short of -> the kind; ephemeral-storage, pids and inodes fit no
+# kind of the closed list (the node is fine; no-capacity is for a job that cannot start),
+# so they stay unknown with the kubelet's words.
+KUBELET_LOW_RESOURCE_KINDS: dict[str, CauseKind] = {"memory": CauseKind.OUT_OF_MEMORY}
+KUBELET_MESSAGES: dict[str, CauseKind] = {
+    "Pod was terminated in response to imminent node shutdown.": CauseKind.NODE_LOST,
+    "Pod was preempted by Kubelet to accommodate a critical pod.": CauseKind.PREEMPTED,
+    "Preempted in order to admit critical pod": CauseKind.PREEMPTED,
 }
 WAITING_LAUNCH_FAILED = frozenset(
     {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError"}
@@ -218,15 +232,20 @@ def _terminated_signal(
     )
 
 
+def kubelet_kind(message: str) -> CauseKind:
+    """Why the kubelet ended a pod, from its own message only; unknown for anything else
+    (never a guess from a word that happens to appear in it)."""
+    low = KUBELET_LOW_ON_RESOURCE.match(message)
+    if low is not None:
+        return KUBELET_LOW_RESOURCE_KINDS.get(low.group(1), CauseKind.UNKNOWN)
+    return KUBELET_MESSAGES.get(message.strip(), CauseKind.UNKNOWN)
+
+
 def _disruption_kind(reason: str, message: str) -> CauseKind:
     if reason in DISRUPTION_KINDS:
         return DISRUPTION_KINDS[reason]
     if reason == "TerminationByKubelet":
-        text = message.lower()
-        if "memory" in text:
-            return CauseKind.OUT_OF_MEMORY
-        if "shutdown" in text or "node" in text:
-            return CauseKind.NODE_LOST
+        return kubelet_kind(message)
     return CauseKind.UNKNOWN
 
 
@@ -251,14 +270,16 @@ def pod_end_signals(pod: Any) -> list[tuple[int, datetime | None, Cause]]:
             )
         )
     status = _map(p.get("status"))
-    if status.get("reason") == "Evicted":
+    if status.get("reason") in ("Evicted", "Preempting"):
         message = _str(status.get("message")) or ""
-        kind = CauseKind.OUT_OF_MEMORY if "memory" in message.lower() else CauseKind.UNKNOWN
         found.append(
             (
                 _RANK_DISRUPTION,
                 None,
-                Cause(kind=kind, detail=f"{_pod_ref(p)}: reason=Evicted message={message!r}"),
+                Cause(
+                    kind=kubelet_kind(message),
+                    detail=f"{_pod_ref(p)}: reason={status.get('reason')} message={message!r}",
+                ),
             )
         )
     for cs in _container_statuses(p):
@@ -435,7 +456,8 @@ def _restart_cause(attempt: int, jobs: Sequence[Any], pods: Sequence[Any], jobse
     with the JobSet's own words."""
     mine = [p for p in pods if restart_attempt(p) == attempt]
     my_jobs = [j for j in jobs if restart_attempt(j) == attempt]
-    header = f"JobSet {name_of(jobset)} restart {attempt + 1} (status.restarts={_restarts(jobset)})"
+    header = f"jobset {name_of(jobset)}: status.restarts={_restarts(jobset)}"
+    note = f"restart {attempt + 1} of the JobSet"
     restarting = condition(jobset, "RestartingJobSet")
     if restarting is not None:
         header = _join(header, words("jobset", restarting))
@@ -446,11 +468,12 @@ def _restart_cause(attempt: int, jobs: Sequence[Any], pods: Sequence[Any], jobse
         if found.kind is CauseKind.UNKNOWN:
             found = None
     if found is None:
-        return Cause(kind=CauseKind.REQUEUED, detail=header)
+        return Cause(kind=CauseKind.REQUEUED, detail=header, note=note)
     return Cause(
         kind=found.kind,
         provenance=found.provenance,
         detail=_join(header, found.detail),
+        note=note,
         exit_code=found.exit_code,
         at=found.at,
     )
@@ -595,7 +618,7 @@ def report_gone(ref: str, token: str | None, actor: str | None, now: datetime) -
         kind=CauseKind.CANCELLED,
         provenance=Provenance.ACTOR,
         actor=actor,
-        detail=f"TrainJob {ref} no longer exists: deleted by {who}",
+        note=f"TrainJob {ref} no longer exists: deleted by {who}",
         at=now,
     )
     return ObjectReport(ref=ref, token=token, state=State.CANCELLED, cause=cause)

@@ -2,8 +2,9 @@
 
 The table is SCHEDULER-SIGNALS.md "Slurm -> (state, cause)"; the tests hold every row of it
 and the real captures in tests/fixtures/slurm/. The scheduler's words are kept verbatim in
-``Cause.detail`` ("STATE; reason=...; ExitCode=...; restarts=...; nodes=..."); a word we cannot
-map gives ``CauseKind.UNKNOWN`` with the words, never a guess.
+``Cause.detail`` ("STATE; reason=...; ExitCode=...; restarts=...; nodes=..."), and only
+them: dispatch's own explanation goes in ``Cause.note``. A word we cannot map gives
+``CauseKind.UNKNOWN`` with the words, never a guess.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class Signal(msgspec.Struct, frozen=True, kw_only=True):
     steps: tuple[tuple[str, str, str], ...] = ()  # (step id, state, ExitCode) from sacct
     at: datetime | None = None
     eligible: bool = True  # False: the job has never been eligible (held since submission)
+    squeue_exit: str = ""  # squeue's exit_code beside sacct's ExitCode (sacct drops 128)
+    note: str = ""  # dispatch's own words about these (never in the detail)
 
     @property
     def word(self) -> str:
@@ -102,8 +105,8 @@ def no_capacity(reason: str) -> bool:
 # --------------------------------------------------------------------------- words
 
 
-def detail(sig: Signal, extra: str = "") -> str:
-    """The scheduler's words, verbatim, in one line."""
+def detail(sig: Signal) -> str:
+    """The scheduler's words, verbatim, in one line: each field under its Slurm name."""
     parts = [sig.state.strip() or "(no state)"]
     if sig.reason and sig.reason != "None":
         parts.append(f"reason={sig.reason}")
@@ -111,6 +114,8 @@ def detail(sig: Signal, extra: str = "") -> str:
         parts.append(f"description={sig.description}")
     if sig.exit is not None and sig.exit.text:
         parts.append(f"ExitCode={sig.exit.text}")
+    if sig.squeue_exit:
+        parts.append(f"exit_code={sig.squeue_exit}")
     if sig.derived is not None and (sig.derived.code or sig.derived.signal):
         parts.append(f"DerivedExitCode={sig.derived.text}")
     if sig.restarts:
@@ -120,15 +125,17 @@ def detail(sig: Signal, extra: str = "") -> str:
     for step, state, code in sig.steps:
         if state.split(" ", 1)[0].upper() not in ("COMPLETED", "RUNNING", "PENDING"):
             parts.append(f"step {step} {state} {code}".rstrip())
-    if extra:
-        parts.append(extra)
     return "; ".join(parts)
 
 
+def _notes(*notes: str) -> str:
+    return "; ".join(n for n in notes if n)
+
+
 def _cause(kind: CauseKind, sig: Signal, *, provenance: Provenance = Provenance.SCHEDULER,
-           actor: str | None = None, exit_code: int | None = None, extra: str = "") -> Cause:
-    return Cause(kind=kind, provenance=provenance, actor=actor, detail=detail(sig, extra),
-                 exit_code=exit_code, at=sig.at)
+           actor: str | None = None, exit_code: int | None = None, note: str = "") -> Cause:
+    return Cause(kind=kind, provenance=provenance, actor=actor, detail=detail(sig),
+                 note=_notes(note, sig.note), exit_code=exit_code, at=sig.at)
 
 
 # Slurm's SIG_OOM (253 as a wait status; sacct prints 0:125): a step the cgroup OOM-killed.
@@ -156,9 +163,12 @@ def classify(sig: Signal, *, preempt_mode: str = "REQUEUE",
     """
     word = sig.word
     reason = sig.reason
-    none = Cause(kind=CauseKind.NONE, detail=detail(sig), at=sig.at)
+    none = Cause(kind=CauseKind.NONE, detail=detail(sig), note=sig.note, at=sig.at)
 
     if word == "PENDING":
+        if sig.restarts and "requeued in held state" in sig.description and not reason:
+            # squeue -O prints the description instead of the reason (JobHeldUser/Admin).
+            return State.HELD, _cause(CauseKind.REQUEUED, sig)
         if reason in HELD_REASONS:
             if sig.restarts and "requeued in held state" in sig.description:
                 return State.HELD, _cause(CauseKind.REQUEUED, sig)
@@ -170,10 +180,12 @@ def classify(sig: Signal, *, preempt_mode: str = "REQUEUE",
         if sig.restarts > 0 and (reason in WAITING_REASONS or no_capacity(reason)):
             if previous is not None:
                 return State.RECOVERING, msgspec.structs.replace(
-                    previous, detail=f"{previous.detail}; now {detail(sig)}")
+                    previous, detail=f"{previous.detail}; {detail(sig)}",
+                    note=_notes(previous.note, "the ended execution's words, then the job's "
+                                "now"))
             return State.RECOVERING, _cause(CauseKind.REQUEUED, sig)
         if never_runs(reason):
-            return State.PENDING, _cause(CauseKind.NO_CAPACITY, sig, extra="can never start")
+            return State.PENDING, _cause(CauseKind.NO_CAPACITY, sig, note="can never start")
         if no_capacity(reason):
             return State.PENDING, _cause(CauseKind.NO_CAPACITY, sig)
         if reason in WAITING_REASONS:
@@ -258,13 +270,13 @@ def signal_from_sacct(row: SacctRow, steps: Sequence[SacctRow] = (), *,
     reason, not why the job ended, so it is kept only for a row still pending."""
     word = row.state_word
     exit_ = row.exit
+    squeue_words, note = "", ""
     if squeue_exit is not None:  # squeue's wait status is exact; keep both words
-        exit_ = msgspec.structs.replace(
-            squeue_exit, text=f"{row.exit.text} (squeue exit_code {squeue_exit.text})")
+        exit_ = msgspec.structs.replace(squeue_exit, text=row.exit.text)
+        squeue_words = squeue_exit.text
     elif exit_.code and not exit_.signal:
-        exit_ = msgspec.structs.replace(
-            exit_, text=f"{exit_.text} (sacct prints codes >= 128 less 128: "
-                        f"{exit_.code} or {exit_.code + 128})")
+        note = (f"sacct prints codes >= 128 less 128: exit code {exit_.code} or "
+                f"{exit_.code + 128}")
     return Signal(
         state=row.state,
         reason=row.reason if word == "PENDING" else "",
@@ -274,6 +286,8 @@ def signal_from_sacct(row: SacctRow, steps: Sequence[SacctRow] = (), *,
         nodes=row.nodes if row.nodes != "None assigned" else "",
         steps=tuple((s.step or "", s.state, s.exit.text) for s in steps),
         at=row.end,
+        squeue_exit=squeue_words,
+        note=note,
     )
 
 
@@ -379,8 +393,10 @@ def object_report(*, ref: str, token: str | None, job: SqueueJob | None,
             if lost:
                 seen = [n.reason_at for n in lost if n.reason_at is not None]
                 lost_at = lost_since or (min(seen) if seen else now)
-                cause = Cause(kind=CauseKind.NODE_LOST, detail=detail(
-                    sig, "lost: " + ", ".join(node_words(n) for n in lost)), at=lost_at)
+                cause = Cause(kind=CauseKind.NODE_LOST, detail="; ".join(
+                    [detail(sig), *(node_words(n) for n in lost)]), at=lost_at,
+                    note="node(s) lost under the running job: "
+                         + ", ".join(n.name for n in lost))
         unhealthy = tuple(n for n in job_nodes if n in nodes and node_unhealthy(nodes[n]))
         units = (UnitHealth(unit=ref, nodes=unhealthy, detail="; ".join(
             node_words(nodes[n]) for n in unhealthy)),) if unhealthy else ()
@@ -437,8 +453,8 @@ def _awaiting_accounting(ref: str, token: str | None, job: SqueueJob,
         return None
     return ObjectReport(
         ref=ref, token=token or job.comment or None, state=State.RUNNING,
-        cause=Cause(kind=CauseKind.NONE,
-                    detail=f"{job.state} per squeue; waiting for accounting to say how it ended"),
+        cause=Cause(kind=CauseKind.NONE, detail=detail(signal_from_squeue(job)),
+                    note="squeue says it ended; waiting for accounting to say how"),
         executions=execs, nodes=_nodes(job.nodes))
 
 
@@ -466,104 +482,4 @@ def missing_report(ref: str, token: str | None, now: datetime) -> ObjectReport:
     """Neither squeue nor accounting knows the job: nothing of it can run, so it is reported
     ended, with an unknown cause and these words (never a guess at why)."""
     return ObjectReport(ref=ref, token=token, state=State.FAILED, cause=Cause(
-        kind=CauseKind.UNKNOWN, detail=f"{NO_SUCH_JOB} {ref}", at=now))
-
-
-# --------------------------------------------------------------------------- arrays
-
-# Which task speaks for a live array: one running task makes the array running.
-LIVE_ORDER = (State.RUNNING, State.RECOVERING, State.PENDING, State.HELD, State.UNKNOWN)
-# Which task speaks for an ended array: a cancel is final (S14), then a failure, then success.
-END_ORDER = (State.CANCELLED, State.FAILED, State.SUCCEEDED)
-
-
-def array_report(*, ref: str, token: str | None,
-                 tasks: Sequence[tuple[str, ObjectReport]], now: datetime) -> ObjectReport:
-    """One Slurm job array -> ONE report (the object model of an array).
-
-    One dispatch submission is one ``sbatch --array`` and so one object, named by the array
-    job id: the token is bound once, decide sees one object per token (several reports with
-    the same token would be taken for duplicates, S15), and stopping it (``scancel <array
-    id>``) stops every task. ``tasks`` are (task id, the task's own report from
-    ``object_report``, ref ``<array>_<task>``), in task order. Then:
-
-    - state: live while any task is: the first of LIVE_ORDER any live task is in (running
-      while any task runs). Ended when every task ended: the first of END_ORDER any task
-      is in (every task COMPLETED -> succeeded).
-    - cause: that of the task that speaks for the array (the first such task; while running,
-      one with a lost node first, for the fence, S11), its detail prefixed with the task
-      and followed by a summary of the others, e.g. ``task 1: FAILED; ExitCode=1:0 | others:
-      0 succeeded``. Every task succeeded: cause none.
-    - executions: one, the array's run: from the first task start; ended, with the array's
-      cause, only when every task ended. A task ending while others run is not an ended
-      execution of a live object: that would read as a requeue (decide's native recovery).
-      Arrays are submitted with ``--no-requeue`` (seed 002), so tasks have one run each.
-    - nodes: every task's nodes; unhealthy_units: each live task's own (unit ``<array>_<task>``).
-    """
-    if not tasks:
-        return missing_report(ref, token, now)
-    live = [(t, r) for t, r in tasks if r.alive]
-    if live:
-        state = next(s for s in LIVE_ORDER if any(r.state is s for _, r in live))
-        speakers = [(t, r) for t, r in live if r.state is state]
-        if state is State.RUNNING:
-            speakers.sort(key=lambda tr: tr[1].cause.kind is not CauseKind.NODE_LOST)
-    else:
-        state = next(s for s in END_ORDER if any(r.state is s for _, r in tasks))
-        speakers = [(t, r) for t, r in tasks if r.state is state]
-    task, speaker = speakers[0]
-    others = [(t, r) for t, r in tasks if t != task]
-    words = f"task {task}: {speaker.cause.detail}"
-    if others:
-        words += " | others: " + _summary(others)
-    cause = msgspec.structs.replace(speaker.cause, detail=words)
-    lost_since = speaker.lost_since if cause.kind is CauseKind.NODE_LOST else None
-    return ObjectReport(
-        ref=ref, token=token or speaker.token, state=state, cause=cause,
-        executions=_array_execution(tasks, cause, ended=not live),
-        nodes=_union(n for _, r in tasks for n in r.nodes), lost_since=lost_since,
-        gated=state is State.HELD and all(r.gated for _, r in live),
-        unhealthy_units=tuple(u for _, r in live for u in r.unhealthy_units))
-
-
-def _summary(tasks: Sequence[tuple[str, ObjectReport]]) -> str:
-    """``0-3,7 succeeded, 5 failed (non-zero-exit)``: tasks grouped by state and cause."""
-    groups: dict[str, list[str]] = {}
-    for task, report in tasks:
-        key = report.state.value
-        if report.cause.kind is not CauseKind.NONE:
-            key += f" ({report.cause.kind.value})"
-        groups.setdefault(key, []).append(task)
-    return ", ".join(f"{task_ranges(ids)} {key}" for key, ids in groups.items())
-
-
-def task_ranges(tasks: Sequence[str]) -> str:
-    """(0, 1, 2, 5) -> ``0-2,5``; ids that are not numbers are listed as they are."""
-    numbers = sorted({int(t) for t in tasks if t.isdigit()})
-    parts: list[str] = []
-    i = 0
-    while i < len(numbers):
-        j = i
-        while j + 1 < len(numbers) and numbers[j + 1] == numbers[j] + 1:
-            j += 1
-        parts.append(str(numbers[i]) if i == j else f"{numbers[i]}-{numbers[j]}")
-        i = j + 1
-    parts += [t for t in tasks if not t.isdigit()]
-    return ",".join(parts)
-
-
-def _union(names: Iterable[str]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(names))
-
-
-def _array_execution(tasks: Sequence[tuple[str, ObjectReport]], cause: Cause,
-                     ended: bool) -> tuple[Execution, ...]:
-    runs = [e for _, r in tasks for e in r.executions]
-    starts = [e.started_at for e in runs if e.started_at is not None]
-    if not starts:
-        return ()
-    ends = [e.ended_at for e in runs if e.ended_at is not None]
-    return (Execution(index=0, started_at=min(starts),
-                      ended_at=max(ends) if ended and ends else None,
-                      cause=cause if ended else None,
-                      nodes=_union(n for e in runs for n in e.nodes)),)
+        kind=CauseKind.UNKNOWN, note=f"{NO_SUCH_JOB} {ref}", at=now))

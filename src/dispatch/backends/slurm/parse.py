@@ -14,12 +14,16 @@ print different shapes for the same facts; both are read here:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
+# Re-exported: the id notations live in ids.py.
+from dispatch.backends.slurm.ids import MAX_ARRAY_TASK_ID as MAX_ARRAY_TASK_ID
+from dispatch.backends.slurm.ids import array_task_of as array_task_of
+from dispatch.backends.slurm.ids import expand_array_tasks as expand_array_tasks
+from dispatch.backends.slurm.ids import expand_nodelist as expand_nodelist
 from dispatch.errors import BackendError
 
 
@@ -443,44 +447,6 @@ def group_sacct(rows: tuple[SacctRow, ...]) -> dict[str, list[tuple[SacctRow, li
     return out
 
 
-# ---------------------------------------------------------------------------------- sinfo
-
-
-def parse_sinfo_json(text: str | bytes) -> tuple[NodeInfo, ...]:
-    tool = "sinfo --json"
-    _doc, nodes_raw = _document_list(tool, text, "nodes")
-    return tuple(_node(tool, n, f"nodes[{i}]") for i, n in enumerate(nodes_raw))
-
-
-def _node(tool: str, raw: Any, where: str) -> NodeInfo:
-    if not isinstance(raw, dict):
-        raise SlurmOutputError(tool, where, "expected a JSON object")
-    name = _str(tool, _field(tool, raw, "name", where), where + ".name")
-    if not name:
-        raise SlurmOutputError(tool, where + ".name", "empty node name")
-    state_raw = _field(tool, raw, "state", where)
-    flags_raw = raw.get("state_flags", [])
-    if isinstance(state_raw, list):  # 23.11+: one list of base state and flags
-        words = [w for w in state_raw if isinstance(w, str)]
-        if not words or len(words) != len(state_raw):
-            raise SlurmOutputError(tool, where + ".state", f"bad state {state_raw!r}")
-        state, flags = words[0].upper(), tuple(w.upper() for w in words[1:])
-    elif isinstance(state_raw, str) and state_raw:
-        state = state_raw.upper()
-        if not isinstance(flags_raw, list) or not all(isinstance(f, str) for f in flags_raw):
-            raise SlurmOutputError(tool, where + ".state_flags", f"bad flags {flags_raw!r}")
-        flags = tuple(f.upper() for f in flags_raw)
-    else:
-        raise SlurmOutputError(tool, where + ".state", f"bad state {state_raw!r}")
-    by = raw.get("reason_set_by_user")
-    return NodeInfo(
-        name=name, state=state, flags=flags,
-        reason=_str(tool, raw.get("reason"), where + ".reason"),
-        reason_at=epoch(_number(tool, raw.get("reason_changed_at"), where + ".reason_changed_at")),
-        reason_by=by if isinstance(by, str) and by else None,
-    )
-
-
 # ---------------------------------------------------------------------------------- sbatch
 
 
@@ -496,103 +462,7 @@ def parse_sbatch_parsable(text: str) -> SbatchResult:
     return SbatchResult(job_id=job_id, cluster=cluster if sep and cluster else None)
 
 
-# ---------------------------------------------------------------------------------- nodelists
-
-
-def expand_nodelist(text: str) -> tuple[str, ...]:
-    """``n[1-3,5],gpu7`` -> (n1, n2, n3, n5, gpu7). Malformed -> ValueError."""
-    text = text.strip()
-    if not text or text in ("(null)", "None assigned"):
-        return ()
-    return tuple(_expand(text))
-
-
-def _split_top(text: str) -> Iterator[str]:
-    depth, start = 0, 0
-    for i, ch in enumerate(text):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth < 0:
-                raise ValueError(f"unbalanced ] in node list {text!r}")
-        elif ch == "," and depth == 0:
-            yield text[start:i]
-            start = i + 1
-    if depth != 0:
-        raise ValueError(f"unbalanced [ in node list {text!r}")
-    yield text[start:]
-
-
-def _expand(text: str) -> Iterator[str]:
-    for part in _split_top(text):
-        if not part:
-            raise ValueError(f"empty name in node list {text!r}")
-        if "[" not in part:
-            yield part
-            continue
-        prefix, _, rest = part.partition("[")
-        body, _, suffix = rest.partition("]")
-        if "[" in suffix or "]" in suffix:
-            raise ValueError(f"nested ranges in node list {text!r}")
-        for item in body.split(","):
-            lo, dash, hi = item.partition("-")
-            if not lo.isdigit() or (dash and not hi.isdigit()):
-                raise ValueError(f"bad range {item!r} in node list {text!r}")
-            if not dash:
-                yield f"{prefix}{lo}{suffix}"
-                continue
-            if int(hi) < int(lo) or int(hi) - int(lo) > 100_000:
-                raise ValueError(f"bad range {item!r} in node list {text!r}")
-            width = len(lo)
-            for n in range(int(lo), int(hi) + 1):
-                yield f"{prefix}{n:0{width}d}{suffix}"
-
-
 # ---------------------------------------------------------------------------------- arrays
-
-MAX_ARRAY_TASK_ID = 4_000_000  # Slurm's hard ceiling on MaxArraySize
-
-
-def expand_array_tasks(text: str) -> tuple[str, ...]:
-    """An array's task string -> its task ids, in order: ``0-3`` -> (0, 1, 2, 3); also
-    ``1,3,5``, ``0-7:2`` (a step), ``0-15%4`` (a throttle, dropped) and sacct's pending form
-    ``[0-1]``. Malformed -> ValueError naming the text."""
-    body = text.strip()
-    if body.startswith("[") and body.endswith("]"):
-        body = body[1:-1]
-    body, _, throttle = body.partition("%")
-    if throttle and (not throttle.isdigit() or int(throttle) < 1):
-        raise ValueError(f"bad throttle in array task string {text!r}")
-    if not body:
-        raise ValueError(f"empty array task string {text!r}")
-    out: list[str] = []
-    seen: set[int] = set()
-    for item in body.split(","):
-        span, colon, step_s = item.partition(":")
-        lo_s, dash, hi_s = span.partition("-")
-        if not lo_s.isdigit() or (dash and not hi_s.isdigit()) \
-                or (colon and (not dash or not step_s.isdigit() or int(step_s) < 1)):
-            raise ValueError(f"bad item {item!r} in array task string {text!r}")
-        lo = int(lo_s)
-        hi = int(hi_s) if dash else lo
-        if hi < lo or hi > MAX_ARRAY_TASK_ID:
-            raise ValueError(f"bad range {item!r} in array task string {text!r}")
-        for n in range(lo, hi + 1, int(step_s) if colon else 1):
-            if n not in seen:
-                seen.add(n)
-                out.append(str(n))
-    return tuple(out)
-
-
-def array_task_of(job_id: str) -> tuple[str, str] | None:
-    """sacct's ``JobID`` of an array row -> (array job id, task text): ``123_4.batch`` ->
-    (123, 4); ``123_[0-3]`` (tasks not yet started) -> (123, [0-3]). None for other jobs."""
-    head = job_id.split(".", 1)[0]
-    array_id, sep, task = head.partition("_")
-    if not sep or not array_id.isdigit() or not task:
-        return None
-    return array_id, task
 
 
 def group_sacct_array_tasks(

@@ -19,6 +19,9 @@ Spec ``slurm:`` section (every key checked; unknown keys refused):
     rdzv_host: 10.0.0.5       # rendezvous host (default: the first node of each allocation)
     rdzv_port: 29500          # rendezvous port; plus the task id for an array with rdzv_host
 
+A submission after a segment-health exclusion carries the excluded nodes
+(``Submission.exclude_nodes``): they join the spec's own ``exclude`` in one ``--exclude``.
+
 The submission token goes in ``--comment`` (discovery finds the object by it after a crash);
 a gated submission gets ``--hold``; ``--no-requeue`` unless the plan has a requeue rule the
 backend enforces (then ``--requeue``). An array is always ``--no-requeue`` (seed 002: the
@@ -39,7 +42,6 @@ task N listens on ``rdzv_port + N``.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import shlex
@@ -49,7 +51,7 @@ from typing import Any
 from dispatch.backends.base import Submission
 from dispatch.backends.slurm.parse import expand_array_tasks
 from dispatch.core.policy import Action, Enforcer
-from dispatch.core.spec import SpecError
+from dispatch.core.spec import JobSpec, SpecError
 from dispatch.segment_health.launch import (
     Launcher,
     LaunchRequest,
@@ -92,6 +94,7 @@ _SHAPE_OPTIONS = {
 _OPTION = re.compile(r"^--([a-z][a-z0-9-]*)(?:=(.+))?$", re.DOTALL)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SAFE_TEXT = re.compile(r"^[^\x00\n\r]+$")
+_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 DEFAULT_OUTPUT_DIR_ENV = "DISPATCH_SLURM_OUTPUT_DIR"
 
@@ -200,12 +203,12 @@ def _safe_name(text: str) -> str:
 
 def time_option(seconds: int) -> str:
     """Slurm time limits are whole minutes: round up, never down."""
-    return str(max(1, math.ceil(seconds / 60)))
+    return str(max(1, -(-seconds // 60)))  # integer ceiling: no float rounding
 
 
 def memory_option(size: int) -> str:
     """--mem is per node, in MiB here: round up."""
-    return f"{max(1, math.ceil(size / (1024 * 1024)))}M"
+    return f"{max(1, -(-size // (1024 * 1024)))}M"  # integer ceiling
 
 
 def is_array(submission: Submission) -> bool:
@@ -224,6 +227,12 @@ def _validate_submission(submission: Submission) -> None:
         for key in _LAUNCH_KEYS:
             if key in section:
                 raise _bad(key, "only with segment_health.launcher torchrun or ft_launcher")
+
+
+def validate_spec(spec: JobSpec) -> None:
+    """Everything render would refuse, refused before anything is recorded: the slurm section,
+    the launch shape, the name, the environment names."""
+    render(Submission(job_id="0", number=1, token="0.1", spec=spec), out_dir=Path("/"))
 
 
 def launcher_of(submission: Submission) -> Launcher | None:
@@ -327,12 +336,16 @@ def sbatch_argv(submission: Submission, *, script: Path, out_dir: Path,
         argv.append("--exclusive")
     for key in _TEXT_KEYS:
         value = _text(section, key)
-        if value:
+        if value and key != "exclude":
             argv.append(f"--{key}={value}")
     for key in _INT_KEYS:
         if section.get(key) is not None:
             argv.append(f"--{key.replace('_', '-')}={section[key]}")
-    argv.extend(section.get("extra", []))
+    extra = list(section.get("extra", []))
+    exclude = exclude_option(submission, [o for o in extra if o.startswith("--exclude=")])
+    argv.extend(o for o in extra if not o.startswith("--exclude="))
+    if exclude:
+        argv.append(exclude)
     if is_array(submission):
         argv.append(f"--array={section['array']}")
         requeue = False  # seed 002; _validate_submission refused a plan that needs it
@@ -345,6 +358,20 @@ def sbatch_argv(submission: Submission, *, script: Path, out_dir: Path,
         argv.append("--hold")
     argv.append(str(script))
     return argv
+
+
+def exclude_option(submission: Submission, extra_excludes: list[str]) -> str | None:
+    """One ``--exclude`` (sbatch keeps only the last one given): the spec's ``slurm.exclude``,
+    any ``--exclude=`` in ``slurm.extra``, then the nodes of the job's segment-health
+    exclusions the submission carries, each node once."""
+    user = _text(dict(submission.spec.slurm), "exclude")
+    parts = ([user] if user else []) + [o.split("=", 1)[1] for o in extra_excludes]
+    for node in submission.exclude_nodes:
+        if not _NODE.match(node):
+            raise SpecError("<submission>", "exclude_nodes", f"not a Slurm node name: {node!r}")
+    named = {n for p in parts for n in p.split(",")}
+    parts += [n for n in submission.exclude_nodes if n not in named]
+    return f"--exclude={','.join(dict.fromkeys(parts))}" if parts else None
 
 
 def render(submission: Submission, *, out_dir: Path | None = None,

@@ -1,0 +1,299 @@
+"""The Python API: submit a job, read its state and cause, wait for it, act on it.
+
+    import dispatch
+
+    job = dispatch.submit("job.yaml")          # a path, a dict parsed from YAML, or a JobSpec
+    status = job.wait(timeout=600)             # supervises the job itself until its outcome
+    print(status.state, status.cause)
+
+A thin layer over ``dispatch.service.Service``, like the CLI: every call opens the record
+store it names (``store=``: a SQLite path or ``postgresql://`` URL; default as the CLI:
+$DISPATCH_STORE, else the SQLite file under $XDG_STATE_HOME/dispatch), does one operation
+and closes it again, so a ``Job`` is only a job id and a store and can be kept for as long as
+you like. Errors are the CLI's: ``DispatchError`` subclasses (``BadInput``, ``NotFound``,
+``Unreachable``, ``StoreUnusable``, ``StateConflict``, ``BackendError``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from dispatch.core import events as ev
+from dispatch.core.model import Cause, Status
+from dispatch.core.spec import JobSpec, SpecError, parse_spec
+from dispatch.service import Service
+
+__all__ = ["HistoryLine", "Job", "get", "jobs", "submit"]
+
+Store = str | os.PathLike[str] | None
+SpecLike = str | os.PathLike[str] | Mapping[str, Any] | JobSpec
+
+# Seconds between log reads when following, and the default between ticks in wait().
+FOLLOW_POLL_S = 0.5
+WAIT_POLL_S = 1.0
+
+
+def _open(store: Store) -> Service:
+    return Service.open(os.fspath(store) if store is not None else None)
+
+
+def _spec(spec: SpecLike) -> JobSpec:
+    if isinstance(spec, JobSpec):
+        return spec
+    if isinstance(spec, Mapping):
+        return parse_spec(dict(spec), "<dict>")
+    if isinstance(spec, (str, os.PathLike)):
+        from dispatch.specfile import load_spec
+
+        return load_spec(Path(spec))
+    raise SpecError("<spec>", "", f"a spec is a path, a mapping or a JobSpec, not "
+                                  f"{type(spec).__name__}")
+
+
+def submit(spec: SpecLike, *, store: Store = None) -> Job:
+    """Record a job and make its first submission; returns at once (``Job.wait`` or a
+    running ``dispatch supervise`` / ``dispatch serve`` carries it on).
+
+    ``spec``: a path to a YAML spec, a mapping as parsed from YAML (same keys, same
+    checks), or a ``JobSpec``. A relative command path means what it means in the current
+    directory (the spec's ``workdir`` defaults to it). Rules nobody will enforce on the
+    job's backend are reported as ``UserWarning`` (like the CLI's warnings).
+
+    Raises ``BadInput`` (``SpecError``, ``PolicyError``) for a spec that cannot be used,
+    ``StoreUnusable`` for a record store that cannot be used."""
+    parsed = _spec(spec)
+    with _open(store) as service:
+        _, plan = service.prepare(parsed)
+        for line in plan.unenforced():
+            warnings.warn(f"{line} (an execution ending with it fails the job)",
+                          UserWarning, stacklevel=2)
+        job_id = service.submit(parsed)
+    return Job(job_id, store=store)
+
+
+def get(job: str, *, store: Store = None) -> Job:
+    """The job with this id, or the one job carrying this name. ``NotFound`` when there is
+    none (or when several jobs carry the name)."""
+    with _open(store) as service:
+        job_id = service.resolve(job)
+    return Job(job_id, store=store)
+
+
+def jobs(all: bool = False, *, store: Store = None) -> list[Job]:  # noqa: A002 - the CLI's --all
+    """The unfinished jobs, oldest first; with ``all``, the finished ones too."""
+    with _open(store) as service:
+        rows = service.store.list_jobs(live_only=not all)
+    return [Job(r.job_id, store=store) for r in rows]
+
+
+class HistoryLine(NamedTuple):
+    """One committed event of a job's story and its line of text (as ``dispatch history``
+    prints it)."""
+
+    event: ev.Event
+    text: str
+
+    @property
+    def seq(self) -> int:
+        return self.event.seq
+
+    @property
+    def at(self) -> datetime:
+        return self.event.at
+
+
+@dataclass(frozen=True)
+class Job:
+    """A handle on one recorded job: its id and the store its record lives in. Every method
+    reads or appends to the record when called; nothing is cached."""
+
+    id: str
+    store: Store = None
+
+    def __repr__(self) -> str:
+        return f"Job({self.id!r})"
+
+    @property
+    def name(self) -> str:
+        with _open(self.store) as service:
+            return service.job(self.id).name
+
+    def status(self) -> Status:
+        """The job's state and cause now (its scheduler asked, like ``dispatch status``).
+
+        Raises ``SchedulerUnreachable`` (an ``Unreachable``) when the scheduler cannot be
+        asked: never a state. ``record()`` reads the record alone."""
+        with _open(self.store) as service:
+            return service.status(self.id)
+
+    def record(self) -> Status:
+        """The job's state as its record alone says (no scheduler asked)."""
+        with _open(self.store) as service:
+            view = service.view(self.id, ask_scheduler=False)
+        if view.status is None:
+            assert view.error is not None
+            raise view.error
+        return view.status
+
+    def wait(self, timeout: float | None = None, *, poll: float = WAIT_POLL_S,
+             supervise: bool = True) -> Status:
+        """Block until the job's outcome is committed; return its final Status.
+
+        With ``supervise`` (the default) this process supervises the job itself while it
+        waits, exactly as ``dispatch run`` does: every ``poll`` seconds one supervisor tick
+        for this job (submit, recover by cause, commit). That is safe whether or not a
+        ``dispatch supervise`` or ``dispatch serve`` runs elsewhere on the same store:
+        every decision is appended with optimistic concurrency, so of two supervisors
+        deciding at once one wins and the other re-reads and acts on what the winner
+        wrote. One consequence: an escalation decided by this process's tick goes to the
+        record (``history()``, ``status().escalations``) but not to the other supervisor's
+        webhook; pass ``supervise=False`` to only watch the record while a supervisor
+        with notifications runs elsewhere.
+
+        Raises ``TimeoutError`` when ``timeout`` seconds pass first (the job goes on)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with _open(self.store) as service:
+            sup = service.supervisor() if supervise else None
+            while True:
+                unreachable = False
+                if sup is not None:
+                    unreachable = bool(sup.tick([self.id]).unreachable)
+                job = service.job(self.id)
+                if job.outcome is not None:
+                    if sup is not None:
+                        self._chase(sup, deadline, poll)
+                    return service.view(self.id, ask_scheduler=False).checked()
+                wait = poll * (4 if unreachable else 1)
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError(f"job {self.id} has no committed outcome after "
+                                           f"{timeout} s (it goes on)")
+                    wait = min(wait, left)
+                time.sleep(wait)
+
+    def _chase(self, sup: Any, deadline: float | None, poll: float) -> None:
+        """A stop asked for in the committing tick is carried until nothing of the job runs
+        (bounded: a few ticks, never past the deadline)."""
+        for _ in range(10):
+            if self.id not in sup.chasing:
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                return
+            time.sleep(poll)
+            sup.tick([self.id])
+
+    # ---- person requests: recorded now, carried out by the next supervisor tick ----------
+    def cancel(self) -> Status:
+        """Ask for the job to be cancelled; ``StateConflict`` if it is already finished."""
+        return self._request("cancel")
+
+    def resubmit(self) -> Status:
+        """Resolve a recovery hold by submitting again (spends no budget);
+        ``StateConflict`` unless the job is held."""
+        return self._request("resubmit")
+
+    def give_up(self) -> Status:
+        """Resolve a recovery hold by failing the job; ``StateConflict`` unless held."""
+        return self._request("give_up")
+
+    def _request(self, what: str) -> Status:
+        with _open(self.store) as service:
+            view = getattr(service, what)(self.id)
+        if view.status is None:
+            raise view.error
+        return view.status  # type: ignore[no-any-return]
+
+    def supersede(self) -> Job:
+        """Run a finished job again: a new job that names this one, submitted.
+        ``StateConflict`` if this job is not finished or already superseded."""
+        with _open(self.store) as service:
+            new_id = service.supersede(self.id)
+        return Job(new_id, store=self.store)
+
+    def history(self) -> list[HistoryLine]:
+        """The job's story: every committed event with its line of text."""
+        with _open(self.store) as service:
+            return [HistoryLine(e, text) for e, text in service.history(self.id)]
+
+    def logs(self, follow: bool = False, *, submission: int | None = None) -> Iterator[str]:
+        """The job's output, line by line (without line ends), where its backend keeps it.
+
+        Without ``follow``: what the latest submission (or ``submission``) wrote so far;
+        ``NotFound`` when it has no scheduler object yet. With ``follow``: keep reading,
+        move on to each new submission (a line ``== dispatch: submission N after CAUSE``
+        marks it) and end once the job's outcome is committed. Following only reads: a
+        supervisor (``wait()`` in another thread, ``dispatch supervise``) moves the job."""
+        return follow_logs(self.store, self.id, submission=submission, follow=follow)
+
+
+def follow_logs(store: Store, job_id: str, *, submission: int | None = None,
+                follow: bool = False, poll: float = FOLLOW_POLL_S) -> Iterator[str]:
+    """Lines of a job's output; see ``Job.logs``. Used by the HTTP API's log stream too."""
+    reader = _Tail()
+    current: int | None = None
+    with _open(store) as service:
+        while True:
+            j = service.job(job_id)
+            numbers = [s.number for s in j.submissions if s.ref is not None]
+            if submission is not None:
+                numbers = [n for n in numbers if n == submission]
+            if numbers and numbers[-1] != current:
+                if current is not None:
+                    yield from reader.read(service.logs(job_id, current), final=True)
+                    sub = j.submission(numbers[-1])
+                    why = f" after {_cause_text(sub.cause)}" if sub and sub.cause else ""
+                    yield f"== dispatch: submission {numbers[-1]}{why}"
+                current = numbers[-1]
+            if current is not None:
+                yield from reader.read(service.logs(job_id, current),
+                                       final=not follow or j.outcome is not None)
+            elif not follow:
+                service.logs(job_id, submission)  # raises NotFound: nothing to read yet
+            if not follow or j.outcome is not None:
+                return
+            time.sleep(poll)
+
+
+def _cause_text(c: Cause) -> str:
+    """As the CLI prints a cause: ``preempted``, ``non-zero-exit (exit 3)``, ``... by ann``."""
+    text = c.kind.value
+    if c.exit_code is not None:
+        text += f" (exit {c.exit_code})"
+    if c.actor:
+        text += f" by {c.actor}"
+    return text
+
+
+class _Tail:
+    """What each file wrote since it was last read, in whole lines: a line still being
+    written waits for its end (or for ``final``)."""
+
+    def __init__(self) -> None:
+        self.offsets: dict[Path, int] = {}
+        self.partial: dict[Path, bytes] = {}
+
+    def read(self, files: Sequence[Path], *, final: bool) -> Iterator[str]:
+        for f in files:
+            try:
+                with f.open("rb") as fh:
+                    fh.seek(self.offsets.get(f, 0))
+                    chunk = fh.read()
+            except OSError:
+                continue
+            self.offsets[f] = self.offsets.get(f, 0) + len(chunk)
+            data = self.partial.pop(f, b"") + chunk
+            cut = len(data) if final else data.rfind(b"\n") + 1
+            complete, rest = data[:cut], data[cut:]
+            if rest:
+                self.partial[f] = rest
+            prefix = f"[{f.name}] " if len(files) > 1 else ""
+            for line in complete.decode(errors="replace").splitlines():
+                yield prefix + line

@@ -1,0 +1,22 @@
+"""The local backend: jobs as processes on this machine. ``backend`` (LocalBackend), ``runner``
+(one process per object: ``python -m dispatch.backends.local.runner OBJDIR``), ``wire`` (the
+on-disk formats), ``root`` (the root and its marker), ``procs`` (finding and stopping
+processes), ``nodes``/``endings`` (the runner's parts), ``reports``/``plan`` (the backend's)."""
+
+from dispatch.backends.local.backend import (
+    BadInjection,
+    InjectError,
+    LocalBackend,
+    NoSuchObject,
+    default_root,
+)
+from dispatch.backends.local.plan import LocalDryRun
+
+__all__ = [
+    "BadInjection",
+    "InjectError",
+    "LocalBackend",
+    "LocalDryRun",
+    "NoSuchObject",
+    "default_root",
+]

@@ -1,0 +1,505 @@
+"""The local backend: a job's command as N node processes on this machine (the embedded default).
+
+One detached runner process per object (``runner.py``) is the object's scheduler: it starts
+the nodes, enforces the limits and writes the status (formats in ``wire.py``). Everything here
+is found from the files under the root (``root.py``), never from memory, so a restarted
+supervisor (a new ``LocalBackend``) sees the objects an earlier one created. The backend
+reports objects only; it never computes a job's state (S10).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+import dispatch
+from dispatch.backends.base import DryRun, Submission, SubmitRejected
+from dispatch.backends.local.plan import LocalDryRun, dry_run, spec_problems
+from dispatch.backends.local.procs import boot_id, process_alive, read_proc_stat
+from dispatch.backends.local.reports import (
+    NO_SUCH_OBJECT,
+    ended_at,
+    from_status,
+    missing,
+    unreadable,
+    vanished,
+    whoami,
+)
+from dispatch.backends.local.root import LocalRoot, new_ref, ref_root
+from dispatch.backends.local.wire import (
+    CANCEL,
+    CONTROL,
+    GATE,
+    LOSE_NODE,
+    META,
+    ORIGINAL_PYTHONPATH,
+    PREEMPT,
+    PUBLISH_WAIT_S,
+    RUNNER,
+    RUNNER_LOG,
+    SET_PREFIX,
+    STATUS,
+    STOP,
+    SUPERVISOR_ACTOR,
+    UNSET,
+    VANISHED,
+    ControlRequest,
+    ObjectMeta,
+    ObjectStatus,
+    RunnerInfo,
+    node_name,
+    utcnow,
+)
+from dispatch.core.model import (
+    Cause,
+    CauseKind,
+    Discovery,
+    ObjectReport,
+    SchedulerUnreachable,
+    State,
+)
+from dispatch.core.policy import Declarations
+from dispatch.core.spec import JobSpec, SpecError
+from dispatch.errors import BadInput, NotFound, StateConflict
+from dispatch.files import create_exclusive, fsync_dir, write_atomic
+from dispatch.paths import state_home
+
+RUNNER_MODULE = "dispatch.backends.local.runner"
+_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+Injection = Literal["preempt", "lose-node"]
+
+
+class NoSuchObject(NotFound, LookupError):
+    """A ref (or token, or job) that names no local object under this root."""
+
+    def __init__(self, what: str, root: Path) -> None:
+        super().__init__(f"{NO_SUCH_OBJECT}: {what} (under {root})")
+        self.what = what
+        self.root = root
+
+
+class InjectError(StateConflict, ValueError):
+    """An injection the object's state does not allow (it has ended, is not running yet, the
+    node is already lost)."""
+
+
+class BadInjection(BadInput, ValueError):
+    """An injection that can never be made (no such node, a node given to preempt)."""
+
+
+def default_root() -> Path:
+    """``<state home>/local``: ``$XDG_STATE_HOME/dispatch/local``, else
+    ``~/.local/state/dispatch/local``."""
+    return state_home() / "local"
+
+
+class LocalBackend:
+    """The Backend protocol (backends/base.py) over local processes."""
+
+    name = "local"
+
+    def __init__(self, root: Path | str | None = None,
+                 node_loss_window: timedelta = timedelta(seconds=5), *,
+                 kill_grace: float = 3.0, python: str = sys.executable) -> None:
+        self.root = Path(root) if root is not None else default_root()
+        self.node_loss_window = node_loss_window
+        self.kill_grace = kill_grace
+        self.python = python
+        self.disk = LocalRoot(self.root)
+        self.objects_dir = self.disk.objects_dir
+        self.staging_dir = self.disk.staging_dir
+        # Reports of ended objects: they never change. They save reads, never stand in for
+        # the disk.
+        self._ended: dict[str, ObjectReport] = {}
+        # Runners this process started, kept only to reap them when they exit.
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._boot_id = boot_id()  # a pid is only this boot's pid
+
+    # ------------------------------------------------------------ Backend protocol
+
+    def declarations(self) -> Declarations:
+        return Declarations(backend="local", native_actions=frozenset(),
+                            node_loss_window=self.node_loss_window)
+
+    def validate(self, spec: JobSpec, source: str = "<spec>") -> None:
+        """Refuse what the local backend cannot run, before anything is recorded: any key in
+        ``local:`` (it takes none), a workdir that is not a directory here, NUL bytes."""
+        problems = spec_problems(spec)
+        if problems:
+            where, message = problems[0]
+            more = "; ".join(f"{w}: {m}" for w, m in problems[1:])
+            raise SpecError(source, where, message + (f" (and {more})" if more else ""))
+
+    def dry_run(self, submission: Submission) -> DryRun:
+        """What ``submit`` would do, without doing any of it (nothing is written)."""
+        return self.plan(submission).as_dry_run()
+
+    def plan(self, submission: Submission) -> LocalDryRun:
+        """The runner and nodes ``submit`` would start, as data."""
+        return dry_run(submission, root=self.root, python=self.python,
+                       kill_grace=self.kill_grace, runner_module=RUNNER_MODULE)
+
+    def ready(self) -> None:
+        """Nothing to check before the first submit creates the root."""
+
+    def submit(self, submission: Submission) -> str:
+        """Create the object and start its runner; the ref of an object already carrying
+        ``submission.token`` when there is one (idempotent)."""
+        spec = submission.spec
+        try:
+            self.validate(spec)
+        except SpecError as err:
+            raise SubmitRejected(str(err)) from None
+        marker = self.disk.claim()
+        existing = self.disk.find(lambda m: m.token == submission.token)
+        if existing:
+            return min(existing, key=lambda ref: (self._meta(ref).created_at, ref))
+        ref = self._new_ref(marker.id)
+        final = self.objects_dir / ref
+        stage = self.staging_dir / f"{ref}.{secrets.token_hex(4)}"
+        meta = ObjectMeta(
+            ref=ref, token=submission.token, job_id=submission.job_id,
+            submission=submission.number, name=spec.name, nodes=spec.nodes,
+            argv=tuple(spec.command), env=dict(spec.env),
+            workdir=str(Path(spec.workdir).resolve()) if spec.workdir else os.getcwd(),
+            time_limit=float(spec.time_limit) if spec.time_limit is not None else None,
+            memory=spec.memory, gated=submission.gated, kill_grace=self.kill_grace,
+            created_at=utcnow(), mark=f"{ref}:{secrets.token_hex(8)}", root_id=marker.id)
+        try:
+            stage.mkdir()
+            (stage / CONTROL).mkdir()
+            write_atomic(stage / META, msgspec.json.encode(meta))
+        except OSError as err:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise SubmitRejected(f"cannot write local object {ref}: {err}") from None
+        # The runner starts first and waits for the object to be published; so every
+        # published object has had a runner (a submit that crashes before the rename leaves
+        # only a staging directory, and its runner leaves after PUBLISH_WAIT_S).
+        try:
+            with open(stage / RUNNER_LOG, "ab") as log:
+                proc = subprocess.Popen(  # noqa: S603 - an argv list, never a shell
+                    [self.python, "-m", RUNNER_MODULE, str(final)],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    cwd=self.root, env=self._runner_env(), start_new_session=True,
+                    close_fds=True)
+        except OSError as err:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise SubmitRejected(f"cannot start the local runner: {err}") from None
+        st = read_proc_stat(proc.pid)
+        info = RunnerInfo(pid=proc.pid, start_ticks=st.start_ticks if st else -1,
+                          boot_id=self._boot_id)
+        try:
+            write_atomic(stage / RUNNER, msgspec.json.encode(info))
+            fsync_dir(stage)
+            os.rename(stage, final)
+            fsync_dir(self.objects_dir)
+        except OSError as err:
+            proc.kill()
+            proc.wait()
+            shutil.rmtree(stage, ignore_errors=True)
+            raise SubmitRejected(f"cannot publish local object {ref}: {err}") from None
+        self.disk.remember(meta, info)
+        self._children[ref] = proc
+        return ref
+
+    def discover(self, tokens: Iterable[str], refs: Iterable[str]) -> Discovery:
+        """One scan of ``<root>/objects``: every object carrying one of ``tokens`` and every
+        object in ``refs``. A ref with no object is reported ended only when the root is
+        there and is the one the ref was made in (its marker): a root that is absent is
+        unreachable, and a ref of another root is left out of an incomplete look; never a
+        verdict on what cannot be seen.
+        """
+        wanted_tokens = set(tokens)
+        wanted_refs = set(refs)
+        now = utcnow()
+        self._reap_runners()
+        try:
+            marker = self.disk.marker()
+        except SchedulerUnreachable:
+            adopted = self.disk.adopt_legacy()
+            if adopted is None:
+                if wanted_refs or not self.disk.never_used():
+                    raise
+                # No object was ever recorded and the root was never made: nothing carries
+                # the tokens (a first submit that died before making the root is retried).
+                return Discovery(at=now, objects=(), complete=True)
+            marker = adopted
+        reports: list[ObjectReport] = []
+        seen: set[str] = set()
+        for ref in self.disk.scan():
+            meta = self.disk.load_meta(ref)
+            if isinstance(meta, str):
+                if ref in wanted_refs:
+                    seen.add(ref)
+                    reports.append(unreadable(ref, None, f"meta.json unreadable: {meta}"))
+                continue
+            if meta.token in wanted_tokens or ref in wanted_refs:
+                seen.add(ref)
+                reports.append(self._look(ref, meta, now))
+        complete = True
+        for ref in sorted(wanted_refs - seen):
+            made_in = ref_root(ref)
+            if made_in is not None and made_in != marker.id[:8]:
+                complete = False  # made in another root (not mounted here): no answer
+                continue
+            reports.append(missing(ref, self.objects_dir, marker.id, now))
+        return Discovery(at=now, objects=tuple(reports), complete=complete)
+
+    def stop(self, ref: str) -> None:
+        """Stop on the supervisor's behalf: the object ends cancelled, actor "dispatch"."""
+        self._request_end(ref, STOP, SUPERVISOR_ACTOR)
+
+    def cancel(self, ref: str, actor: str | None = None) -> None:
+        """Cancel because a person asked: the object ends cancelled with ``actor`` (by default
+        the user this process runs as)."""
+        self._request_end(ref, CANCEL, actor or whoami())
+
+    def open_gate(self, ref: str) -> None:
+        report = self._report(ref)
+        if report is None or report.ended:
+            return
+        write_atomic(self.objects_dir / ref / GATE, utcnow().isoformat().encode())
+        self._wake(ref)
+
+    def logs(self, ref: str) -> list[Path]:
+        """The node logs of an object, node 0 first (only those that exist yet)."""
+        self.disk.marker()
+        if not self._exists(ref):
+            raise NoSuchObject(ref, self.root)
+        meta = self.disk.load_meta(ref)
+        count = meta.nodes if isinstance(meta, ObjectMeta) else 0
+        paths = [self.objects_dir / ref / f"{node_name(i)}.log" for i in range(count)]
+        return [p for p in paths if p.exists()]
+
+    def close(self) -> None:
+        """Nothing to release: runners outlive the backend by design; reap those that ended."""
+        self._reap_runners()
+
+    # ------------------------------------------------------------ beyond the protocol
+
+    def inject(self, target: str, what: Injection, node: int | None = None) -> str:
+        """Make the scheduler-side event ``what`` happen to a running object; returns its ref.
+
+        ``target`` is a ref, a submission token, or a job id (then the job's live object with
+        the highest submission number). ``preempt`` ends the object preempted; ``lose-node``
+        kills node ``node`` (default: the last node) and leaves the object running with cause
+        node-lost until it is stopped.
+        """
+        if what not in ("preempt", "lose-node"):
+            raise BadInjection(f"unknown injection {what!r} (preempt or lose-node)")
+        if what == "preempt" and node is not None:
+            raise BadInjection(f"preempt takes no node (got node {node}): it ends the whole "
+                               "object")
+        ref = self._resolve(target)
+        report = self._report(ref)
+        if report is None:
+            raise NoSuchObject(target, self.root)
+        meta = self.disk.load_meta(ref)
+        if isinstance(meta, str):
+            raise InjectError(f"{ref}: meta.json unreadable: {meta}")
+        if what == "lose-node":
+            index = meta.nodes - 1 if node is None else node
+            if not 0 <= index < meta.nodes:
+                raise BadInjection(f"{ref} has nodes 0..{meta.nodes - 1}; no node {index}")
+        if report.ended:
+            raise InjectError(f"{ref} has already ended ({report.state.value})")
+        if what == "preempt":
+            self._write_request(ref, PREEMPT, None)
+        else:
+            if report.state is not State.RUNNING:
+                raise InjectError(f"{ref} is not running yet ({report.state.value}); "
+                                  "no node to lose")
+            status = self.disk.read_status(ref)
+            if isinstance(status, ObjectStatus) and any(
+                    n.index == index and n.lost_at is not None for n in status.nodes):
+                raise InjectError(f"{ref}: {node_name(index)} is already lost")
+            self._write_request(ref, f"{LOSE_NODE}{index}", None)
+        self._wake(ref)
+        return ref
+
+    def runner_log(self, ref: str) -> Path:
+        self.disk.marker()
+        if not self._exists(ref):
+            raise NoSuchObject(ref, self.root)
+        return self.objects_dir / ref / RUNNER_LOG
+
+    def object_dir(self, ref: str) -> Path:
+        return self.objects_dir / ref
+
+    def prune(self, older_than: timedelta, now: datetime | None = None) -> list[str]:
+        """Remove ended objects that ended more than ``older_than`` ago (and abandoned
+        staging directories); returns the refs removed. Live objects are never touched."""
+        now = now or utcnow()
+        self.disk.marker()
+        removed: list[str] = []
+        for ref in self.disk.scan():
+            report = self._report(ref)
+            if report is None or not report.ended:
+                continue
+            end = ended_at(report)
+            if end is None or now - end < older_than:
+                continue
+            # Out of objects/ first, in one rename: a reader never sees half an object.
+            trash = self.staging_dir / f".trash-{ref}-{secrets.token_hex(4)}"
+            try:
+                self.staging_dir.mkdir(parents=True, exist_ok=True)
+                os.rename(self.objects_dir / ref, trash)
+            except OSError:
+                continue
+            shutil.rmtree(trash, ignore_errors=True)
+            self.disk.forget(ref)
+            self._ended.pop(ref, None)
+            removed.append(ref)
+        abandoned_after = max(older_than.total_seconds(), 2 * PUBLISH_WAIT_S)
+        try:
+            stages = list(os.scandir(self.staging_dir))
+        except OSError:
+            stages = []
+        for entry in stages:
+            try:
+                age = time.time() - entry.stat(follow_symlinks=False).st_mtime
+            except OSError:
+                continue
+            if age >= abandoned_after:
+                shutil.rmtree(entry.path, ignore_errors=True)
+        return removed
+
+    # ------------------------------------------------------------ looking
+
+    def _meta(self, ref: str) -> ObjectMeta:
+        meta = self.disk.load_meta(ref)
+        assert isinstance(meta, ObjectMeta)
+        return meta
+
+    def _runner_alive(self, ref: str) -> bool:
+        info = self.disk.load_runner(ref)
+        return (info is not None and info.boot_id == self._boot_id
+                and process_alive(info.pid, info.start_ticks))
+
+    def _report(self, ref: str) -> ObjectReport | None:
+        """The report of one object, or None when there is no such object (the root is
+        checked first: an absent root raises SchedulerUnreachable)."""
+        self.disk.marker()
+        if not self._exists(ref):
+            return None
+        meta = self.disk.load_meta(ref)
+        if isinstance(meta, str):
+            return unreadable(ref, None, f"meta.json unreadable: {meta}")
+        return self._look(ref, meta, utcnow())
+
+    def _look(self, ref: str, meta: ObjectMeta, now: datetime) -> ObjectReport:
+        ended = self._ended.get(ref)
+        if ended is not None:
+            return ended
+        status = self.disk.read_status(ref)
+        if isinstance(status, ObjectStatus) and status.final:
+            return self._remember_end(ref, from_status(status))
+        if self._runner_alive(ref):
+            if status is None:
+                # The runner is starting and has not written its first status yet.
+                return ObjectReport(ref=ref, token=meta.token, state=State.PENDING,
+                                    cause=Cause(kind=CauseKind.NONE), gated=meta.gated)
+            if isinstance(status, str):
+                return unreadable(ref, meta.token, f"status.json unreadable: {status}")
+            return from_status(status)
+        # The runner is gone. It may have written its final status since we read it.
+        status = self.disk.read_status(ref)
+        if isinstance(status, ObjectStatus) and status.final:
+            return self._remember_end(ref, from_status(status))
+        verdict = self.disk.read_status(ref, VANISHED)
+        if isinstance(verdict, ObjectStatus):
+            return self._remember_end(ref, from_status(verdict))
+        return self._remember_end(ref, self._vanished(ref, meta, status, now))
+
+    def _remember_end(self, ref: str, report: ObjectReport) -> ObjectReport:
+        self._ended[ref] = report
+        return report
+
+    def _vanished(self, ref: str, meta: ObjectMeta, status: ObjectStatus | str | None,
+                  now: datetime) -> ObjectReport:
+        """The runner died without a final status: kill what it left behind (found by
+        session and by the object's mark), then say the object ended with an unknown cause
+        (never a guess at why). The first reader's verdict is the one on disk."""
+        verdict = vanished(ref, meta, status, self.disk.load_runner(ref),
+                           self.objects_dir / ref / RUNNER_LOG, now)
+        if not create_exclusive(self.objects_dir / ref / VANISHED, msgspec.json.encode(verdict)):
+            winner = self.disk.read_status(ref, VANISHED)
+            if isinstance(winner, ObjectStatus):
+                verdict = winner
+        return from_status(verdict)
+
+    def _exists(self, ref: str) -> bool:
+        # A ref is one directory name under objects/; never a path that leaves it.
+        return _REF.fullmatch(ref) is not None and (self.objects_dir / ref).is_dir()
+
+    def _resolve(self, target: str) -> str:
+        self.disk.marker()
+        if self._exists(target):
+            return target
+        by_token = self.disk.find(lambda m: m.token == target)
+        candidates = by_token or self.disk.find(lambda m: m.job_id == target)
+        if not candidates:
+            raise NoSuchObject(target, self.root)
+        alive = [r for r in candidates if (rep := self._report(r)) is not None and rep.alive]
+        pool = alive or candidates
+        return max(pool, key=lambda r: (self._meta(r).submission, self._meta(r).created_at))
+
+    # ------------------------------------------------------------ acting
+
+    def _request_end(self, ref: str, request: str, actor: str) -> None:
+        report = self._report(ref)
+        if report is None or report.ended:
+            return  # nothing of it runs: stopping or cancelling it again is a no-op
+        self._write_request(ref, request, actor)
+        self._wake(ref)
+
+    def _write_request(self, ref: str, name: str, actor: str | None) -> None:
+        control = self.objects_dir / ref / CONTROL
+        control.mkdir(exist_ok=True)
+        write_atomic(control / name, msgspec.json.encode(ControlRequest(actor=actor,
+                                                                        at=utcnow())))
+
+    def _wake(self, ref: str) -> None:
+        """Nudge the runner (it also looks by itself every half second). Only once it wrote
+        its first status: before that SIGUSR1 could still have its default, deadly action."""
+        info = self.disk.load_runner(ref)
+        if info is None or not (self.objects_dir / ref / STATUS).exists():
+            return
+        if self._runner_alive(ref):
+            try:
+                os.kill(info.pid, signal.SIGUSR1)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _reap_runners(self) -> None:
+        for ref, proc in list(self._children.items()):
+            if proc.poll() is not None:
+                del self._children[ref]
+
+    def _runner_env(self) -> dict[str, str]:
+        """The submitter's environment, plus what the runner needs to import dispatch; the
+        runner gives the nodes the original PYTHONPATH back."""
+        env = dict(os.environ)
+        package_parent = str(Path(dispatch.__file__).resolve().parent.parent)
+        original = env.get("PYTHONPATH")
+        env[ORIGINAL_PYTHONPATH] = SET_PREFIX + original if original is not None else UNSET
+        env["PYTHONPATH"] = package_parent + (os.pathsep + original if original else "")
+        return env
+
+    def _new_ref(self, root_id: str) -> str:
+        while True:
+            ref = new_ref(root_id)
+            if not (self.objects_dir / ref).exists():
+                return ref

@@ -1,0 +1,132 @@
+"""A local object's node processes: what the runner knows of each, their environment, and how
+one is started (an argv list, never a shell; each node leads its own session)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from datetime import datetime
+from pathlib import Path
+
+from dispatch.backends.local.procs import ProcStat, descendants, read_proc_stat
+from dispatch.backends.local.wire import (
+    MARK_VAR,
+    ORIGINAL_PYTHONPATH,
+    SET_PREFIX,
+    UNSET,
+    NodeStatus,
+    ObjectMeta,
+    node_name,
+)
+
+
+class Node:
+    """One node of the object as the runner sees it."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.name = node_name(index)
+        self.pid: int | None = None
+        self.start_ticks: int | None = None
+        self.exit_code: int | None = None
+        self.ended_at: datetime | None = None
+        self.lost_at: datetime | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None and self.exit_code is None
+
+    def status(self) -> NodeStatus:
+        return NodeStatus(index=self.index, name=self.name, pid=self.pid,
+                          start_ticks=self.start_ticks, exit_code=self.exit_code,
+                          ended_at=self.ended_at, lost_at=self.lost_at)
+
+    def tree(self, procs: dict[int, ProcStat]) -> set[int]:
+        """The node's processes: its leader, everything under it, and everything of its
+        session (children re-parented to the runner keep the session of their node)."""
+        if self.pid is None:
+            return set()
+        tree: set[int] = set()
+        leader = procs.get(self.pid)
+        if leader is not None and leader.start_ticks == self.start_ticks:
+            # Only the node's own leader, not a process that reused its pid.
+            tree.add(self.pid)
+            tree |= descendants(procs, [self.pid])
+        tree |= {st.pid for st in procs.values() if st.sid == self.pid and st.pid != os.getpid()}
+        return tree
+
+    def start(self, meta: ObjectMeta, env: dict[str, str], objdir: Path) -> None:
+        """Start the node's process (raises OSError or ValueError when it cannot start)."""
+        node_env = {**env, **per_node_variables(self.index)}
+        with open(objdir / f"{self.name}.log", "ab") as out:
+            proc = subprocess.Popen(  # noqa: S603 - an argv list, never a shell
+                list(meta.argv), cwd=meta.workdir, env=node_env,
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True, close_fds=True)
+        # The runner reaps with waitpid(-1); Popen must never wait for it again.
+        proc.returncode = 0
+        self.pid = proc.pid
+        st = read_proc_stat(proc.pid)
+        self.start_ticks = st.start_ticks if st else None
+
+
+def per_node_variables(index: int) -> dict[str, str]:
+    """What differs from node to node (it wins over everything else)."""
+    return {"RANK": str(index), "NODE_RANK": str(index), "GROUP_RANK": str(index),
+            "DISPATCH_NODE": node_name(index)}
+
+
+def dispatch_variables(meta: ObjectMeta, master_port: int | None) -> dict[str, str]:
+    """The variables dispatch sets on every node (torchrun-like, and the mark); they win over
+    the spec's (a spec cannot give a node a wrong rank)."""
+    out = {
+        "WORLD_SIZE": str(meta.nodes),
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(master_port) if master_port is not None else "",
+        "DISPATCH_JOB_ID": meta.job_id,
+        "DISPATCH_SUBMISSION": str(meta.submission),
+        "DISPATCH_OBJECT": meta.ref,
+    }
+    if meta.mark:
+        out[MARK_VAR] = meta.mark
+    return out
+
+
+def node_environment(meta: ObjectMeta, master_port: int) -> dict[str, str]:
+    """The nodes' environment: the submitter's, the spec's, then dispatch's variables."""
+    env = dict(os.environ)
+    original = env.pop(ORIGINAL_PYTHONPATH, None)
+    if original == UNSET:
+        env.pop("PYTHONPATH", None)
+    elif original is not None and original.startswith(SET_PREFIX):
+        env["PYTHONPATH"] = original[len(SET_PREFIX):]
+    env.update(meta.env)
+    env.update(dispatch_variables(meta, master_port))
+    return env
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        return f"killed by signal {-code} ({signal_name(-code)})"
+    return f"exit {code}"
+
+
+def mib(n: int) -> str:
+    return f"{n / 1024 / 1024:.1f} MiB"

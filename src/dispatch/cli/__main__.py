@@ -1,0 +1,3 @@
+from dispatch.cli import main
+
+main()

@@ -1,0 +1,347 @@
+"""The job commands: submit, run, status, ls, watch, history, cancel, resubmit, give-up,
+supersede, logs. Each parses its input, calls the service, renders the result."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from dispatch.backends.registry import Backends
+from dispatch.cli.common import (
+    SECONDS,
+    emit_json,
+    handle_errors,
+    json_option,
+    notify_options,
+    open_service,
+    store_option,
+)
+from dispatch.cli.render import cause_text, err, out, print_status, table
+from dispatch.core.model import State, token_for
+from dispatch.core.record import Job
+from dispatch.core.spec import JobSpec
+from dispatch.core.status import project_objects
+from dispatch.errors import EXIT_CANCELLED, EXIT_FAILED, BadInput
+from dispatch.notify import Notifier
+from dispatch.service import Service, dry_run_of
+from dispatch.service.views import JobView, history_json, status_json
+from dispatch.supervisor import Supervisor, TickReport, utcnow
+
+if TYPE_CHECKING:
+    from dispatch.core.spec import JobSpec
+
+EXIT_BY_OUTCOME = {State.SUCCEEDED: 0, State.FAILED: EXIT_FAILED, State.CANCELLED: EXIT_CANCELLED}
+SPEC = click.Path(dir_okay=False, path_type=Path)
+
+
+def load_spec(path: Path) -> JobSpec:
+    # Imported here: YAML is only for the commands that read a spec, not for status or ls.
+    from dispatch.specfile import load_spec as load
+
+    return load(path)
+
+
+def show(view: JobView, as_json: bool) -> None:
+    if as_json:
+        emit_json(status_json(view))
+    else:
+        print_status(view)
+
+
+def _warn_unenforced(service: Service, spec: JobSpec, source: Path) -> None:
+    _, plan = service.prepare(spec, str(source))
+    for line in plan.unenforced():
+        err.print(f"warning: {line} (an execution ending with it fails the job)")
+
+
+@click.command()
+@click.argument("spec_path", metavar="SPEC", type=SPEC)
+@click.option("--dry-run", is_flag=True, help="Print what would reach the scheduler; submit "
+              "nothing.")
+@store_option
+@json_option
+@handle_errors
+def submit(spec_path: Path, dry_run: bool, store_url: str | None, as_json: bool) -> None:
+    """Record a job and make its first submission (a running `supervise` takes it on)."""
+    spec = load_spec(spec_path)
+    if dry_run:  # needs no record store
+        backends = Backends()
+        try:
+            click.echo(dry_run_of(spec, backends, str(spec_path)).render(), nl=False)
+        finally:
+            backends.close()
+        return
+    with open_service(store_url) as service:
+        _warn_unenforced(service, spec, spec_path)
+        job_id = service.submit(spec, str(spec_path))
+        show(service.view(job_id), as_json)
+
+
+def _supervisor(service: Service, webhook: str | None, command: str | None) -> Supervisor:
+    notifier = Notifier(webhook=webhook, command=shlex.split(command) if command else None)
+    return service.supervisor(notifier=notifier)
+
+
+def install_stop(sup: Supervisor) -> None:
+    def stop(signum: int, _frame: Any) -> None:
+        sup.stopping.set()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+
+@click.command()
+@click.argument("spec_path", metavar="SPEC", type=SPEC)
+@click.option("--poll", type=SECONDS, default=1.0, show_default=True,
+              help="Seconds between ticks.")
+@store_option
+@json_option
+@notify_options
+@handle_errors
+def run(spec_path: Path, poll: float, store_url: str | None, as_json: bool,
+        escalation_webhook: str | None, escalation_command: str | None) -> None:
+    """Submit SPEC and supervise it in the foreground until it is finished.
+
+    Exit 0 succeeded, 1 failed, 130 cancelled."""
+    spec = load_spec(spec_path)
+    with open_service(store_url) as service:
+        _warn_unenforced(service, spec, spec_path)
+        job_id = service.create(spec, str(spec_path))
+        sup = _supervisor(service, escalation_webhook, escalation_command)
+        install_stop(sup)
+        if not as_json:
+            err.print(f"job {job_id}: supervising (Ctrl-C stops supervising; the job's "
+                      f"record stays and `dispatch supervise` resumes it)")
+        job = _run_live(sup, service, job_id, poll, quiet=as_json)
+        sup.notifier.close()
+        if not as_json:
+            for e, text in service.history(job_id):
+                click.echo(f"{e.at:%H:%M:%S}  #{e.seq:<3} {text}")
+        show(service.view(job_id), as_json)
+    sys.exit(EXIT_CANCELLED if job.outcome is None else EXIT_BY_OUTCOME[job.outcome.state])
+
+
+def _run_live(sup: Supervisor, service: Service, job_id: str, poll: float,
+              quiet: bool) -> Job:
+    if quiet or not sys.stdout.isatty():
+        last: list[str] = []
+
+        def on_tick(_: TickReport) -> None:
+            s = service.view(job_id).status
+            line = f"{s.state.value} {cause_text(s.cause)}" if s else "record unusable"
+            if not quiet and (not last or last[-1] != line):
+                click.echo(f"{utcnow():%H:%M:%S} {job_id} {line}")
+                last.append(line)
+        return sup.run_until_terminal(job_id, poll, on_tick)
+    from rich.live import Live
+
+    with Live(console=out, refresh_per_second=4) as live:
+        def on_tick_live(_: TickReport) -> None:
+            live.update(table([service.view(job_id)], utcnow()))
+        return sup.run_until_terminal(job_id, poll, on_tick_live)
+
+
+@click.command()
+@click.argument("job")
+@click.option("--no-record", is_flag=True,
+              help="Ask only the scheduler: object-only, never terminal.")
+@click.option("--backend", default=None, help="With --no-record: which scheduler to ask.")
+@store_option
+@json_option
+@handle_errors
+def status(job: str, no_record: bool, backend: str | None, store_url: str | None,
+           as_json: bool) -> None:
+    """A job's state and the cause behind it (JOB: id or unique name).
+
+    Exits 4 when its scheduler cannot be asked (the record's last committed state is shown)."""
+    if no_record:
+        if backend is None:
+            raise BadInput("--no-record needs --backend")
+        backends = Backends()
+        try:
+            # Without a record nothing says how many submissions there were: ask for the
+            # first hundred tokens, in one batched call.
+            tokens = [token_for(job, n) for n in range(1, 101)]
+            disc = backends(backend).discover(tokens, [])
+            show(JobView(project_objects(job, job, disc.of_job(job))), as_json)
+        finally:
+            backends.close()
+        return
+    with open_service(store_url) as service:
+        view = service.view(job)
+        show(view, as_json)
+        view.checked()  # an unreachable scheduler or an untrusted record: its exit code
+
+
+@click.command("ls")
+@click.option("--all", "show_all", is_flag=True, help="Include finished jobs.")
+@click.option("--name", default=None, help="Only jobs with this name.")
+@store_option
+@json_option
+@handle_errors
+def ls(show_all: bool, name: str | None, store_url: str | None, as_json: bool) -> None:
+    """Jobs: state, cause, submissions, budget used, age."""
+    with open_service(store_url) as service:
+        rows = service.jobs(include_finished=show_all, name=name)
+    if as_json:
+        emit_json([status_json(v) for v in rows])
+        return
+    out.print(table(rows, utcnow()))
+
+
+@click.command()
+@click.option("--interval", type=SECONDS, default=2.0, show_default=True)
+@click.option("--all", "show_all", is_flag=True, help="Include finished jobs.")
+@store_option
+@handle_errors
+def watch(interval: float, show_all: bool, store_url: str | None) -> None:
+    """`ls`, refreshed in place until Ctrl-C."""
+    from rich.live import Live
+
+    with open_service(store_url) as service, Live(console=out, refresh_per_second=2) as live:
+        try:
+            while True:
+                live.update(table(service.jobs(include_finished=show_all), utcnow()))
+                time.sleep(interval)
+        except KeyboardInterrupt:
+            return
+
+
+@click.command()
+@click.argument("job")
+@store_option
+@json_option
+@handle_errors
+def history(job: str, store_url: str | None, as_json: bool) -> None:
+    """The job's story: every committed event with its time, cause and the scheduler's words."""
+    with open_service(store_url) as service:
+        lines = service.history(job)
+    if as_json:
+        emit_json(history_json(lines))
+        return
+    for e, text in lines:
+        click.echo(f"{e.at:%Y-%m-%d %H:%M:%S}  #{e.seq:<3} {text}")
+
+
+def _request(what: str, job: str, store_url: str | None, as_json: bool) -> None:
+    with open_service(store_url) as service:
+        view = getattr(service, what)(job)
+        if not as_json:
+            click.echo(f"{view.job}: {what.replace('_', '-')} requested; the supervisor "
+                       "carries it out")
+        show(view, as_json)
+
+
+@click.command()
+@click.argument("job")
+@store_option
+@json_option
+@handle_errors
+def cancel(job: str, store_url: str | None, as_json: bool) -> None:
+    """Cancel a job: the supervisor cancels its objects and commits cancelled."""
+    _request("cancel", job, store_url, as_json)
+
+
+@click.command()
+@click.argument("job")
+@store_option
+@json_option
+@handle_errors
+def resubmit(job: str, store_url: str | None, as_json: bool) -> None:
+    """Resolve a recovery hold by submitting the job again (spends no budget)."""
+    _request("resubmit", job, store_url, as_json)
+
+
+@click.command("give-up")
+@click.argument("job")
+@store_option
+@json_option
+@handle_errors
+def give_up(job: str, store_url: str | None, as_json: bool) -> None:
+    """Resolve a recovery hold by failing the job (with an escalation)."""
+    _request("give_up", job, store_url, as_json)
+
+
+@click.command()
+@click.argument("job")
+@store_option
+@json_option
+@handle_errors
+def supersede(job: str, store_url: str | None, as_json: bool) -> None:
+    """Run a finished job again as a new job that names the old one."""
+    with open_service(store_url) as service:
+        new_id = service.supersede(job)
+        if not as_json:
+            click.echo(f"{new_id} supersedes {service.resolve(job)}")
+        show(service.view(new_id), as_json)
+
+
+@click.command()
+@click.argument("job")
+@click.option("--follow", "-f", is_flag=True, help="Follow the job across submissions until "
+              "its outcome is committed; exit with the job's exit code.")
+@click.option("--submission", type=click.IntRange(min=1), default=None,
+              help="Read this submission's logs (default: the latest).")
+@store_option
+@handle_errors
+def logs(job: str, follow: bool, submission: int | None, store_url: str | None) -> None:
+    """Print the job's logs where the backend keeps them."""
+    with open_service(store_url) as service:
+        job_id = service.resolve(job)
+        try:
+            code = _follow(service, job_id, submission, follow)
+        except KeyboardInterrupt:
+            code = EXIT_CANCELLED
+    sys.exit(code)
+
+
+def _follow(service: Service, job_id: str, submission: int | None, follow: bool) -> int:
+    """Print what each object wrote since last looked; with ``follow``, move on to the next
+    submission when there is one (a marker line says why) until the outcome is committed."""
+    offsets: dict[Path, int] = {}
+    current: int | None = None
+    while True:
+        j = service.job(job_id)
+        numbers = [s.number for s in j.submissions if s.ref is not None]
+        if submission is not None:
+            numbers = [n for n in numbers if n == submission]
+        if numbers and numbers[-1] != current:
+            if current is not None:
+                _cat(service.logs(job_id, current), offsets)  # what it wrote last
+                sub = j.submission(numbers[-1])
+                why = f" after {cause_text(sub.cause)}" if sub and sub.cause else ""
+                click.echo(f"== dispatch: submission {numbers[-1]}{why}")
+            current = numbers[-1]
+        if current is not None:
+            _cat(service.logs(job_id, current), offsets)
+        elif not follow:
+            service.logs(job_id, submission)  # raises: nothing to read yet
+        if not follow:
+            return 0
+        if j.outcome is not None:
+            return EXIT_BY_OUTCOME[j.outcome.state]
+        time.sleep(0.5)
+
+
+def _cat(files: Sequence[Path], offsets: dict[Path, int]) -> None:
+    for f in files:
+        try:
+            with f.open("rb") as fh:
+                fh.seek(offsets.get(f, 0))
+                chunk = fh.read()
+        except OSError:
+            continue
+        if chunk:
+            offsets[f] = offsets.get(f, 0) + len(chunk)
+            prefix = f"[{f.name}] " if len(files) > 1 else ""
+            for line in chunk.decode(errors="replace").splitlines():
+                click.echo(prefix + line)
+
+
+COMMANDS = (submit, run, status, ls, watch, history, cancel, resubmit, give_up, supersede, logs)

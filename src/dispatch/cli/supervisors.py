@@ -1,0 +1,161 @@
+"""The command line of supervision under leases: the options ``supervise`` takes (--scope,
+--lease), the loop it runs, and ``dispatch supervisors`` (who is active for each scope, since
+when, last tick, lag). ``supervisors`` is mounted through ``COMMANDS``; ``supervise`` itself
+lives in cli/admin.py and calls ``serve_scopes``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+from collections import Counter
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import click
+
+from dispatch.backends.base import Backend
+from dispatch.cli.common import emit_json, handle_errors, json_option, open_service, store_option
+from dispatch.notify import Notifier
+from dispatch.stores.base import RecordStore
+from dispatch.stores.lease import Lease
+from dispatch.supervision import DEFAULT_LEASE_S, ScopeError, Supervision, resolve_scopes
+from dispatch.supervisor import TickReport
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def scope_options(fn: F) -> F:
+    """--scope (repeatable) and --lease, for ``supervise`` (and ``serve``)."""
+    fn = click.option(
+        "--lease", "lease_s", type=float, default=DEFAULT_LEASE_S, show_default=True,
+        help="Lease period in seconds: a standby takes a scope over within one period "
+             "(+ one poll) of its active supervisor dying. Must exceed the longest "
+             "scheduler call.")(fn)
+    fn = click.option(
+        "--scope", "scopes", multiple=True, metavar="SCOPE",
+        help="Serve this scope: a backend (local, slurm, kubeflow: this machine's cluster of "
+             "it, plus jobs recorded before scopes) or backend:cluster, e.g. slurm:clusterA. "
+             "Repeatable. Default: every backend this machine can reach.")(fn)
+    return fn
+
+
+def serve_scopes(store: RecordStore, backends: Callable[[str], Backend],
+                 scopes: Sequence[str], *, poll: float, lease_s: float, notifier: Notifier,
+                 once: bool = False, echo: Callable[[str], None] = click.echo) -> None:
+    """Resolve the scopes, then serve them until SIGTERM/SIGINT (which hand the leases back).
+    ``once``: take each free scope, tick it once, hand it back, print a JSON summary."""
+    try:
+        resolved, skipped = resolve_scopes(scopes, backends)
+    except ScopeError as err:  # exit 2 with the reason, whichever CLI mounts this
+        raise click.BadParameter(str(err), param_hint="--scope") from None
+    for why in skipped:
+        click.echo(f"note: not serving {why}", err=True)
+    sup = Supervision(store, backends, resolved, lease_s=lease_s, poll=poll, notifier=notifier)
+    if once:
+        try:
+            reports = sup.step()
+        finally:
+            sup.release_all()
+        echo(json.dumps(once_summary(resolved, reports, {s: lease for s in resolved
+                                                          if (lease := sup.book.get(s))})))
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        sup.stop()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    logging.getLogger("dispatch").setLevel(logging.INFO)
+    click.echo(f"supervising as {sup.holder}: {', '.join(resolved)} (lease {lease_s:g}s)",
+               err=True)
+    sup.run()
+
+
+def once_summary(scopes: Sequence[str], reports: dict[str, TickReport],
+                 leases: dict[str, Lease]) -> dict[str, Any]:
+    """What ``supervise --once`` prints: the totals, then per scope what was done or who
+    holds it."""
+    per: dict[str, Any] = {}
+    for scope in scopes:
+        if scope in reports:
+            r = reports[scope]
+            per[scope] = {"ticked": True, "jobs": r.jobs, "decisions": r.decisions,
+                          "unreachable": r.unreachable, "errors": r.errors}
+        else:
+            lease = leases.get(scope)
+            per[scope] = {"ticked": False,
+                          "held_by": lease.holder if lease is not None and lease.active
+                          else None}
+    return {"jobs": sum(r.jobs for r in reports.values()),
+            "decisions": sum(r.decisions for r in reports.values()),
+            "unreachable": [u for r in reports.values() for u in r.unreachable],
+            "errors": [e for r in reports.values() for e in r.errors],
+            "scopes": per}
+
+
+def supervisors_view(leases: Sequence[Lease], live: Counter[str],
+                     now: datetime | None = None) -> list[dict[str, Any]]:
+    """One row per scope that has a lease or live jobs: who is active since when, the last
+    tick and the lag (seconds since it, on the store's clock). A scope with live jobs and no
+    active supervisor shows state ``unserved`` / ``expired`` / ``released``."""
+    rows: list[dict[str, Any]] = []
+    by_scope = {lease.scope: lease for lease in leases}
+    for scope in sorted(set(by_scope) | set(live)):
+        lease = by_scope.get(scope)
+        if lease is None:
+            rows.append({"scope": scope, "state": "unserved", "holder": None, "epoch": None,
+                         "since": None, "last_tick": None, "lag_s": None, "period_s": None,
+                         "live_jobs": live.get(scope, 0)})
+            continue
+        clock = now or lease.now
+        last = lease.last_tick_at
+        rows.append({
+            "scope": scope, "state": lease.state, "holder": lease.holder,
+            "epoch": lease.epoch, "since": lease.acquired_at.isoformat(),
+            "last_tick": last.isoformat() if last is not None else None,
+            "lag_s": round((clock - (last or lease.acquired_at)).total_seconds(), 3),
+            "period_s": lease.period_s, "live_jobs": live.get(scope, 0),
+        })
+    return rows
+
+
+def supervisors_rows(store: RecordStore) -> list[dict[str, Any]]:
+    """``dispatch supervisors --json`` and ``/api/supervisors``."""
+    live = Counter(row.scope for row in store.list_jobs(live_only=True))
+    return supervisors_view(store.leases().all(), live)
+
+
+@click.command("supervisors")
+@store_option
+@json_option
+@handle_errors
+def supervisors(store_url: str | None, as_json: bool) -> None:
+    """Who is active for each scope, since when, the last tick and the lag."""
+    from rich.console import Console
+    from rich.table import Table
+
+    with open_service(store_url) as service:
+        rows = supervisors_rows(service.store)
+    if as_json:
+        emit_json(rows)
+        return
+    table = Table(box=None, pad_edge=False)
+    for col in ("SCOPE", "STATE", "ACTIVE", "EPOCH", "SINCE", "LAST TICK", "LAG", "LIVE JOBS"):
+        table.add_column(col, overflow="fold")  # never cut a scope or holder short
+    style = {"active": "green", "unserved": "bold red", "expired": "bold red",
+             "released": "yellow"}
+    for r in rows:
+        table.add_row(
+            r["scope"], f"[{style[r['state']]}]{r['state']}[/]", r["holder"] or "-",
+            str(r["epoch"] or "-"), _hms(r["since"]), _hms(r["last_tick"]),
+            "-" if r["lag_s"] is None else f"{r['lag_s']:.1f}s", str(r["live_jobs"]))
+    Console(highlight=False, soft_wrap=True).print(table)
+
+
+def _hms(iso: str | None) -> str:
+    return "-" if iso is None else datetime.fromisoformat(iso).strftime("%H:%M:%S")
+
+
+COMMANDS = (supervisors,)

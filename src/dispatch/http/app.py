@@ -1,0 +1,302 @@
+"""The HTTP API and dashboard of ``dispatch serve``: a Starlette application over the
+service, mirroring the Python API.
+
+    GET  /api/jobs[?all=1][&state=S]       status JSON of each job (as ``dispatch ls --json``)
+    GET  /api/jobs/{job}                   status JSON (as ``dispatch status --json``)
+    GET  /api/jobs/{job}/history           as ``dispatch history --json``
+    GET  /api/jobs/{job}/timeline          the dashboard's timeline (http/timeline.py)
+    GET  /api/jobs/{job}/logs[?follow=1][&submission=N]   text, streamed while following
+    POST /api/jobs                         a spec as JSON -> 201 and the new job's status
+    POST /api/jobs/{job}/cancel|resubmit|give-up          -> the job's status
+    POST /api/jobs/{job}/supersede         -> 201 and the new job's status
+    GET  /metrics                          Prometheus text format
+    GET  /                                 the dashboard
+
+Errors are ``{"error": {"code", "exit_code", "message"}}`` (``views.error_json``) with the
+HTTP status of the CLI's exit code: 2 -> 400, 3 -> 404, 4 -> 503, 5 -> 500 (a record store
+that cannot be used is this server's fault, not the caller's, and not always transient),
+6 -> 409. Endpoints are plain functions: Starlette runs them in its thread pool, each with
+its own Service (its own store connection) for the request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from dispatch.api import follow_logs
+from dispatch.backends.registry import Backends, make_backend
+from dispatch.core.spec import SpecError, parse_spec
+from dispatch.errors import DispatchError
+from dispatch.http.auth import Tokens, is_loopback
+from dispatch.http.metrics import RecordCollector, ServeMetrics
+from dispatch.http.timeline import timeline_json
+from dispatch.service import Service
+from dispatch.service.requests import whoami
+from dispatch.service.views import error_json, history_json, status_json
+from dispatch.stores.select import open_store
+
+log = logging.getLogger("dispatch.http")
+
+HTTP_BY_EXIT = {2: 400, 3: 404, 4: 503, 5: 500, 6: 409}
+MAX_SPEC_BYTES = 1 << 20
+
+
+class _Internal(DispatchError):
+    exit_code = 1
+    error_code = "internal"
+
+
+def http_status(err: DispatchError) -> int:
+    return HTTP_BY_EXIT.get(err.exit_code, 500)
+
+
+def error_response(err: DispatchError, message: str | None = None) -> JSONResponse:
+    return JSONResponse(error_json(err, message), status_code=http_status(err))
+
+
+@dataclass
+class Server:
+    """What every request shares: the store URL, the tokens, the process metrics."""
+
+    store_url: str | None
+    tokens: Tokens
+    metrics: ServeMetrics
+    registry: CollectorRegistry
+    local_user: str
+
+    def service(self, actor: str | None = None) -> Service:
+        backends = Backends(self.metrics.scheduler.wrap(make_backend))
+        return Service(open_store(self.store_url), backends, actor=actor or self.local_user)
+
+
+def _actor(request: Request) -> str | None:
+    return request.scope.get("dispatch.actor")
+
+
+def _handle(fn: Callable[[Request], Response]) -> Callable[[Request], Response]:
+    """Typed errors become their HTTP status and the JSON error shape; anything else a 500
+    (logged with its traceback here, one line to the caller)."""
+    def endpoint(request: Request) -> Response:
+        try:
+            return fn(request)
+        except DispatchError as err:
+            return error_response(err)
+        except Exception as err:  # a bug: the caller gets a line, the log the traceback
+            log.exception("%s %s failed", request.method, request.url.path)
+            return error_response(_Internal(f"internal error: {type(err).__name__}"))
+    endpoint.__name__ = fn.__name__
+    return endpoint
+
+
+def _flag(request: Request, name: str) -> bool:
+    return request.query_params.get(name, "").lower() in ("1", "true", "yes")
+
+
+def build_app(server: Server) -> Starlette:  # noqa: C901 - one small function per route
+    @_handle
+    def list_jobs(request: Request) -> Response:
+        state = request.query_params.get("state")
+        with server.service() as service:
+            views = service.jobs(include_finished=_flag(request, "all"),
+                                 name=request.query_params.get("name"))
+        rows = [status_json(v) for v in views]
+        if state:
+            rows = [r for r in rows if r.get("state") == state]
+        return JSONResponse(rows)
+
+    @_handle
+    def get_job(request: Request) -> Response:
+        with server.service() as service:
+            view = service.view(request.path_params["job"])
+        body = status_json(view)
+        try:
+            view.checked()
+        except DispatchError as err:  # the status is shown, with the CLI's exit code's status
+            return JSONResponse(body, status_code=http_status(err))
+        return JSONResponse(body)
+
+    @_handle
+    def job_history(request: Request) -> Response:
+        with server.service() as service:
+            return JSONResponse(history_json(service.history(request.path_params["job"])))
+
+    @_handle
+    def job_timeline(request: Request) -> Response:
+        with server.service() as service:
+            job_id = service.resolve(request.path_params["job"])
+            events = service.store.read(job_id)
+            return JSONResponse({"job": job_id, **timeline_json(events, service.clock())})
+
+    @_handle
+    def job_logs(request: Request) -> Response:
+        follow = _flag(request, "follow")
+        raw = request.query_params.get("submission")
+        try:
+            submission = int(raw) if raw is not None else None
+        except ValueError:
+            raise SpecError("submission", "", f"not a number: {raw!r}") from None
+        with server.service() as service:
+            job_id = service.resolve(request.path_params["job"])
+            if not follow:
+                return PlainTextResponse("".join(
+                    f"{line}\n" for line in follow_logs(server.store_url, job_id,
+                                                        submission=submission)))
+            if submission is None:
+                service.job(job_id)  # a job that does not exist is a 404 before streaming
+
+        def stream() -> Iterator[bytes]:
+            try:
+                for line in follow_logs(server.store_url, job_id, submission=submission,
+                                        follow=True):
+                    yield f"{line}\n".encode()
+            except DispatchError as err:  # the stream has begun: say so in its last line
+                yield f"== dispatch: error: {err}\n".encode()
+        return StreamingResponse(stream(), media_type="text/plain; charset=utf-8")
+
+    @_handle
+    def create_job(request: Request) -> Response:
+        spec = parse_spec(_json_body(request), "<request>")
+        with server.service(_actor(request)) as service:
+            job_id = service.submit(spec)
+            return JSONResponse(status_json(service.view(job_id)), status_code=201)
+
+    def _person(what: str) -> Callable[[Request], Response]:
+        @_handle
+        def act(request: Request) -> Response:
+            with server.service(_actor(request)) as service:
+                view = getattr(service, what)(request.path_params["job"])
+            return JSONResponse(status_json(view))
+        act.__name__ = what
+        return act
+
+    @_handle
+    def supersede(request: Request) -> Response:
+        with server.service(_actor(request)) as service:
+            new_id = service.supersede(request.path_params["job"])
+            return JSONResponse(status_json(service.view(new_id)), status_code=201)
+
+    def metrics(request: Request) -> Response:
+        return Response(generate_latest(server.registry), media_type=CONTENT_TYPE_LATEST)
+
+    def dashboard(request: Request) -> Response:
+        html = resources.files("dispatch.http").joinpath("static/index.html").read_text()
+        return Response(html, media_type="text/html; charset=utf-8",
+                        headers={"Cache-Control": "no-store"})
+
+    static = StaticFiles(directory=str(resources.files("dispatch.http").joinpath("static")))
+    routes = [
+        Route("/", dashboard),
+        Mount("/static", static, name="static"),
+        Route("/metrics", metrics),
+        Route("/api/jobs", list_jobs, methods=["GET"]),
+        Route("/api/jobs", create_job, methods=["POST"]),
+        Route("/api/jobs/{job}", get_job, methods=["GET"]),
+        Route("/api/jobs/{job}/history", job_history, methods=["GET"]),
+        Route("/api/jobs/{job}/timeline", job_timeline, methods=["GET"]),
+        Route("/api/jobs/{job}/logs", job_logs, methods=["GET"]),
+        Route("/api/jobs/{job}/cancel", _person("cancel"), methods=["POST"]),
+        Route("/api/jobs/{job}/resubmit", _person("resubmit"), methods=["POST"]),
+        Route("/api/jobs/{job}/give-up", _person("give_up"), methods=["POST"]),
+        Route("/api/jobs/{job}/supersede", supersede, methods=["POST"]),
+    ]
+    return Starlette(routes=routes, middleware=[Middleware(Guard, tokens=server.tokens)])
+
+
+def _json_body(request: Request) -> Any:
+    body = request.scope.get("dispatch.body", b"")
+    try:
+        return json.loads(body or b"null")
+    except ValueError as err:
+        raise SpecError("<request>", "", f"the body is not JSON: {err}") from None
+
+
+def make_server(store_url: str | None, tokens: Tokens) -> Server:
+    registry = CollectorRegistry(auto_describe=True)
+    metrics = ServeMetrics(registry)
+    server = Server(store_url=store_url, tokens=tokens, metrics=metrics, registry=registry,
+                    local_user=whoami())
+    registry.register(RecordCollector(server.service))
+    return server
+
+
+class Guard:
+    """Authentication and the browser checks, before any route (see http/auth.py).
+    Also reads a POST's body (bounded) so the sync endpoints need no event loop."""
+
+    def __init__(self, app: ASGIApp, tokens: Tokens) -> None:
+        self.app = app
+        self.tokens = tokens
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        refused = self._refuse(request)
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
+        if request.method == "POST":
+            body = b""
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > MAX_SPEC_BYTES:
+                    await JSONResponse(error_json(SpecError("<request>", "", "body too large")),
+                                       status_code=413)(scope, receive, send)
+                    return
+            scope["dispatch.body"] = body
+        await self.app(scope, receive, send)
+
+    def _refuse(self, request: Request) -> Response | None:
+        if self.tokens:
+            who = self.tokens.who(request.headers.get("authorization"))
+            if who is None and request.url.path not in ("/", "/favicon.ico") and \
+                    not request.url.path.startswith("/static/"):
+                return JSONResponse(error_json(_Unauthorized("a bearer token is required")),
+                                    status_code=401,
+                                    headers={"WWW-Authenticate": 'Bearer realm="dispatch"'})
+            request.scope["dispatch.actor"] = who
+        else:
+            host = (request.headers.get("host") or "").rsplit(":", 1)[0]
+            if not is_loopback(host):
+                return JSONResponse(error_json(_Forbidden(
+                    f"host {host!r} is not a loopback name (this server has no tokens)")),
+                    status_code=403)
+        if request.method == "POST":
+            origin = request.headers.get("origin")
+            if origin is not None and origin.split("://", 1)[-1] != request.headers.get("host"):
+                return JSONResponse(error_json(_Forbidden("cross-origin request refused")),
+                                    status_code=403)
+            ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            if ctype != "application/json":
+                return JSONResponse(error_json(SpecError(
+                    "<request>", "", "POST bodies are JSON (Content-Type: application/json)")),
+                    status_code=415)
+        return None
+
+
+class _Unauthorized(DispatchError):
+    exit_code = 2
+    error_code = "unauthorized"
+
+
+class _Forbidden(DispatchError):
+    exit_code = 2
+    error_code = "forbidden"
+
+
+__all__ = ["HTTP_BY_EXIT", "Server", "build_app", "make_server"]

@@ -1,0 +1,224 @@
+"""The operations people and programs do to jobs, over one record store and the backends.
+
+The CLI (``dispatch.cli``), and the HTTP and Python APIs, are thin layers over ``Service``:
+they parse their input, call one method, and render the result. Person requests (cancel,
+resubmit, give-up) append their event and return; the supervisor carries them out. Making a
+job (``submit``, ``supersede``) records it and makes its first submission.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+import msgspec
+
+from dispatch.backends.base import DryRun, Submission
+from dispatch.backends.registry import Backends
+from dispatch.core import events as ev
+from dispatch.core.model import Status, token_for
+from dispatch.core.policy import Plan
+from dispatch.core.record import Job, fold
+from dispatch.core.spec import JobSpec, SpecError
+from dispatch.core.status import project
+from dispatch.core.story import story
+from dispatch.discovery import look_all
+from dispatch.errors import NotFound
+from dispatch.notify import Notifier
+from dispatch.service import requests
+from dispatch.service.views import (
+    SCHEDULER_NOT_ASKED,
+    SCHEDULER_OK,
+    JobView,
+)
+from dispatch.stores.base import RecordStore
+from dispatch.stores.reading import fold_records
+from dispatch.stores.select import open_store
+from dispatch.supervisor import Clock, Supervisor, utcnow
+
+__all__ = ["JobView", "Service", "dry_run_of", "prepare"]
+
+
+def prepare(spec: JobSpec, backends: Backends, *, ready: bool = True,
+            source: str = "<spec>") -> tuple[JobSpec, Plan]:
+    """The spec as it will be recorded, validated by its backend, and its plan on that
+    backend; with ``ready``, also refused when the backend cannot be used from here. Nothing
+    is recorded, no scheduler is asked. ``source`` names the spec in errors (its file)."""
+    if spec.workdir is None:
+        # Relative paths in the command mean what they meant where the job was submitted.
+        spec = msgspec.structs.replace(spec, workdir=os.getcwd())
+    backend = backends(spec.backend)
+    try:
+        backend.validate(spec)
+    except SpecError as err:
+        if err.source != "<spec>" or source == "<spec>":
+            raise
+        raise SpecError(source, err.where, err.message) from None
+    if ready:
+        backend.ready()
+    return spec, Plan(policy=spec.policy, declarations=backend.declarations())
+
+
+def dry_run_of(spec: JobSpec, backends: Backends, source: str = "<spec>") -> DryRun:
+    """What the first submission would send to the scheduler; nothing recorded or sent."""
+    spec, _ = prepare(spec, backends, ready=False, source=source)
+    sub = Submission(job_id="DRYRUN", number=1, token=token_for("DRYRUN", 1), spec=spec)
+    return backends(spec.backend).dry_run(sub)
+
+
+class Service:
+    """One record store and one set of backends; ``actor`` is who person requests are
+    recorded as (default: the user this process runs as)."""
+
+    def __init__(self, store: RecordStore, backends: Backends | None = None, *,
+                 clock: Clock = utcnow, actor: str | None = None) -> None:
+        self.store = store
+        self.backends = backends if backends is not None else Backends()
+        self.clock = clock
+        self.actor = actor or requests.whoami()
+
+    @classmethod
+    def open(cls, store_url: str | None = None, *, actor: str | None = None) -> Service:
+        """The store ``store_url`` names (else $DISPATCH_STORE, else the SQLite default)."""
+        return cls(open_store(store_url), actor=actor)
+
+    def close(self) -> None:
+        try:
+            self.backends.close()
+        finally:
+            self.store.close()
+
+    def __enter__(self) -> Service:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # ---- reading ------------------------------------------------------------------------
+    def resolve(self, job: str) -> str:
+        """A job id, or the id of the one job carrying this name."""
+        return self.store.resolve(job)
+
+    def job(self, job: str) -> Job:
+        """The job as its record says (folded), without asking any scheduler."""
+        return fold(self.store.read(self.resolve(job)), self.clock())
+
+    def views(self, job_ids: Sequence[str], *, ask_scheduler: bool = True) -> list[JobView]:
+        """Each job's Status, with one look per backend for all of them. A backend that
+        cannot be asked marks its own jobs, and a record that cannot be trusted its own
+        row; neither stops the others."""
+        now = self.clock()
+        jobs, errors = fold_records(self.store, job_ids, now)
+        live = [j for j in jobs if j.outcome is None]
+        looks = look_all(live, self.backends, now) if ask_scheduler else {}
+        by_id = {j.id: j for j in jobs}
+        out: list[JobView] = []
+        for job_id in job_ids:
+            if job_id in errors:
+                out.append(JobView.broken(job_id, errors[job_id]))
+                continue
+            job = by_id.get(job_id)
+            if job is None:
+                continue
+            seen = looks.get(job.spec.backend)
+            if job.outcome is not None:
+                out.append(JobView(project(job, None, now), SCHEDULER_OK))
+            elif seen is None:
+                out.append(JobView(project(job, None, now), SCHEDULER_NOT_ASKED))
+            else:
+                out.append(JobView(project(job, seen.discovery, now), seen.scheduler,
+                                   seen.problem))
+        return out
+
+    def view(self, job: str, *, ask_scheduler: bool = True) -> JobView:
+        job_id = self.resolve(job)
+        views = self.views([job_id], ask_scheduler=ask_scheduler)
+        if not views:
+            raise NotFound(f"no such job: {job_id}")
+        return views[0]
+
+    def status(self, job: str) -> Status:
+        """The job's Status; ``SchedulerUnreachable`` when its scheduler cannot be asked
+        (the record alone is in ``view(job)``)."""
+        return self.view(job).checked()
+
+    def jobs(self, *, include_finished: bool = False, name: str | None = None,
+             ask_scheduler: bool = True) -> list[JobView]:
+        ids = [r.job_id for r in self.store.list_jobs(live_only=not include_finished,
+                                                      name=name)]
+        return self.views(ids, ask_scheduler=ask_scheduler)
+
+    def history(self, job: str) -> list[tuple[ev.Event, str]]:
+        """The job's story: every committed event with one line of text."""
+        return story(self.store.read(self.resolve(job)))
+
+    def logs(self, job: str, submission: int | None = None) -> list[Path]:
+        """The output files of one submission's object (default: the latest that has one)."""
+        j = self.job(job)
+        subs = [s for s in j.submissions if s.ref is not None]
+        if submission is not None:
+            subs = [s for s in subs if s.number == submission]
+        if not subs:
+            which = f"submission {submission}" if submission is not None else "any submission"
+            raise NotFound(f"job {j.id} has no scheduler object for {which} yet")
+        ref = subs[-1].ref
+        assert ref is not None
+        return self.backends(j.spec.backend).logs(ref)
+
+    # ---- making jobs --------------------------------------------------------------------
+    def prepare(self, spec: JobSpec, source: str = "<spec>") -> tuple[JobSpec, Plan]:
+        """The spec as it will be recorded, validated by its backend (nothing recorded)."""
+        return prepare(spec, self.backends, source=source)
+
+    def dry_run(self, spec: JobSpec, source: str = "<spec>") -> DryRun:
+        """What the first submission would send to the scheduler; nothing is recorded."""
+        return dry_run_of(spec, self.backends, source)
+
+    def create(self, spec: JobSpec, source: str = "<spec>") -> str:
+        """Validate and record the job; no submission yet (a supervisor makes it)."""
+        from dispatch.supervision import scope_for  # the scheduler's cluster, asked once
+
+        spec, plan = self.prepare(spec, source)
+        scope = scope_for(spec.backend, self.backends(spec.backend))
+        return requests.create_job(self.store, spec, plan.declarations, self.clock(),
+                                   actor=self.actor, scope=scope)
+
+    def submit(self, spec: JobSpec, source: str = "<spec>") -> str:
+        """Record the job and make its first submission."""
+        job_id = self.create(spec, source)
+        self.supervisor().tick([job_id])
+        return job_id
+
+    def supersede(self, job: str) -> str:
+        """Run a finished job again: exactly one new job that names the old one, submitted."""
+        job_id = self.resolve(job)
+        old = fold(self.store.read(job_id), self.clock())
+        declarations = self.backends(old.spec.backend).declarations()
+        new_id = requests.supersede(self.store, job_id, self.clock(), self.actor, declarations)
+        self.supervisor().tick([new_id])
+        return new_id
+
+    # ---- person requests: append and return; the supervisor acts ------------------------
+    def cancel(self, job: str) -> JobView:
+        job_id = self.resolve(job)
+        requests.request_cancel(self.store, job_id, self.clock(), self.actor)
+        return self.view(job_id)
+
+    def resubmit(self, job: str) -> JobView:
+        job_id = self.resolve(job)
+        requests.resubmit_from_hold(self.store, job_id, self.clock(), self.actor)
+        return self.view(job_id)
+
+    def give_up(self, job: str) -> JobView:
+        job_id = self.resolve(job)
+        requests.give_up(self.store, job_id, self.clock(), self.actor)
+        return self.view(job_id)
+
+    # ---- supervising --------------------------------------------------------------------
+    def supervisor(self, *, notifier: Notifier | None = None, name: str | None = None
+                   ) -> Supervisor:
+        return Supervisor(self.store, self.backends, clock=self.clock, notifier=notifier,
+                          name=name)

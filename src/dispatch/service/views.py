@@ -1,0 +1,90 @@
+"""The JSON shapes every front end prints (CLI ``--json``, the HTTP API): one place, so the
+shapes cannot drift between them. Pure functions of the service's results."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dispatch.core import events as ev
+from dispatch.core.codec import cause_json, to_builtins
+from dispatch.core.model import SchedulerUnreachable, Status
+from dispatch.errors import BackendError, DispatchError
+
+# What a view says about the scheduler it came from.
+SCHEDULER_OK = "ok"
+SCHEDULER_UNREACHABLE = "unreachable"
+SCHEDULER_UNUSABLE = "unusable"
+SCHEDULER_NOT_ASKED = "not asked"
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A job's Status plus what the scheduler behind it said when it was asked: ``ok``,
+    ``unreachable`` (it could not be asked: the state comes from the record alone),
+    ``unusable`` (the backend cannot be configured here) or ``not asked``; ``problem`` says
+    why in the scheduler's or the backend's words. A job whose record cannot be trusted has
+    no status, only ``error``."""
+
+    status: Status | None
+    scheduler: str = SCHEDULER_OK
+    problem: str = ""
+    job_id: str = ""
+    error: DispatchError | None = None
+
+    @classmethod
+    def broken(cls, job_id: str, error: DispatchError) -> JobView:
+        return cls(None, SCHEDULER_NOT_ASKED, str(error), job_id=job_id, error=error)
+
+    @property
+    def job(self) -> str:
+        return self.status.job if self.status is not None else self.job_id
+
+    def checked(self) -> Status:
+        """The status, or the error that kept it from being whole: a record that cannot be
+        trusted, or a scheduler that could not be asked (never a state)."""
+        if self.error is not None:
+            raise self.error
+        assert self.status is not None
+        if self.scheduler == SCHEDULER_UNREACHABLE:
+            raise SchedulerUnreachable(self.status.backend, self.problem)
+        if self.scheduler == SCHEDULER_UNUSABLE:
+            raise BackendError(f"backend {self.status.backend}: {self.problem}")
+        return self.status
+
+
+def status_json(view: JobView) -> dict[str, Any]:
+    s = view.status
+    if s is None:
+        assert view.error is not None
+        return {"job": view.job_id, **error_json(view.error)}
+    return {
+        "job": s.job, "name": s.name, "state": s.state.value, "cause": cause_json(s.cause),
+        "level": s.level.value, "settled": s.settled, "backend": s.backend,
+        "forecast": ({"state": s.forecast.state.value, "cause": cause_json(s.forecast.cause)}
+                     if s.forecast is not None else None),
+        "history": [{"at": t.at.isoformat(), "state": t.state.value,
+                     "cause": cause_json(t.cause), "seq": t.seq, "note": t.note}
+                    for t in s.history],
+        "escalations": [{"at": x.at.isoformat(), "message": x.message,
+                         "cause": cause_json(x.cause), "seq": x.seq} for x in s.escalations],
+        "supersedes": s.supersedes, "superseded_by": s.superseded_by,
+        "submissions": s.submissions, "budget_used": s.budget_used, "objects": list(s.objects),
+        "created_at": s.created_at.isoformat() if s.created_at else None,
+        "segments": list(s.segments),
+        "scheduler": view.scheduler,
+        "scheduler_problem": view.problem or None,
+    }
+
+
+def history_json(lines: Sequence[tuple[ev.Event, str]]) -> list[dict[str, Any]]:
+    return [{"seq": e.seq, "at": e.at.isoformat(), "type": type(e).__name__,
+             "event": to_builtins(e), "text": text} for e, text in lines]
+
+
+def error_json(err: DispatchError, message: str | None = None) -> dict[str, Any]:
+    """``{"error": {"code", "exit_code", "message"}}``: what every front end prints for a
+    refused request."""
+    return {"error": {"code": err.error_code, "exit_code": err.exit_code,
+                      "message": message if message is not None else str(err)}}

@@ -1,0 +1,178 @@
+"""The record schema of both stores, and its migrations: one step per version.
+
+A fresh store is created at version 1 and then migrated step by step to SCHEMA_VERSION, so
+a fresh store runs exactly the steps an old file runs. Every step runs under the store's
+write lock (SQLite: BEGIN IMMEDIATE; PostgreSQL: the schema advisory lock), in the one
+transaction that also records the new version: a crash mid-migration leaves the old
+version whole, and a second process waiting on the lock sees the migrated schema.
+
+Version 2 (issue 12 item 5): ``jobs.supersedes``, the job a job supersedes (copied from its
+JobCreated event), with a UNIQUE index: a job has at most one successor, enforced by the
+database. NULLs (jobs that supersede nothing) never collide in a UNIQUE index, on SQLite
+and PostgreSQL alike.
+
+Version 3 (issue 16): ``jobs.scope``, the scope whose supervisor serves the job (copied from
+its JobCreated event; the backend's name for jobs recorded before scopes), indexed with
+``terminal`` for a supervisor's tick, and the supervisor lease table (stores/lease.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+
+from dispatch.stores.base import SCHEMA_VERSION, SchemaInvalid, SchemaTooNew
+from dispatch.stores.lease import PG_DDL, SQLITE_DDL
+
+SQLITE_V1 = [
+    "CREATE TABLE schema (version INTEGER NOT NULL)",
+    """CREATE TABLE jobs (
+        job_id     TEXT PRIMARY KEY,
+        name       TEXT NOT NULL,
+        backend    TEXT NOT NULL,
+        created_at TEXT NOT NULL,     -- as the JobCreated event says (ISO 8601)
+        created_us INTEGER NOT NULL,  -- the same, as a sort key
+        version    INTEGER NOT NULL,  -- the last seq
+        terminal   INTEGER NOT NULL DEFAULT 0
+    )""",
+    "CREATE INDEX jobs_by_created ON jobs (created_us, job_id)",
+    "CREATE INDEX jobs_by_name ON jobs (name)",
+    """CREATE TABLE events (
+        job_id TEXT NOT NULL REFERENCES jobs (job_id),
+        seq    INTEGER NOT NULL,
+        body   BLOB NOT NULL,         -- codec.encode_event, decoded strictly on read
+        PRIMARY KEY (job_id, seq)     -- the last line of defence against two writers
+    ) WITHOUT ROWID""",
+]
+
+PG_V1 = [
+    "CREATE TABLE dispatch_schema (version integer NOT NULL)",
+    """CREATE TABLE dispatch_jobs (
+        job_id     text PRIMARY KEY,
+        name       text NOT NULL,
+        backend    text NOT NULL,
+        created_at text NOT NULL,
+        created_us bigint NOT NULL,
+        version    integer NOT NULL,
+        terminal   boolean NOT NULL DEFAULT false
+    )""",
+    "CREATE INDEX dispatch_jobs_by_created ON dispatch_jobs (created_us, job_id)",
+    "CREATE INDEX dispatch_jobs_by_name ON dispatch_jobs (name)",
+    """CREATE TABLE dispatch_events (
+        job_id text NOT NULL REFERENCES dispatch_jobs (job_id),
+        seq    integer NOT NULL,
+        body   text NOT NULL,
+        PRIMARY KEY (job_id, seq)
+    )""",
+]
+
+# The tables of version 1 (every step needs them) and of the current version.
+SQLITE_TABLES = ("schema", "jobs", "events")
+PG_TABLES = ("dispatch_schema", "dispatch_jobs", "dispatch_events")
+SQLITE_TABLES_NOW = (*SQLITE_TABLES, "leases")
+PG_TABLES_NOW = (*PG_TABLES, "dispatch_leases")
+
+# Version 2: one successor per job. The statements run after the backfill's column exists.
+SQLITE_V2_COLUMN = "ALTER TABLE jobs ADD COLUMN supersedes TEXT"
+SQLITE_V2_INDEX = "CREATE UNIQUE INDEX jobs_by_supersedes ON jobs (supersedes)"
+PG_V2_COLUMN = "ALTER TABLE dispatch_jobs ADD COLUMN supersedes text"
+PG_V2_INDEX = "CREATE UNIQUE INDEX dispatch_jobs_by_supersedes ON dispatch_jobs (supersedes)"
+PG_SUPERSEDES_INDEX = "dispatch_jobs_by_supersedes"
+
+# Version 3: each job's scope (the backend's name for the jobs already there), and leases.
+SQLITE_V3 = [
+    "ALTER TABLE jobs ADD COLUMN scope TEXT",
+    "UPDATE jobs SET scope = backend",
+    "CREATE INDEX jobs_by_scope ON jobs (scope, terminal)",
+    SQLITE_DDL,
+]
+PG_V3 = [
+    "ALTER TABLE dispatch_jobs ADD COLUMN scope text",
+    "UPDATE dispatch_jobs SET scope = backend",
+    "CREATE INDEX dispatch_jobs_by_scope ON dispatch_jobs (scope, terminal)",
+    PG_DDL,
+]
+
+
+def check_version(where: str, found: object) -> int:
+    """The stored schema version, or SchemaInvalid / SchemaTooNew naming the store."""
+    if found is None:
+        raise SchemaInvalid(f"{where}: the schema table holds no version; this is not a "
+                            "usable dispatch record store (nothing was changed)")
+    if isinstance(found, bool) or not isinstance(found, int):
+        raise SchemaInvalid(f"{where}: the schema version {found!r} is not an integer; "
+                            "this is not a usable dispatch record store (nothing was changed)")
+    if found < 1:
+        raise SchemaInvalid(f"{where}: the schema version {found} is not a version (they "
+                            "start at 1); this is not a usable dispatch record store "
+                            "(nothing was changed)")
+    if found > SCHEMA_VERSION:
+        raise SchemaTooNew(where, found)
+    return found
+
+
+def check_tables(where: str, present: Iterable[str], needed: Iterable[str]) -> None:
+    missing = [t for t in needed if t not in set(present)]
+    if missing:
+        raise SchemaInvalid(f"{where}: table {', '.join(missing)} is missing; this is not a "
+                            "usable dispatch record store (nothing was changed)")
+
+
+def check_fresh(where: str, present: Iterable[str]) -> None:
+    """Before creating the schema where no schema table is: refuse a database that already
+    holds tables of ours (the schema table was lost) or, for a SQLite file, anyone's."""
+    found = sorted(present)
+    if found:
+        raise SchemaInvalid(f"{where}: there is no schema table but there are tables "
+                            f"({', '.join(found[:5])}); this is not a usable dispatch record "
+                            "store (nothing was changed)")
+
+
+def _supersedes(body: object) -> str | None:
+    """The ``supersedes`` of a stored JobCreated body; None when absent or unreadable (a
+    body that does not decode is refused when the record is read, not here)."""
+    try:
+        doc = json.loads(body if isinstance(body, str | bytes) else str(body))
+    except (ValueError, TypeError):
+        return None
+    old = doc.get("supersedes") if isinstance(doc, dict) else None
+    return old if isinstance(old, str) and old else None
+
+
+def successor_links(
+    created: Iterable[tuple[str, int, object]],
+    first_superseded_by: Callable[[str], str | None],
+) -> list[tuple[str, str]]:
+    """(new job, old job) pairs to fill ``supersedes`` with, from every job's seq-1 body
+    ``(job_id, created_us, body)``. Before version 2 a race could leave two jobs naming one
+    old job: only one keeps the link, the one the old job's first Superseded event names
+    (the successor fold reports), else the earliest created; the other keeps its record."""
+    claims: dict[str, list[tuple[int, str]]] = {}
+    for job_id, created_us, body in created:
+        old = _supersedes(body)
+        if old is not None:
+            claims.setdefault(old, []).append((created_us, job_id))
+    links = []
+    for old, claimants in claims.items():
+        claimants.sort()
+        chosen = claimants[0][1]
+        if len(claimants) > 1:
+            named = first_superseded_by(old)
+            if named in {j for _, j in claimants}:
+                chosen = str(named)
+        links.append((chosen, old))
+    return links
+
+
+def first_superseded(bodies: Iterable[object]) -> str | None:
+    """The ``by`` of the first Superseded event among an old job's bodies, in seq order."""
+    for body in bodies:
+        try:
+            doc = json.loads(body if isinstance(body, str | bytes) else str(body))
+        except (ValueError, TypeError):
+            continue
+        if isinstance(doc, dict) and doc.get("type") == "superseded":
+            by = doc.get("by")
+            return by if isinstance(by, str) else None
+    return None
+

@@ -1,0 +1,202 @@
+"""The dashboard in a real browser: Debian's chromium (never a downloaded one), driven by
+Playwright, against a real `dispatch serve` on a loopback port with real local jobs.
+
+It loads the dashboard, sees a job appear and change state, opens its timeline, presses
+cancel and checks the request is in the job's history. Screenshots go to
+tests/browser/artifacts/ (git-ignored) for a person to look at.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--no-first-run", "--disable-sync"]
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+WAIT_MS = 60_000  # upper bounds for a slow shared machine, never timing assertions
+
+FAIL_FIRST = ("import os, sys, time\n"
+              "time.sleep(1)\n"
+              "print('submission', os.environ['DISPATCH_SUBMISSION'], flush=True)\n"
+              "sys.exit(3 if os.environ['DISPATCH_SUBMISSION'] == '1' else 0)\n")
+SLEEP = "import time; time.sleep(300)"
+
+
+class Server:
+    def __init__(self, tmp: Path) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = int(s.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.local = tmp / "local"
+        env = dict(os.environ)
+        env.update({"DISPATCH_STORE": str(tmp / "record.sqlite3"),
+                    "DISPATCH_LOCAL_ROOT": str(self.local),
+                    "XDG_STATE_HOME": str(tmp / "state")})
+        self.log = (tmp / "serve.log").open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dispatch.cli", "serve", "--port", str(self.port),
+             "--poll", "0.3"], env=env, cwd=tmp, stdout=self.log, stderr=subprocess.STDOUT)
+        self.client = httpx2.Client(base_url=self.url, timeout=60)
+        deadline = time.monotonic() + 60
+        while True:
+            assert self.proc.poll() is None, (tmp / "serve.log").read_text()
+            try:
+                self.client.get("/")
+                return
+            except httpx2.TransportError:
+                assert time.monotonic() < deadline, "dispatch serve never answered"
+                time.sleep(0.2)
+
+    def submit(self, name: str, body: str, **fields: Any) -> str:
+        r = self.client.post("/api/jobs", json={"name": name, "backend": "local",
+                                                "command": [sys.executable, "-c", body],
+                                                **fields})
+        assert r.status_code == 201, r.text
+        return str(r.json()["job"])
+
+    def close(self) -> None:
+        self.client.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+        subprocess.run(["pkill", "-f", str(self.local)], check=False)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    s = Server(tmp_path)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    assert Path(CHROMIUM).exists(), (
+        f"{CHROMIUM} is missing: scripts/test installs Debian's chromium and chromium-driver")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        yield page
+    finally:
+        context.close()
+    assert errors == [], f"the page raised: {errors}"
+
+
+def row(page: Page, job: str) -> Any:
+    return page.locator(f'#jobs tbody tr[data-job="{job}"]')
+
+
+def test_a_job_appears_changes_state_shows_its_timeline_and_is_cancelled(
+        server: Server, page: Page) -> None:
+    page.goto(server.url + "/")
+    expect(page.locator("#empty")).to_be_visible(timeout=WAIT_MS)
+
+    job = server.submit("sleepy", SLEEP)
+    expect(row(page, job)).to_be_visible(timeout=WAIT_MS)  # appears without a reload
+    expect(row(page, job).locator(".state")).to_have_text("running", timeout=WAIT_MS)
+    expect(row(page, job).locator("td").nth(1)).to_have_text("sleepy")
+
+    row(page, job).click()
+    detail = page.locator("#detail")
+    expect(detail).to_be_visible(timeout=WAIT_MS)
+    expect(page.locator("#detail-title")).to_contain_text(job)
+    bars = page.locator('#timeline .tl-row[data-submission="1"] .tl-bar')
+    expect(bars).to_have_count(1, timeout=WAIT_MS)
+    expect(bars.first).to_have_class("tl-bar open")  # still running: drawn up to now
+    expect(page.locator("#do-resubmit")).to_be_disabled()
+    expect(page.locator("#do-cancel")).to_be_enabled()
+
+    page.locator("#do-cancel").click()
+    expect(page.locator("#action-result")).to_contain_text("cancel requested",
+                                                           timeout=WAIT_MS)
+    expect(row(page, job).locator(".state")).to_have_text("cancelled", timeout=WAIT_MS)
+    expect(page.locator("#detail-state")).to_have_text("cancelled", timeout=WAIT_MS)
+    expect(page.locator("#do-cancel")).to_be_disabled(timeout=WAIT_MS)
+    expect(page.locator('#history li[data-type="CancelRequested"]')).to_have_count(1)
+
+    history = server.client.get(f"/api/jobs/{job}/history").json()
+    cancels = [h for h in history if h["type"] == "CancelRequested"]
+    assert len(cancels) == 1 and cancels[0]["event"]["actor"]
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-cancelled.png"), full_page=True)
+
+
+def test_timeline_of_a_recovered_job_and_the_state_filter(server: Server, page: Page) -> None:
+    policy = {"rules": [{"on": ["non-zero-exit"], "action": "resubmit", "budget": 2}]}
+    recovered = server.submit("recovered", FAIL_FIRST, policy=policy, nodes=2)
+    failed = server.submit("failing", "import sys, time; time.sleep(1); sys.exit(7)")
+    page.goto(server.url + f"/#{recovered}")
+    expect(row(page, recovered).locator(".state")).to_have_text("succeeded", timeout=WAIT_MS)
+    expect(row(page, failed).locator(".state")).to_have_text("failed", timeout=WAIT_MS)
+    expect(row(page, failed).locator("td.cause")).to_have_text("non-zero-exit (exit 7)")
+
+    first = page.locator('#timeline .tl-row[data-submission="1"] .tl-bar')
+    second = page.locator('#timeline .tl-row[data-submission="2"] .tl-bar')
+    expect(first).to_have_count(1, timeout=WAIT_MS)
+    expect(second).to_have_count(1, timeout=WAIT_MS)
+    expect(first).to_have_attribute("data-cause", "non-zero-exit", timeout=WAIT_MS)
+    expect(second).to_have_attribute("data-cause", "none", timeout=WAIT_MS)
+    title = first.get_attribute("title") or ""
+    assert "non-zero-exit (exit 3)" in title  # the scheduler's (here: the runner's) words
+    assert page.locator("#timeline .tl-mark.recovery").count() >= 1
+    expect(page.locator("#do-give-up")).to_be_disabled()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-recovered.png"), full_page=True)
+
+    page.select_option("#state-filter", "failed")
+    expect(row(page, recovered)).to_have_count(0, timeout=WAIT_MS)
+    expect(row(page, failed)).to_have_count(1)
+
+
+def test_a_held_job_is_resubmitted_from_its_timeline(server: Server, page: Page) -> None:
+    body = ("import os, signal, sys, time\n"
+            "time.sleep(1)\n"
+            "if os.environ['DISPATCH_SUBMISSION'] == '1': os.kill(os.getpid(), signal.SIGSEGV)\n"
+            "sys.exit(0)\n")
+    job = server.submit("held", body, policy={"rules": [{"on": ["unknown"], "action": "hold"}]})
+    page.goto(server.url + "/")
+    page.evaluate(f"location.hash = '{job}'")  # a link to the job opens its timeline
+    expect(page.locator("#detail-state")).to_have_text("held", timeout=WAIT_MS)
+    expect(page.locator("#detail-cause")).to_contain_text("SIGSEGV")
+    expect(page.locator("#timeline .tl-hold").first).to_be_visible()
+    expect(page.locator("#do-give-up")).to_be_enabled()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-held.png"), full_page=True)
+    page.locator("#do-resubmit").click()
+    expect(row(page, job).locator(".state")).to_have_text("succeeded", timeout=WAIT_MS)
+    expect(page.locator('#timeline .tl-row[data-submission="2"] .tl-bar')).to_have_attribute(
+        "data-cause", "none", timeout=WAIT_MS)
+    history = server.client.get(f"/api/jobs/{job}/history").json()
+    released = [h["event"] for h in history if h["type"] == "HoldReleased"]
+    assert len(released) == 1 and released[0].get("resubmit", True) is True  # default omitted
+    assert released[0]["actor"]

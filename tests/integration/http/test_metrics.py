@@ -1,0 +1,78 @@
+"""GET /metrics of a real `dispatch serve`, parsed with prometheus-client's own parser."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+from serve_harness import Served, spec
+
+FAIL_FIRST = ("import os, sys\n"
+              "sys.exit(3 if os.environ['DISPATCH_SUBMISSION'] == '1' else 0)\n")
+
+
+def samples(s: Served) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    r = s.client.get("/metrics")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain")
+    out = {}
+    for family in text_string_to_metric_families(r.text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def test_metrics_count_jobs_recoveries_outcomes_budget_and_calls(
+        serve: Callable[..., Served]) -> None:
+    s = serve()
+    policy = {"rules": [{"on": ["non-zero-exit"], "action": "resubmit", "budget": 2}]}
+    recovered = s.submit(spec("recovered", FAIL_FIRST, policy=policy))
+    failed = s.submit(spec("failed", "import sys; sys.exit(4)"))
+    sleepy = s.submit(spec("sleepy", "import time; time.sleep(120)", policy=policy))
+    s.wait_for(recovered, lambda st: st["settled"])
+    s.wait_for(failed, lambda st: st["settled"])
+    s.wait_for(sleepy, lambda st: st["state"] == "running")
+    m = samples(s)
+    assert m[("dispatch_jobs", (("state", "succeeded"),))] == 1
+    assert m[("dispatch_jobs", (("state", "failed"),))] == 1
+    assert m[("dispatch_jobs", (("state", "running"),))] == 1
+    assert m[("dispatch_jobs", (("state", "pending"),))] == 0
+    assert m[("dispatch_outcomes_total", (("cause", "none"), ("state", "succeeded")))] == 1
+    assert m[("dispatch_outcomes_total", (("cause", "non-zero-exit"), ("state", "failed")))] == 1
+    assert m[("dispatch_recoveries_total", (("cause", "non-zero-exit"),))] == 1
+    assert m[("dispatch_escalations_total", (("cause", "non-zero-exit"),))] >= 1
+    assert m[("dispatch_budget_used", (("job", sleepy), ("name", "sleepy"),
+                                       ("rule", "rules[0]")))] == 0
+    assert not any(k[0] == "dispatch_budget_used" and ("job", recovered) in k[1] for k in m)
+    assert m[("dispatch_scheduler_unreachable", (("backend", "local"),))] == 0
+    assert m[("dispatch_scheduler_calls_total", (("backend", "local"), ("call", "submit")))] == 4
+    assert m[("dispatch_scheduler_calls_total",
+              (("backend", "local"), ("call", "discover")))] >= 3
+    assert m[("dispatch_ticks_total", ())] >= 3
+    assert m[("dispatch_tick_duration_seconds_count", ())] >= 3
+    assert m[("dispatch_tick_scheduler_unreachable_total", ())] == 0
+    s.post(f"/api/jobs/{sleepy}/cancel")
+    s.wait_for(sleepy, lambda st: st["settled"])
+    m = samples(s)
+    assert m[("dispatch_jobs", (("state", "cancelled"),))] == 1
+    assert m[("dispatch_scheduler_calls_total", (("backend", "local"), ("call", "cancel")))] >= 1
+
+
+def test_unreachable_scheduler_is_a_gauge_and_a_tick_count(serve: Callable[..., Served],
+                                                           tmp_path: Path) -> None:
+    empty = tmp_path / "no-tools"
+    empty.mkdir()
+    s = serve(env={"PATH": str(empty)})
+    r = s.post("/api/jobs", {"name": "far", "backend": "slurm", "command": ["true"]})
+    assert r.status_code == 201
+    m = samples(s)
+    assert m[("dispatch_scheduler_unreachable", (("backend", "slurm"),))] == 1
+    assert m[("dispatch_scheduler_tool_calls_total",
+              (("backend", "slurm"), ("tool", "squeue")))] >= 1
+    deadline = time.monotonic() + 60
+    while m[("dispatch_tick_scheduler_unreachable_total", ())] < 1:
+        assert time.monotonic() < deadline, "no tick ever met the unreachable scheduler"
+        time.sleep(0.2)
+        m = samples(s)
