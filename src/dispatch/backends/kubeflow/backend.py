@@ -52,15 +52,14 @@ from dispatch.backends.kubeflow.client import (
 )
 from dispatch.backends.kubeflow.informer import Informer, InformerSettings, Predicate, Watched
 from dispatch.backends.kubeflow.manifest import build_trainjob, parse_section
-from dispatch.backends.kubeflow.mapping import (
+from dispatch.backends.kubeflow.mapping import report_gone, report_trainjob
+from dispatch.backends.kubeflow.objects import (
     GATE_ANNOTATION,
     JOBSET_NAME_LABEL,
     MANAGED_LABEL,
     TOKEN_LABEL,
     labels,
     name_of,
-    report_gone,
-    report_trainjob,
 )
 from dispatch.core.model import CauseKind, Discovery, ObjectReport
 from dispatch.core.policy import Action, Declarations
