@@ -1,4 +1,4 @@
-"""Scheduler load per supervision tick (DESIGN P2): dispatch, TorchX and submitit on the same
+"""Scheduler load per supervision tick (docs/semantics.md#p2): dispatch, TorchX and submitit on the same
 N sleeping jobs of the real Slurm testbed. A benchmark, not a test: it asserts nothing.
 
     scripts/slurm-testbed up

@@ -1,5 +1,5 @@
 """Table tests of the pure Kubernetes -> (state, cause) mapping: one row per Kubernetes row of
-SCHEDULER-SIGNALS.md. Every TrainJob / JobSet / Job / Pod / Node fed in is first validated
+docs/scheduler-signals.md. Every TrainJob / JobSet / Job / Pod / Node fed in is first validated
 against the real CRD schemas (built-ins: the API reference subset in kube_fake.schemas)."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The inputs are the objects exactly as the API server returns them (plain JSON dicts): the
 TrainJob, the JobSet Trainer made for it, that JobSet's batch/v1 Jobs and Pods, and the Nodes.
-The output is one ``ObjectReport``. Rows come from the Kubernetes part of SCHEDULER-SIGNALS.md.
+The output is one ``ObjectReport``. Rows come from the Kubernetes part of docs/scheduler-signals.md.
 
 Nothing here trusts the shape of its input: a field of the wrong type reads as missing, and a
 word we cannot map becomes ``CauseKind.UNKNOWN`` with the words kept verbatim in the detail.
@@ -62,7 +62,7 @@ def failure_cause(
     jobs: Sequence[Any],
     pods: Sequence[Any],
 ) -> Cause:
-    """Why an execution failed, from the child Jobs and their pods (SCHEDULER-SIGNALS rows).
+    """Why an execution failed, from the child Jobs and their pods (docs/scheduler-signals.md).
 
     ``ended`` are the (what, condition) pairs that said it failed (TrainJob / JobSet Failed);
     their words always lead the detail. With no evidence the cause is unknown, words kept.
@@ -324,7 +324,7 @@ def report_trainjob(
 
 
 def report_gone(ref: str, token: str | None, actor: str | None, now: datetime) -> ObjectReport:
-    """A TrainJob we bound that the API server no longer has: cancelled (SCHEDULER-SIGNALS:
+    """A TrainJob we bound that the API server no longer has: cancelled (docs/scheduler-signals.md:
     "our TrainJob deleted by someone else"; actor None = unknown)."""
     who = actor if actor is not None else "someone other than dispatch (actor unknown)"
     cause = Cause(

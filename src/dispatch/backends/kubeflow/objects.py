@@ -14,7 +14,7 @@ GATE_ANNOTATION = "dispatch.io/gate"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 
-# Node taints that mean the node (and so the pods on it) may be gone (SCHEDULER-SIGNALS).
+# Node taints that mean the node (and so the pods on it) may be gone (docs/scheduler-signals.md).
 LOST_NODE_TAINTS = frozenset(
     {
         "node.kubernetes.io/unreachable",
