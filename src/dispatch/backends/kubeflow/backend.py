@@ -3,9 +3,10 @@
 The imperative shell around ``mapping`` (pure) and ``manifest`` (pure). Choices, and why:
 
 - Discovery reads a **list+watch cache** (``informer``, docs/semantics.md#p2) by default: per
-  namespace one collection each of TrainJobs (``dispatch.io/managed=true``), JobSets (same label, set through
-  the TrainJob's runtimePatches), Jobs and Pods (``jobset.sigs.k8s.io/jobset-name`` exists),
-  plus Nodes cluster-wide, each listed once and then watched. A steady ``discover`` makes no
+  namespace one collection each of TrainJobs (``dispatch.io/managed=true``), JobSets (same
+  label, set through the TrainJob's runtimePatches), Jobs and Pods
+  (``jobset.sigs.k8s.io/jobset-name`` exists), plus Nodes cluster-wide, each listed once and
+  then watched. A steady ``discover`` makes no
   request at all, and a pod that fails is in the cache as soon as its watch event arrives, not
   a poll interval later. It is the default because it is what the supervisor's loop wants and
   it falls back safely: a cache that is not synced (never listed, or its watch broken for
