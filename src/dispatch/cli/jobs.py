@@ -28,7 +28,7 @@ from dispatch.core.model import State, token_for
 from dispatch.core.record import Job
 from dispatch.core.spec import JobSpec
 from dispatch.core.status import project_objects
-from dispatch.errors import EXIT_CANCELLED, EXIT_FAILED, BadInput
+from dispatch.errors import EXIT_CANCELLED, EXIT_FAILED, BadInput, DispatchError
 from dispatch.notify import Notifier
 from dispatch.service import Service, dry_run_of
 from dispatch.service.views import JobView, history_json, status_json
@@ -176,7 +176,12 @@ def status(job: str, no_record: bool, backend: str | None, store_url: str | None
     with open_service(store_url) as service:
         view = service.view(job)
         show(view, as_json)
-        view.checked()  # an unreachable scheduler or an untrusted record: its exit code
+        try:
+            view.checked()  # an unreachable scheduler or an untrusted record: its exit code
+        except DispatchError as e:
+            if not as_json:
+                raise
+            sys.exit(e.exit_code)  # one JSON document: the status already says why
 
 
 @click.command("ls")
