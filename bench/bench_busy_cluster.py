@@ -31,7 +31,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from dispatch.backends.base import Submission
-from dispatch.backends.slurm.backend import Result, SlurmBackend, run_tool
+from dispatch.backends.slurm.backend import SlurmBackend
+from dispatch.backends.slurm.tools import Result, run_tool
 from dispatch.core.model import token_for
 from dispatch.core.spec import JobSpec
 

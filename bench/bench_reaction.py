@@ -1,4 +1,4 @@
-"""Reaction (DESIGN P3): from the end Slurm records to the replacement's submission, as a
+"""Reaction (docs/semantics.md#p3): from the end Slurm records to the replacement's submission, as a
 ratio of the poll interval (target: within 1.2 poll intervals). A benchmark, not a test.
 
     scripts/slurm-testbed up

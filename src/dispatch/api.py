@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from dispatch.core import events as ev
-from dispatch.core.model import Cause, Status
+from dispatch.core.model import Status
 from dispatch.core.spec import JobSpec, SpecError, parse_spec
 from dispatch.service import Service
+from dispatch.service.views import cause_text
 
 __all__ = ["HistoryLine", "Job", "get", "jobs", "submit"]
 
@@ -249,7 +250,7 @@ def follow_logs(store: Store, job_id: str, *, submission: int | None = None,
                 if current is not None:
                     yield from reader.read(service.logs(job_id, current), final=True)
                     sub = j.submission(numbers[-1])
-                    why = f" after {_cause_text(sub.cause)}" if sub and sub.cause else ""
+                    why = f" after {cause_text(sub.cause)}" if sub and sub.cause else ""
                     yield f"== dispatch: submission {numbers[-1]}{why}"
                 current = numbers[-1]
             if current is not None:
@@ -260,16 +261,6 @@ def follow_logs(store: Store, job_id: str, *, submission: int | None = None,
             if not follow or j.outcome is not None:
                 return
             time.sleep(poll)
-
-
-def _cause_text(c: Cause) -> str:
-    """As the CLI prints a cause: ``preempted``, ``non-zero-exit (exit 3)``, ``... by ann``."""
-    text = c.kind.value
-    if c.exit_code is not None:
-        text += f" (exit {c.exit_code})"
-    if c.actor:
-        text += f" by {c.actor}"
-    return text
 
 
 class _Tail:

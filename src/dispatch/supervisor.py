@@ -1,4 +1,4 @@
-"""The supervisor loop: the imperative shell around fold / decide (DESIGN "the system").
+"""The supervisor loop: the imperative shell around fold / decide (README: Design).
 
 Per tick: one batched read of every live job's record, one discover() per backend for all
 of them, then per job: fold, decide, append the decision events (intent before action,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 from tests.e2e.conftest import Dispatch, script
 
@@ -221,7 +222,12 @@ def test_object_only_status_without_a_record(dispatch: Dispatch) -> None:
     job = st["job"]
     oo = dispatch.json("status", job, "--no-record", "--backend", "local")
     assert oo["level"] == "object-only" and oo["state"] == "running"
-    dispatch("cancel", job, check=True)
+    dispatch("cancel", job, check=True)  # recorded; a supervisor carries it out
+    for _ in range(60):
+        dispatch("supervise", "--once", check=True)
+        if dispatch.json("status", job)["state"] == "cancelled":
+            break
+        time.sleep(0.5)
     dispatch.wait_for(job, lambda s: s["state"] == "cancelled")
     gone = dispatch.json("status", job, "--no-record", "--backend", "local")
     assert gone["level"] == "object-only" and gone["state"] == "pending"

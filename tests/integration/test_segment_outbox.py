@@ -41,6 +41,9 @@ class DrainedSlurm:
     def declarations(self) -> Any:
         return declarations_for("slurm")
 
+    def ready(self) -> None:
+        """Usable: nothing to check."""
+
     def discover(self, tokens: Iterable[str], refs: Iterable[str]) -> Discovery:
         obj = ObjectReport(ref="4242", token=self.token, state=State.RUNNING,
                            cause=Cause(kind=CauseKind.NONE), nodes=("n1", "n2"),

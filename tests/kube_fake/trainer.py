@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dispatch.backends.kubeflow.mapping import (
+from dispatch.backends.kubeflow.objects import (
     JOBSET_NAME_LABEL,
     MANAGED_LABEL,
     RESTART_ATTEMPT_LABEL,

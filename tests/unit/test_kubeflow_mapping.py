@@ -1,5 +1,5 @@
 """Table tests of the pure Kubernetes -> (state, cause) mapping: one row per Kubernetes row of
-SCHEDULER-SIGNALS.md. Every TrainJob / JobSet / Job / Pod / Node fed in is first validated
+docs/scheduler-signals.md. Every TrainJob / JobSet / Job / Pod / Node fed in is first validated
 against the real CRD schemas (built-ins: the API reference subset in kube_fake.schemas)."""
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dispatch.backends.kubeflow.mapping import (  # noqa: E402
+from dispatch.backends.kubeflow.mapping import report_gone, report_trainjob  # noqa: E402
+from dispatch.backends.kubeflow.objects import (  # noqa: E402
     JOBSET_NAME_LABEL,
     MANAGED_LABEL,
     RESTART_ATTEMPT_LABEL,
     TOKEN_LABEL,
-    report_gone,
-    report_trainjob,
 )
 from dispatch.core.model import CauseKind, Provenance, State  # noqa: E402
 from kube_fake import schemas  # noqa: E402

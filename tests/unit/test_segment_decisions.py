@@ -9,6 +9,7 @@ import pytest
 
 from dispatch.core import decide as dc
 from dispatch.core import events as ev
+from dispatch.core import segment_decisions
 from dispatch.core.model import Cause, CauseKind, Discovery, ObjectReport, State, UnitHealth
 from dispatch.core.policy import Action, Declarations
 from dispatch.core.record import advance, fold
@@ -152,5 +153,5 @@ def test_fence_on_an_array_publishes_the_tasks_with_lost_nodes() -> None:
 
 
 def test_array_task_words_even_when_the_array_job_id_equals_the_task_id() -> None:
-    assert dc._unit_words("1_1") == "array job 1 task 1"
-    assert dc._unit_words("1") == "object 1"
+    assert segment_decisions._unit_words("1_1") == "array job 1 task 1"
+    assert segment_decisions._unit_words("1") == "object 1"

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from dispatch.backends.base import Submission
 from dispatch.backends.slurm.array_mapping import array_report, task_ranges
-from dispatch.backends.slurm.backend import Result, SlurmBackend
+from dispatch.backends.slurm.backend import SlurmBackend
 from dispatch.backends.slurm.parse import (
     SACCT_FIELDS,
     array_task_of,
@@ -30,6 +30,7 @@ from dispatch.backends.slurm.parse import (
     parse_sacct,
     parse_sacct_time,
 )
+from dispatch.backends.slurm.tools import Result
 from dispatch.core.model import Cause, Execution, ObjectReport, UnitHealth
 from dispatch.core.model import CauseKind as K
 from dispatch.core.model import State as S

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from dispatch.backends.base import Submission, SubmitRejected
-from dispatch.backends.slurm.backend import Result, SlurmBackend, SlurmCommandError
+from dispatch.backends.slurm.backend import SlurmBackend
 from dispatch.backends.slurm.parse import SACCT_FIELDS
+from dispatch.backends.slurm.tools import Result, SlurmCommandError
 from dispatch.core.model import CauseKind as K
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.core.model import State as S

@@ -148,3 +148,13 @@ def test_a_node_line_it_cannot_read_is_an_error() -> None:
     assert (err.value.tool, err.value.where) == ("scontrol show node", "line 2")
     with pytest.raises(SlurmOutputError, match="State: not a node state"):
         parse_scontrol_nodes("NodeName=n1 State=IDLE+ Arch=x\n")
+
+
+def test_a_negative_wait_status_is_kept_as_words_never_a_code() -> None:
+    """Seen on 22.05.8: a NODE_FAIL job prints DerivedEC -2 (NO_VAL); it is no exit code."""
+    line = ("286|286|N/A|NODE_FAIL|NodeDown|15|-2|0|0|n4|2026-12-01T08:29:46|2026-12-01T08:29:46|"
+            "2026-12-01T08:29:49|2026-12-01T08:29:50|low|/tmp/x/%j.out|cap.nodefail.0|")
+    (job,) = parse_squeue_compact(line + "\n")
+    assert job.derived_exit is not None and job.derived_exit.text == "-2"
+    assert (job.derived_exit.code, job.derived_exit.signal) == (None, None)
+    assert classify(signal_from_squeue(job))[1].kind is K.NODE_LOST

@@ -1,4 +1,4 @@
-"""Slurm words -> (state, cause): every row of SCHEDULER-SIGNALS.md "Slurm -> (state, cause)",
+"""Slurm words -> (state, cause): every row of docs/scheduler-signals.md "Slurm -> (state, cause)",
 and the real captures in tests/fixtures/slurm/. No Slurm needed."""
 
 from __future__ import annotations

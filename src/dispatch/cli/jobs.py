@@ -7,7 +7,6 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,15 +22,15 @@ from dispatch.cli.common import (
     open_service,
     store_option,
 )
-from dispatch.cli.render import cause_text, err, out, print_status, table
+from dispatch.cli.render import err, out, print_status, table
 from dispatch.core.model import State, token_for
 from dispatch.core.record import Job
 from dispatch.core.spec import JobSpec
 from dispatch.core.status import project_objects
-from dispatch.errors import EXIT_CANCELLED, EXIT_FAILED, BadInput
+from dispatch.errors import EXIT_CANCELLED, EXIT_FAILED, BadInput, DispatchError
 from dispatch.notify import Notifier
 from dispatch.service import Service, dry_run_of
-from dispatch.service.views import JobView, history_json, status_json
+from dispatch.service.views import JobView, cause_text, history_json, status_json
 from dispatch.supervisor import Supervisor, TickReport, utcnow
 
 if TYPE_CHECKING:
@@ -176,7 +175,12 @@ def status(job: str, no_record: bool, backend: str | None, store_url: str | None
     with open_service(store_url) as service:
         view = service.view(job)
         show(view, as_json)
-        view.checked()  # an unreachable scheduler or an untrusted record: its exit code
+        try:
+            view.checked()  # an unreachable scheduler or an untrusted record: its exit code
+        except DispatchError as e:
+            if not as_json:
+                raise
+            sys.exit(e.exit_code)  # one JSON document: the status already says why
 
 
 @click.command("ls")
@@ -292,56 +296,19 @@ def supersede(job: str, store_url: str | None, as_json: bool) -> None:
 @handle_errors
 def logs(job: str, follow: bool, submission: int | None, store_url: str | None) -> None:
     """Print the job's logs where the backend keeps them."""
+    from dispatch.api import follow_logs
+
     with open_service(store_url) as service:
         job_id = service.resolve(job)
-        try:
-            code = _follow(service, job_id, submission, follow)
-        except KeyboardInterrupt:
-            code = EXIT_CANCELLED
-    sys.exit(code)
-
-
-def _follow(service: Service, job_id: str, submission: int | None, follow: bool) -> int:
-    """Print what each object wrote since last looked; with ``follow``, move on to the next
-    submission when there is one (a marker line says why) until the outcome is committed."""
-    offsets: dict[Path, int] = {}
-    current: int | None = None
-    while True:
-        j = service.job(job_id)
-        numbers = [s.number for s in j.submissions if s.ref is not None]
-        if submission is not None:
-            numbers = [n for n in numbers if n == submission]
-        if numbers and numbers[-1] != current:
-            if current is not None:
-                _cat(service.logs(job_id, current), offsets)  # what it wrote last
-                sub = j.submission(numbers[-1])
-                why = f" after {cause_text(sub.cause)}" if sub and sub.cause else ""
-                click.echo(f"== dispatch: submission {numbers[-1]}{why}")
-            current = numbers[-1]
-        if current is not None:
-            _cat(service.logs(job_id, current), offsets)
-        elif not follow:
-            service.logs(job_id, submission)  # raises: nothing to read yet
-        if not follow:
-            return 0
-        if j.outcome is not None:
-            return EXIT_BY_OUTCOME[j.outcome.state]
-        time.sleep(0.5)
-
-
-def _cat(files: Sequence[Path], offsets: dict[Path, int]) -> None:
-    for f in files:
-        try:
-            with f.open("rb") as fh:
-                fh.seek(offsets.get(f, 0))
-                chunk = fh.read()
-        except OSError:
-            continue
-        if chunk:
-            offsets[f] = offsets.get(f, 0) + len(chunk)
-            prefix = f"[{f.name}] " if len(files) > 1 else ""
-            for line in chunk.decode(errors="replace").splitlines():
-                click.echo(prefix + line)
+    try:
+        for line in follow_logs(store_url, job_id, submission=submission, follow=follow):
+            click.echo(line)
+    except KeyboardInterrupt:
+        sys.exit(EXIT_CANCELLED)
+    if follow:
+        with open_service(store_url) as service:
+            outcome = service.job(job_id).outcome
+        sys.exit(EXIT_BY_OUTCOME[outcome.state] if outcome is not None else 0)
 
 
 COMMANDS = (submit, run, status, ls, watch, history, cancel, resubmit, give_up, supersede, logs)

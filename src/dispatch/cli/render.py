@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.text import Text
 
-from dispatch.core.model import Cause, State
-from dispatch.service.views import SCHEDULER_OK, JobView
+from dispatch.core.model import State
+from dispatch.service.views import SCHEDULER_OK, JobView, cause_text
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -24,17 +24,6 @@ STATE_STYLE = {
 
 out = Console(highlight=False, soft_wrap=True, markup=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
-
-
-def cause_text(c: Cause | None) -> str:
-    if c is None:
-        return "-"
-    text = c.kind.value
-    if c.exit_code is not None:
-        text += f" (exit {c.exit_code})"
-    if c.actor:
-        text += f" by {c.actor}"
-    return text
 
 
 def age(created: datetime | None, now: datetime) -> str:

@@ -9,12 +9,30 @@ S11, S14 and S15 is decided here and nowhere else.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import msgspec
 
-from dispatch.core import events as ev
 from dispatch.core.attribution import attribute_end, excluded_nodes
+from dispatch.core.decisions import (
+    SUPERVISOR,
+    Bind,
+    CancelObject,
+    Commit,
+    Decision,
+    Escalate,
+    OpenGate,
+    PlaceHold,
+    PublishSegment,
+    RecordEnd,
+    RetrySubmit,
+    StartRecovery,
+    Stop,
+    StopDuplicate,
+    Submit,
+    to_events,
+)
 from dispatch.core.model import (
     Cause,
     CauseKind,
@@ -22,12 +40,12 @@ from dispatch.core.model import (
     ObjectReport,
     Provenance,
     State,
-    UnitHealth,
     parse_token,
     token_for,
 )
 from dispatch.core.policy import Action, Enforcer, Plan
 from dispatch.core.record import Job, Submission
+from dispatch.core.segment_decisions import allocation_unit, segment_decisions
 
 # A submit call claimed by one supervisor is not retried by another for this long: it may
 # still be in flight. A duplicate that slips through anyway is caught by S15.
@@ -35,162 +53,6 @@ ATTEMPT_LEASE = timedelta(seconds=30)
 # A stop or cancel already sent is sent again after this long if the object still runs.
 RESEND_AFTER = timedelta(seconds=30)
 
-SUPERVISOR = "dispatch"
-
-
-class _Decision(msgspec.Struct, frozen=True, kw_only=True):
-    pass
-
-
-class RecordEnd(_Decision, frozen=True):
-    """An execution of a submission's object ended (or is fenced off): record it."""
-
-    submission: int
-    ref: str
-    execution: int
-    cause: Cause
-    final: bool
-
-
-class Bind(_Decision, frozen=True):
-    """The object carrying the submission's token is found: remember its ref."""
-
-    submission: int
-    ref: str
-
-
-class Submit(_Decision, frozen=True):
-    """Intend a new submission, then submit it (gated while an older object still runs)."""
-
-    submission: int
-    token: str
-    gated: bool
-    cause: Cause | None
-    exclude_nodes: tuple[str, ...] = ()  # the job's segment-health exclusions (Slurm --exclude)
-
-
-class RetrySubmit(_Decision, frozen=True):
-    """An intended submission has no object and its claim expired: claim it, submit again."""
-
-    submission: int
-    token: str
-    gated: bool
-
-
-class StartRecovery(_Decision, frozen=True):
-    rule: int
-    action: Action
-    cause: Cause
-    native: bool = False
-
-
-class Stop(_Decision, frozen=True):
-    """Stop an object on the supervisor's behalf (fence, spent native budget, after commit)."""
-
-    submission: int
-    ref: str
-    cause: Cause
-
-
-class CancelObject(_Decision, frozen=True):
-    """A person asked to cancel: pass it to the scheduler."""
-
-    ref: str
-
-
-class OpenGate(_Decision, frozen=True):
-    submission: int
-    ref: str
-
-
-class Commit(_Decision, frozen=True):
-    state: State
-    cause: Cause
-
-
-class PlaceHold(_Decision, frozen=True):
-    cause: Cause
-
-
-class Escalate(_Decision, frozen=True):
-    message: str
-    cause: Cause | None
-
-
-class StopDuplicate(_Decision, frozen=True):
-    ref: str
-    token: str
-    cause: Cause
-
-
-class PublishSegment(_Decision, frozen=True):
-    """H1: mark an allocation unit unavailable for the next rendezvous."""
-
-    unit_job_id: str
-    task_id: str
-    nodes: tuple[str, ...]
-    reason: str
-    cause: str  # short word for the artifact: node-unavailable | node-lost-fence
-
-
-Decision = (
-    RecordEnd | Bind | Submit | RetrySubmit | StartRecovery | Stop | CancelObject | OpenGate
-    | Commit | PlaceHold | Escalate | StopDuplicate | PublishSegment
-)
-
-
-def allocation_unit(ref: str) -> tuple[str, str]:
-    """Seed 002: an array task is (array job id, task id); a regular job is (id, id)."""
-    job, sep, task = ref.partition("_")
-    if sep and job.isdigit() and task.isdigit():
-        return job, task
-    return ref, ref
-
-
-def _segment_decisions(job: Job, objs: Sequence[ObjectReport], fenced: dict[str, Cause],
-                       bound: dict[int, str]) -> list[Decision]:
-    """H1: a live object of a job that asked for segment health gets one publication per
-    allocation unit (the job, or each array task) with an unavailable node, and for the units
-    the node-loss fence fired for; once per unit."""
-    if job.spec.segment_health is None:
-        return []
-    published = {(d.unit_job_id, d.task_id) for d in job.segments}
-    mine = {s.ref or bound.get(s.number) for s in job.submissions}
-    out: list[Decision] = []
-    for o in objs:
-        if o.ref not in mine or not o.alive:
-            continue
-        units = o.unhealthy_units
-        if o.ref in fenced and not units:  # fenced on words that named no unit: the object
-            units = (UnitHealth(unit=o.ref, nodes=o.nodes),)
-        for health in units:
-            unit = allocation_unit(health.unit)
-            if unit in published:
-                continue
-            if o.ref in fenced:
-                fence = fenced[o.ref]
-                out.append(PublishSegment(unit_job_id=unit[0], task_id=unit[1],
-                                          nodes=health.nodes, reason=fence.note
-                                          + _words(fence.detail), cause="node-lost-fence"))
-            else:
-                out.append(PublishSegment(
-                    unit_job_id=unit[0], task_id=unit[1], nodes=health.nodes,
-                    cause="node-unavailable",
-                    reason=f"node(s) {', '.join(health.nodes)} of {_unit_words(health.unit)} "
-                           "unavailable" + _words(health.detail or o.cause.detail)))
-            published.add(unit)
-    return out
-
-
-def _words(detail: str) -> str:
-    return f": {detail}" if detail else ""
-
-
-def _unit_words(unit: str) -> str:
-    job_id, task_id = allocation_unit(unit)
-    # An array task is named by its ref ("1_1"), never by equal ids: array job 1's task 1
-    # has job id == task id too.
-    return f"array job {job_id} task {task_id}" if "_" in unit else f"object {unit}"
 
 
 def _ended_executions(obj: ObjectReport) -> list[tuple[int, Cause, bool]]:
@@ -276,9 +138,66 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
             if avoid and isinstance(d, Submit) else d for d in out]
 
 
+@dataclass
+class _Seen:
+    """This tick's look at one job's objects, indexed once: the objects carrying its tokens,
+    every object by ref (its bound refs included), and the submissions bound this tick."""
+
+    objs: Sequence[ObjectReport]
+    by_ref: dict[str, ObjectReport]
+    bound: dict[int, str] = field(default_factory=dict)
+
+    def ref_of(self, s: Submission) -> str | None:
+        return s.ref or self.bound.get(s.number)
+
+    def obj_of(self, s: Submission) -> ObjectReport | None:
+        r = self.ref_of(s)
+        return self.by_ref.get(r) if r else None
+
+
+@dataclass
+class _Ends:
+    """What recording the ended executions found: the cause awaiting a verdict, the budget
+    spent including native recoveries this tick, and the objects fenced off (S11)."""
+
+    awaiting: Cause | None
+    used: list[int]
+    fenced: dict[str, Cause] = field(default_factory=dict)
+
+
 def _decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
             attempt_lease: timedelta, resend_after: timedelta) -> list[Decision]:
-    out: list[Decision] = []
+    seen = _look(job, discovery)
+    out = _bind_and_duplicates(job, seen, now)
+    if job.outcome is not None:
+        return out + _leftovers(job, seen, now, resend_after)
+    ends = _Ends(awaiting=job.awaiting, used=list(job.budget_used))
+    out += _record_ends(job, plan, seen, ends, now, resend_after)
+    out += segment_decisions(job, seen.objs, ends.fenced, seen.bound)
+    if job.cancel_requested is not None:
+        return out + _cancel(job, discovery, seen, ends, now, attempt_lease, resend_after)
+    if job.give_up_requested is not None:
+        return out + _give_up(job, ends)
+    if job.hold is not None:
+        return out  # waits for a person: resubmit, cancel or give up
+    any_alive = any(_maybe_alive(s, seen) for s in job.submissions)
+    next_number = len(job.submissions) + 1
+    if job.resubmit_requested is not None:
+        return out + [Submit(submission=next_number, token=token_for(job.id, next_number),
+                             gated=any_alive, cause=job.resubmit_requested)]
+    cur = job.current
+    if cur is None:
+        return out + [Submit(submission=1, token=token_for(job.id, 1), gated=False,
+                             cause=None)]
+    if ends.awaiting is not None:
+        return out + verdict(job, plan, ends.awaiting, next_number,
+                             any_alive or bool(ends.fenced), now, used=ends.used)
+    if discovery is None:
+        return out
+    return out + _current_submission(job, cur, discovery, seen, now, attempt_lease)
+
+
+def _look(job: Job, discovery: Discovery | None) -> _Seen:
     objs: Sequence[ObjectReport] = discovery.of_job(job.id) if discovery is not None else ()
     by_ref: dict[str, ObjectReport] = {}
     for o in objs:
@@ -286,54 +205,61 @@ def _decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
     if discovery is not None:
         for s in job.submissions:
             if s.ref is not None and s.ref not in by_ref:
-                seen = discovery.get(s.ref)
-                if seen is not None:
-                    by_ref[seen.ref] = seen
+                found = discovery.get(s.ref)
+                if found is not None:
+                    by_ref[found.ref] = found
+    return _Seen(objs=objs, by_ref=by_ref)
 
-    # S15: objects the supervisor did not mean to have; and binding a found submission.
-    bound_now: dict[int, str] = {}
-    for o in objs:
+
+def _bind_and_duplicates(job: Job, seen: _Seen, now: datetime) -> list[Decision]:
+    """Bind a submission whose object is found; stop objects the supervisor did not mean to
+    have (S15)."""
+    out: list[Decision] = []
+    for o in seen.objs:
         parsed = parse_token(o.token or "")
         number = parsed[1] if parsed else 0
         sub = job.submission(number)
-        if sub is not None and sub.ref is None and number not in bound_now \
+        if sub is not None and sub.ref is None and number not in seen.bound \
                 and o.cause.kind is not CauseKind.DUPLICATE:
-            bound_now[number] = o.ref
+            seen.bound[number] = o.ref
             out.append(Bind(submission=number, ref=o.ref))
             continue
-        mine = sub is not None and (sub.ref or bound_now.get(number)) == o.ref
+        mine = sub is not None and seen.ref_of(sub) == o.ref
         if not mine and o.alive and o.ref not in job.duplicates_stopped:
             out.append(StopDuplicate(ref=o.ref, token=o.token or "", cause=Cause(
                 kind=CauseKind.DUPLICATE, provenance=Provenance.ACTOR, actor=SUPERVISOR,
                 detail=f"object {o.ref} carries token {o.token}, already bound to "
                        f"{sub.ref if sub else 'no submission'}", at=now)))
+    return out
 
-    def ref_of(s: Submission) -> str | None:
-        return s.ref or bound_now.get(s.number)
 
-    if job.outcome is not None:
-        # After the commit only leftovers are handled: stop what still runs of a job that
-        # will never run again.
-        if job.outcome.state is not State.SUCCEEDED:
-            for s in job.submissions:
-                r = ref_of(s)
-                left = by_ref.get(r) if r else None
-                if left is not None and left.alive and r is not None \
-                        and _resend(s.stop_at, now, resend_after):
-                    out.append(Stop(submission=s.number, ref=r, cause=job.outcome.cause))
-        return out
-
-    # Record every ended execution the record does not know yet; fence lost nodes (S11).
-    awaiting = job.awaiting
-    native_used = list(job.budget_used)
-    fenced_alive = False
-    fenced: dict[str, Cause] = {}
+def _leftovers(job: Job, seen: _Seen, now: datetime, resend_after: timedelta
+               ) -> list[Decision]:
+    """After the commit: stop what still runs of a job that will never run again."""
+    assert job.outcome is not None
+    if job.outcome.state is State.SUCCEEDED:
+        return []
+    out: list[Decision] = []
     for s in job.submissions:
-        r = ref_of(s)
-        found = by_ref.get(r) if r else None
-        if found is None or r is None:
+        r = seen.ref_of(s)
+        left = seen.obj_of(s)
+        if left is not None and left.alive and r is not None \
+                and _resend(s.stop_at, now, resend_after):
+            out.append(Stop(submission=s.number, ref=r, cause=job.outcome.cause))
+    return out
+
+
+def _record_ends(job: Job, plan: Plan, seen: _Seen, ends: _Ends, now: datetime,
+                 resend_after: timedelta) -> list[Decision]:
+    """Record every ended execution the record does not know yet; fence objects reported
+    running past the node-loss window (S11); resend stops not yet carried out."""
+    out: list[Decision] = []
+    last = len(job.submissions)
+    for s in job.submissions:
+        r = seen.ref_of(s)
+        o = seen.obj_of(s)
+        if o is None or r is None:
             continue
-        o = found
         recorded = set(s.executions_recorded)
         closed = s.ended
         for index, cause, final in _ended_executions(o):
@@ -348,10 +274,10 @@ def _decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
             recorded.add(index)
             if final and not s.ended:
                 closed = True
-                if s.number == len(job.submissions):
-                    awaiting = cause
+                if s.number == last:
+                    ends.awaiting = cause
             if not final:
-                out.extend(_native_recovery(job, plan, s, r, cause, native_used, now))
+                out.extend(_native_recovery(job, plan, s, r, cause, ends.used, now))
         if o.ended and not closed:
             # The object ended after its last execution was recorded as run again (a requeue
             # we then stopped): no new execution carries the end, so record it on its own.
@@ -360,124 +286,102 @@ def _decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
             out.append(RecordEnd(submission=s.number, ref=r, execution=index, cause=cause,
                                  final=True))
             recorded.add(index)
-            if s.number == len(job.submissions):
-                awaiting = cause
-        if (s.number == len(job.submissions) and not s.ended and o.state is State.RUNNING
+            if s.number == last:
+                ends.awaiting = cause
+        if (s.number == last and not s.ended and o.state is State.RUNNING
                 and o.cause.kind is CauseKind.NODE_LOST and o.lost_since is not None
                 and now - o.lost_since >= plan.declarations.node_loss_window):
-            window = plan.declarations.node_loss_window.total_seconds()
-            cause = Cause(kind=CauseKind.NODE_LOST, provenance=o.cause.provenance,
-                          detail=o.cause.detail, at=now,
-                          note=f"fenced: still reported running {window:g}s after the node "
-                               "was lost")
-            fenced[r] = cause
-            if s.stop_cause is None:
-                out.append(Stop(submission=s.number, ref=r, cause=cause))
-            index = _running_index(o)
-            if index not in recorded:
-                out.append(RecordEnd(submission=s.number, ref=r, execution=index, cause=cause,
-                                     final=True))
-                awaiting = cause
-            fenced_alive = True
+            out += _fence(s, r, o, plan, recorded, ends, now)
         elif s.stop_cause is not None and o.alive and _resend(s.stop_at, now, resend_after):
             out.append(Stop(submission=s.number, ref=r, cause=s.stop_cause))
+    return out
 
-    out.extend(_segment_decisions(job, objs, fenced, bound_now))
 
-    def maybe_alive(s: Submission) -> bool:
-        r0 = ref_of(s)
-        if r0 is None:
-            return False
-        seen = by_ref.get(r0)
-        if seen is not None:
-            return seen.alive
-        # Not in this look (not asked, or an incomplete look): an object not known to have
-        # ended may still run (a fenced or stopped one), so a replacement goes in gated
-        # (S11, R3).
-        return not s.ended or s.stop_cause is not None
+def _fence(s: Submission, r: str, o: ObjectReport, plan: Plan, recorded: set[int],
+           ends: _Ends, now: datetime) -> list[Decision]:
+    """S11: past the node-loss window the execution is over: stop the object and record its
+    end as node-lost (a replacement may start, gated until the object ends)."""
+    window = plan.declarations.node_loss_window.total_seconds()
+    cause = Cause(kind=CauseKind.NODE_LOST, provenance=o.cause.provenance,
+                  detail=o.cause.detail, at=now,
+                  note=f"fenced: still reported running {window:g}s after the node was lost")
+    ends.fenced[r] = cause
+    out: list[Decision] = []
+    if s.stop_cause is None:
+        out.append(Stop(submission=s.number, ref=r, cause=cause))
+    index = _running_index(o)
+    if index not in recorded:
+        out.append(RecordEnd(submission=s.number, ref=r, execution=index, cause=cause,
+                             final=True))
+        ends.awaiting = cause
+    return out
 
-    any_alive = any(maybe_alive(s) for s in job.submissions)
-    cur = job.current
-    next_number = len(job.submissions) + 1
 
-    # A person's cancel (S14 is the scheduler's side of it).
-    if job.cancel_requested is not None:
-        alive_refs = []
-        for s in job.submissions:
-            r = ref_of(s)
-            live = by_ref.get(r) if r else None
-            if live is not None and live.alive and r is not None:
-                alive_refs.append((s, r))
-        if discovery is None:
-            return out
-        if not discovery.complete and any(
-                ref_of(s) is not None and not s.ended and ref_of(s) not in by_ref
-                for s in job.submissions):
-            return out  # not seen ended: wait for a complete look
-        if alive_refs:
-            for s, r in alive_refs:
-                if _resend(s.cancel_sent_at, now, resend_after):
-                    out.append(CancelObject(ref=r))
-            return out
-        if cur is not None and ref_of(cur) is None and not cur.ended \
-                and now - cur.attempted_at < attempt_lease:
-            return out  # a submit may be in flight; cancel it once it is visible
-        if awaiting is not None and awaiting.kind is CauseKind.NONE:
-            # The scheduler says the job completed: the cancel came too late to stop it.
-            # Success is what happened (and what the forecast showed); never cancelled.
-            out.append(Commit(state=State.SUCCEEDED, cause=awaiting))
-            return out
-        out.append(Commit(state=State.CANCELLED, cause=job.cancel_requested))
-        return out
+def _maybe_alive(s: Submission, seen: _Seen) -> bool:
+    if seen.ref_of(s) is None:
+        return False
+    found = seen.obj_of(s)
+    if found is not None:
+        return found.alive
+    # Not in this look (not asked, or an incomplete look): an object not known to have
+    # ended may still run (a fenced or stopped one), so a replacement goes in gated
+    # (S11, R3).
+    return not s.ended or s.stop_cause is not None
 
-    if job.give_up_requested is not None:
-        if awaiting is not None and awaiting.kind is CauseKind.NONE:
-            out.append(Commit(state=State.SUCCEEDED, cause=awaiting))
-            return out
-        cause = job.hold.cause if job.hold is not None else job.give_up_requested
-        out.append(Commit(state=State.FAILED, cause=cause))
-        out.append(Escalate(message=f"given up by {job.give_up_requested.actor or 'a person'}",
-                            cause=cause))
-        return out
 
-    if job.hold is not None:
-        return out  # waits for a person: resubmit, cancel or give up
-
-    if job.resubmit_requested is not None:
-        out.append(Submit(submission=next_number, token=token_for(job.id, next_number),
-                          gated=any_alive, cause=job.resubmit_requested))
-        return out
-
-    if cur is None:
-        out.append(Submit(submission=1, token=token_for(job.id, 1), gated=False, cause=None))
-        return out
-
-    if awaiting is not None:
-        out.extend(verdict(job, plan, awaiting, next_number, any_alive or fenced_alive, now,
-                           used=native_used))
-        return out
-
+def _cancel(job: Job, discovery: Discovery | None, seen: _Seen, ends: _Ends, now: datetime,
+            attempt_lease: timedelta, resend_after: timedelta) -> list[Decision]:
+    """A person's cancel (S14 is the scheduler's side of it): cancel what runs, commit once
+    the scheduler shows nothing of the job alive."""
     if discovery is None:
-        return out
+        return []
+    if not discovery.complete and any(
+            seen.ref_of(s) is not None and not s.ended and seen.ref_of(s) not in seen.by_ref
+            for s in job.submissions):
+        return []  # not seen ended: wait for a complete look
+    alive = [(s, o.ref) for s in job.submissions
+             if (o := seen.obj_of(s)) is not None and o.alive]
+    if alive:
+        return [CancelObject(ref=r) for s, r in alive
+                if _resend(s.cancel_sent_at, now, resend_after)]
+    cur = job.current
+    if cur is not None and seen.ref_of(cur) is None and not cur.ended \
+            and now - cur.attempted_at < attempt_lease:
+        return []  # a submit may be in flight; cancel it once it is visible
+    if ends.awaiting is not None and ends.awaiting.kind is CauseKind.NONE:
+        # The scheduler says the job completed: the cancel came too late to stop it.
+        # Success is what happened (and what the forecast showed); never cancelled.
+        return [Commit(state=State.SUCCEEDED, cause=ends.awaiting)]
+    assert job.cancel_requested is not None
+    return [Commit(state=State.CANCELLED, cause=job.cancel_requested)]
 
-    # The current submission: bind, retry, or open its gate.
-    r = ref_of(cur)
+
+def _give_up(job: Job, ends: _Ends) -> list[Decision]:
+    assert job.give_up_requested is not None
+    if ends.awaiting is not None and ends.awaiting.kind is CauseKind.NONE:
+        return [Commit(state=State.SUCCEEDED, cause=ends.awaiting)]
+    cause = job.hold.cause if job.hold is not None else job.give_up_requested
+    return [Commit(state=State.FAILED, cause=cause),
+            Escalate(message=f"given up by {job.give_up_requested.actor or 'a person'}",
+                     cause=cause)]
+
+
+def _current_submission(job: Job, cur: Submission, discovery: Discovery, seen: _Seen,
+                        now: datetime, attempt_lease: timedelta) -> list[Decision]:
+    """The current submission: retry a submit whose claim expired, or open its gate once
+    every older object has ended."""
+    r = seen.ref_of(cur)
     if r is None and not cur.ended:
         if now - cur.attempted_at >= attempt_lease and discovery.complete:
-            out.append(RetrySubmit(submission=cur.number, token=cur.token, gated=cur.gated))
-        return out
+            return [RetrySubmit(submission=cur.number, token=cur.token, gated=cur.gated)]
+        return []
     if r is not None and cur.gated and not cur.gate_opened:
-        older_alive = False
-        for s in job.submissions[:-1]:
-            r0 = ref_of(s)
-            if r0 is None:
-                continue
-            o0 = by_ref.get(r0)
-            if o0 is None or o0.alive:
-                older_alive = True
+        older_alive = any(seen.ref_of(s) is not None
+                          and ((o := seen.obj_of(s)) is None or o.alive)
+                          for s in job.submissions[:-1])
         if not older_alive:
-            out.append(OpenGate(submission=cur.number, ref=r))
-    return out
+            return [OpenGate(submission=cur.number, ref=r)]
+    return []
 
 
 def _own_stop(s: Submission, cause: Cause) -> Cause:
@@ -521,48 +425,26 @@ def _native_recovery(job: Job, plan: Plan, s: Submission, ref: str, cause: Cause
     return [Stop(submission=s.number, ref=ref, cause=stop)]
 
 
-def to_events(decisions: Sequence[Decision], job: Job, now: datetime,
-              supervisor: str = SUPERVISOR, stop_by: str | None = None) -> list[ev.Event]:
-    """The events a batch of decisions appends before anything is done (intent first).
-    Bind, OpenGate and CancelObject record their result after the action instead.
-    ``stop_by``: the actor the scheduler will name for this supervisor's stops (its uid)."""
-    out: list[ev.Event] = []
-    seq = job.version
-    for d in decisions:
-        e: ev.Event | None = None
-        nxt = seq + 1
-        if isinstance(d, RecordEnd):
-            e = ev.ExecutionEnded(seq=nxt, at=now, submission=d.submission, ref=d.ref,
-                                  execution=d.execution, cause=d.cause, final=d.final)
-        elif isinstance(d, Bind):
-            e = ev.SubmissionBound(seq=nxt, at=now, submission=d.submission, ref=d.ref)
-        elif isinstance(d, Submit):
-            e = ev.SubmissionIntended(seq=nxt, at=now, submission=d.submission, token=d.token,
-                                      gated=d.gated, cause=d.cause, exclude_nodes=d.exclude_nodes)
-        elif isinstance(d, RetrySubmit):
-            e = ev.SubmissionAttempted(seq=nxt, at=now, submission=d.submission,
-                                       supervisor=supervisor)
-        elif isinstance(d, StartRecovery):
-            e = ev.RecoveryStarted(seq=nxt, at=now, rule=d.rule, action=d.action, cause=d.cause,
-                                   native=d.native)
-        elif isinstance(d, Stop):
-            e = ev.StopRequested(seq=nxt, at=now, submission=d.submission, ref=d.ref,
-                                 cause=d.cause, by=stop_by)
-        elif isinstance(d, CancelObject):
-            e = ev.CancelSent(seq=nxt, at=now, ref=d.ref)
-        elif isinstance(d, Commit):
-            e = ev.OutcomeCommitted(seq=nxt, at=now, state=d.state, cause=d.cause)
-        elif isinstance(d, PlaceHold):
-            e = ev.HoldPlaced(seq=nxt, at=now, cause=d.cause, recovery=True, actor=supervisor)
-        elif isinstance(d, Escalate):
-            e = ev.EscalationRaised(seq=nxt, at=now, message=d.message, cause=d.cause)
-        elif isinstance(d, StopDuplicate):
-            e = ev.DuplicateStopped(seq=nxt, at=now, ref=d.ref, token=d.token, cause=d.cause)
-        elif isinstance(d, PublishSegment):
-            e = ev.SegmentPublished(seq=nxt, at=now, unit_job_id=d.unit_job_id,
-                                    task_id=d.task_id, reason=d.reason, actor=supervisor,
-                                    nodes=d.nodes, source=d.cause)
-        if e is not None:
-            out.append(e)
-            seq = nxt
-    return out
+__all__ = [
+    "ATTEMPT_LEASE",
+    "RESEND_AFTER",
+    "SUPERVISOR",
+    "allocation_unit",
+    "decide",
+    "verdict",
+    "Bind",
+    "CancelObject",
+    "Commit",
+    "Decision",
+    "Escalate",
+    "OpenGate",
+    "PlaceHold",
+    "PublishSegment",
+    "RecordEnd",
+    "RetrySubmit",
+    "StartRecovery",
+    "Stop",
+    "StopDuplicate",
+    "Submit",
+    "to_events",
+]

@@ -1,4 +1,4 @@
-"""Segment health decisions (seed 002, DESIGN.md H1-H4).
+"""Segment health decisions (docs/semantics.md#h1 to #h4).
 
 publisher: dispatch marks an allocation unit unavailable (supervisor side).
 consumer: a launcher's process 0 checks its unit before rendezvous (one stat, never a read).

@@ -1,6 +1,6 @@
 """The artifact contract shared by publisher and consumer: names, ids, typed errors.
 
-Seed 002 (and DESIGN.md H1, H4): in an absolute directory,
+docs/semantics.md#h1 and #h4: in an absolute directory,
 ``segment_health_check.<job_id>.<task_id>`` is the per-unit decision and
 ``segment_health_check.<job_id>.state`` the per-job list of excluded task ids.
 Arrays use the array job id and the array task id; a regular job uses its job id for both.

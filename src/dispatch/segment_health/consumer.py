@@ -1,4 +1,4 @@
-"""The segment health consumer (seed 002, DESIGN.md H2): the launcher side.
+"""The segment health consumer (docs/semantics.md#h2): the launcher side.
 
 Contract, sentence by sentence:
 - Installed only where ``SLURM_PROCID=0``; any other launcher installs nothing, checks

@@ -1,4 +1,4 @@
-"""The launch shape the segment health check needs on Slurm (DESIGN.md H3). Pure.
+"""The launch shape the segment health check needs on Slurm (docs/semantics.md#h3). Pure.
 
 Seed 002: one launcher per allocated node, ``srun --kill-on-bad-exit=1`` so an excluded
 process 0 ends the workload step, ``--no-requeue`` for arrays, and the decision directory

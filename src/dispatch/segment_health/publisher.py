@@ -1,4 +1,4 @@
-"""Publish and clear segment health decisions (DESIGN.md H1, H4): the supervisor side.
+"""Publish and clear segment health decisions (docs/semantics.md#h1, #h4): the supervisor side.
 
 Each write is atomic: a temp file in the same directory, written, fsynced, renamed over the
 name, then the directory fsynced. A reader stat-ing or reading the name sees the old file,

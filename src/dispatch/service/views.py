@@ -9,7 +9,7 @@ from typing import Any
 
 from dispatch.core import events as ev
 from dispatch.core.codec import cause_json, to_builtins
-from dispatch.core.model import SchedulerUnreachable, Status
+from dispatch.core.model import Cause, SchedulerUnreachable, Status
 from dispatch.errors import BackendError, DispatchError
 
 # What a view says about the scheduler it came from.
@@ -52,6 +52,18 @@ class JobView:
         if self.scheduler == SCHEDULER_UNUSABLE:
             raise BackendError(f"backend {self.status.backend}: {self.problem}")
         return self.status
+
+
+def cause_text(c: Cause | None) -> str:
+    """A cause in a few words: ``preempted``, ``non-zero-exit (exit 3)``, ``... by ann``."""
+    if c is None:
+        return "-"
+    text = c.kind.value
+    if c.exit_code is not None:
+        text += f" (exit {c.exit_code})"
+    if c.actor:
+        text += f" by {c.actor}"
+    return text
 
 
 def status_json(view: JobView) -> dict[str, Any]:

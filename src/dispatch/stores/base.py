@@ -1,6 +1,7 @@
 """The record store: one append-only list of events per job, with optimistic concurrency.
 
-The record is the product's memory (DESIGN.md): a lost or corrupted record is a lost decision.
+The record is the product's memory (docs/semantics.md): a lost or corrupted record is a lost
+decision.
 Every store keeps the same contract, tested on each (tests/integration/stores/):
 
 - ``append`` is all-or-nothing, in one transaction, and only succeeds when the job's version

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -56,3 +57,30 @@ def test_version_is_the_distributions() -> None:
     changelog = (REPO / "CHANGELOG.md").read_text()
     assert f"## {installed}" in changelog
     assert "Apache License" in (REPO / "LICENSE").read_text()
+
+
+def test_every_command_is_found_where_the_lazy_group_looks() -> None:
+    import importlib
+
+    from dispatch.cli import COMMAND_MODULES
+
+    defined = {}
+    for module in set(COMMAND_MODULES.values()):
+        for command in importlib.import_module(module).COMMANDS:
+            defined[command.name] = module
+    assert defined == COMMAND_MODULES
+
+
+def test_status_imports_neither_yaml_nor_urllib_request_nor_the_server(tmp_path: Path) -> None:
+    code = ("import sys\n"
+            "from click.testing import CliRunner\n"
+            "from dispatch.cli import main\n"
+            "r = CliRunner().invoke(main, ['status', 'no-such-job', '--json'])\n"
+            "assert r.exit_code == 3, r.output\n"
+            "print(' '.join(m for m in ('yaml', 'urllib.request', 'dispatch.http',\n"
+            "      'dispatch.segment_health', 'starlette', 'lightkube') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], text=True, capture_output=True,
+                          timeout=60, cwd=tmp_path,
+                          env={**os.environ, "DISPATCH_STORE": str(tmp_path / "r.sqlite3")})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""

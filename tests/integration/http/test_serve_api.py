@@ -141,7 +141,7 @@ def test_store_unusable_is_500(serve: Callable[..., Served], tmp_path: Path) -> 
     (tmp_path / "a-file").write_text("")
     done = cli(tmp_path, "serve", "--port", "1", "--store",
                str(tmp_path / "a-file" / "record.sqlite3"))
-    assert done.returncode == 5 and "cannot open record store" in done.stderr
+    assert done.returncode == 5 and "a-file is not a directory" in done.stderr
     s = serve("--store", str(tmp_path / "later.sqlite3"))
     for suffix in ("", "-wal", "-shm"):
         (tmp_path / f"later.sqlite3{suffix}").unlink(missing_ok=True)

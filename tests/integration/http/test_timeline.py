@@ -77,8 +77,8 @@ def test_a_running_requeued_object_and_a_hold_drawn_up_to_now() -> None:
         (at(2).isoformat(), at(10).isoformat(), False), (at(10).isoformat(), None, False)]
     assert tl["holds"] == [{"start": at(12).isoformat(), "end": at(15).isoformat(),
                             "cause": {"kind": "unknown", "provenance": "scheduler",
-                                      "actor": None, "detail": "signal 11", "exit_code": None,
-                                      "at": None},
+                                      "actor": None, "detail": "signal 11", "note": "",
+                                      "exit_code": None, "at": None},
                             "recovery": True, "released_by": "ann", "resubmit": False}]
     assert [m["kind"] for m in tl["marks"]] == ["escalation", "cancel"]
     assert tl["escalations"][0]["message"] == "look at it"

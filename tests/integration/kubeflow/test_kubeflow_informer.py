@@ -1,4 +1,4 @@
-"""The list+watch cache (DESIGN P2 on Kubernetes) on the stand-in: a steady tick costs no
+"""The list+watch cache (docs/semantics.md#p2 on Kubernetes) on the stand-in: a steady tick costs no
 request, a pod failure arrives by watch, 410 Gone leads to a fresh list, an outage longer than
 the bound is SchedulerUnreachable (never an answer from a stale cache), and it recovers.
 

@@ -263,7 +263,8 @@ def test_array_task_excluded_other_trains_and_resubmission_avoids_node(
         events = cli.json("history", "nvrx-array")
         ends = [e["event"] for e in events if e["type"] == "ExecutionEnded"]
         assert_exclusion_cause(ends[0]["cause"], provenance="scheduler")
-        assert ends[0]["ref"] == array and ends[0]["cause"]["detail"].startswith("task 1: ")
+        assert ends[0]["ref"] == array and ends[0]["cause"]["detail"].startswith("FAILED")
+        assert "task 1 speaks for the array" in ends[0]["cause"]["note"]
         intended = [e["event"] for e in events if e["type"] == "SubmissionIntended"]
         assert intended[1]["exclude_nodes"] == [drained]
         assert intended[1]["cause"]["kind"] == "node-lost"

@@ -178,7 +178,7 @@ def test_token_found_by_a_new_backend_after_a_crash(cluster: Cluster) -> None:
     fresh = cluster.new_backend()  # knows nothing: no ref, only the token
     (o,) = [o for o in fresh.discover({token}, ()).objects]
     assert (o.ref, o.token, o.state) == (ref, token, S.RUNNING)
-    assert fresh.calls["squeue"] == 1 and fresh.calls["sinfo"] == 1
+    assert fresh.calls["squeue"] == 1 and fresh.calls["scontrol"] == 1
     assert fresh.calls["sacct"] == 0  # found in squeue: accounting not needed
 
 

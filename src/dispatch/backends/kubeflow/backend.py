@@ -2,10 +2,11 @@
 
 The imperative shell around ``mapping`` (pure) and ``manifest`` (pure). Choices, and why:
 
-- Discovery reads a **list+watch cache** (``informer``, DESIGN P2) by default: per namespace one
-  collection each of TrainJobs (``dispatch.io/managed=true``), JobSets (same label, set through
-  the TrainJob's runtimePatches), Jobs and Pods (``jobset.sigs.k8s.io/jobset-name`` exists),
-  plus Nodes cluster-wide, each listed once and then watched. A steady ``discover`` makes no
+- Discovery reads a **list+watch cache** (``informer``, docs/semantics.md#p2) by default: per
+  namespace one collection each of TrainJobs (``dispatch.io/managed=true``), JobSets (same
+  label, set through the TrainJob's runtimePatches), Jobs and Pods
+  (``jobset.sigs.k8s.io/jobset-name`` exists), plus Nodes cluster-wide, each listed once and
+  then watched. A steady ``discover`` makes no
   request at all, and a pod that fails is in the cache as soon as its watch event arrives, not
   a poll interval later. It is the default because it is what the supervisor's loop wants and
   it falls back safely: a cache that is not synced (never listed, or its watch broken for
@@ -52,15 +53,14 @@ from dispatch.backends.kubeflow.client import (
 )
 from dispatch.backends.kubeflow.informer import Informer, InformerSettings, Predicate, Watched
 from dispatch.backends.kubeflow.manifest import build_trainjob, parse_section
-from dispatch.backends.kubeflow.mapping import (
+from dispatch.backends.kubeflow.mapping import report_gone, report_trainjob
+from dispatch.backends.kubeflow.objects import (
     GATE_ANNOTATION,
     JOBSET_NAME_LABEL,
     MANAGED_LABEL,
     TOKEN_LABEL,
     labels,
     name_of,
-    report_gone,
-    report_trainjob,
 )
 from dispatch.core.model import CauseKind, Discovery, ObjectReport
 from dispatch.core.policy import Action, Declarations

@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from dispatch.backends.base import Submission
-from dispatch.backends.kubeflow.mapping import GATE_ANNOTATION, MANAGED_LABEL, TOKEN_LABEL
+from dispatch.backends.kubeflow.objects import GATE_ANNOTATION, MANAGED_LABEL, TOKEN_LABEL
 from dispatch.errors import BadInput
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"

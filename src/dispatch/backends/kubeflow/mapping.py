@@ -2,7 +2,7 @@
 
 The inputs are the objects exactly as the API server returns them (plain JSON dicts): the
 TrainJob, the JobSet Trainer made for it, that JobSet's batch/v1 Jobs and Pods, and the Nodes.
-The output is one ``ObjectReport``. Rows come from the Kubernetes part of SCHEDULER-SIGNALS.md.
+The output is one ``ObjectReport``. Rows come from the Kubernetes part of docs/scheduler-signals.md.
 
 Nothing here trusts the shape of its input: a field of the wrong type reads as missing, and a
 word we cannot map becomes ``CauseKind.UNKNOWN`` with the words kept verbatim in the detail.
@@ -10,326 +10,39 @@ word we cannot map becomes ``CauseKind.UNKNOWN`` with the words kept verbatim in
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from dispatch.backends.kubeflow.objects import (
+    GATE_ANNOTATION,
+    TOKEN_LABEL,
+    as_int,
+    as_list,
+    as_map,
+    as_str,
+    condition,
+    join_words,
+    labels,
+    lost_nodes,
+    meta,
+    name_of,
+    namespace_of,
+    parse_time,
+    true_condition,
+    words,
+)
+from dispatch.backends.kubeflow.pods import (
+    DISRUPTION_KINDS,
+    RANK_DEADLINE,
+    pending_signal,
+    pod_alive,
+    pod_end_signals,
+    pod_node,
+    pod_ref,
+    restart_attempt,
+)
 from dispatch.core.model import Cause, CauseKind, Execution, ObjectReport, Provenance, State
-
-TOKEN_LABEL = "dispatch.io/token"
-MANAGED_LABEL = "dispatch.io/managed"
-GATE_ANNOTATION = "dispatch.io/gate"
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
-
-# Node taints that mean the node (and so the pods on it) may be gone (SCHEDULER-SIGNALS).
-LOST_NODE_TAINTS = frozenset(
-    {
-        "node.kubernetes.io/unreachable",
-        "node.kubernetes.io/not-ready",
-        "node.kubernetes.io/out-of-service",
-    }
-)
-
-DISRUPTION_KINDS: dict[str, CauseKind] = {
-    "PreemptionByScheduler": CauseKind.PREEMPTED,
-    "EvictionByEvictionAPI": CauseKind.PREEMPTED,
-    "DeletionByTaintManager": CauseKind.NODE_LOST,
-    "DeletionByPodGC": CauseKind.NODE_LOST,
-}
-# What the kubelet itself writes when it ends a pod (DisruptionTarget reason
-# TerminationByKubelet, or the pod's status reason/message), from Kubernetes'
-# pkg/kubelet (eviction/helpers.go, nodeshutdown, preemption). Mapped only on these words.
-KUBELET_LOW_ON_RESOURCE = re.compile(r"^The node was low on resource: ([A-Za-z0-9._/-]+)\.")
-# The resource the node ran short of -> the kind; ephemeral-storage, pids and inodes fit no
-# kind of the closed list (the node is fine; no-capacity is for a job that cannot start),
-# so they stay unknown with the kubelet's words.
-KUBELET_LOW_RESOURCE_KINDS: dict[str, CauseKind] = {"memory": CauseKind.OUT_OF_MEMORY}
-KUBELET_MESSAGES: dict[str, CauseKind] = {
-    "Pod was terminated in response to imminent node shutdown.": CauseKind.NODE_LOST,
-    "Pod was preempted by Kubelet to accommodate a critical pod.": CauseKind.PREEMPTED,
-    "Preempted in order to admit critical pod": CauseKind.PREEMPTED,
-}
-WAITING_LAUNCH_FAILED = frozenset(
-    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError"}
-)
-TERMINATED_LAUNCH_FAILED = frozenset({"StartError", "ContainerCannotRun"})
-ALIVE_POD_PHASES = frozenset({"Pending", "Running"})
-
-# Evidence ranks: infrastructure explains an exit, so it outranks it; among exits the first wins.
-_RANK_DISRUPTION = 0
-_RANK_OOM = 1
-_RANK_DEADLINE = 2
-_RANK_LAUNCH = 3
-_RANK_EXIT = 4
-
-
-# -- safe readers: the wrong type reads as missing --------------------------------------------
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> Sequence[Any]:
-    return value if isinstance(value, list | tuple) else ()
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def parse_time(value: Any) -> datetime | None:
-    """RFC 3339 as Kubernetes writes it ('2026-01-02T03:04:05Z'); None when absent or bad."""
-    text = _str(value)
-    if not text:
-        return None
-    try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-
-
-def meta(obj: Any) -> Mapping[str, Any]:
-    return _map(_map(obj).get("metadata"))
-
-
-def labels(obj: Any) -> Mapping[str, Any]:
-    return _map(meta(obj).get("labels"))
-
-
-def name_of(obj: Any) -> str:
-    return _str(meta(obj).get("name")) or ""
-
-
-def namespace_of(obj: Any) -> str:
-    return _str(meta(obj).get("namespace")) or ""
-
-
-def conditions(obj: Any) -> list[Mapping[str, Any]]:
-    return [_map(c) for c in _list(_map(_map(obj).get("status")).get("conditions"))]
-
-
-def true_condition(obj: Any, ctype: str) -> Mapping[str, Any] | None:
-    for cond in conditions(obj):
-        if cond.get("type") == ctype and cond.get("status") == "True":
-            return cond
-    return None
-
-
-def condition(obj: Any, ctype: str) -> Mapping[str, Any] | None:
-    for cond in conditions(obj):
-        if cond.get("type") == ctype:
-            return cond
-    return None
-
-
-def words(what: str, cond: Mapping[str, Any]) -> str:
-    """A condition as the scheduler said it: type=status, reason and message verbatim."""
-    parts = [f"{what} {cond.get('type')}={cond.get('status')}"]
-    if cond.get("reason"):
-        parts.append(f"reason={cond.get('reason')}")
-    if cond.get("message"):
-        parts.append(f"message={cond.get('message')!r}")
-    return " ".join(parts)
-
-
-def _join(*details: str) -> str:
-    return "; ".join(d for d in details if d)
-
-
-# -- nodes -------------------------------------------------------------------------------------
-
-
-def node_lost_since(node: Mapping[str, Any]) -> tuple[datetime | None, str] | None:
-    """When a node was seen lost and the words that say so; None when it looks healthy.
-
-    Lost: a taint unreachable / not-ready / out-of-service, or Ready not True. The time is the
-    earliest taint timeAdded or Ready lastTransitionTime, None when neither says.
-    """
-    found: list[tuple[datetime | None, str]] = []
-    for taint in _list(_map(_map(node).get("spec")).get("taints")):
-        t = _map(taint)
-        key = _str(t.get("key"))
-        if key in LOST_NODE_TAINTS:
-            found.append((parse_time(t.get("timeAdded")), f"taint {key}:{t.get('effect')}"))
-    ready = condition(node, "Ready")
-    if ready is not None and ready.get("status") != "True":
-        found.append((parse_time(ready.get("lastTransitionTime")), words("node", ready)))
-    if not found:
-        return None
-    times = [t for t, _ in found if t is not None]
-    return (min(times) if times else None), "; ".join(w for _, w in found)
-
-
-def lost_nodes(nodes: Iterable[Any]) -> dict[str, tuple[datetime | None, str]]:
-    out: dict[str, tuple[datetime | None, str]] = {}
-    for node in nodes:
-        lost = node_lost_since(_map(node))
-        if lost is not None and name_of(node):
-            out[name_of(node)] = lost
-    return out
-
-
-# -- pods --------------------------------------------------------------------------------------
-
-
-def _container_statuses(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    status = _map(pod.get("status"))
-    return [
-        _map(c)
-        for key in ("initContainerStatuses", "containerStatuses")
-        for c in _list(status.get(key))
-    ]
-
-
-def _pod_ref(pod: Mapping[str, Any]) -> str:
-    return f"pod {namespace_of(pod)}/{name_of(pod)}"
-
-
-def _terminated_signal(
-    pod: Mapping[str, Any], cs: Mapping[str, Any], term: Mapping[str, Any]
-) -> tuple[int, datetime | None, Cause] | None:
-    reason = _str(term.get("reason")) or ""
-    code = _int(term.get("exitCode"))
-    at = parse_time(term.get("finishedAt"))
-    said = f"{_pod_ref(pod)} container {cs.get('name')}: terminated reason={reason} exitCode={code}"
-    if term.get("message"):
-        said += f" message={term.get('message')!r}"
-    if reason == "OOMKilled":
-        return (
-            _RANK_OOM,
-            at,
-            Cause(kind=CauseKind.OUT_OF_MEMORY, detail=said, exit_code=code, at=at),
-        )
-    if reason in TERMINATED_LAUNCH_FAILED:
-        return (
-            _RANK_LAUNCH,
-            at,
-            Cause(kind=CauseKind.LAUNCH_FAILED, detail=said, exit_code=code, at=at),
-        )
-    if code is None or code == 0:
-        return None
-    if code == 137:
-        # SIGKILL without OOMKilled: a kill from anywhere; never guessed as the app's own exit.
-        return _RANK_EXIT, at, Cause(kind=CauseKind.UNKNOWN, detail=said, exit_code=code, at=at)
-    return (
-        _RANK_EXIT,
-        at,
-        Cause(
-            kind=CauseKind.NON_ZERO_EXIT,
-            provenance=Provenance.APPLICATION,
-            detail=said,
-            exit_code=code,
-            at=at,
-        ),
-    )
-
-
-def kubelet_kind(message: str) -> CauseKind:
-    """Why the kubelet ended a pod, from its own message only; unknown for anything else
-    (never a guess from a word that happens to appear in it)."""
-    low = KUBELET_LOW_ON_RESOURCE.match(message)
-    if low is not None:
-        return KUBELET_LOW_RESOURCE_KINDS.get(low.group(1), CauseKind.UNKNOWN)
-    return KUBELET_MESSAGES.get(message.strip(), CauseKind.UNKNOWN)
-
-
-def _disruption_kind(reason: str, message: str) -> CauseKind:
-    if reason in DISRUPTION_KINDS:
-        return DISRUPTION_KINDS[reason]
-    if reason == "TerminationByKubelet":
-        return kubelet_kind(message)
-    return CauseKind.UNKNOWN
-
-
-def pod_end_signals(pod: Any) -> list[tuple[int, datetime | None, Cause]]:
-    """Every signal in one pod that says why an execution ended, with its rank and time."""
-    p = _map(pod)
-    found: list[tuple[int, datetime | None, Cause]] = []
-    disruption = true_condition(p, "DisruptionTarget")
-    if disruption is not None:
-        reason = _str(disruption.get("reason")) or ""
-        message = _str(disruption.get("message")) or ""
-        at = parse_time(disruption.get("lastTransitionTime"))
-        found.append(
-            (
-                _RANK_DISRUPTION,
-                at,
-                Cause(
-                    kind=_disruption_kind(reason, message),
-                    detail=f"{_pod_ref(p)}: {words('pod', disruption)}",
-                    at=at,
-                ),
-            )
-        )
-    status = _map(p.get("status"))
-    if status.get("reason") in ("Evicted", "Preempting"):
-        message = _str(status.get("message")) or ""
-        found.append(
-            (
-                _RANK_DISRUPTION,
-                None,
-                Cause(
-                    kind=kubelet_kind(message),
-                    detail=f"{_pod_ref(p)}: reason={status.get('reason')} message={message!r}",
-                ),
-            )
-        )
-    for cs in _container_statuses(p):
-        for holder in (_map(cs.get("state")), _map(cs.get("lastState"))):
-            term = _map(holder.get("terminated"))
-            if term:
-                sig = _terminated_signal(p, cs, term)
-                if sig is not None:
-                    found.append(sig)
-                break
-    return found
-
-
-def pending_signal(pod: Any) -> tuple[State, Cause] | None:
-    """Why a pod that has not started is waiting: image / config errors, capacity, a gate."""
-    p = _map(pod)
-    for cs in _container_statuses(p):
-        waiting = _map(_map(cs.get("state")).get("waiting"))
-        reason = _str(waiting.get("reason"))
-        if reason in WAITING_LAUNCH_FAILED:
-            said = f"{_pod_ref(p)} container {cs.get('name')}: waiting reason={reason}"
-            if waiting.get("message"):
-                said += f" message={waiting.get('message')!r}"
-            return State.PENDING, Cause(kind=CauseKind.LAUNCH_FAILED, detail=said)
-    scheduled = condition(p, "PodScheduled")
-    if scheduled is not None and scheduled.get("status") == "False":
-        reason = scheduled.get("reason")
-        at = parse_time(scheduled.get("lastTransitionTime"))
-        said = f"{_pod_ref(p)}: {words('pod', scheduled)}"
-        if reason == "Unschedulable":
-            return State.PENDING, Cause(kind=CauseKind.NO_CAPACITY, detail=said, at=at)
-        if reason == "SchedulingGated":
-            return State.HELD, Cause(kind=CauseKind.HELD, detail=said, at=at)
-    return None
-
-
-def pod_alive(pod: Any) -> bool:
-    return _map(_map(pod).get("status")).get("phase") in ALIVE_POD_PHASES
-
-
-def pod_node(pod: Any) -> str | None:
-    return _str(_map(_map(pod).get("spec")).get("nodeName"))
-
-
-def restart_attempt(obj: Any) -> int | None:
-    text = _str(labels(obj).get(RESTART_ATTEMPT_LABEL))
-    return int(text) if text is not None and text.isdigit() else None
-
-
-# -- the failure and the fence -----------------------------------------------------------------
 
 
 def first_cause(signals: Iterable[tuple[int, datetime | None, Cause]]) -> Cause | None:
@@ -349,12 +62,12 @@ def failure_cause(
     jobs: Sequence[Any],
     pods: Sequence[Any],
 ) -> Cause:
-    """Why an execution failed, from the child Jobs and their pods (SCHEDULER-SIGNALS rows).
+    """Why an execution failed, from the child Jobs and their pods (docs/scheduler-signals.md).
 
     ``ended`` are the (what, condition) pairs that said it failed (TrainJob / JobSet Failed);
     their words always lead the detail. With no evidence the cause is unknown, words kept.
     """
-    said = _join(*(words(what, cond) for what, cond in ended))
+    said = join_words(*(words(what, cond) for what, cond in ended))
     at = next((parse_time(c.get("lastTransitionTime")) for _, c in ended), None)
     for _, cond in ended:
         if cond.get("type") == "DeadlineExceeded" or cond.get("reason") == "DeadlineExceeded":
@@ -367,7 +80,7 @@ def failure_cause(
                 jat = parse_time(jcond.get("lastTransitionTime"))
                 signals.append(
                     (
-                        _RANK_DEADLINE,
+                        RANK_DEADLINE,
                         jat,
                         Cause(
                             kind=CauseKind.TIME_LIMIT,
@@ -386,11 +99,11 @@ def failure_cause(
             for c in (true_condition(j, "Failed"),)
             if c is not None
         ]
-        return Cause(kind=CauseKind.UNKNOWN, detail=_join(said, *job_words), at=at)
+        return Cause(kind=CauseKind.UNKNOWN, detail=join_words(said, *job_words), at=at)
     return Cause(
         kind=found.kind,
         provenance=found.provenance,
-        detail=_join(said, found.detail),
+        detail=join_words(said, found.detail),
         exit_code=found.exit_code,
         at=found.at or at,
     )
@@ -414,14 +127,14 @@ def node_lost(
             since, why = lost[node]
             times.append(since)
             terminating = " (Terminating)" if meta(pod).get("deletionTimestamp") else ""
-            said.append(f"{_pod_ref(_map(pod))}{terminating} on node {node}: {why}")
+            said.append(f"{pod_ref(as_map(pod))}{terminating} on node {node}: {why}")
         disruption = true_condition(pod, "DisruptionTarget")
         if (
             disruption is not None
-            and DISRUPTION_KINDS.get(_str(disruption.get("reason")) or "") is CauseKind.NODE_LOST
+            and DISRUPTION_KINDS.get(as_str(disruption.get("reason")) or "") is CauseKind.NODE_LOST
         ):
             times.append(parse_time(disruption.get("lastTransitionTime")))
-            said.append(f"{_pod_ref(_map(pod))}: {words('pod', disruption)}")
+            said.append(f"{pod_ref(as_map(pod))}: {words('pod', disruption)}")
     for job in jobs:
         cond = true_condition(job, "FailureTarget")
         if cond is not None and true_condition(job, "Failed") is None:
@@ -437,12 +150,12 @@ def node_lost(
 
 
 def _restarts(jobset: Any) -> int:
-    value = _int(_map(_map(jobset).get("status")).get("restarts"))
+    value = as_int(as_map(as_map(jobset).get("status")).get("restarts"))
     return value if value is not None and value > 0 else 0
 
 
 def _started(pods: Sequence[Any]) -> datetime | None:
-    times = [parse_time(_map(_map(p).get("status")).get("startTime")) for p in pods]
+    times = [parse_time(as_map(as_map(p).get("status")).get("startTime")) for p in pods]
     known = [t for t in times if t is not None]
     return min(known) if known else None
 
@@ -460,7 +173,7 @@ def _restart_cause(attempt: int, jobs: Sequence[Any], pods: Sequence[Any], jobse
     note = f"restart {attempt + 1} of the JobSet"
     restarting = condition(jobset, "RestartingJobSet")
     if restarting is not None:
-        header = _join(header, words("jobset", restarting))
+        header = join_words(header, words("jobset", restarting))
     signals = [s for p in mine for s in pod_end_signals(p)]
     found = first_cause(signals)
     if found is None and my_jobs:
@@ -472,7 +185,7 @@ def _restart_cause(attempt: int, jobs: Sequence[Any], pods: Sequence[Any], jobse
     return Cause(
         kind=found.kind,
         provenance=found.provenance,
-        detail=_join(header, found.detail),
+        detail=join_words(header, found.detail),
         note=note,
         exit_code=found.exit_code,
         at=found.at,
@@ -488,10 +201,10 @@ def report_trainjob(
     now: datetime,
 ) -> ObjectReport:
     """One TrainJob and what hangs off it -> the ObjectReport (state, cause, executions)."""
-    tj = _map(trainjob)
-    js = _map(jobset)
+    tj = as_map(trainjob)
+    js = as_map(jobset)
     ref = f"{namespace_of(tj)}/{name_of(tj)}"
-    token = _str(labels(tj).get(TOKEN_LABEL))
+    token = as_str(labels(tj).get(TOKEN_LABEL))
     restarts = _restarts(js)
     # The current attempt's objects; objects without the label belong to it (no JobSet yet).
     cur_jobs = [j for j in jobs if restart_attempt(j) in (None, restarts)]
@@ -501,7 +214,7 @@ def report_trainjob(
     )
     started = _started(cur_pods)
     cur_nodes = _nodes(cur_pods)
-    spec = _map(tj.get("spec"))
+    spec = as_map(tj.get("spec"))
     gated = spec.get("suspend") is True
 
     def ended(state: State, cause: Cause) -> ObjectReport:
@@ -558,7 +271,7 @@ def report_trainjob(
     # Held: suspended (our gate, or someone's).
     suspended = true_condition(tj, "Suspended")
     if suspended is not None or gated:
-        ours = _str(_map(meta(tj).get("annotations")).get(GATE_ANNOTATION)) == "closed"
+        ours = as_str(as_map(meta(tj).get("annotations")).get(GATE_ANNOTATION)) == "closed"
         detail = words("trainjob", suspended) if suspended is not None else "spec.suspend=true"
         at = parse_time(suspended.get("lastTransitionTime")) if suspended is not None else None
         cause = Cause(
@@ -572,8 +285,8 @@ def report_trainjob(
 
     # The fence: alive, but a node under it is lost or a Job waits at FailureTarget.
     active = any(pod_alive(p) for p in cur_pods) or any(
-        (_int(_map(s).get("active")) or 0) > 0
-        for s in _list(_map(tj.get("status")).get("jobsStatus"))
+        (as_int(as_map(s).get("active")) or 0) > 0
+        for s in as_list(as_map(tj.get("status")).get("jobsStatus"))
     )
     if active:
         lost = node_lost(cur_jobs, cur_pods, lost_nodes(nodes), now)
@@ -588,11 +301,11 @@ def report_trainjob(
         sig = pending_signal(pod)
         if sig is not None:
             return live(*sig)
-    running = any(_map(_map(p).get("status")).get("phase") == "Running" for p in cur_pods) or (
+    running = any(as_map(as_map(p).get("status")).get("phase") == "Running" for p in cur_pods) or (
         not cur_pods
         and any(
-            (_int(_map(s).get("ready")) or 0) > 0
-            for s in _list(_map(tj.get("status")).get("jobsStatus"))
+            (as_int(as_map(s).get("ready")) or 0) > 0
+            for s in as_list(as_map(tj.get("status")).get("jobsStatus"))
         )
     )
     if running:
@@ -611,7 +324,7 @@ def report_trainjob(
 
 
 def report_gone(ref: str, token: str | None, actor: str | None, now: datetime) -> ObjectReport:
-    """A TrainJob we bound that the API server no longer has: cancelled (SCHEDULER-SIGNALS:
+    """A TrainJob we bound that the API server no longer has: cancelled (docs/scheduler-signals.md:
     "our TrainJob deleted by someone else"; actor None = unknown)."""
     who = actor if actor is not None else "someone other than dispatch (actor unknown)"
     cause = Cause(

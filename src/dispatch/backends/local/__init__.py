@@ -3,13 +3,8 @@
 on-disk formats), ``root`` (the root and its marker), ``procs`` (finding and stopping
 processes), ``nodes``/``endings`` (the runner's parts), ``reports``/``plan`` (the backend's)."""
 
-from dispatch.backends.local.backend import (
-    BadInjection,
-    InjectError,
-    LocalBackend,
-    NoSuchObject,
-    default_root,
-)
+from dispatch.backends.local.backend import LocalBackend, default_root
+from dispatch.backends.local.errors import BadInjection, InjectError, NoSuchObject
 from dispatch.backends.local.plan import LocalDryRun
 
 __all__ = [

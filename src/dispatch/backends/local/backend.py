@@ -26,10 +26,10 @@ import msgspec
 
 import dispatch
 from dispatch.backends.base import DryRun, Submission, SubmitRejected
+from dispatch.backends.local.errors import BadInjection, InjectError, NoSuchObject
 from dispatch.backends.local.plan import LocalDryRun, dry_run, spec_problems
 from dispatch.backends.local.procs import boot_id, process_alive, read_proc_stat
 from dispatch.backends.local.reports import (
-    NO_SUCH_OBJECT,
     ended_at,
     from_status,
     missing,
@@ -72,31 +72,12 @@ from dispatch.core.model import (
 )
 from dispatch.core.policy import Declarations
 from dispatch.core.spec import JobSpec, SpecError
-from dispatch.errors import BadInput, NotFound, StateConflict
 from dispatch.files import create_exclusive, fsync_dir, write_atomic
 from dispatch.paths import state_home
 
 RUNNER_MODULE = "dispatch.backends.local.runner"
 _REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 Injection = Literal["preempt", "lose-node"]
-
-
-class NoSuchObject(NotFound, LookupError):
-    """A ref (or token, or job) that names no local object under this root."""
-
-    def __init__(self, what: str, root: Path) -> None:
-        super().__init__(f"{NO_SUCH_OBJECT}: {what} (under {root})")
-        self.what = what
-        self.root = root
-
-
-class InjectError(StateConflict, ValueError):
-    """An injection the object's state does not allow (it has ended, is not running yet, the
-    node is already lost)."""
-
-
-class BadInjection(BadInput, ValueError):
-    """An injection that can never be made (no such node, a node given to preempt)."""
 
 
 def default_root() -> Path:

@@ -74,7 +74,9 @@ def _time(tool: str, text: str, where: str, field: str) -> datetime | None:
 def _exit(tool: str, text: str, where: str, field: str) -> ExitStatus | None:
     if text in _NOT_SET:
         return None
-    if text.isdigit():  # 22.05: the raw wait status
+    if text.lstrip("-").isdigit() and text.count("-") <= 1:
+        # 22.05: the raw wait status; NO_VAL prints negative (-2 for a NODE_FAIL job): kept
+        # as words, never read as a code
         return wait_status(int(text))
     try:  # 24.11: code:signal
         return parse_exit_pair(text)

@@ -1,6 +1,6 @@
 """Slurm's words -> (State, Cause), executions and object reports. Pure: time is passed in.
 
-The table is SCHEDULER-SIGNALS.md "Slurm -> (state, cause)"; the tests hold every row of it
+The table is docs/scheduler-signals.md "Slurm -> (state, cause)"; the tests hold every row of it
 and the real captures in tests/fixtures/slurm/. The scheduler's words are kept verbatim in
 ``Cause.detail`` ("STATE; reason=...; ExitCode=...; restarts=...; nodes=..."), and only
 them: dispatch's own explanation goes in ``Cause.note``. A word we cannot map gives

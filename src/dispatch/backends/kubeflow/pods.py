@@ -1,0 +1,212 @@
+"""What one pod says about how it ended or why it waits: container states, disruption
+conditions and the kubelet's own words, each mapped to a cause only on the words Kubernetes
+really writes (else unknown with the words). Pure."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from dispatch.backends.kubeflow.objects import (
+    RESTART_ATTEMPT_LABEL,
+    as_int,
+    as_list,
+    as_map,
+    as_str,
+    condition,
+    labels,
+    name_of,
+    namespace_of,
+    parse_time,
+    true_condition,
+    words,
+)
+from dispatch.core.model import Cause, CauseKind, Provenance, State
+
+DISRUPTION_KINDS: dict[str, CauseKind] = {
+    "PreemptionByScheduler": CauseKind.PREEMPTED,
+    "EvictionByEvictionAPI": CauseKind.PREEMPTED,
+    "DeletionByTaintManager": CauseKind.NODE_LOST,
+    "DeletionByPodGC": CauseKind.NODE_LOST,
+}
+# What the kubelet itself writes when it ends a pod (DisruptionTarget reason
+# TerminationByKubelet, or the pod's status reason/message), from Kubernetes'
+# pkg/kubelet (eviction/helpers.go, nodeshutdown, preemption). Mapped only on these words.
+KUBELET_LOW_ON_RESOURCE = re.compile(r"^The node was low on resource: ([A-Za-z0-9._/-]+)\.")
+# The resource the node ran short of -> the kind; ephemeral-storage, pids and inodes fit no
+# kind of the closed list (the node is fine; no-capacity is for a job that cannot start),
+# so they stay unknown with the kubelet's words.
+KUBELET_LOW_RESOURCE_KINDS: dict[str, CauseKind] = {"memory": CauseKind.OUT_OF_MEMORY}
+KUBELET_MESSAGES: dict[str, CauseKind] = {
+    "Pod was terminated in response to imminent node shutdown.": CauseKind.NODE_LOST,
+    "Pod was preempted by Kubelet to accommodate a critical pod.": CauseKind.PREEMPTED,
+    "Preempted in order to admit critical pod": CauseKind.PREEMPTED,
+}
+WAITING_LAUNCH_FAILED = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError"}
+)
+TERMINATED_LAUNCH_FAILED = frozenset({"StartError", "ContainerCannotRun"})
+ALIVE_POD_PHASES = frozenset({"Pending", "Running"})
+
+# Evidence ranks: infrastructure explains an exit, so it outranks it; among exits the first wins.
+RANK_DISRUPTION = 0
+RANK_OOM = 1
+RANK_DEADLINE = 2
+RANK_LAUNCH = 3
+RANK_EXIT = 4
+
+
+def _container_statuses(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    status = as_map(pod.get("status"))
+    return [
+        as_map(c)
+        for key in ("initContainerStatuses", "containerStatuses")
+        for c in as_list(status.get(key))
+    ]
+
+
+def pod_ref(pod: Mapping[str, Any]) -> str:
+    return f"pod {namespace_of(pod)}/{name_of(pod)}"
+
+
+def _terminated_signal(
+    pod: Mapping[str, Any], cs: Mapping[str, Any], term: Mapping[str, Any]
+) -> tuple[int, datetime | None, Cause] | None:
+    reason = as_str(term.get("reason")) or ""
+    code = as_int(term.get("exitCode"))
+    at = parse_time(term.get("finishedAt"))
+    said = f"{pod_ref(pod)} container {cs.get('name')}: terminated reason={reason} exitCode={code}"
+    if term.get("message"):
+        said += f" message={term.get('message')!r}"
+    if reason == "OOMKilled":
+        return (
+            RANK_OOM,
+            at,
+            Cause(kind=CauseKind.OUT_OF_MEMORY, detail=said, exit_code=code, at=at),
+        )
+    if reason in TERMINATED_LAUNCH_FAILED:
+        return (
+            RANK_LAUNCH,
+            at,
+            Cause(kind=CauseKind.LAUNCH_FAILED, detail=said, exit_code=code, at=at),
+        )
+    if code is None or code == 0:
+        return None
+    if code == 137:
+        # SIGKILL without OOMKilled: a kill from anywhere; never guessed as the app's own exit.
+        return RANK_EXIT, at, Cause(kind=CauseKind.UNKNOWN, detail=said, exit_code=code, at=at)
+    return (
+        RANK_EXIT,
+        at,
+        Cause(
+            kind=CauseKind.NON_ZERO_EXIT,
+            provenance=Provenance.APPLICATION,
+            detail=said,
+            exit_code=code,
+            at=at,
+        ),
+    )
+
+
+def kubelet_kind(message: str) -> CauseKind:
+    """Why the kubelet ended a pod, from its own message only; unknown for anything else
+    (never a guess from a word that happens to appear in it)."""
+    low = KUBELET_LOW_ON_RESOURCE.match(message)
+    if low is not None:
+        return KUBELET_LOW_RESOURCE_KINDS.get(low.group(1), CauseKind.UNKNOWN)
+    return KUBELET_MESSAGES.get(message.strip(), CauseKind.UNKNOWN)
+
+
+def _disruption_kind(reason: str, message: str) -> CauseKind:
+    if reason in DISRUPTION_KINDS:
+        return DISRUPTION_KINDS[reason]
+    if reason == "TerminationByKubelet":
+        return kubelet_kind(message)
+    return CauseKind.UNKNOWN
+
+
+def pod_end_signals(pod: Any) -> list[tuple[int, datetime | None, Cause]]:
+    """Every signal in one pod that says why an execution ended, with its rank and time."""
+    p = as_map(pod)
+    found: list[tuple[int, datetime | None, Cause]] = []
+    disruption = true_condition(p, "DisruptionTarget")
+    if disruption is not None:
+        reason = as_str(disruption.get("reason")) or ""
+        message = as_str(disruption.get("message")) or ""
+        at = parse_time(disruption.get("lastTransitionTime"))
+        found.append(
+            (
+                RANK_DISRUPTION,
+                at,
+                Cause(
+                    kind=_disruption_kind(reason, message),
+                    detail=f"{pod_ref(p)}: {words('pod', disruption)}",
+                    at=at,
+                ),
+            )
+        )
+    status = as_map(p.get("status"))
+    if status.get("reason") in ("Evicted", "Preempting"):
+        message = as_str(status.get("message")) or ""
+        found.append(
+            (
+                RANK_DISRUPTION,
+                None,
+                Cause(
+                    kind=kubelet_kind(message),
+                    detail=f"{pod_ref(p)}: reason={status.get('reason')} message={message!r}",
+                ),
+            )
+        )
+    for cs in _container_statuses(p):
+        for holder in (as_map(cs.get("state")), as_map(cs.get("lastState"))):
+            term = as_map(holder.get("terminated"))
+            if term:
+                sig = _terminated_signal(p, cs, term)
+                if sig is not None:
+                    found.append(sig)
+                break
+    return found
+
+
+def pending_signal(pod: Any) -> tuple[State, Cause] | None:
+    """Why a pod that has not started is waiting: image / config errors, capacity, a gate."""
+    p = as_map(pod)
+    for cs in _container_statuses(p):
+        waiting = as_map(as_map(cs.get("state")).get("waiting"))
+        reason = as_str(waiting.get("reason"))
+        if reason in WAITING_LAUNCH_FAILED:
+            said = f"{pod_ref(p)} container {cs.get('name')}: waiting reason={reason}"
+            if waiting.get("message"):
+                said += f" message={waiting.get('message')!r}"
+            return State.PENDING, Cause(kind=CauseKind.LAUNCH_FAILED, detail=said)
+    scheduled = condition(p, "PodScheduled")
+    if scheduled is not None and scheduled.get("status") == "False":
+        reason = scheduled.get("reason")
+        at = parse_time(scheduled.get("lastTransitionTime"))
+        said = f"{pod_ref(p)}: {words('pod', scheduled)}"
+        if reason == "Unschedulable":
+            return State.PENDING, Cause(kind=CauseKind.NO_CAPACITY, detail=said, at=at)
+        if reason == "SchedulingGated":
+            return State.HELD, Cause(kind=CauseKind.HELD, detail=said, at=at)
+    return None
+
+
+def pod_alive(pod: Any) -> bool:
+    return as_map(as_map(pod).get("status")).get("phase") in ALIVE_POD_PHASES
+
+
+def pod_node(pod: Any) -> str | None:
+    return as_str(as_map(as_map(pod).get("spec")).get("nodeName"))
+
+
+def restart_attempt(obj: Any) -> int | None:
+    text = as_str(labels(obj).get(RESTART_ATTEMPT_LABEL))
+    return int(text) if text is not None and text.isdigit() else None
+
+
+# -- the failure and the fence -----------------------------------------------------------------
+
+
