@@ -68,7 +68,7 @@ def slurm_cluster_name(config_text: str) -> str | None:
 
 
 def slurm_scope() -> str:
-    from dispatch.backends.slurm.backend import NAME, run_tool
+    from dispatch.backends.slurm.tools import NAME, run_tool
 
     res = run_tool(["scontrol", "show", "config"], 30.0)
     if res.returncode != 0:
