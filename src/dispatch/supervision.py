@@ -28,10 +28,12 @@ import os
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from dispatch.backends.base import Backend
 from dispatch.core.model import SchedulerUnreachable
@@ -115,6 +117,18 @@ def scope_for(backend_name: str, backend: Backend) -> str:
     return _scopes[key]
 
 
+def scope_at_submit(backend_name: str, backend: Backend) -> str:
+    """The scope to record a new job under: its scheduler's cluster, or, when the scheduler
+    cannot say now (unreachable, no readable configuration), the bare backend name, which
+    every supervisor serving that backend by default serves too. Recording the job is never
+    refused for it: the supervisor submits once the scheduler answers."""
+    try:
+        return scope_for(backend_name, backend)
+    except (SchedulerUnreachable, BackendError) as err:
+        log.warning("recording the job under scope %s: %s", backend_name, err)
+        return backend_name
+
+
 def backend_of(scope: str) -> str:
     name = scope.partition(":")[0]
     if name not in BACKENDS:
@@ -123,35 +137,53 @@ def backend_of(scope: str) -> str:
     return name
 
 
-def resolve_scopes(requested: Iterable[str],
-                   backend_for: Callable[[str], Backend]) -> tuple[list[str], list[str]]:
-    """The scopes to serve, and why any backend was left out.
+@dataclass(frozen=True)
+class Unresolved:
+    """A backend served under its bare name only, for now: its scheduler could not say
+    which cluster it is. Supervision asks again every lease period."""
 
-    Nothing requested: every backend this machine can reach, each as its own scope plus its
-    bare name (jobs recorded before scopes). A bare backend name: the same for that backend
-    (an error when it cannot be reached). A full scope: itself, refused when this machine's
-    tools reach another cluster (served as given when they cannot be asked now)."""
+    backend: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.backend}: {self.why}"
+
+
+def unresolved_note(u: Unresolved) -> str:
+    return (f"{u.backend} is served by its bare name until its scheduler says which cluster "
+            f"it is (asked again every lease period): {u.why}")
+
+
+def resolve_scopes(requested: Iterable[str], backend_for: Callable[[str], Backend]
+                   ) -> tuple[list[str], list[Unresolved]]:
+    """The scopes to serve, and the backends whose own scope is not known yet.
+
+    Nothing requested: every backend, each as this machine's scope of it plus its bare name
+    (jobs recorded before scopes, or while the scheduler could not say its cluster). A bare
+    backend name: the same for that backend. A backend that cannot be asked now is served
+    under its bare name and listed as Unresolved (asked again later; a scheduler down while
+    the supervisor starts must not leave its jobs unserved). A full scope: itself, refused
+    when this machine's tools reach another cluster (served as given when they cannot be
+    asked now)."""
     wanted = list(dict.fromkeys(requested))
     out: list[str] = []
-    skipped: list[str] = []
+    unresolved: list[Unresolved] = []
     for item in wanted or list(BACKENDS):
         name = backend_of(item)
         try:
             mine = scope_for(name, backend_for(name))
         except (SchedulerUnreachable, BackendError) as err:
-            if not wanted:
-                skipped.append(f"{name}: {err}")
+            if item == name or not wanted:
+                unresolved.append(Unresolved(name, str(err)))
+                out.append(name)
                 continue
-            if item == name:
-                raise ScopeError(f"--scope {item}: cannot tell this machine's {name} scope: "
-                                 f"{err}") from None
             log.warning("cannot check scope %s against this machine's %s: %s", item, name,
                         err)
             mine = item
         if item not in (name, mine):
             raise ScopeError(f"--scope {item}: this machine's {name} backend is scope {mine}")
         out.extend([mine] if item != name else [mine, name])
-    return list(dict.fromkeys(out)), skipped
+    return list(dict.fromkeys(out)), unresolved
 
 
 # -- the loop ----------------------------------------------------------------------------------
@@ -172,7 +204,8 @@ class Supervision:
                  lease_s: float = DEFAULT_LEASE_S, poll: float = 2.0,
                  notifier: Notifier | None = None,
                  make_supervisor: Callable[..., Supervisor] = Supervisor,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 unresolved: Sequence[Unresolved] = ()) -> None:
         if not scopes:
             raise ScopeError("no scope to serve")
         if not lease_s > 0 or not poll > 0:
@@ -185,13 +218,39 @@ class Supervision:
         self.monotonic = monotonic
         self.stopping = threading.Event()
         self.held: dict[str, _Held] = {}
-        self.supervisors = {
-            scope: make_supervisor(store, backend_for, name=self.holder, scope=scope,
-                                   notifier=notifier,
-                                   lease_guard=lambda s=scope: self.guard(s))
-            for scope in dict.fromkeys(scopes)
-        }
+        self.backend_for = backend_for
+        self.notifier = notifier
+        self.make_supervisor = make_supervisor
+        self.supervisors: dict[str, Supervisor] = {}
+        for scope in dict.fromkeys(scopes):
+            self._add(scope)
+        # Backends served by bare name only until their scheduler says its cluster: the
+        # monotonic time to ask next.
+        self.unresolved = {u.backend: monotonic() + lease_s for u in unresolved}
         self.on_change: Callable[[str, str, Lease | None], None] = _log_change
+
+    def _add(self, scope: str) -> None:
+        self.supervisors[scope] = self.make_supervisor(
+            self.store, self.backend_for, name=self.holder, scope=scope,
+            notifier=self.notifier, lease_guard=lambda s=scope: self.guard(s))
+
+    def _resolve_pending(self) -> None:
+        """Ask each unresolved backend its scope again (once a lease period); serve it from
+        now on when it answers."""
+        now = self.monotonic()
+        for name, due in list(self.unresolved.items()):
+            if now < due:
+                continue
+            try:
+                scope = scope_for(name, self.backend_for(name))
+            except (SchedulerUnreachable, BackendError) as err:
+                self.unresolved[name] = now + self.lease_s
+                log.debug("scope of %s still unknown: %s", name, err)
+                continue
+            del self.unresolved[name]
+            if scope not in self.supervisors:
+                self._add(scope)
+                log.info("serving %s too (%s answered)", scope, name)
 
     # -- the lease of one scope ---------------------------------------------------------------
     def guard(self, scope: str) -> Fence:
@@ -239,7 +298,9 @@ class Supervision:
     def step(self) -> dict[str, TickReport]:
         """Take the free scopes, tick the held ones; the reports of the scopes ticked."""
         reports: dict[str, TickReport] = {}
-        for scope, sup in self.supervisors.items():
+        if self.unresolved:
+            self._resolve_pending()
+        for scope, sup in list(self.supervisors.items()):
             if self.stopping.is_set():
                 break
             if scope not in self.held:
@@ -262,14 +323,17 @@ class Supervision:
                 reports[scope] = TickReport(errors=["tick failed"])
         return reports
 
-    def run(self, on_tick: Callable[[dict[str, TickReport]], None] | None = None) -> None:
-        """Serve until stop(); then hand every held lease back."""
+    def run(self, on_tick: Callable[[dict[str, TickReport], float], None] | None = None
+            ) -> None:
+        """Serve until stop(); then hand every held lease back. ``on_tick(reports, seconds)``
+        after each pass (serve times its ticks into /metrics)."""
         backoff = self.poll
         try:
             while not self.stopping.is_set():
+                started = self.monotonic()
                 reports = self.step()
                 if on_tick is not None:
-                    on_tick(reports)
+                    on_tick(reports, self.monotonic() - started)
                 unreachable = any(r.unreachable for r in reports.values())
                 backoff = min(backoff * 2, self.poll * 16) if unreachable else self.poll
                 # Never sleep past a renewal: a held lease is renewed a third into its period.
@@ -296,3 +360,37 @@ class Supervision:
 def _log_change(scope: str, what: str, lease: Lease | None) -> None:
     epoch = f" (epoch {lease.epoch})" if lease is not None else ""
     log.info("scope %s: %s%s", scope, what, epoch)
+
+
+# -- who serves what ------------------------------------------------------------------------
+
+def supervisors_view(leases: Sequence[Lease], live: Counter[str],
+                     now: datetime | None = None) -> list[dict[str, Any]]:
+    """One row per scope that has a lease or live jobs: who is active since when, the last
+    tick and the lag (seconds since it, on the store's clock). A scope with live jobs and no
+    active supervisor shows state ``unserved`` / ``expired`` / ``released``."""
+    rows: list[dict[str, Any]] = []
+    by_scope = {lease.scope: lease for lease in leases}
+    for scope in sorted(set(by_scope) | set(live)):
+        lease = by_scope.get(scope)
+        if lease is None:
+            rows.append({"scope": scope, "state": "unserved", "holder": None, "epoch": None,
+                         "since": None, "last_tick": None, "lag_s": None, "period_s": None,
+                         "live_jobs": live.get(scope, 0)})
+            continue
+        clock = now or lease.now
+        last = lease.last_tick_at
+        rows.append({
+            "scope": scope, "state": lease.state, "holder": lease.holder,
+            "epoch": lease.epoch, "since": lease.acquired_at.isoformat(),
+            "last_tick": last.isoformat() if last is not None else None,
+            "lag_s": round((clock - (last or lease.acquired_at)).total_seconds(), 3),
+            "period_s": lease.period_s, "live_jobs": live.get(scope, 0),
+        })
+    return rows
+
+
+def supervisors_rows(store: RecordStore) -> list[dict[str, Any]]:
+    """``dispatch supervisors --json`` and ``/api/supervisors``."""
+    live = Counter(row.scope for row in store.list_jobs(live_only=True))
+    return supervisors_view(store.leases().all(), live)

@@ -94,7 +94,7 @@ def status_lines(view: JobView) -> list[Text]:
         lines.append(Text(f"  forecast (not yet committed): {s.forecast.state.value}, "
                           f"cause {cause_text(s.forecast.cause)}", style="italic"))
     lines.append(Text(f"  level: {s.level.value}  submissions: {s.submissions}  objects: "
-                      f"{', '.join(s.objects) or '-'}"))
+                      f"{', '.join(s.objects) or '-'}  scope: {s.scope or s.backend}"))
     for x in s.escalations:
         lines.append(Text.assemble(("  escalation", "red"),
                                    f" {x.at:%Y-%m-%d %H:%M:%S} {x.message}"))

@@ -8,6 +8,7 @@ import shlex
 import click
 
 from dispatch.cli.common import SECONDS, handle_errors, notify_options, store_option
+from dispatch.cli.supervisors import scope_options
 
 
 @click.command()
@@ -21,13 +22,17 @@ from dispatch.cli.common import SECONDS, handle_errors, notify_options, store_op
               help="Seconds between supervisor ticks.")
 @click.option("--no-supervise", is_flag=True,
               help="Serve only; another process supervises.")
+@scope_options
 @store_option
 @notify_options
 @handle_errors
 def serve(host: str, port: int, token_file: str | None, poll: float, no_supervise: bool,
-          store_url: str | None, escalation_webhook: str | None,
-          escalation_command: str | None) -> None:
-    """Supervise jobs and serve the JSON API, /metrics and the dashboard at http://HOST:PORT/."""
+          scopes: tuple[str, ...], lease_s: float, store_url: str | None,
+          escalation_webhook: str | None, escalation_command: str | None) -> None:
+    """Supervise jobs and serve the JSON API, /metrics and the dashboard at http://HOST:PORT/.
+
+    Supervision is ``dispatch supervise``'s: per scope one active supervisor (this process or
+    another on the same store), the others hot standbys."""
     from dispatch.http.server import serve as run_server
     from dispatch.notify import Notifier
 
@@ -35,7 +40,7 @@ def serve(host: str, port: int, token_file: str | None, poll: float, no_supervis
                         command=shlex.split(escalation_command) if escalation_command else None)
     click.echo(f"dispatch serve: http://{host}:{port}/ (Ctrl-C stops)", err=True)
     run_server(store_url, host, port, token_file=token_file, poll=poll, notifier=notifier,
-               supervise=not no_supervise)
+               supervise=not no_supervise, scopes=scopes, lease_s=lease_s)
 
 
 COMMANDS = (serve,)

@@ -1,6 +1,7 @@
 """The command line of supervision under leases: the options ``supervise`` takes (--scope,
 --lease), the loop it runs, and ``dispatch supervisors`` (who is active for each scope, since
-when, last tick, lag). ``supervisors`` is mounted through ``COMMANDS``; ``supervise`` itself
+when, last tick, lag; the rows come from dispatch.supervision, shared with serve's
+/api/supervisors). ``supervisors`` is mounted through ``COMMANDS``; ``supervise`` itself
 lives in cli/admin.py and calls ``serve_scopes``.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import signal
-from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -21,7 +21,14 @@ from dispatch.cli.common import emit_json, handle_errors, json_option, open_serv
 from dispatch.notify import Notifier
 from dispatch.stores.base import RecordStore
 from dispatch.stores.lease import Lease
-from dispatch.supervision import DEFAULT_LEASE_S, ScopeError, Supervision, resolve_scopes
+from dispatch.supervision import (
+    DEFAULT_LEASE_S,
+    ScopeError,
+    Supervision,
+    resolve_scopes,
+    supervisors_rows,
+    unresolved_note,
+)
 from dispatch.supervisor import TickReport
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -48,12 +55,13 @@ def serve_scopes(store: RecordStore, backends: Callable[[str], Backend],
     """Resolve the scopes, then serve them until SIGTERM/SIGINT (which hand the leases back).
     ``once``: take each free scope, tick it once, hand it back, print a JSON summary."""
     try:
-        resolved, skipped = resolve_scopes(scopes, backends)
+        resolved, unresolved = resolve_scopes(scopes, backends)
     except ScopeError as err:  # exit 2 with the reason, whichever CLI mounts this
         raise click.BadParameter(str(err), param_hint="--scope") from None
-    for why in skipped:
-        click.echo(f"note: not serving {why}", err=True)
-    sup = Supervision(store, backends, resolved, lease_s=lease_s, poll=poll, notifier=notifier)
+    for u in unresolved:
+        click.echo(f"note: {unresolved_note(u)}", err=True)
+    sup = Supervision(store, backends, resolved, lease_s=lease_s, poll=poll, notifier=notifier,
+                      unresolved=unresolved)
     if once:
         try:
             reports = sup.step()
@@ -93,38 +101,6 @@ def once_summary(scopes: Sequence[str], reports: dict[str, TickReport],
             "unreachable": [u for r in reports.values() for u in r.unreachable],
             "errors": [e for r in reports.values() for e in r.errors],
             "scopes": per}
-
-
-def supervisors_view(leases: Sequence[Lease], live: Counter[str],
-                     now: datetime | None = None) -> list[dict[str, Any]]:
-    """One row per scope that has a lease or live jobs: who is active since when, the last
-    tick and the lag (seconds since it, on the store's clock). A scope with live jobs and no
-    active supervisor shows state ``unserved`` / ``expired`` / ``released``."""
-    rows: list[dict[str, Any]] = []
-    by_scope = {lease.scope: lease for lease in leases}
-    for scope in sorted(set(by_scope) | set(live)):
-        lease = by_scope.get(scope)
-        if lease is None:
-            rows.append({"scope": scope, "state": "unserved", "holder": None, "epoch": None,
-                         "since": None, "last_tick": None, "lag_s": None, "period_s": None,
-                         "live_jobs": live.get(scope, 0)})
-            continue
-        clock = now or lease.now
-        last = lease.last_tick_at
-        rows.append({
-            "scope": scope, "state": lease.state, "holder": lease.holder,
-            "epoch": lease.epoch, "since": lease.acquired_at.isoformat(),
-            "last_tick": last.isoformat() if last is not None else None,
-            "lag_s": round((clock - (last or lease.acquired_at)).total_seconds(), 3),
-            "period_s": lease.period_s, "live_jobs": live.get(scope, 0),
-        })
-    return rows
-
-
-def supervisors_rows(store: RecordStore) -> list[dict[str, Any]]:
-    """``dispatch supervisors --json`` and ``/api/supervisors``."""
-    live = Counter(row.scope for row in store.list_jobs(live_only=True))
-    return supervisors_view(store.leases().all(), live)
 
 
 @click.command("supervisors")

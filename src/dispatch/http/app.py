@@ -9,6 +9,8 @@ service, mirroring the Python API.
     POST /api/jobs                         a spec as JSON -> 201 and the new job's status
     POST /api/jobs/{job}/cancel|resubmit|give-up          -> the job's status
     POST /api/jobs/{job}/supersede         -> 201 and the new job's status
+    GET  /api/supervisors                  who is active for each scope (as ``dispatch
+                                           supervisors --json``)
     GET  /metrics                          Prometheus text format
     GET  /                                 the dashboard
 
@@ -48,6 +50,7 @@ from dispatch.service import Service
 from dispatch.service.requests import whoami
 from dispatch.service.views import error_json, history_json, status_json
 from dispatch.stores.select import open_store
+from dispatch.supervision import supervisors_rows
 
 log = logging.getLogger("dispatch.http")
 
@@ -189,6 +192,11 @@ def build_app(server: Server) -> Starlette:  # noqa: C901 - one small function p
             new_id = service.supersede(request.path_params["job"])
             return JSONResponse(status_json(service.view(new_id)), status_code=201)
 
+    @_handle
+    def supervisors(request: Request) -> Response:
+        with server.service() as service:
+            return JSONResponse(supervisors_rows(service.store))
+
     def metrics(request: Request) -> Response:
         return Response(generate_latest(server.registry), media_type=CONTENT_TYPE_LATEST)
 
@@ -202,6 +210,7 @@ def build_app(server: Server) -> Starlette:  # noqa: C901 - one small function p
         Route("/", dashboard),
         Mount("/static", static, name="static"),
         Route("/metrics", metrics),
+        Route("/api/supervisors", supervisors, methods=["GET"]),
         Route("/api/jobs", list_jobs, methods=["GET"]),
         Route("/api/jobs", create_job, methods=["POST"]),
         Route("/api/jobs/{job}", get_job, methods=["GET"]),

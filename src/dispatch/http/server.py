@@ -1,16 +1,18 @@
-"""One process: the supervisor loop in a thread, the HTTP server (uvicorn) in the main one.
+"""One process: the supervision loop in a thread, the HTTP server (uvicorn) in the main one.
 
-The loop is ``Supervisor.serve``'s (a tick of every unfinished job every ``poll`` seconds,
-backing off while a scheduler is unreachable), timed for ``/metrics``. Stopping the server
-(SIGINT/SIGTERM) stops the loop after its current tick.
+The loop is ``dispatch supervise``'s (dispatch.supervision): the scopes asked for (default:
+every backend this machine can reach), each ticked only while this process holds its lease,
+so a ``serve`` beside other ``serve`` or ``supervise`` processes on one store is a hot standby
+for the scopes another holds. Each pass is timed for ``/metrics``. Stopping the server
+(SIGINT/SIGTERM) stops the loop after its current tick and hands its leases back.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import uvicorn
 
@@ -18,7 +20,14 @@ from dispatch.errors import BadInput
 from dispatch.http.app import Server, build_app, make_server
 from dispatch.http.auth import Tokens, is_loopback, load_tokens
 from dispatch.notify import Notifier
-from dispatch.supervisor import Supervisor, TickReport
+from dispatch.supervision import (
+    DEFAULT_LEASE_S,
+    Supervision,
+    Unresolved,
+    resolve_scopes,
+    unresolved_note,
+)
+from dispatch.supervisor import TickReport
 
 log = logging.getLogger("dispatch.http")
 
@@ -26,19 +35,36 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8642
 
 
-class SupervisorLoop:
-    """``Supervisor.serve`` in a thread, with each tick timed into the server's metrics."""
+def combined(reports: dict[str, TickReport]) -> TickReport:
+    """One pass over several scopes as one tick for the metrics."""
+    return TickReport(
+        jobs=sum(r.jobs for r in reports.values()),
+        decisions=sum(r.decisions for r in reports.values()),
+        appended=sum(r.appended for r in reports.values()),
+        conflicts=sum(r.conflicts for r in reports.values()),
+        unreachable=[u for r in reports.values() for u in r.unreachable],
+        errors=[e for r in reports.values() for e in r.errors])
 
-    def __init__(self, server: Server, poll: float, notifier: Notifier | None = None,
-                 on_tick: Callable[[TickReport], None] | None = None) -> None:
+
+class SupervisorLoop:
+    """``Supervision.run`` over ``scopes`` in a thread; each pass in which this process held
+    a scope is timed into the server's metrics (a standby's idle passes are not ticks)."""
+
+    def __init__(self, server: Server, scopes: Sequence[str], *, poll: float,
+                 lease_s: float = DEFAULT_LEASE_S, notifier: Notifier | None = None,
+                 on_tick: Callable[[TickReport], None] | None = None,
+                 unresolved: Sequence[Unresolved] = ()) -> None:
         self.server = server
+        self.scopes = list(scopes)
+        self.unresolved = list(unresolved)
         self.poll = poll
-        self.notifier = notifier
+        self.lease_s = lease_s
+        self.notifier = notifier or Notifier()
         self.on_tick = on_tick
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="dispatch-supervisor",
                                        daemon=True)
-        self.sup: Supervisor | None = None
+        self.sup: Supervision | None = None
 
     def start(self) -> None:
         self.thread.start()
@@ -46,27 +72,31 @@ class SupervisorLoop:
     def stop(self, timeout: float = 30.0) -> None:
         self.stopping.set()
         if self.sup is not None:
-            self.sup.stopping.set()
+            self.sup.stop()
         self.thread.join(timeout)
 
+    def _observe(self, reports: dict[str, TickReport], seconds: float) -> None:
+        if not reports:
+            return
+        report = combined(reports)
+        self.server.metrics.observe(report, seconds)
+        if self.on_tick is not None:
+            self.on_tick(report)
+
     def _run(self) -> None:
-        with self.server.service() as service:
-            self.sup = sup = service.supervisor(notifier=self.notifier)
-            sup.stopping = self.stopping
-            backoff = self.poll
-            while not self.stopping.is_set():
-                started = time.monotonic()
-                try:
-                    report = sup.tick()
-                except Exception:  # keep serving: the record is the truth, the next tick retries
-                    log.exception("tick failed")
-                    report = TickReport(errors=["tick failed"])
-                self.server.metrics.observe(report, time.monotonic() - started)
-                if self.on_tick is not None:
-                    self.on_tick(report)
-                backoff = min(backoff * 2, self.poll * 16) if report.unreachable else self.poll
-                self.stopping.wait(backoff)
-            sup.notifier.close()
+        try:
+            with self.server.service() as service:
+                self.sup = sup = Supervision(service.store, service.backends, self.scopes,
+                                             lease_s=self.lease_s, poll=self.poll,
+                                             notifier=self.notifier,
+                                             unresolved=self.unresolved)
+                if self.stopping.is_set():
+                    sup.stop()
+                sup.run(on_tick=self._observe)
+        except Exception:  # the API keeps serving; the log says why nothing is supervised
+            log.exception("the supervision loop stopped")
+        finally:
+            self.notifier.close()
 
 
 def check_bind(host: str, token_file: str | None) -> Tokens:
@@ -82,11 +112,23 @@ def check_bind(host: str, token_file: str | None) -> Tokens:
 
 def serve(store_url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *,
           token_file: str | None = None, poll: float = 2.0,
-          notifier: Notifier | None = None, supervise: bool = True) -> None:
+          notifier: Notifier | None = None, supervise: bool = True,
+          scopes: Sequence[str] = (), lease_s: float = DEFAULT_LEASE_S) -> None:
     tokens = check_bind(host, token_file)
+    if not lease_s > 0 or not poll > 0:
+        raise BadInput("--lease and --poll must be positive")
     server = make_server(store_url, tokens)
-    server.service().close()  # a store that cannot be used stops us here (exit 5), not later
-    loop = SupervisorLoop(server, poll, notifier)
+    # A store that cannot be used (exit 5) or a --scope this machine cannot serve (exit 2)
+    # stops us here, before anything listens.
+    with server.service() as service:
+        resolved, unresolved = (resolve_scopes(scopes, service.backends) if supervise
+                                else ([], []))
+    for u in unresolved:
+        print(f"note: {unresolved_note(u)}", file=sys.stderr)
+    if supervise:
+        print(f"supervising: {', '.join(resolved)} (lease {lease_s:g}s)", file=sys.stderr)
+    loop = SupervisorLoop(server, resolved, poll=poll, lease_s=lease_s, notifier=notifier,
+                          unresolved=unresolved)
     config = uvicorn.Config(build_app(server), host=host, port=port, log_level="warning",
                             access_log=False, lifespan="off")
     if supervise:

@@ -179,10 +179,10 @@ class Service:
 
     def create(self, spec: JobSpec, source: str = "<spec>") -> str:
         """Validate and record the job; no submission yet (a supervisor makes it)."""
-        from dispatch.supervision import scope_for  # the scheduler's cluster, asked once
+        from dispatch.supervision import scope_at_submit  # the cluster, asked once
 
         spec, plan = self.prepare(spec, source)
-        scope = scope_for(spec.backend, self.backends(spec.backend))
+        scope = scope_at_submit(spec.backend, self.backends(spec.backend))
         return requests.create_job(self.store, spec, plan.declarations, self.clock(),
                                    actor=self.actor, scope=scope)
 

@@ -74,6 +74,7 @@ def status_json(view: JobView) -> dict[str, Any]:
     return {
         "job": s.job, "name": s.name, "state": s.state.value, "cause": cause_json(s.cause),
         "level": s.level.value, "settled": s.settled, "backend": s.backend,
+        "scope": s.scope or s.backend,
         "forecast": ({"state": s.forecast.state.value, "cause": cause_json(s.forecast.cause)}
                      if s.forecast is not None else None),
         "history": [{"at": t.at.isoformat(), "state": t.state.value,

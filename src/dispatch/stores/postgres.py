@@ -29,7 +29,6 @@ from dispatch.core.codec import encode_event
 from dispatch.core.events import Event, JobCreated, Superseded
 from dispatch.stores import schema
 from dispatch.stores.base import (
-    SCHEMA_VERSION,
     AlreadySuperseded,
     AmbiguousName,
     ConflictError,
@@ -50,6 +49,7 @@ from dispatch.stores.base import (
     sort_key_us,
 )
 from dispatch.stores.lease import PostgresLeases, check_fence_pg
+from dispatch.stores.postgres_schema import set_up
 from dispatch.stores.url import mask_password
 
 CONNECT_TIMEOUT_S = 10
@@ -59,7 +59,6 @@ client that stopped or lost the network (the longest a takeover can be held up b
 ACQUIRE_LOCK_TIMEOUT_MS = 200
 """How long taking a lease waits for the row (a stale append's FOR SHARE) before it tries
 again at the next poll, so a standby's loop never hangs on it."""
-_SCHEMA_LOCK = 0x6469737061746368  # pg_advisory_xact_lock key ("dispatch"): schema setup only
 
 _RETRYABLE = (pg_errors.UniqueViolation, pg_errors.SerializationFailure,
               pg_errors.DeadlockDetected)
@@ -151,62 +150,11 @@ class PostgresStore(RecordStore):
         return text
 
     def _setup(self) -> None:
-        conn = self._db
         where = self.describe()
         try:
-            with conn.transaction():
-                found = self._schema_version(conn)
-                if found is None or found < SCHEMA_VERSION:
-                    # Serialise creation and migration between processes; not for appends.
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-                    found = self._schema_version(conn)  # again, under the lock
-                    if found is None:
-                        schema.check_fresh(where, [t for t in schema.PG_TABLES_NOW if conn.execute(
-                            "SELECT to_regclass(%s) IS NOT NULL", (t,)).fetchone() == (True,)])
-                        for stmt in schema.PG_V1:
-                            conn.execute(stmt)
-                        conn.execute("INSERT INTO dispatch_schema (version) VALUES (1)")
-                        found = 1
-                    self._migrate(conn, found)
-                present = [t for t in schema.PG_TABLES_NOW if conn.execute(
-                    "SELECT to_regclass(%s) IS NOT NULL", (t,)).fetchone() == (True,)]
-                schema.check_tables(where, present, schema.PG_TABLES_NOW)
+            set_up(self._db, where)
         except psycopg.Error as err:
             raise StoreError(f"cannot set up {where}: {self._clean(err)}{_hint(err)}") from None
-
-    def _schema_version(self, conn: psycopg.Connection[Any]) -> int | None:
-        exists = conn.execute("SELECT to_regclass('dispatch_schema') IS NOT NULL").fetchone()
-        if not (exists and exists[0]):
-            return None
-        row = conn.execute("SELECT max(version) FROM dispatch_schema").fetchone()
-        return schema.check_version(self.describe(), row[0] if row else None)
-
-    def _migrate(self, conn: psycopg.Connection[Any], found: int) -> None:
-        """Steps found+1 .. SCHEMA_VERSION, inside the caller's transaction and lock."""
-        if found < 2:
-            present = [t for t in schema.PG_TABLES if conn.execute(
-                "SELECT to_regclass(%s) IS NOT NULL", (t,)).fetchone() == (True,)]
-            schema.check_tables(self.describe(), present, schema.PG_TABLES)
-            conn.execute(schema.PG_V2_COLUMN)
-            created = conn.execute(
-                "SELECT j.job_id, j.created_us, e.body FROM dispatch_jobs j"
-                " JOIN dispatch_events e ON e.job_id = j.job_id AND e.seq = 1").fetchall()
-
-            def first_by(old: str) -> str | None:
-                return schema.first_superseded(b for (b,) in conn.execute(
-                    "SELECT body FROM dispatch_events WHERE job_id = %s ORDER BY seq",
-                    (old,)).fetchall())
-
-            with conn.cursor() as cur:
-                cur.executemany(
-                    "UPDATE dispatch_jobs SET supersedes = %s WHERE job_id = %s",
-                    [(old, new) for new, old in schema.successor_links(created, first_by)])
-            conn.execute(schema.PG_V2_INDEX)
-        if found < 3:
-            for stmt in schema.PG_V3:
-                conn.execute(stmt)
-        if found < SCHEMA_VERSION:
-            conn.execute("UPDATE dispatch_schema SET version = %s", (SCHEMA_VERSION,))
 
     def _fail(self, what: str, err: psycopg.Error) -> StoreError:
         lost = " (the connection to the server was lost)" if self._conn.broken else ""

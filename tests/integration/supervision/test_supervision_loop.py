@@ -82,10 +82,15 @@ def test_scopes_this_machine_serves(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         resolve_scopes([local_scope(tmp_path / "other")], backends)
     with pytest.raises(ScopeError, match="names no backend"):
         resolve_scopes(["lsf:big"], backends)
-    scopes, skipped = resolve_scopes([], backends)
+    scopes, unresolved = resolve_scopes([], backends)
     assert scopes[:2] == [mine, "local"]
     assert all(s.split(":")[0] in ("slurm", "kubeflow") for s in scopes[2:])
-    assert all(w.split(":")[0] in ("slurm", "kubeflow") for w in skipped)
+    # Every backend is served at least by its bare name; one that cannot say its cluster
+    # now is served by that name alone and asked again later.
+    assert {"slurm", "kubeflow"} <= set(scopes)
+    for u in unresolved:
+        assert u.backend in ("slurm", "kubeflow") and u.why
+        assert not any(s.startswith(f"{u.backend}:") for s in scopes)
 
 
 def test_slurm_cluster_name_from_scontrol_show_config() -> None:
@@ -141,3 +146,32 @@ def test_submit_stamps_the_scope_and_supervisors_shows_who_serves_it(tmp_path: P
         proc.wait(30)
     rows = json.loads(_cli(env, "supervisors", "--json").stdout)
     assert next(r for r in rows if r["scope"] == scope)["state"] == "released"
+
+
+def test_a_backend_that_cannot_say_its_cluster_is_served_by_name_and_asked_again(
+        tmp_path: Path) -> None:
+    """A scheduler down when the supervisor starts: its bare name is served at once, and its
+    own scope from the first lease period after it answers."""
+    class Slow:  # a backend that cannot tell its scope until it has a root
+        root: Path | None = None
+
+    backend = Slow()
+    clock = Clock()
+    url = f"sqlite://{tmp_path / 'r.sqlite3'}"
+    with open_store(url) as store:
+        scopes, unresolved = resolve_scopes(["local"], lambda _n: backend)  # type: ignore[arg-type,return-value]
+        assert scopes == ["local"] and [u.backend for u in unresolved] == ["local"]
+        sup = Supervision(store, lambda _n: backend, scopes, holder="A", lease_s=30.0,  # type: ignore[arg-type,return-value]
+                          poll=0.1, monotonic=clock, unresolved=unresolved)
+        sup.step()
+        assert set(sup.held) == {"local"}
+        backend.root = tmp_path / "local"
+        sup.step()  # not due yet: asked once a lease period
+        assert set(sup.supervisors) == {"local"}
+        clock.t += 31.0
+        sup.step()
+        mine = local_scope(tmp_path / "local")
+        assert set(sup.supervisors) == {"local", mine} and mine in sup.held
+        assert sup.unresolved == {}
+        sup.stop()
+        sup.release_all()

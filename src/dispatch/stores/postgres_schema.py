@@ -1,0 +1,73 @@
+"""The PostgreSQL store's tables: created on first use, migrated step by step to
+SCHEMA_VERSION (1 -> 2: the supersedes column and its unique index; 2 -> 3: scopes and
+leases), inside one transaction under an advisory lock so that two processes starting at
+once never both create or migrate. The statements themselves are in stores/schema.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from dispatch.stores import schema
+from dispatch.stores.base import SCHEMA_VERSION
+
+SCHEMA_LOCK = 0x6469737061746368  # pg_advisory_xact_lock key ("dispatch"): schema setup only
+
+
+def _present(conn: psycopg.Connection[Any], tables: tuple[str, ...]) -> list[str]:
+    return [t for t in tables if conn.execute(
+        "SELECT to_regclass(%s) IS NOT NULL", (t,)).fetchone() == (True,)]
+
+
+def set_up(conn: psycopg.Connection[Any], where: str) -> None:
+    """Create or migrate the tables; StoreError-typed refusals come from stores/schema.py
+    (a newer schema, a half-made one), psycopg errors are the caller's to word."""
+    with conn.transaction():
+        found = schema_version(conn, where)
+        if found is None or found < SCHEMA_VERSION:
+            # Serialise creation and migration between processes; not for appends.
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+            found = schema_version(conn, where)  # again, under the lock
+            if found is None:
+                schema.check_fresh(where, _present(conn, schema.PG_TABLES_NOW))
+                for stmt in schema.PG_V1:
+                    conn.execute(stmt)
+                conn.execute("INSERT INTO dispatch_schema (version) VALUES (1)")
+                found = 1
+            migrate(conn, where, found)
+        schema.check_tables(where, _present(conn, schema.PG_TABLES_NOW), schema.PG_TABLES_NOW)
+
+
+def schema_version(conn: psycopg.Connection[Any], where: str) -> int | None:
+    exists = conn.execute("SELECT to_regclass('dispatch_schema') IS NOT NULL").fetchone()
+    if not (exists and exists[0]):
+        return None
+    row = conn.execute("SELECT max(version) FROM dispatch_schema").fetchone()
+    return schema.check_version(where, row[0] if row else None)
+
+
+def migrate(conn: psycopg.Connection[Any], where: str, found: int) -> None:
+    """Steps found+1 .. SCHEMA_VERSION, inside the caller's transaction and lock."""
+    if found < 2:
+        schema.check_tables(where, _present(conn, schema.PG_TABLES), schema.PG_TABLES)
+        conn.execute(schema.PG_V2_COLUMN)
+        created = conn.execute(
+            "SELECT j.job_id, j.created_us, e.body FROM dispatch_jobs j"
+            " JOIN dispatch_events e ON e.job_id = j.job_id AND e.seq = 1").fetchall()
+
+        def first_by(old: str) -> str | None:
+            return schema.first_superseded(b for (b,) in conn.execute(
+                "SELECT body FROM dispatch_events WHERE job_id = %s ORDER BY seq",
+                (old,)).fetchall())
+
+        with conn.cursor() as cur:
+            cur.executemany(
+                "UPDATE dispatch_jobs SET supersedes = %s WHERE job_id = %s",
+                [(old, new) for new, old in schema.successor_links(created, first_by)])
+        conn.execute(schema.PG_V2_INDEX)
+    if found < 3:
+        for stmt in schema.PG_V3:
+            conn.execute(stmt)
+    if found < SCHEMA_VERSION:
+        conn.execute("UPDATE dispatch_schema SET version = %s", (SCHEMA_VERSION,))
