@@ -227,7 +227,8 @@ class Job:
             return [HistoryLine(e, text) for e, text in service.history(self.id)]
 
     def logs(self, follow: bool = False, *, submission: int | None = None) -> Iterator[str]:
-        """The job's output, line by line (without line ends), where its backend keeps it.
+        """The job's output, line by line (without line ends): local and Slurm from their
+        output files, kubeflow from its pods' logs through the Kubernetes API.
 
         Without ``follow``: what the latest submission (or ``submission``) wrote so far;
         ``NotFound`` when it has no scheduler object yet. With ``follow``: keep reading,
