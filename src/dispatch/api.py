@@ -17,6 +17,7 @@ you like. Errors are the CLI's: ``DispatchError`` subclasses (``BadInput``, ``No
 from __future__ import annotations
 
 import os
+import threading
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -25,8 +26,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from dispatch.backends.base import LogSource
 from dispatch.core import events as ev
-from dispatch.core.model import Status
+from dispatch.core.model import SchedulerUnreachable, Status
 from dispatch.core.spec import JobSpec, SpecError, parse_spec
 from dispatch.service import Service
 from dispatch.service.views import cause_text
@@ -225,7 +227,8 @@ class Job:
             return [HistoryLine(e, text) for e, text in service.history(self.id)]
 
     def logs(self, follow: bool = False, *, submission: int | None = None) -> Iterator[str]:
-        """The job's output, line by line (without line ends), where its backend keeps it.
+        """The job's output, line by line (without line ends): local and Slurm from their
+        output files, kubeflow from its pods' logs through the Kubernetes API.
 
         Without ``follow``: what the latest submission (or ``submission``) wrote so far;
         ``NotFound`` when it has no scheduler object yet. With ``follow``: keep reading,
@@ -236,55 +239,83 @@ class Job:
 
 
 def follow_logs(store: Store, job_id: str, *, submission: int | None = None,
-                follow: bool = False, poll: float = FOLLOW_POLL_S) -> Iterator[str]:
-    """Lines of a job's output; see ``Job.logs``. Used by the HTTP API's log stream too."""
+                follow: bool = False, poll: float = FOLLOW_POLL_S,
+                stop: threading.Event | None = None) -> Iterator[str]:
+    """Lines of a job's output; see ``Job.logs``. Used by the HTTP API's log stream and by
+    ``dispatch run --logs`` too.
+
+    Following, a scheduler that cannot be asked this poll (a pod log the API server cannot
+    give now) is asked again at the next one, and no line is lost or repeated: each stream
+    keeps its place. The last read, once the outcome is committed, raises it instead.
+    ``stop``: once set, following ends after one more read (whole lines only)."""
     reader = _Tail()
     current: int | None = None
     with _open(store) as service:
         while True:
             j = service.job(job_id)
+            last = not follow or j.outcome is not None
+            stopping = stop is not None and stop.is_set()
             numbers = [s.number for s in j.submissions if s.ref is not None]
             if submission is not None:
                 numbers = [n for n in numbers if n == submission]
-            if numbers and numbers[-1] != current:
+            try:
+                if numbers and numbers[-1] != current:
+                    if current is not None:
+                        yield from reader.read(service.logs(job_id, current), final=True)
+                        sub = j.submission(numbers[-1])
+                        why = f" after {cause_text(sub.cause)}" if sub and sub.cause else ""
+                        yield f"== dispatch: submission {numbers[-1]}{why}"
+                    current = numbers[-1]
                 if current is not None:
-                    yield from reader.read(service.logs(job_id, current), final=True)
-                    sub = j.submission(numbers[-1])
-                    why = f" after {cause_text(sub.cause)}" if sub and sub.cause else ""
-                    yield f"== dispatch: submission {numbers[-1]}{why}"
-                current = numbers[-1]
-            if current is not None:
-                yield from reader.read(service.logs(job_id, current),
-                                       final=not follow or j.outcome is not None)
-            elif not follow:
-                service.logs(job_id, submission)  # raises NotFound: nothing to read yet
-            if not follow or j.outcome is not None:
+                    yield from reader.read(service.logs(job_id, current), final=last)
+                elif not follow:
+                    service.logs(job_id, submission)  # raises NotFound: nothing to read yet
+            except SchedulerUnreachable:
+                if last:
+                    raise
+            if last or stopping:
                 return
-            time.sleep(poll)
+            if stop is not None:
+                stop.wait(poll)
+            else:
+                time.sleep(poll)
 
 
 class _Tail:
-    """What each file wrote since it was last read, in whole lines: a line still being
-    written waits for its end (or for ``final``)."""
+    """What each stream wrote since it was last read, in whole lines: a line still being
+    written waits for its end (or for ``final``). A file is read from the offset reached so
+    far; a reader (``LogReader``: a pod's log) from the cursor it last gave, kept by its key."""
 
     def __init__(self) -> None:
         self.offsets: dict[Path, int] = {}
         self.partial: dict[Path, bytes] = {}
+        self.cursors: dict[str, str | None] = {}
 
-    def read(self, files: Sequence[Path], *, final: bool) -> Iterator[str]:
-        for f in files:
-            try:
-                with f.open("rb") as fh:
-                    fh.seek(self.offsets.get(f, 0))
-                    chunk = fh.read()
-            except OSError:
+    def read(self, sources: Sequence[LogSource], *, final: bool) -> Iterator[str]:
+        for src in sources:
+            if isinstance(src, Path):
+                complete, label = self._file(src, final=final), src.name
+            else:
+                got = src.read(self.cursors.get(src.key), final=final)
+                self.cursors[src.key] = got.cursor
+                complete, label = got.data, src.label
+            if complete is None:
                 continue
-            self.offsets[f] = self.offsets.get(f, 0) + len(chunk)
-            data = self.partial.pop(f, b"") + chunk
-            cut = len(data) if final else data.rfind(b"\n") + 1
-            complete, rest = data[:cut], data[cut:]
-            if rest:
-                self.partial[f] = rest
-            prefix = f"[{f.name}] " if len(files) > 1 else ""
+            prefix = f"[{label}] " if len(sources) > 1 else ""
             for line in complete.decode(errors="replace").splitlines():
                 yield prefix + line
+
+    def _file(self, f: Path, *, final: bool) -> bytes | None:
+        try:
+            with f.open("rb") as fh:
+                fh.seek(self.offsets.get(f, 0))
+                chunk = fh.read()
+        except OSError:
+            return None
+        self.offsets[f] = self.offsets.get(f, 0) + len(chunk)
+        data = self.partial.pop(f, b"") + chunk
+        cut = len(data) if final else data.rfind(b"\n") + 1
+        complete, rest = data[:cut], data[cut:]
+        if rest:
+            self.partial[f] = rest
+        return complete

@@ -16,6 +16,8 @@ Pods (namespaced) and Nodes (cluster-wide):
   with 200 and one ERROR event carrying a ``Status`` with code 410 (reason Expired). The stream
   ends cleanly after ``timeoutSeconds``, on ``drop_watches()`` (what a server restart or its
   own watch timeout does) and on ``stop()``;
+- a pod's log (``pods/{name}/log``, text/plain; ``podlogs``: tests write what a container
+  printed with ``write_log``; 404 for a missing pod, 400 for a container not started);
 - errors as ``Status`` objects: 404 NotFound, 409 AlreadyExists, 422 Invalid, 415, 400;
   injected 5xx (``fail_next``) and hangs (``hang_next``); ``stop()`` ends every watch stream
   and closes the port, so the next call is refused.
@@ -50,6 +52,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from . import schemas
+from .podlogs import LogRefused, PodLogs
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ KINDS = {
 BY_KIND = {k.kind: k for k in KINDS.values()}
 VALIDATED = ("TrainJob", "JobSet", "Job", "Pod", "Node")
 
+_LOG_PATH = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/log/?$")
 _PATH = re.compile(
     r"^/(?:api/(?P<cv>v1)|apis/(?P<g>[^/]+)/(?P<v>[^/]+))"
     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?/?$"
@@ -200,6 +204,7 @@ class FakeApiServer:
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._open_watches = 0
+        self._logs = PodLogs()
         self.port = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -399,6 +404,23 @@ class FakeApiServer:
         with self._lock:
             self._delete(BY_KIND[kind], namespace, name, "Background")
 
+    def write_log(
+        self,
+        namespace: str,
+        pod: str,
+        text: str | bytes,
+        *,
+        container: str | None = None,
+        at: datetime | str | int | None = None,
+    ) -> None:
+        """The pod's container printed ``text`` (stamped ``at``, default now): served by
+        ``pods/{pod}/log`` for as long as the pod exists (see ``podlogs``)."""
+        with self._lock:
+            obj = self._objects.get(("pods", namespace, pod))
+            if obj is None:
+                raise KeyError(f"Pod {namespace}/{pod}")
+            self._logs.write(obj, text, container=container, at=at)
+
     def release_node(self, node: str) -> None:
         """The node is back or deleted: pods stuck Terminating there finish deleting."""
         with self._lock:
@@ -480,6 +502,10 @@ class FakeApiServer:
                     raise ApiFailure(400, "BadRequest", "watch a collection, not one object")
                 self._watch(h, kind, ns, query)
                 return
+            log = _LOG_PATH.match(split.path)
+            if log is not None:
+                self._serve_log(h, log.group("ns"), log.group("name"), query)
+                return
             with self._lock:
                 code, body = self._route(h.command, split.path, query, raw, h.headers)
         except ApiFailure as err:
@@ -490,6 +516,31 @@ class FakeApiServer:
             h.send_header("Content-Type", "application/json")
             h.send_header("Content-Length", str(len(data)))
             # One request per connection: once stop() closes the port, nothing is served.
+            h.send_header("Connection", "close")
+            h.close_connection = True
+            h.end_headers()
+            h.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _serve_log(
+        self, h: BaseHTTPRequestHandler, ns: str, name: str, query: dict[str, str]
+    ) -> None:
+        """``pods/{name}/log``: text/plain, or a Status as the API server refuses."""
+        if h.command != "GET":
+            raise ApiFailure(405, "MethodNotAllowed", f"{h.command} on a pod's log")
+        with self._lock:
+            pod = self._objects.get(("pods", ns, name))
+            if pod is None:
+                raise ApiFailure(404, "NotFound", f'pods "{name}" not found')
+            try:
+                data = self._logs.answer(pod, query)
+            except LogRefused as err:
+                raise ApiFailure(err.code, err.reason, err.message) from None
+        try:
+            h.send_response(200)
+            h.send_header("Content-Type", "text/plain")
+            h.send_header("Content-Length", str(len(data)))
             h.send_header("Connection", "close")
             h.close_connection = True
             h.end_headers()

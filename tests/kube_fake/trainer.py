@@ -186,7 +186,10 @@ def materialize(
                     },
                     "ownerReferences": [owner(job)],
                 },
-                "spec": {"nodeName": node_name},
+                "spec": {
+                    "nodeName": node_name,
+                    "containers": [{"name": "node", "image": "trainer:1"}],
+                },
                 "status": status,
             }
         )

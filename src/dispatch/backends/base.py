@@ -11,15 +11,16 @@ The contract, in the order a job meets it:
 - ``dry_run(submission)``: exactly what ``submit`` would send, built without side effects
   (TorchX's ``submit_dryrun`` beside ``schedule``).
 - ``submit`` / ``discover`` / ``stop`` / ``cancel`` / ``open_gate``: the supervisor's calls.
-- ``logs(ref)``: where the object's output lies; ``close()``: release clients and threads.
+- ``logs(ref)``: where the object's output lies (files, or readers of logs kept elsewhere);
+  ``close()``: release clients and threads.
 - ``declarations()``: what the backend carries out natively and its node-loss window.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import msgspec
 
@@ -69,6 +70,45 @@ class SubmitRejected(BackendError):
         self.detail = detail
 
 
+class LogRead(NamedTuple):
+    """What one ``LogReader.read`` found: ``data``, the text written after the cursor it was
+    given, in whole lines (a last line without its end only when the read was ``final``);
+    ``cursor``, where the next read starts."""
+
+    data: bytes
+    cursor: str | None
+
+
+class LogReader(Protocol):
+    """Output that is not a file dispatch can open (a pod's log, kept by the API server).
+
+    The follower keeps one cursor per ``key`` across calls of ``Backend.logs`` (each call may
+    return new reader objects; the key says which are the same stream), so that following
+    never prints a line twice. A stream that has nothing to give yet (a pod not started, a
+    pod already gone) reads as empty, not as an error; a scheduler that cannot be asked
+    raises ``SchedulerUnreachable``."""
+
+    @property
+    def key(self) -> str:
+        """Names the stream, the same across calls and distinct from every other stream."""
+        ...
+
+    @property
+    def label(self) -> str:
+        """A short name for the stream, put before its lines when there are several."""
+        ...
+
+    def read(self, cursor: str | None, *, final: bool) -> LogRead:
+        """What the stream holds after ``cursor`` (None: from its start). Whole lines only,
+        unless ``final``: then a last line still being written comes too."""
+        ...
+
+
+# One stream of a job's output: a file (read by offset, a line still being written waits for
+# its end) or a reader of output kept elsewhere.
+LogSource = Path | LogReader
+
+
 class Backend(Protocol):
     name: str
 
@@ -111,8 +151,9 @@ class Backend(Protocol):
         """Let a gated object start (Slurm: scontrol release; TrainJob: suspend false)."""
         ...
 
-    def logs(self, ref: str) -> list[Path]:
-        """The object's output files that exist now (node 0 first)."""
+    def logs(self, ref: str) -> Sequence[LogSource]:
+        """The object's output streams that exist now (node 0 first): files (local, Slurm) or
+        readers (kubeflow: each pod's log through the API server)."""
         ...
 
     def close(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shlex
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,13 +17,14 @@ from dispatch.backends.registry import Backends
 from dispatch.cli.common import (
     SECONDS,
     emit_json,
+    error_text,
     handle_errors,
     json_option,
     notify_options,
     open_service,
     store_option,
 )
-from dispatch.cli.render import err, out, print_status, table
+from dispatch.cli.render import err, out, print_status, status_lines, table
 from dispatch.core.model import State, token_for
 from dispatch.core.record import Job
 from dispatch.core.spec import JobSpec
@@ -99,15 +101,22 @@ def install_stop(sup: Supervisor) -> None:
 @click.argument("spec_path", metavar="SPEC", type=SPEC)
 @click.option("--poll", type=SECONDS, default=1.0, show_default=True,
               help="Seconds between ticks.")
+@click.option("--logs", "with_logs", is_flag=True,
+              help="Print the job's output on stdout as it runs (across submissions, a "
+                   "`== dispatch: submission N after CAUSE` line at each); states, history "
+                   "and the final status go to stderr. Not with --json.")
 @store_option
 @json_option
 @notify_options
 @handle_errors
-def run(spec_path: Path, poll: float, store_url: str | None, as_json: bool,
+def run(spec_path: Path, poll: float, with_logs: bool, store_url: str | None, as_json: bool,
         escalation_webhook: str | None, escalation_command: str | None) -> None:
     """Submit SPEC and supervise it in the foreground until it is finished.
 
     Exit 0 succeeded, 1 failed, 130 cancelled."""
+    if with_logs and as_json:
+        raise BadInput("--logs and --json both want stdout (the job's output, the status "
+                       "document): use one; `dispatch logs JOB -f` follows the output apart")
     spec = load_spec(spec_path)
     with open_service(store_url) as service:
         _warn_unenforced(service, spec, spec_path)
@@ -117,25 +126,67 @@ def run(spec_path: Path, poll: float, store_url: str | None, as_json: bool,
         if not as_json:
             err.print(f"job {job_id}: supervising (Ctrl-C stops supervising; the job's "
                       f"record stays and `dispatch supervise` resumes it)")
-        job = _run_live(sup, service, job_id, poll, quiet=as_json)
+        pump = LogPump(store_url, job_id) if with_logs else None
+        job: Job | None = None
+        try:
+            job = _run_live(sup, service, job_id, poll, quiet=as_json, to_err=with_logs)
+        finally:
+            if pump is not None:  # after the outcome is committed: the output to its end
+                pump.finish(ended=job is not None and job.outcome is not None)
         sup.notifier.close()
         if not as_json:
             for e, text in service.history(job_id):
-                click.echo(f"{e.at:%H:%M:%S}  #{e.seq:<3} {text}")
-        show(service.view(job_id), as_json)
+                click.echo(f"{e.at:%H:%M:%S}  #{e.seq:<3} {text}", err=with_logs)
+        if with_logs:
+            for line in status_lines(service.view(job_id)):
+                err.print(line)
+        else:
+            show(service.view(job_id), as_json)
     sys.exit(EXIT_CANCELLED if job.outcome is None else EXIT_BY_OUTCOME[job.outcome.state])
 
 
+class LogPump:
+    """``run --logs``: the job's output printed on stdout from a thread of its own, with the
+    follower of ``dispatch logs -f`` (api.follow_logs), while the supervisor ticks in the main
+    thread (never stalled by a read). ``finish`` waits for the follower: once the outcome is
+    committed it reads every stream to its end and stops by itself; if supervising stopped
+    first (Ctrl-C) it is told to stop after one more read."""
+
+    def __init__(self, store_url: str | None, job_id: str) -> None:
+        self.store_url = store_url
+        self.job_id = job_id
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._pump, name="dispatch-run-logs",
+                                       daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        from dispatch.api import follow_logs
+
+        try:
+            for line in follow_logs(self.store_url, self.job_id, follow=True, stop=self.stop):
+                click.echo(line)
+        except DispatchError as e:  # the job goes on being supervised; its output stops here
+            err.print(f"warning: logs: {error_text(e)}")
+        except OSError:  # stdout closed (a pipe whose reader left)
+            pass
+
+    def finish(self, *, ended: bool) -> None:
+        if not ended:
+            self.stop.set()
+        self.thread.join()
+
+
 def _run_live(sup: Supervisor, service: Service, job_id: str, poll: float,
-              quiet: bool) -> Job:
-    if quiet or not sys.stdout.isatty():
+              quiet: bool, to_err: bool = False) -> Job:
+    if quiet or to_err or not sys.stdout.isatty():
         last: list[str] = []
 
         def on_tick(_: TickReport) -> None:
             s = service.view(job_id).status
             line = f"{s.state.value} {cause_text(s.cause)}" if s else "record unusable"
             if not quiet and (not last or last[-1] != line):
-                click.echo(f"{utcnow():%H:%M:%S} {job_id} {line}")
+                click.echo(f"{utcnow():%H:%M:%S} {job_id} {line}", err=to_err)
                 last.append(line)
         return sup.run_until_terminal(job_id, poll, on_tick)
     from rich.live import Live

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from types import TracebackType
 
 import msgspec
 
-from dispatch.backends.base import DryRun, Submission
+from dispatch.backends.base import DryRun, LogSource, Submission
 from dispatch.backends.registry import Backends
 from dispatch.core import events as ev
 from dispatch.core.model import Status, token_for
@@ -155,8 +154,9 @@ class Service:
         """The job's story: every committed event with one line of text."""
         return story(self.store.read(self.resolve(job)))
 
-    def logs(self, job: str, submission: int | None = None) -> list[Path]:
-        """The output files of one submission's object (default: the latest that has one)."""
+    def logs(self, job: str, submission: int | None = None) -> Sequence[LogSource]:
+        """The output streams (files, or readers of pod logs) of one submission's object
+        (default: the latest that has one)."""
         j = self.job(job)
         subs = [s for s in j.submissions if s.ref is not None]
         if submission is not None:

@@ -23,6 +23,8 @@ The imperative shell around ``mapping`` (pure) and ``manifest`` (pure). Choices,
 - A TrainJob we bound that the API server no longer has is reported cancelled, cause
   cancelled, provenance actor; the actor is "dispatch" when this process deleted it, else
   unknown (None).
+- ``logs`` reads each pod's log through the API server (``podlogs``): incremental by
+  timestamp, a pod not started or gone reads as empty.
 - ``lost_since`` is the earliest time the API server gives (taint timeAdded, Ready or
   FailureTarget lastTransitionTime); without one it is when this process first saw the loss,
   remembered across ticks so the fence's window does not restart each tick.
@@ -33,7 +35,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -62,6 +63,7 @@ from dispatch.backends.kubeflow.objects import (
     labels,
     name_of,
 )
+from dispatch.backends.kubeflow.podlogs import PodLog, pod_logs
 from dispatch.core.model import CauseKind, Discovery, ObjectReport
 from dispatch.core.policy import Action, Declarations
 from dispatch.core.spec import JobSpec
@@ -238,9 +240,13 @@ class KubeflowBackend:
         text = yaml.safe_dump(self.manifest(submission), sort_keys=False)
         return DryRun(backend=self.name, documents=(("TrainJob", text),))
 
-    def logs(self, ref: str) -> list[Path]:
-        """Pod logs live in the API server, not in files dispatch can read."""
-        return []
+    def logs(self, ref: str) -> list[PodLog]:
+        """The logs of the TrainJob's pods (those its JobSet labels as its own), each read
+        through the API server, node 0 first (``podlogs``). One list request; the reads
+        happen when the follower asks each reader."""
+        namespace, name = parse_ref(ref)
+        pods = self.kube.list(PodRes, namespace, {JOBSET_NAME_LABEL: name})
+        return pod_logs(self.kube, namespace, pods)
 
     # -- actions -----------------------------------------------------------------------------
 

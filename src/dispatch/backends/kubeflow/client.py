@@ -1,5 +1,5 @@
 """The Kubernetes API, as the kubeflow backend needs it: list, watch, get, create, merge-patch,
-delete.
+delete, and a pod's log.
 
 Built on lightkube (pinned in pyproject.toml). Why lightkube and not the official
 ``kubernetes`` client: it is small (httpx + msgspec, which dispatch already uses, + PyYAML),
@@ -39,6 +39,7 @@ from lightkube.generic_resource import (
     GenericNamespacedResource,
     create_api_info,
 )
+from lightkube.resources.core_v1 import PodLog as PodLogRes
 from lightkube.types import CascadeType, PatchType
 
 from dispatch.core.model import SchedulerUnreachable
@@ -318,6 +319,23 @@ class KubeClient:
                 raise SchedulerUnreachable(BACKEND, f"{what}: {code} {message}")
             raise ApiAnswer(code, str(body.get("reason") or ""), message)
         return WatchStream(response, what)
+
+    def pod_log(self, namespace: str, pod: str, params: Mapping[str, str]) -> bytes:
+        """``GET /api/v1/namespaces/{namespace}/pods/{pod}/log`` with ``params`` (container,
+        sinceTime, timestamps, limitBytes...): the log text as bytes. Retried and translated
+        like every call: an answer such as 404 (no such pod) or 400 (its container has not
+        started) is ApiAnswer with the API server's words."""
+        generic = self._client._client  # lightkube's GenericSyncClient: paths, auth, TLS
+
+        def run() -> bytes:
+            br = generic.prepare_request(
+                "get", PodLogRes, name=pod, namespace=namespace, params=dict(params)
+            )
+            response = generic.send(generic.build_adapter_request(br))
+            generic.raise_for_status(response)
+            return bytes(response.content)
+
+        return self._call(f"log of pod {namespace}/{pod}", run)
 
     def get(self, res: ResourceType, namespace: str, name: str) -> dict[str, Any] | None:
         kind = res._api_info.resource.kind

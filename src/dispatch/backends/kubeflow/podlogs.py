@@ -1,0 +1,215 @@
+"""A TrainJob's output: the logs of its pods, read through the API server
+(``GET /api/v1/namespaces/{ns}/pods/{pod}/log``), one ``LogReader`` per pod.
+
+Reading is incremental without re-reading a whole log each poll: every read asks with
+``timestamps=true`` and, after the first, ``sinceTime`` = the second of the last line taken.
+The API server forwards ``sinceTime`` to the kubelet at whole seconds, so the answer repeats
+the lines of that second already taken; the cursor (the last line's full RFC 3339 stamp and
+how many lines carry exactly that stamp) skips them. Each answer is bounded by
+``limitBytes``; a read cut there asks again from where it got, so a long log comes in pages
+(bigger ones when a page holds nothing new: a burst within one second, a very long line).
+
+What is not an error: a pod whose container has not started (400 "is waiting to start"), a
+pod already gone (404) or one not yet scheduled (an empty log) reads as nothing this time.
+Known limits: a pod's log is readable only while the pod exists (deleting a TrainJob deletes
+its pods and their logs); one line longer than ``MOST_BYTES`` is cut there, and of more than
+``MOST_BYTES`` written within one second the rest of that second is skipped.
+
+The stamp arithmetic (``take``, ``parse_stamp``) is pure; ``PodLog.read`` makes the calls.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from dispatch.backends.base import LogRead
+from dispatch.backends.kubeflow.client import ApiAnswer, KubeClient
+from dispatch.backends.kubeflow.objects import as_list, as_map, as_str, labels, meta, name_of
+from dispatch.backends.kubeflow.pods import restart_attempt
+
+LIMIT_BYTES = 4 << 20  # one answer's size; a longer log comes in several
+MOST_BYTES = 64 << 20  # pages grow to this when one page holds nothing new
+MAX_PAGES = 64  # answers per read at most; the next read goes on from there
+TRAINER_CONTAINER = "node"  # the container Kubeflow Trainer runs the trainer in
+COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+
+Stamp = tuple[int, int]  # seconds since the epoch, nanoseconds
+Place = tuple[Stamp, int]  # the last stamp taken and how many lines carry exactly it
+
+_STAMP = re.compile(
+    rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$"
+)
+
+
+def parse_stamp(text: bytes) -> Stamp | None:
+    """An RFC 3339 stamp as the kubelet writes it (nanoseconds, trailing zeros trimmed)."""
+    m = _STAMP.match(text)
+    if m is None:
+        return None
+    zone = "+00:00" if m.group(3) == b"Z" else m.group(3).decode()
+    try:
+        at = datetime.fromisoformat(m.group(1).decode() + zone)
+    except ValueError:
+        return None
+    return int(at.timestamp()), int((m.group(2) or b"0").ljust(9, b"0"))
+
+
+def since_time(stamp: Stamp) -> str:
+    """``sinceTime`` for a stamp: its whole second, as the API server forwards it anyway."""
+    return datetime.fromtimestamp(stamp[0], UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def encode(place: Place | None) -> str | None:
+    if place is None:
+        return None
+    (seconds, nanos), count = place
+    return f"{seconds}.{nanos:09d} {count}"
+
+
+def decode(cursor: str | None) -> Place | None:
+    """A cursor this module made; anything else starts from the log's beginning."""
+    if not cursor:
+        return None
+    try:
+        stamp, count = cursor.split(" ")
+        seconds, nanos = stamp.split(".")
+        return (int(seconds), int(nanos)), int(count)
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Taken:
+    data: bytes  # the lines taken, without their stamps
+    place: Place | None  # where the next read starts
+    held_fresh: bool  # a last line without its end, not taken before, was left for later
+
+
+def take(body: bytes, place: Place | None, *, whole: bool) -> Taken:
+    """The lines of ``body`` (a log read with timestamps from ``place``'s second on) that come
+    after ``place``, without their stamps, and the place after them. A last line without its
+    end is taken only when ``whole`` (the log holds no more of it), else held back.
+
+    A line whose stamp cannot be read is taken as written and counts with the stamp before it
+    (the kubelet stamps every line; this only keeps a stranger answer from looping)."""
+    out: list[bytes] = []
+    seen_at_place = 0
+    last: Stamp | None = place[0] if place is not None else None
+    count = place[1] if place is not None else 0
+    held = False
+    for entry in body.splitlines(keepends=True):
+        if not entry.endswith(b"\n") and not whole:
+            # Fresh unless lines at the cursor's stamp remain to be skipped before it.
+            held = place is None or seen_at_place >= place[1]
+            break
+        head, sep, rest = entry.partition(b" ")
+        stamp = parse_stamp(head) if sep else None
+        if stamp is None:
+            stamp, rest = last or (0, 0), entry
+        if place is not None:
+            if stamp < place[0]:
+                continue
+            if stamp == place[0] and seen_at_place < place[1]:
+                seen_at_place += 1
+                continue
+        out.append(rest if rest.endswith(b"\n") else rest + b"\n")
+        count = count + 1 if stamp == last else 1
+        last = stamp
+    new = (last, count) if last is not None else None
+    return Taken(b"".join(out), new, held_fresh=held)
+
+
+@dataclass(frozen=True)
+class PodLog:
+    """One pod's log (one container's) through the API server: a ``LogReader``."""
+
+    kube: KubeClient
+    namespace: str
+    pod: str
+    uid: str
+    container: str | None
+    limit_bytes: int = LIMIT_BYTES
+    most_bytes: int = MOST_BYTES
+
+    @property
+    def key(self) -> str:
+        return f"pod/{self.namespace}/{self.pod}/{self.uid}/{self.container or ''}"
+
+    @property
+    def label(self) -> str:
+        return self.pod
+
+    def read(self, cursor: str | None, *, final: bool) -> LogRead:
+        place = decode(cursor)
+        pages: list[bytes] = []
+        limit = self.limit_bytes
+        for _ in range(MAX_PAGES):
+            body = self._ask(place, limit)
+            if body is None:
+                break
+            cut = len(body) >= limit
+            got = take(body, place, whole=final and not cut)
+            if cut and got.place == place:
+                # A full page and nothing new in it: more than a page within one second, or
+                # one line longer than a page. Ask for bigger pages, up to the most.
+                if limit < self.most_bytes:
+                    limit = min(limit * 4, self.most_bytes)
+                    continue
+                if got.held_fresh:  # one line longer than the most: cut there
+                    got = take(body, place, whole=True)
+                elif place is not None:  # the most within one second: on to the next one
+                    got = Taken(b"", ((place[0][0] + 1, 0), 0), held_fresh=False)
+            pages.append(got.data)
+            progressed = got.place != place
+            place = got.place
+            if not cut or not progressed:
+                break
+        return LogRead(b"".join(pages), encode(place))
+
+    def _ask(self, place: Place | None, limit: int) -> bytes | None:
+        params = {"timestamps": "true", "limitBytes": str(limit)}
+        if self.container is not None:
+            params["container"] = self.container
+        if place is not None:
+            params["sinceTime"] = since_time(place[0])
+        try:
+            return self.kube.pod_log(self.namespace, self.pod, params)
+        except ApiAnswer as err:
+            if err.code in (400, 404):  # not started yet, or gone: nothing to read now
+                return None
+            raise
+
+
+def trainer_container(pod: Any) -> str | None:
+    """The trainer's container ("node", as Trainer names it), else the pod's first; None when
+    the pod names none (the API server then picks its only one)."""
+    names = [as_str(as_map(c).get("name")) for c in as_list(as_map(as_map(pod).get("spec"))
+                                                           .get("containers"))]
+    named = [n for n in names if n]
+    if TRAINER_CONTAINER in named:
+        return TRAINER_CONTAINER
+    return named[0] if named else None
+
+
+def _index(pod: Any, label: str) -> int:
+    text = as_str(labels(pod).get(label)) or ""
+    return int(text) if text.isdigit() else 0
+
+
+def pod_order(pod: Any) -> tuple[int, int, int, str]:
+    """Node 0 first: restart attempt, job index, completion index, then the name."""
+    return (restart_attempt(pod) or 0, _index(pod, JOB_INDEX_LABEL),
+            _index(pod, COMPLETION_INDEX_LABEL), name_of(pod))
+
+
+def pod_logs(kube: KubeClient, namespace: str, pods: Iterable[Any]) -> list[PodLog]:
+    """One reader per pod of a TrainJob, node 0 first."""
+    return [
+        PodLog(kube, namespace, name_of(p), str(meta(p).get("uid") or ""), trainer_container(p))
+        for p in sorted(pods, key=pod_order)
+    ]
