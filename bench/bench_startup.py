@@ -15,7 +15,9 @@ getrusage: less sensitive to other load than wall time), and each one's ratio to
 `torchx --help`. Commands run as their installed entry scripts (`dispatch`, `torchx`);
 ``--before SRC`` adds `python -m dispatch.cli status` from another source tree, and the
 same for this tree, for a before/after of the same launcher. With hyperfine on PATH it is
-run as well and its summary printed.
+run as well and its summary printed. Both dispatch trees are byte-compiled first and run
+without PYTHONDONTWRITEBYTECODE, as an installed package runs (torchx's venv has its .pyc
+files); without that, an editable tree compiles every module from source on every run.
 """
 
 from __future__ import annotations
@@ -76,6 +78,11 @@ def main() -> None:
     env.update({"DISPATCH_STORE": str(tmp / "record.sqlite3"),
                 "DISPATCH_LOCAL_ROOT": str(tmp / "local"), "XDG_STATE_HOME": str(tmp)})
     env.pop("PYTHONPATH", None)
+    # From byte-compiled modules, as torchx runs (see the docstring).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    for tree in [ROOT / "src", *([Path(args.before)] if args.before else [])]:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "dispatch")],
+                       check=True)
     job = record_one_job(env)
 
     commands: dict[str, tuple[list[str], dict[str, str]]] = {

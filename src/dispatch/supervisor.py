@@ -19,11 +19,12 @@ import socket
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import msgspec
 
 from dispatch.backends.base import Backend, Submission, SubmitRejected
+from dispatch.clock import Clock, utcnow
 from dispatch.core import decide as dc
 from dispatch.core import events as ev
 from dispatch.core.model import Cause, CauseKind, Discovery, Provenance, SchedulerUnreachable
@@ -37,13 +38,6 @@ from dispatch.stores.lease import LeaseLost
 from dispatch.stores.reading import fold_records
 
 log = logging.getLogger("dispatch.supervisor")
-
-Clock = Callable[[], datetime]
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
 
 @dataclass
 class TickReport:

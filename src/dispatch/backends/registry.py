@@ -12,11 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from dispatch.backends.base import Backend
 from dispatch.core.policy import Declarations
 from dispatch.core.spec import BACKENDS, parse_duration
 from dispatch.errors import BackendError
+
+if TYPE_CHECKING:  # the protocol's module is loaded by the backends, when one is made
+    from dispatch.backends.base import Backend
 
 
 class BackendConfigError(BackendError, ValueError):

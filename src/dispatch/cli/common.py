@@ -7,13 +7,14 @@ import json
 import math
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from dispatch.errors import DispatchError
-from dispatch.service import Service
-from dispatch.service.views import error_json
+
+if TYPE_CHECKING:
+    from dispatch.service import Service
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -58,6 +59,8 @@ def handle_errors(fn: F) -> F:
 def fail(e: DispatchError, *, as_json: bool = False) -> None:
     message = error_text(e)
     if as_json:
+        from dispatch.service.views import error_json
+
         click.echo(json.dumps(error_json(e, message), indent=2))
     click.echo(f"error: {message}", err=True)
     sys.exit(e.exit_code)
@@ -93,6 +96,9 @@ def notify_options(fn: F) -> F:
 
 
 def open_service(store_url: str | None) -> Service:
+    # Imported here so that a usage error or --help loads no store or core.
+    from dispatch.service import Service
+
     return Service.open(store_url)
 
 

@@ -3,8 +3,6 @@ supersede, logs. Each parses its input, calls the service, renders the result.""
 
 from __future__ import annotations
 
-import shlex
-import signal
 import sys
 import threading
 import time
@@ -13,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from dispatch.backends.registry import Backends
+from dispatch.cli import render
 from dispatch.cli.common import (
     SECONDS,
     emit_json,
@@ -24,19 +22,18 @@ from dispatch.cli.common import (
     open_service,
     store_option,
 )
-from dispatch.cli.render import err, out, print_status, status_lines, table
-from dispatch.core.model import State, token_for
-from dispatch.core.record import Job
-from dispatch.core.spec import JobSpec
-from dispatch.core.status import project_objects
+from dispatch.clock import utcnow
+from dispatch.core.model import State
 from dispatch.errors import EXIT_CANCELLED, EXIT_FAILED, BadInput, DispatchError
-from dispatch.notify import Notifier
-from dispatch.service import Service, dry_run_of
 from dispatch.service.views import JobView, cause_text, history_json, status_json
-from dispatch.supervisor import Supervisor, TickReport, utcnow
 
+# Imported where used: the read commands (status, ls, history) load no backend, supervisor,
+# notifier or spec-file code.
 if TYPE_CHECKING:
+    from dispatch.core.record import Job
     from dispatch.core.spec import JobSpec
+    from dispatch.service import Service
+    from dispatch.supervisor import Supervisor, TickReport
 
 EXIT_BY_OUTCOME = {State.SUCCEEDED: 0, State.FAILED: EXIT_FAILED, State.CANCELLED: EXIT_CANCELLED}
 SPEC = click.Path(dir_okay=False, path_type=Path)
@@ -53,13 +50,13 @@ def show(view: JobView, as_json: bool) -> None:
     if as_json:
         emit_json(status_json(view))
     else:
-        print_status(view)
+        render.print_status(view)
 
 
 def _warn_unenforced(service: Service, spec: JobSpec, source: Path) -> None:
     _, plan = service.prepare(spec, str(source))
     for line in plan.unenforced():
-        err.print(f"warning: {line} (an execution ending with it fails the job)")
+        render.err().print(f"warning: {line} (an execution ending with it fails the job)")
 
 
 @click.command()
@@ -73,6 +70,9 @@ def submit(spec_path: Path, dry_run: bool, store_url: str | None, as_json: bool)
     """Record a job and make its first submission (a running `supervise` takes it on)."""
     spec = load_spec(spec_path)
     if dry_run:  # needs no record store
+        from dispatch.backends.registry import Backends
+        from dispatch.service import dry_run_of
+
         backends = Backends()
         try:
             click.echo(dry_run_of(spec, backends, str(spec_path)).render(), nl=False)
@@ -86,11 +86,17 @@ def submit(spec_path: Path, dry_run: bool, store_url: str | None, as_json: bool)
 
 
 def _supervisor(service: Service, webhook: str | None, command: str | None) -> Supervisor:
+    import shlex
+
+    from dispatch.notify import Notifier
+
     notifier = Notifier(webhook=webhook, command=shlex.split(command) if command else None)
     return service.supervisor(notifier=notifier)
 
 
 def install_stop(sup: Supervisor) -> None:
+    import signal
+
     def stop(signum: int, _frame: Any) -> None:
         sup.stopping.set()
     signal.signal(signal.SIGTERM, stop)
@@ -124,7 +130,7 @@ def run(spec_path: Path, poll: float, with_logs: bool, store_url: str | None, as
         sup = _supervisor(service, escalation_webhook, escalation_command)
         install_stop(sup)
         if not as_json:
-            err.print(f"job {job_id}: supervising (Ctrl-C stops supervising; the job's "
+            render.err().print(f"job {job_id}: supervising (Ctrl-C stops supervising; the job's "
                       f"record stays and `dispatch supervise` resumes it)")
         pump = LogPump(store_url, job_id) if with_logs else None
         job: Job | None = None
@@ -138,8 +144,8 @@ def run(spec_path: Path, poll: float, with_logs: bool, store_url: str | None, as
             for e, text in service.history(job_id):
                 click.echo(f"{e.at:%H:%M:%S}  #{e.seq:<3} {text}", err=with_logs)
         if with_logs:
-            for line in status_lines(service.view(job_id)):
-                err.print(line)
+            for line in render.status_lines(service.view(job_id)):
+                render.err().print(line.text())
         else:
             show(service.view(job_id), as_json)
     sys.exit(EXIT_CANCELLED if job.outcome is None else EXIT_BY_OUTCOME[job.outcome.state])
@@ -167,7 +173,7 @@ class LogPump:
             for line in follow_logs(self.store_url, self.job_id, follow=True, stop=self.stop):
                 click.echo(line)
         except DispatchError as e:  # the job goes on being supervised; its output stops here
-            err.print(f"warning: logs: {error_text(e)}")
+            render.err().print(f"warning: logs: {error_text(e)}")
         except OSError:  # stdout closed (a pipe whose reader left)
             pass
 
@@ -191,9 +197,9 @@ def _run_live(sup: Supervisor, service: Service, job_id: str, poll: float,
         return sup.run_until_terminal(job_id, poll, on_tick)
     from rich.live import Live
 
-    with Live(console=out, refresh_per_second=4) as live:
+    with Live(console=render.out(), refresh_per_second=4) as live:
         def on_tick_live(_: TickReport) -> None:
-            live.update(table([service.view(job_id)], utcnow()))
+            live.update(render.table([service.view(job_id)], utcnow()))
         return sup.run_until_terminal(job_id, poll, on_tick_live)
 
 
@@ -213,6 +219,10 @@ def status(job: str, no_record: bool, backend: str | None, store_url: str | None
     if no_record:
         if backend is None:
             raise BadInput("--no-record needs --backend")
+        from dispatch.backends.registry import Backends
+        from dispatch.core.model import token_for
+        from dispatch.core.status import project_objects
+
         backends = Backends()
         try:
             # Without a record nothing says how many submissions there were: ask for the
@@ -247,7 +257,7 @@ def ls(show_all: bool, name: str | None, store_url: str | None, as_json: bool) -
     if as_json:
         emit_json([status_json(v) for v in rows])
         return
-    out.print(table(rows, utcnow()))
+    render.out().print(render.table(rows, utcnow()))
 
 
 @click.command()
@@ -259,10 +269,11 @@ def watch(interval: float, show_all: bool, store_url: str | None) -> None:
     """`ls`, refreshed in place until Ctrl-C."""
     from rich.live import Live
 
-    with open_service(store_url) as service, Live(console=out, refresh_per_second=2) as live:
+    with (open_service(store_url) as service,
+          Live(console=render.out(), refresh_per_second=2) as live):
         try:
             while True:
-                live.update(table(service.jobs(include_finished=show_all), utcnow()))
+                live.update(render.table(service.jobs(include_finished=show_all), utcnow()))
                 time.sleep(interval)
         except KeyboardInterrupt:
             return

@@ -1,20 +1,28 @@
 """How jobs look in a terminal. Every name and word that came from a user or a scheduler is
-printed as text, never read as Rich markup (a job named "[/]" prints as itself)."""
+printed as text, never read as Rich markup (a job named "[/]" prints as itself).
+
+Rich is imported only where it can change what is printed: to a terminal (styles), or for
+a table. A status printed to a pipe or a file is written as the same bytes Rich would write
+there, without loading Rich (most of the CLI's start-up time for `dispatch status`).
+"""
 
 from __future__ import annotations
 
+import builtins
+import functools
+import os
+import sys
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
-
-from rich.console import Console
-from rich.text import Text
+from typing import TYPE_CHECKING, NamedTuple
 
 from dispatch.core.model import State
 from dispatch.service.views import SCHEDULER_OK, JobView, cause_text
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
 STATE_STYLE = {
     State.PENDING: "yellow", State.HELD: "magenta", State.RUNNING: "cyan",
@@ -22,8 +30,65 @@ STATE_STYLE = {
     State.CANCELLED: "dim", State.UNKNOWN: "red",
 }
 
-out = Console(highlight=False, soft_wrap=True, markup=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+# What rich.text.Text drops from every string (rich.control.STRIP_CONTROL_CODES): bell,
+# backspace, vertical tab, form feed, carriage return.
+_STRIP = {code: None for code in (7, 8, 11, 12, 13)}
+
+
+@functools.cache
+def console(stderr: bool = False) -> Console:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, markup=False)
+
+
+def out() -> Console:
+    return console()
+
+
+def err() -> Console:
+    return console(stderr=True)
+
+
+def styles_stdout() -> bool:
+    """Whether Rich would treat stdout as a terminal (and so could style or markup what it
+    prints): Rich's own test (``Console.is_terminal``), in its order, without Rich."""
+    if getattr(sys.stdin, "__module__", "").startswith("idlelib") or hasattr(
+            builtins, "get_ipython"):
+        return True  # IDLE or IPython/Jupyter: Rich has its own rules there
+    tty_compatible = os.environ.get("TTY_COMPATIBLE", "")
+    if tty_compatible in ("0", "1"):
+        return tty_compatible == "1"
+    force_color = os.environ.get("FORCE_COLOR")
+    if force_color is not None:
+        return force_color != ""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class Line(NamedTuple):
+    """One line of output: pieces, each plain or ``(text, style)``; ``style`` styles the
+    whole line (a line with both is not made)."""
+
+    pieces: tuple[str | tuple[str, str], ...]
+    style: str = ""
+
+    @property
+    def plain(self) -> str:
+        return "".join(p if isinstance(p, str) else p[0] for p in self.pieces)
+
+    def text(self) -> Text:
+        from rich.text import Text
+
+        if len(self.pieces) == 1 and isinstance(self.pieces[0], str):
+            return Text(self.pieces[0], style=self.style)
+        return Text.assemble(*self.pieces)
+
+
+def line(text: str, style: str = "") -> Line:
+    return Line((text,), style)
 
 
 def age(created: datetime | None, now: datetime) -> str:
@@ -37,6 +102,8 @@ def age(created: datetime | None, now: datetime) -> str:
 
 
 def state_text(view: JobView) -> Text:
+    from rich.text import Text
+
     s = view.status
     if s is None:
         return Text("error", style="bold red")
@@ -52,6 +119,7 @@ def table(rows: Sequence[JobView], now: datetime) -> Table:
     """One row per job; a state marked "!" comes from the record alone (its scheduler could
     not be asked: the caption says why)."""
     from rich.table import Table
+    from rich.text import Text
 
     problems = sorted({f"{v.status.backend if v.status else v.job}: scheduler {v.scheduler}: "
                        f"{v.problem}" for v in rows if v.scheduler != SCHEDULER_OK})
@@ -71,36 +139,41 @@ def table(rows: Sequence[JobView], now: datetime) -> Table:
 
 
 def print_status(view: JobView) -> None:
-    for line in status_lines(view):
-        out.print(line)
+    lines = status_lines(view)
+    plain = [x.plain for x in lines]
+    # Rich expands tabs to its tab stops (by cell width): such a line is left to Rich.
+    if styles_stdout() or any("\t" in x for x in plain):
+        for x in lines:
+            out().print(x.text())
+        return
+    sys.stdout.write("".join(x.translate(_STRIP) + "\n" for x in plain))
+    sys.stdout.flush()
 
 
-def status_lines(view: JobView) -> list[Text]:
+def status_lines(view: JobView) -> list[Line]:
     s = view.status
     if s is None:
-        return [Text(f"{view.job}: {view.problem}", style="bold red")]
-    lines: list[Text] = []
+        return [line(f"{view.job}: {view.problem}", "bold red")]
+    lines: list[Line] = []
     if view.scheduler != SCHEDULER_OK:
-        lines.append(Text(f"scheduler: {view.scheduler}: {view.problem}; the state below is "
-                          "the record's last committed one", style="red"))
-    lines.append(Text.assemble((s.job, "bold"), f" {s.name}: ",
-                               (s.state.value, STATE_STYLE[s.state]),
-                               f"  cause: {cause_text(s.cause)}"))
+        lines.append(line(f"scheduler: {view.scheduler}: {view.problem}; the state below is "
+                          "the record's last committed one", "red"))
+    lines.append(Line(((s.job, "bold"), f" {s.name}: ", (s.state.value, STATE_STYLE[s.state]),
+                       f"  cause: {cause_text(s.cause)}")))
     if s.cause is not None:
-        lines.append(Text(f"  provenance: {s.cause.provenance.value}"
+        lines.append(line(f"  provenance: {s.cause.provenance.value}"
                           + (f"  detail: {s.cause.detail}" if s.cause.detail else "")
                           + (f"  note: {s.cause.note}" if s.cause.note else "")))
     if s.forecast is not None:
-        lines.append(Text(f"  forecast (not yet committed): {s.forecast.state.value}, "
-                          f"cause {cause_text(s.forecast.cause)}", style="italic"))
-    lines.append(Text(f"  level: {s.level.value}  submissions: {s.submissions}  objects: "
+        lines.append(line(f"  forecast (not yet committed): {s.forecast.state.value}, "
+                          f"cause {cause_text(s.forecast.cause)}", "italic"))
+    lines.append(line(f"  level: {s.level.value}  submissions: {s.submissions}  objects: "
                       f"{', '.join(s.objects) or '-'}  scope: {s.scope or s.backend}"))
     for x in s.escalations:
-        lines.append(Text.assemble(("  escalation", "red"),
-                                   f" {x.at:%Y-%m-%d %H:%M:%S} {x.message}"))
-    lines += [Text(f"  segment unavailable: {seg}") for seg in s.segments]
+        lines.append(Line((("  escalation", "red"), f" {x.at:%Y-%m-%d %H:%M:%S} {x.message}")))
+    lines += [line(f"  segment unavailable: {seg}") for seg in s.segments]
     if s.supersedes:
-        lines.append(Text(f"  supersedes {s.supersedes}"))
+        lines.append(line(f"  supersedes {s.supersedes}"))
     if s.superseded_by:
-        lines.append(Text(f"  superseded by {s.superseded_by}"))
+        lines.append(line(f"  superseded by {s.superseded_by}"))
     return lines

@@ -11,6 +11,7 @@ import json
 import click
 
 from dispatch.cli.common import handle_errors, json_option, open_service, store_option
+from dispatch.clock import utcnow
 from dispatch.errors import BadInput
 from dispatch.segment_health.cli import segment
 from dispatch.segment_health.commands import (
@@ -20,7 +21,6 @@ from dispatch.segment_health.commands import (
     one_line,
     unmark,
 )
-from dispatch.supervisor import utcnow
 
 
 @segment.command("mark")

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from dispatch.core.decide import decide, to_events
 from dispatch.core.model import (
     Cause,
     CauseKind,
@@ -47,6 +46,10 @@ def project(job: Job, discovery: Discovery | None, now: datetime) -> Status:
     state, cause, seen = _state(job, discovery)
     forecast: Forecast | None = None
     if discovery is not None and job.outcome is None:
+        # Imported here: a finished job, or one whose scheduler was not asked, never
+        # needs the plan (the CLI's status of a finished job loads none of it).
+        from dispatch.core.decide import decide, to_events
+
         decisions = decide(job, discovery, plan_of(job), now)
         if decisions:
             ahead = advance(job, to_events(decisions, job, now))

@@ -11,21 +11,18 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from dispatch.backends.base import DryRun, LogSource, Submission
 from dispatch.backends.registry import Backends
-from dispatch.core import events as ev
+from dispatch.clock import Clock, utcnow
 from dispatch.core.model import Status, token_for
 from dispatch.core.policy import Plan
 from dispatch.core.record import Job, fold
 from dispatch.core.spec import JobSpec, SpecError
 from dispatch.core.status import project
-from dispatch.core.story import story
-from dispatch.discovery import look_all
 from dispatch.errors import NotFound
-from dispatch.notify import Notifier
 from dispatch.service import requests
 from dispatch.service.views import (
     SCHEDULER_NOT_ASKED,
@@ -35,7 +32,15 @@ from dispatch.service.views import (
 from dispatch.stores.base import RecordStore
 from dispatch.stores.reading import fold_records
 from dispatch.stores.select import open_store
-from dispatch.supervisor import Clock, Supervisor, utcnow
+
+# Imported where used, so that reading a finished job's status (the CLI's commonest call)
+# loads no supervisor, notifier, discovery or story code.
+if TYPE_CHECKING:
+    from dispatch.backends.base import DryRun, LogSource
+    from dispatch.core import events as ev
+    from dispatch.discovery import Look
+    from dispatch.notify import Notifier
+    from dispatch.supervisor import Supervisor
 
 __all__ = ["JobView", "Service", "dry_run_of", "prepare"]
 
@@ -62,6 +67,8 @@ def prepare(spec: JobSpec, backends: Backends, *, ready: bool = True,
 
 def dry_run_of(spec: JobSpec, backends: Backends, source: str = "<spec>") -> DryRun:
     """What the first submission would send to the scheduler; nothing recorded or sent."""
+    from dispatch.backends.base import Submission
+
     spec, _ = prepare(spec, backends, ready=False, source=source)
     sub = Submission(job_id="DRYRUN", number=1, token=token_for("DRYRUN", 1), spec=spec)
     return backends(spec.backend).dry_run(sub)
@@ -112,7 +119,11 @@ class Service:
         now = self.clock()
         jobs, errors = fold_records(self.store, job_ids, now)
         live = [j for j in jobs if j.outcome is None]
-        looks = look_all(live, self.backends, now) if ask_scheduler else {}
+        looks: dict[str, Look] = {}
+        if ask_scheduler and live:
+            from dispatch.discovery import look_all
+
+            looks = look_all(live, self.backends, now)
         by_id = {j.id: j for j in jobs}
         out: list[JobView] = []
         for job_id in job_ids:
@@ -152,6 +163,8 @@ class Service:
 
     def history(self, job: str) -> list[tuple[ev.Event, str]]:
         """The job's story: every committed event with one line of text."""
+        from dispatch.core.story import story
+
         return story(self.store.read(self.resolve(job)))
 
     def logs(self, job: str, submission: int | None = None) -> Sequence[LogSource]:
@@ -220,5 +233,7 @@ class Service:
     # ---- supervising --------------------------------------------------------------------
     def supervisor(self, *, notifier: Notifier | None = None, name: str | None = None
                    ) -> Supervisor:
+        from dispatch.supervisor import Supervisor
+
         return Supervisor(self.store, self.backends, clock=self.clock, notifier=notifier,
                           name=name)

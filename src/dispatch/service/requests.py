@@ -7,7 +7,6 @@ carries it out on the scheduler. Errors are typed and name the job.
 from __future__ import annotations
 
 import getpass
-import secrets
 from collections.abc import Callable
 from datetime import datetime
 
@@ -28,6 +27,8 @@ class JobAlreadySuperseded(AlreadySuperseded, JobStateError):
 
 
 def new_job_id() -> str:
+    import secrets  # here: hmac and hashlib are not needed by commands that only read
+
     return secrets.token_hex(5)
 
 
