@@ -240,9 +240,14 @@ class Job:
 
 def follow_logs(store: Store, job_id: str, *, submission: int | None = None,
                 follow: bool = False, poll: float = FOLLOW_POLL_S,
-                stop: threading.Event | None = None) -> Iterator[str]:
+                stop: threading.Event | None = None,
+                from_first: bool = False) -> Iterator[str]:
     """Lines of a job's output; see ``Job.logs``. Used by the HTTP API's log stream and by
     ``dispatch run --logs`` too.
+
+    Following starts at the newest submission (``from_first``: at the first, as ``run --logs``
+    wants whenever its reader starts) and then reads every later submission in turn, each
+    to its end before the marker line of the next.
 
     Following, a scheduler that cannot be asked this poll (a pod log the API server cannot
     give now) is asked again at the next one, and no line is lost or repeated: each stream
@@ -259,13 +264,16 @@ def follow_logs(store: Store, job_id: str, *, submission: int | None = None,
             if submission is not None:
                 numbers = [n for n in numbers if n == submission]
             try:
-                if numbers and numbers[-1] != current:
-                    if current is not None:
-                        yield from reader.read(service.logs(job_id, current), final=True)
-                        sub = j.submission(numbers[-1])
-                        why = f" after {cause_text(sub.cause)}" if sub and sub.cause else ""
-                        yield f"== dispatch: submission {numbers[-1]}{why}"
-                    current = numbers[-1]
+                if current is None and numbers:
+                    current = numbers[0] if from_first else numbers[-1]
+                for n in numbers:
+                    if current is None or n <= current:
+                        continue
+                    yield from reader.read(service.logs(job_id, current), final=True)
+                    sub = j.submission(n)
+                    why = f" after {cause_text(sub.cause)}" if sub and sub.cause else ""
+                    yield f"== dispatch: submission {n}{why}"
+                    current = n
                 if current is not None:
                     yield from reader.read(service.logs(job_id, current), final=last)
                 elif not follow:

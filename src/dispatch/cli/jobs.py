@@ -170,7 +170,8 @@ class LogPump:
         from dispatch.api import follow_logs
 
         try:
-            for line in follow_logs(self.store_url, self.job_id, follow=True, stop=self.stop):
+            for line in follow_logs(self.store_url, self.job_id, follow=True, stop=self.stop,
+                                   from_first=True):
                 click.echo(line)
         except DispatchError as e:  # the job goes on being supervised; its output stops here
             render.err().print(f"warning: logs: {error_text(e)}")

@@ -12,6 +12,7 @@ from api_harness import Env
 
 import dispatch
 from dispatch import BadInput, CauseKind, NotFound, State, StateConflict
+from dispatch.api import follow_logs
 from dispatch.core.spec import JobSpec
 
 WAIT_S = 90.0  # an upper bound for a slow shared machine, never a timing assertion
@@ -80,6 +81,18 @@ def test_logs_follow_across_submissions_with_a_marker(env: Env) -> None:
     assert lines == ["submission 1", "== dispatch: submission 2 after non-zero-exit (exit 3)",
                      "submission 2"]
     assert list(job.logs(submission=1)) == ["submission 1"]
+
+
+def test_following_from_the_first_submission_whenever_the_reader_starts(env: Env) -> None:
+    # run --logs's reader may start late on a loaded machine: after the resubmission, or
+    # after the outcome. From the first submission it still reads every one, in order.
+    policy = {"rules": [{"on": ["non-zero-exit"], "action": "resubmit", "budget": 1}]}
+    job = dispatch.submit(env.spec("late", FAIL_FIRST, policy=policy), store=env.store)
+    assert job.wait(timeout=WAIT_S, poll=0.2).submissions == 2
+    assert list(follow_logs(env.store, job.id, follow=True, from_first=True)) == [
+        "submission 1", "== dispatch: submission 2 after non-zero-exit (exit 3)",
+        "submission 2"]
+    assert list(follow_logs(env.store, job.id, follow=True)) == ["submission 2"]
 
 
 def test_hold_then_resubmit_and_hold_then_give_up(env: Env) -> None:
