@@ -108,11 +108,17 @@ def state_text(view: JobView) -> Text:
     if s is None:
         return Text("error", style="bold red")
     text = s.state.value
-    if s.forecast is not None:
-        text += f" -> {s.forecast.state.value}?"  # what the plan will commit; not yet true
-    if view.scheduler != SCHEDULER_OK or not s.scheduler_seen:
-        text += "!"  # from the record alone: the scheduler could not be asked
+    # From the record alone while the scheduler could not be asked; a committed outcome
+    # needs no scheduler, so it is never marked.
+    if not s.state.terminal and (view.scheduler != SCHEDULER_OK or not s.scheduler_seen):
+        text += "!"
     return Text(text, style=STATE_STYLE[s.state])
+
+
+def forecast_text(view: JobView) -> str:
+    """What the plan will commit, not yet true: its own column, never the state's."""
+    f = view.status.forecast if view.status is not None else None
+    return "" if f is None else f"{f.state.value}?"
 
 
 def table(rows: Sequence[JobView], now: datetime) -> Table:
@@ -125,16 +131,24 @@ def table(rows: Sequence[JobView], now: datetime) -> Table:
                        f"{v.problem}" for v in rows if v.scheduler != SCHEDULER_OK})
     t = Table(box=None, header_style="bold", pad_edge=False,
               caption="\n".join(f"! {p}" for p in problems) or None, caption_justify="left")
-    for col in ("JOB", "NAME", "STATE", "CAUSE", "SUBMISSIONS", "BUDGET USED", "AGE"):
+    forecasts = any(v.status is not None and v.status.forecast is not None for v in rows)
+    cols = ["JOB", "NAME", "STATE", "CAUSE", "SUBMISSIONS", "BUDGET USED", "AGE"]
+    for col in cols + (["FORECAST"] if forecasts else []):
         t.add_column(col)
+    if forecasts:
+        t.caption = "\n".join(filter(None, [t.caption and str(t.caption),
+                                             "FORECAST: what the plan will commit; not yet "
+                                             "the state"]))
     for v in rows:
         s = v.status
+        extra = [Text(forecast_text(v), style="italic")] if forecasts else []
         if s is None:
-            t.add_row(Text(v.job), Text("?"), state_text(v), Text(v.problem), "-", "-", "-")
+            t.add_row(Text(v.job), Text("?"), state_text(v), Text(v.problem), "-", "-", "-",
+                      *extra)
             continue
         used = ", ".join(f"{k}={n}" for k, n in s.budget_used.items() if n) or "-"
         t.add_row(Text(s.job), Text(s.name), state_text(v), Text(cause_text(s.cause)),
-                  str(s.submissions), used, age(s.created_at, now))
+                  str(s.submissions), used, age(s.created_at, now), *extra)
     return t
 
 
