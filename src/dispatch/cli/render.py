@@ -129,16 +129,15 @@ def table(rows: Sequence[JobView], now: datetime) -> Table:
 
     problems = sorted({f"{v.status.backend if v.status else v.job}: scheduler {v.scheduler}: "
                        f"{v.problem}" for v in rows if v.scheduler != SCHEDULER_OK})
-    t = Table(box=None, header_style="bold", pad_edge=False,
-              caption="\n".join(f"! {p}" for p in problems) or None, caption_justify="left")
     forecasts = any(v.status is not None and v.status.forecast is not None for v in rows)
+    caption = [f"! {p}" for p in problems]
+    if forecasts:
+        caption.append("FORECAST: what the plan will commit; not yet the state")
+    t = Table(box=None, header_style="bold", pad_edge=False,
+              caption="\n".join(caption) or None, caption_justify="left")
     cols = ["JOB", "NAME", "STATE", "CAUSE", "SUBMISSIONS", "BUDGET USED", "AGE"]
     for col in cols + (["FORECAST"] if forecasts else []):
         t.add_column(col)
-    if forecasts:
-        t.caption = "\n".join(filter(None, [t.caption and str(t.caption),
-                                             "FORECAST: what the plan will commit; not yet "
-                                             "the state"]))
     for v in rows:
         s = v.status
         extra = [Text(forecast_text(v), style="italic")] if forecasts else []
