@@ -151,13 +151,13 @@ def test_token_found_in_accounting_after_squeue_forgot(tmp_path: Path) -> None:
     assert b.calls["sacct"] == 1
 
 
-def test_unknown_ref_is_reported_ended(tmp_path: Path) -> None:
+def test_unknown_ref_is_left_out_of_an_incomplete_look(tmp_path: Path) -> None:
     tools = FakeTools()
     tools.set("squeue", json.dumps({"jobs": []}))
     tools.set("sinfo", fixture("idle.sinfo.json"))
     tools.set("sacct", HEADER + "\n")
-    (obj,) = backend(tools, tmp_path).discover((), ("999",)).objects
-    assert obj.ref == "999" and obj.ended and obj.cause.kind is K.UNKNOWN
+    d = backend(tools, tmp_path).discover((), ("999",))
+    assert d.objects == () and not d.complete  # silence, never an end (S16)
 
 
 def test_squeue_errors_with_exit_0_are_unreachable(tmp_path: Path) -> None:
@@ -262,3 +262,18 @@ def test_logs_from_squeue_output_path(tmp_path: Path) -> None:
     assert b.logs("19") == [Path("/tmp/dispatch-slurm-capture.tu9xds/19.out")]
     (tmp_path / "j1.1.77.out").write_text("hello\n")
     assert b.logs("77") == [tmp_path / "j1.1.77.out"]
+
+
+def test_a_job_neither_squeue_nor_accounting_knows_is_not_seen_never_ended(
+        tmp_path: Path) -> None:
+    # S16: silence is not Slurm's word. The look is incomplete, so only that job waits;
+    # the jobs Slurm does show are reported as usual.
+    tools = FakeTools()
+    tools.set("squeue", fixture("preempted.squeue.json"))
+    tools.set("sinfo", fixture("preempted.sinfo.json"))
+    tools.set("sacct", fixture("preempted.sacct-D.txt"))
+    d = backend(tools, tmp_path).discover((), ("27", "999999"))
+    assert not d.complete
+    assert d.get("999999") is None
+    live = d.get("27")
+    assert live is not None and live.state is S.RUNNING

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatch.backends.slurm import mapping
+from dispatch.backends.slurm.array_mapping import array_report
 from dispatch.backends.slurm.mapping import Signal, classify, object_report
 from dispatch.backends.slurm.nodes import parse_sinfo_json
 from dispatch.backends.slurm.parse import (
@@ -345,10 +346,11 @@ def test_released_after_being_held() -> None:
         S.PENDING, K.RELEASED, P.ACTOR)
 
 
-def test_missing_everywhere_is_ended_unknown() -> None:
-    report = mapping.missing_report("999", "tok.1", NOW)
-    assert report.ended and report.cause.kind is K.UNKNOWN and "999" in report.cause.note
-    assert report.cause.detail == ""  # the scheduler said nothing: no words of its own
+def test_missing_everywhere_is_not_seen_never_ended() -> None:
+    # S16: neither squeue nor accounting knowing a job is silence, not Slurm's word.
+    assert object_report(ref="999", token="tok.1", job=None, groups=[], nodes={},
+                         lost_since=None, now=NOW) is None
+    assert array_report(ref="999", token="tok.1", tasks=[], now=NOW) is None
 
 
 def test_an_end_accounting_has_not_finished_writing_is_not_recorded_yet() -> None:

@@ -8,7 +8,6 @@ from datetime import datetime
 
 import msgspec
 
-from dispatch.backends.slurm.mapping import missing_report
 from dispatch.core.model import Cause, CauseKind, Execution, ObjectReport, State
 
 # --------------------------------------------------------------------------- arrays
@@ -20,7 +19,8 @@ END_ORDER = (State.CANCELLED, State.FAILED, State.SUCCEEDED)
 
 
 def array_report(*, ref: str, token: str | None,
-                 tasks: Sequence[tuple[str, ObjectReport]], now: datetime) -> ObjectReport:
+                 tasks: Sequence[tuple[str, ObjectReport]], now: datetime
+                 ) -> ObjectReport | None:
     """One Slurm job array -> ONE report (the object model of an array).
 
     One dispatch submission is one ``sbatch --array`` and so one object, named by the array
@@ -43,7 +43,7 @@ def array_report(*, ref: str, token: str | None,
     - nodes: every task's nodes; unhealthy_units: each live task's own (unit ``<array>_<task>``).
     """
     if not tasks:
-        return missing_report(ref, token, now)
+        return None  # neither squeue nor accounting knows a task: not seen (S16)
     live = [(t, r) for t, r in tasks if r.alive]
     if live:
         state = next(s for s in LIVE_ORDER if any(r.state is s for _, r in live))

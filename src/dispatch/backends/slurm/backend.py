@@ -252,14 +252,22 @@ class SlurmBackend:
                     if row.start is not None and row.state_word in mapping.EXECUTION_END_WORDS)
 
         reports = []
+        unknown_to_slurm = False
         for ref in sorted(wanted_refs, key=_ref_key):
+            report: ObjectReport | None
             if ref in self._final:
-                reports.append(self._final[ref])
+                report = self._final[ref]
             elif ref in self._arrays:
-                reports.append(self._array_report(ref, tasks_seen.get(ref, {}), nodes, now))
+                report = self._array_report(ref, tasks_seen.get(ref, {}), nodes, now)
             else:
-                reports.append(self._report(ref, seen.get(ref), nodes, now))
-        return Discovery(at=now, objects=tuple(reports), complete=True)
+                report = self._report(ref, seen.get(ref), nodes, now)
+            if report is None:
+                # In neither squeue nor accounting: silence, never an end (S16). Left out of
+                # an incomplete look, so only this job waits; the others go on.
+                unknown_to_slurm = True
+                continue
+            reports.append(report)
+        return Discovery(at=now, objects=tuple(reports), complete=not unknown_to_slurm)
 
     def _array_needs_accounting(self, ref: str, live: dict[str, SqueueJob]) -> bool:
         """sacct is asked about an array when squeue cannot tell how a task ended: a task
@@ -274,7 +282,7 @@ class SlurmBackend:
                    for task in self._array_tasks.get(ref, ()))
 
     def _array_report(self, ref: str, live: dict[str, SqueueJob], nodes: dict[str, NodeInfo],
-                      now: datetime) -> ObjectReport:
+                      now: datetime) -> ObjectReport | None:
         """Each task reported as a job of its own (ref ``<array>_<task>``), then one report
         for the array (mapping.array_report says why one)."""
         groups_by_task = self._array_groups.get(ref, {})
@@ -291,11 +299,15 @@ class SlurmBackend:
             groups = groups_by_task.get(task, [])
             task_report = self._report(f"{ref}_{task}", job, nodes, now, groups=groups,
                                        token=token, cache=False)
+            if task_report is None:  # known of before, in neither squeue nor accounting now
+                continue
             if task_report.ended and groups and mapping.is_ended(groups[-1][0].state_word) \
                     and (job is None or mapping._same_execution(groups[-1][0], job)):
                 final[task] = task_report  # accounting confirmed this task's end
             tasks.append((task, task_report))
         report = array_report(ref=ref, token=token, tasks=tasks, now=now)
+        if report is None:
+            return None
         if report.ended and tasks and all(task in final for task, _ in tasks):
             self._final[ref] = report
         return report
@@ -317,13 +329,15 @@ class SlurmBackend:
 
     def _report(self, ref: str, job: SqueueJob | None, nodes: dict[str, NodeInfo],
                 now: datetime, *, groups: list[tuple[SacctRow, list[SacctRow]]] | None = None,
-                token: str | None = None, cache: bool = True) -> ObjectReport:
+                token: str | None = None, cache: bool = True) -> ObjectReport | None:
         if groups is None:
             groups = self._groups.get(ref, [])
         report = mapping.object_report(
             ref=ref, token=token or self._token_of.get(ref), job=job, groups=groups,
             nodes=nodes, lost_since=self._lost_since.get(ref), now=now,
             was_held=ref in self._held, preempt_mode=self._preempt_mode)
+        if report is None:
+            return None
         if report.lost_since is not None:
             self._lost_since.setdefault(ref, report.lost_since)
         else:

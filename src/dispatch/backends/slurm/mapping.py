@@ -365,9 +365,13 @@ def node_words(node: NodeInfo) -> str:
 def object_report(*, ref: str, token: str | None, job: SqueueJob | None,
                   groups: Sequence[tuple[SacctRow, Sequence[SacctRow]]],
                   nodes: Mapping[str, NodeInfo], lost_since: datetime | None, now: datetime,
-                  was_held: bool = False, preempt_mode: str = "REQUEUE") -> ObjectReport:
+                  was_held: bool = False, preempt_mode: str = "REQUEUE"
+                  ) -> ObjectReport | None:
     """Everything known of one Slurm job -> its report. ``lost_since`` is when the caller first
-    saw one of its nodes lost (the backend remembers it); used only while it runs."""
+    saw one of its nodes lost (the backend remembers it); used only while it runs.
+
+    None when neither squeue nor accounting knows the job: silence, not Slurm's word that it
+    ended (accounting lags, or is purged or off), so it is not seen in this look (S16)."""
     execs = executions(groups, job, preempt_mode=preempt_mode)
     previous = next((e.cause for e in reversed(execs) if e.cause is not None), None)
     latest = groups[-1] if groups else None
@@ -428,7 +432,7 @@ def object_report(*, ref: str, token: str | None, job: SqueueJob | None,
         return ObjectReport(ref=ref, token=token or comment, state=state,
                             cause=cause, executions=execs, nodes=_nodes(row.nodes))
 
-    return missing_report(ref, token, now)
+    return None
 
 
 # How long an end squeue shows may wait for accounting to say how it ended (the step rows carry
@@ -473,13 +477,3 @@ def _close_last(execs: tuple[Execution, ...], cause: Cause,
         return (Execution(index=0, started_at=job.start_time, ended_at=job.end_time,
                           cause=cause, nodes=_nodes(job.nodes)),)
     return execs
-
-
-NO_SUCH_JOB = "no such job in squeue or sacct:"
-
-
-def missing_report(ref: str, token: str | None, now: datetime) -> ObjectReport:
-    """Neither squeue nor accounting knows the job: nothing of it can run, so it is reported
-    ended, with an unknown cause and these words (never a guess at why)."""
-    return ObjectReport(ref=ref, token=token, state=State.FAILED, cause=Cause(
-        kind=CauseKind.UNKNOWN, note=f"{NO_SUCH_JOB} {ref}", at=now))
