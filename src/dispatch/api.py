@@ -149,49 +149,52 @@ class Job:
              supervise: bool = True) -> Status:
         """Block until the job's outcome is committed; return its final Status.
 
-        With ``supervise`` (the default) this process supervises the job itself while it
-        waits, exactly as ``dispatch run`` does: every ``poll`` seconds one supervisor tick
-        for this job (submit, recover by cause, commit). That is safe whether or not a
-        ``dispatch supervise`` or ``dispatch serve`` runs elsewhere on the same store:
-        every decision is appended with optimistic concurrency, so of two supervisors
-        deciding at once one wins and the other re-reads and acts on what the winner
-        wrote. One consequence: an escalation decided by this process's tick goes to the
-        record (``history()``, ``status().escalations``) but not to the other supervisor's
-        webhook; pass ``supervise=False`` to only watch the record while a supervisor
-        with notifications runs elsewhere.
+        With ``supervise`` (the default) this process supervises the job's scope while it
+        waits, exactly as ``dispatch run`` does, under the scope's lease: when no supervisor
+        is active there it takes the lease and ticks every ``poll`` seconds (submit, recover
+        by cause, commit); when ``dispatch supervise`` or ``dispatch serve`` is active there,
+        it only watches the record while that one acts, and takes over if it stops. So a
+        waiter never makes a second active supervisor. Escalations decided by this process
+        go to the record (``history()``, ``status().escalations``), not to another
+        supervisor's webhook; ``supervise=False`` only watches the record.
 
         Raises ``TimeoutError`` when ``timeout`` seconds pass first (the job goes on)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with _open(self.store) as service:
-            sup = service.supervisor() if supervise else None
-            while True:
-                unreachable = False
-                if sup is not None:
-                    unreachable = bool(sup.tick([self.id]).unreachable)
-                job = service.job(self.id)
-                if job.outcome is not None:
-                    if sup is not None:
-                        self._chase(sup, deadline, poll)
-                    return service.view(self.id, ask_scheduler=False).checked()
-                wait = poll * (4 if unreachable else 1)
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise TimeoutError(f"job {self.id} has no committed outcome after "
-                                           f"{timeout} s (it goes on)")
-                    wait = min(wait, left)
-                time.sleep(wait)
+            if not supervise:
+                return self._watch(service, deadline, timeout, poll)
+            sup, scope = service.supervision_of(self.id, poll=poll)
+            committed_at: list[float] = []
 
-    def _chase(self, sup: Any, deadline: float | None, poll: float) -> None:
-        """A stop asked for in the committing tick is carried until nothing of the job runs
-        (bounded: a few ticks, never past the deadline)."""
-        for _ in range(10):
-            if self.id not in sup.chasing:
-                return
-            if deadline is not None and time.monotonic() >= deadline:
-                return
-            time.sleep(poll)
-            sup.tick([self.id])
+            def done() -> bool:
+                past = deadline is not None and time.monotonic() >= deadline
+                if service.job(self.id).outcome is None:
+                    return past
+                # A stop asked for in the committing tick is carried until nothing of the
+                # job runs (bounded: a few more passes, never past the deadline).
+                committed_at.append(time.monotonic())
+                chasing = self.id in sup.supervisors[scope].chasing
+                return not chasing or past or len(committed_at) > 10
+
+            sup.serve_until(done)
+            if not committed_at:
+                raise TimeoutError(f"job {self.id} has no committed outcome after "
+                                   f"{timeout} s (it goes on)")
+            return service.view(self.id, ask_scheduler=False).checked()
+
+    def _watch(self, service: Service, deadline: float | None, timeout: float | None,
+               poll: float) -> Status:
+        while True:
+            if service.job(self.id).outcome is not None:
+                return service.view(self.id, ask_scheduler=False).checked()
+            wait = poll
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"job {self.id} has no committed outcome after "
+                                       f"{timeout} s (it goes on)")
+                wait = min(wait, left)
+            time.sleep(wait)
 
     # ---- person requests: recorded now, carried out by the next supervisor tick ----------
     def cancel(self) -> Status:

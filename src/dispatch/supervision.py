@@ -342,6 +342,27 @@ class Supervision:
         finally:
             self.release_all()
 
+    def serve_until(self, done: Callable[[], bool],
+                    on_tick: Callable[[dict[str, TickReport]], None] | None = None) -> None:
+        """Serve until ``done()`` (checked after each pass) or stop(); then hand every held
+        lease back. For ``dispatch run`` and ``Job.wait``: active while the scope's lease is
+        free, else a standby that watches while the active supervisor acts (and takes over
+        should it go), so one job's waiter never makes a second active supervisor."""
+        try:
+            while not self.stopping.is_set():
+                reports = self.step()
+                if on_tick is not None:
+                    on_tick(reports)
+                if done():
+                    return
+                unreachable = any(r.unreachable for r in reports.values())
+                wait = self.poll * (4 if unreachable else 1)
+                if self.held:  # never sleep past a renewal
+                    wait = min(wait, self.lease_s / 3)
+                self.stopping.wait(wait)
+        finally:
+            self.release_all()
+
     def stop(self) -> None:
         self.stopping.set()
         for sup in self.supervisors.values():

@@ -261,19 +261,6 @@ class Supervisor:
         return self.lease_guard() if self.lease_guard is not None else None
 
     # ---- loops -----------------------------------------------------------------------
-    def run_until_terminal(self, job_id: str, poll: float,
-                           on_tick: Callable[[TickReport], None] | None = None) -> Job:
-        while True:
-            report = self.tick([job_id])
-            if on_tick is not None:
-                on_tick(report)
-            job = fold(self.store.read(job_id), self.clock())
-            if job.terminal:
-                return job
-            wait = poll * (4 if report.unreachable else 1)
-            if self.stopping.wait(wait):
-                return job
-
     def serve(self, poll: float, on_tick: Callable[[TickReport], None] | None = None) -> None:
         backoff = poll
         while not self.stopping.is_set():

@@ -43,6 +43,11 @@ class Dispatch:
                                  f"{done.stdout}\n{done.stderr}")
         return done
 
+    def python(self, code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """``python -c CODE`` with this test's store and local root (the Python API)."""
+        return subprocess.run([sys.executable, "-c", code], env=self.env, cwd=self.tmp,
+                              text=True, capture_output=True, timeout=timeout)
+
     def json(self, *args: str) -> Any:
         done = self(*args, "--json")
         try:

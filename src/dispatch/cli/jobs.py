@@ -32,8 +32,10 @@ from dispatch.service.views import JobView, cause_text, history_json, status_jso
 if TYPE_CHECKING:
     from dispatch.core.record import Job
     from dispatch.core.spec import JobSpec
+    from dispatch.notify import Notifier
     from dispatch.service import Service
-    from dispatch.supervisor import Supervisor, TickReport
+    from dispatch.supervision import Supervision
+    from dispatch.supervisor import TickReport
 
 EXIT_BY_OUTCOME = {State.SUCCEEDED: 0, State.FAILED: EXIT_FAILED, State.CANCELLED: EXIT_CANCELLED}
 SPEC = click.Path(dir_okay=False, path_type=Path)
@@ -85,20 +87,19 @@ def submit(spec_path: Path, dry_run: bool, store_url: str | None, as_json: bool)
         show(service.view(job_id), as_json)
 
 
-def _supervisor(service: Service, webhook: str | None, command: str | None) -> Supervisor:
+def _notifier(webhook: str | None, command: str | None) -> Notifier:
     import shlex
 
     from dispatch.notify import Notifier
 
-    notifier = Notifier(webhook=webhook, command=shlex.split(command) if command else None)
-    return service.supervisor(notifier=notifier)
+    return Notifier(webhook=webhook, command=shlex.split(command) if command else None)
 
 
-def install_stop(sup: Supervisor) -> None:
+def install_stop(sup: Supervision) -> None:
     import signal
 
     def stop(signum: int, _frame: Any) -> None:
-        sup.stopping.set()
+        sup.stop()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
 
@@ -127,7 +128,8 @@ def run(spec_path: Path, poll: float, with_logs: bool, store_url: str | None, as
     with open_service(store_url) as service:
         _warn_unenforced(service, spec, spec_path)
         job_id = service.create(spec, str(spec_path))
-        sup = _supervisor(service, escalation_webhook, escalation_command)
+        notifier = _notifier(escalation_webhook, escalation_command)
+        sup, scope = service.supervision_of(job_id, poll=poll, notifier=notifier)
         install_stop(sup)
         if not as_json:
             render.err().print(f"job {job_id}: supervising (Ctrl-C stops supervising; the job's "
@@ -135,11 +137,11 @@ def run(spec_path: Path, poll: float, with_logs: bool, store_url: str | None, as
         pump = LogPump(store_url, job_id) if with_logs else None
         job: Job | None = None
         try:
-            job = _run_live(sup, service, job_id, poll, quiet=as_json, to_err=with_logs)
+            job = _run_live(sup, scope, service, job_id, quiet=as_json, to_err=with_logs)
         finally:
             if pump is not None:  # after the outcome is committed: the output to its end
                 pump.finish(ended=job is not None and job.outcome is not None)
-        sup.notifier.close()
+        notifier.close()
         if not as_json:
             for e, text in service.history(job_id):
                 click.echo(f"{e.at:%H:%M:%S}  #{e.seq:<3} {text}", err=with_logs)
@@ -184,24 +186,47 @@ class LogPump:
         self.thread.join()
 
 
-def _run_live(sup: Supervisor, service: Service, job_id: str, poll: float,
+def _run_live(sup: Supervision, scope: str, service: Service, job_id: str,
               quiet: bool, to_err: bool = False) -> Job:
+    """Supervise the job's scope under its lease until the job's outcome is committed; while
+    another supervisor is active there, watch it act (said once, on stderr)."""
+    job = service.job(job_id)
+    standby_said: list[bool] = []
+
+    def done() -> bool:
+        nonlocal job
+        job = service.job(job_id)
+        return job.terminal
+
+    def say_standby(reports: dict[str, TickReport]) -> None:
+        if scope in reports or standby_said:
+            return
+        lease = sup.book.get(scope)
+        if lease is not None and lease.active and not quiet:
+            render.err().print(f"job {job_id}: {lease.holder} is the active supervisor of "
+                               f"{scope}; watching it act (this takes over if it stops)")
+        standby_said.append(True)
+
     if quiet or to_err or not sys.stdout.isatty():
         last: list[str] = []
 
-        def on_tick(_: TickReport) -> None:
+        def on_tick(reports: dict[str, TickReport]) -> None:
+            say_standby(reports)
             s = service.view(job_id).status
             line = f"{s.state.value} {cause_text(s.cause)}" if s else "record unusable"
             if not quiet and (not last or last[-1] != line):
                 click.echo(f"{utcnow():%H:%M:%S} {job_id} {line}", err=to_err)
                 last.append(line)
-        return sup.run_until_terminal(job_id, poll, on_tick)
+        sup.serve_until(done, on_tick)
+        return job
     from rich.live import Live
 
     with Live(console=render.out(), refresh_per_second=4) as live:
-        def on_tick_live(_: TickReport) -> None:
+        def on_tick_live(reports: dict[str, TickReport]) -> None:
+            say_standby(reports)
             live.update(render.table([service.view(job_id)], utcnow()))
-        return sup.run_until_terminal(job_id, poll, on_tick_live)
+        sup.serve_until(done, on_tick_live)
+    return job
 
 
 @click.command()

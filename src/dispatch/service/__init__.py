@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from dispatch.core import events as ev
     from dispatch.discovery import Look
     from dispatch.notify import Notifier
+    from dispatch.supervision import Supervision
     from dispatch.supervisor import Supervisor
 
 __all__ = ["JobView", "Service", "dry_run_of", "prepare"]
@@ -231,6 +232,20 @@ class Service:
         return self.view(job_id)
 
     # ---- supervising --------------------------------------------------------------------
+    def supervision_of(self, job: str, *, poll: float, notifier: Notifier | None = None
+                       ) -> tuple[Supervision, str]:
+        """A supervision of the job's scope, under its lease like ``dispatch supervise``
+        (``dispatch run``, ``Job.wait``), and that scope."""
+        import functools
+
+        from dispatch.supervision import Supervision
+        from dispatch.supervisor import Supervisor
+
+        scope = self.job(job).scope
+        make = functools.partial(Supervisor, clock=self.clock)
+        return Supervision(self.store, self.backends, [scope], poll=poll, notifier=notifier,
+                           make_supervisor=make), scope
+
     def supervisor(self, *, notifier: Notifier | None = None, name: str | None = None
                    ) -> Supervisor:
         from dispatch.supervisor import Supervisor
