@@ -199,6 +199,24 @@ def test_submit_writes_the_script_and_returns_the_id(tmp_path: Path) -> None:
     assert (tmp_path / "j1.1.sbatch").read_text().startswith("#!/bin/bash")
 
 
+def test_a_link_planted_at_the_scripts_name_is_replaced_never_followed(
+        tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("untouched")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "j1.1.sbatch").symlink_to(victim)
+    (out / "j1.1.tmp").symlink_to(victim)  # the old fixed temp name
+    tools = FakeTools()
+    tools.set("sbatch", "812\n")
+    assert backend(tools, out).submit(submission()) == "812"
+    assert victim.read_text() == "untouched"
+    script = out / "j1.1.sbatch"
+    assert not script.is_symlink() and script.read_text().startswith("#!/bin/bash")
+    assert script.stat().st_mode & 0o777 == 0o755
+    assert not [p for p in out.iterdir() if ".tmp-" in p.name]  # no temp file left
+
+
 def test_submit_rejected_and_unreachable(tmp_path: Path) -> None:
     tools = FakeTools()
     rejected = fixture("sbatch-rejected.stderr.txt").splitlines()[3]

@@ -60,6 +60,7 @@ from dispatch.backends.slurm.tools import (
 from dispatch.core.model import Discovery, ObjectReport, SchedulerUnreachable, State
 from dispatch.core.policy import Action, Declarations
 from dispatch.core.spec import JobSpec
+from dispatch.files import write_atomic
 
 
 class SlurmBackend:
@@ -372,10 +373,9 @@ class SlurmBackend:
         path = Path(argv[-1])
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(script)
-            tmp.chmod(0o755)
-            tmp.replace(path)
+            # A fresh temp name (O_EXCL | O_NOFOLLOW), synced, renamed: a link planted in
+            # the output directory is replaced, never followed.
+            write_atomic(path, script.encode(), mode=0o755)
         except OSError as err:
             raise SubmitRejected(f"cannot write the batch script {path}: {err.strerror}") from None
         res = self._tool(argv)

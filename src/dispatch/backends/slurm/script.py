@@ -52,6 +52,7 @@ from dispatch.backends.base import Submission
 from dispatch.backends.slurm.parse import expand_array_tasks
 from dispatch.core.policy import Action, Enforcer
 from dispatch.core.spec import JobSpec, SpecError
+from dispatch.paths import state_home
 from dispatch.segment_health.launch import (
     Launcher,
     LaunchRequest,
@@ -103,8 +104,7 @@ def default_output_dir() -> Path:
     env = os.environ.get(DEFAULT_OUTPUT_DIR_ENV)
     if env:
         return Path(env)
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "dispatch" / "slurm"
+    return state_home() / "slurm"
 
 
 def _bad(key: str, message: str) -> SpecError:
