@@ -67,8 +67,10 @@ def _warn_unenforced(service: Service, spec: JobSpec, source: Path) -> None:
               "nothing.")
 @store_option
 @json_option
+@notify_options
 @handle_errors
-def submit(spec_path: Path, dry_run: bool, store_url: str | None, as_json: bool) -> None:
+def submit(spec_path: Path, dry_run: bool, store_url: str | None, as_json: bool,
+           escalation_webhook: str | None, escalation_command: str | None) -> None:
     """Record a job and make its first submission (a running `supervise` takes it on)."""
     spec = load_spec(spec_path)
     if dry_run:  # needs no record store
@@ -83,7 +85,9 @@ def submit(spec_path: Path, dry_run: bool, store_url: str | None, as_json: bool)
         return
     with open_service(store_url) as service:
         _warn_unenforced(service, spec, spec_path)
-        job_id = service.submit(spec, str(spec_path))
+        notifier = _notifier(escalation_webhook, escalation_command)
+        job_id = service.submit(spec, str(spec_path), notifier=notifier)
+        notifier.close()
         show(service.view(job_id), as_json)
 
 
@@ -364,11 +368,15 @@ def give_up(job: str, store_url: str | None, as_json: bool) -> None:
 @click.argument("job")
 @store_option
 @json_option
+@notify_options
 @handle_errors
-def supersede(job: str, store_url: str | None, as_json: bool) -> None:
+def supersede(job: str, store_url: str | None, as_json: bool, escalation_webhook: str | None,
+              escalation_command: str | None) -> None:
     """Run a finished job again as a new job that names the old one."""
     with open_service(store_url) as service:
-        new_id = service.supersede(job)
+        notifier = _notifier(escalation_webhook, escalation_command)
+        new_id = service.supersede(job, notifier=notifier)
+        notifier.close()
         if not as_json:
             click.echo(f"{new_id} supersedes {service.resolve(job)}")
         show(service.view(new_id), as_json)

@@ -200,19 +200,22 @@ class Service:
         return requests.create_job(self.store, spec, plan.declarations, self.clock(),
                                    actor=self.actor, scope=scope)
 
-    def submit(self, spec: JobSpec, source: str = "<spec>") -> str:
-        """Record the job and make its first submission."""
+    def submit(self, spec: JobSpec, source: str = "<spec>", *,
+               notifier: Notifier | None = None) -> str:
+        """Record the job and make its first submission (an escalation that tick raises,
+        such as a rejected submission, goes to ``notifier``)."""
         job_id = self.create(spec, source)
-        self.supervisor().tick([job_id])
+        self.supervisor(notifier=notifier).tick([job_id])
         return job_id
 
-    def supersede(self, job: str) -> str:
-        """Run a finished job again: exactly one new job that names the old one, submitted."""
+    def supersede(self, job: str, *, notifier: Notifier | None = None) -> str:
+        """Run a finished job again: exactly one new job that names the old one, submitted
+        (escalations of that first tick go to ``notifier``)."""
         job_id = self.resolve(job)
         old = fold(self.store.read(job_id), self.clock())
         declarations = self.backends(old.spec.backend).declarations()
         new_id = requests.supersede(self.store, job_id, self.clock(), self.actor, declarations)
-        self.supervisor().tick([new_id])
+        self.supervisor(notifier=notifier).tick([new_id])
         return new_id
 
     # ---- person requests: append and return; the supervisor acts ------------------------
