@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import assert_never
 
 import msgspec
 
@@ -347,6 +348,8 @@ class _Builder:
                 actor=e.actor, nodes=e.nodes, source=e.source)
         elif isinstance(e, ev.SegmentCleared):
             self.segments.pop((e.unit_job_id, e.task_id), None)
+        else:
+            assert_never(e)  # mypy: an event type added without its fold
 
     def build(self) -> Job:
         return Job(
