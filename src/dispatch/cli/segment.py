@@ -11,16 +11,9 @@ import json
 import click
 
 from dispatch.cli.common import handle_errors, json_option, open_service, store_option
-from dispatch.clock import utcnow
 from dispatch.errors import BadInput
 from dispatch.segment_health.cli import segment
-from dispatch.segment_health.commands import (
-    SegmentCommandError,
-    listing,
-    mark,
-    one_line,
-    unmark,
-)
+from dispatch.segment_health.commands import SegmentCommandError, one_line
 
 
 @segment.command("mark")
@@ -32,8 +25,7 @@ from dispatch.segment_health.commands import (
 def mark_cmd(job: str, task: str | None, reason: str, store_url: str | None) -> None:
     """Mark the job's allocation unit unavailable for the next rendezvous."""
     with open_service(store_url) as service:
-        job_id = service.resolve(job)
-        path = mark(service.store, job_id, task, reason, service.actor, utcnow())
+        job_id, path = service.segment_mark(job, task, reason)
     click.echo(f"{job_id}: published {path}")
 
 
@@ -46,8 +38,7 @@ def mark_cmd(job: str, task: str | None, reason: str, store_url: str | None) -> 
 def clear_cmd(job: str, task: str | None, reason: str, store_url: str | None) -> None:
     """Remove the decision: the unit may join rendezvous again."""
     with open_service(store_url) as service:
-        job_id = service.resolve(job)
-        removed = unmark(service.store, job_id, task, reason, service.actor, utcnow())
+        job_id, removed = service.segment_clear(job, task, reason)
     click.echo(f"{job_id}: " + ("cleared" if removed else "nothing was published"))
 
 
@@ -60,7 +51,7 @@ def list_cmd(job: str | None, store_url: str | None, as_json: bool) -> None:
     """Decisions published for a job (or for every job with a decision directory)."""
     with open_service(store_url) as service:
         try:
-            rows = listing(service.store, service.resolve(job) if job else None, utcnow())
+            rows = service.segment_list(job)
         except SegmentCommandError as e:
             raise BadInput(str(e)) from None
     if as_json:

@@ -234,6 +234,28 @@ class Service:
         requests.give_up(self.store, job_id, self.clock(), self.actor)
         return self.view(job_id)
 
+    # ---- segment health: an operator's decisions ------------------------------------------
+    def segment_mark(self, job: str, task: str | None, reason: str) -> tuple[str, str]:
+        """Mark the job's allocation unit (or array ``task``) unavailable: validated, the
+        artifact written, then recorded. (job id, the artifact's path)."""
+        from dispatch.segment_health.commands import mark
+
+        job_id = self.resolve(job)
+        return job_id, mark(self.store, job_id, task, reason, self.actor, self.clock())
+
+    def segment_clear(self, job: str, task: str | None, reason: str = "") -> tuple[str, bool]:
+        """Remove the unit's decision; recorded once the file is gone. (job id, removed)."""
+        from dispatch.segment_health.commands import unmark
+
+        job_id = self.resolve(job)
+        return job_id, unmark(self.store, job_id, task, reason, self.actor, self.clock())
+
+    def segment_list(self, job: str | None = None) -> list[dict[str, object]]:
+        """The decisions published for ``job`` (or for every job with a decision directory)."""
+        from dispatch.segment_health.commands import listing
+
+        return listing(self.store, self.resolve(job) if job else None, self.clock())
+
     # ---- supervising --------------------------------------------------------------------
     def supervision_of(self, job: str, *, poll: float, notifier: Notifier | None = None
                        ) -> tuple[Supervision, str]:
