@@ -1,0 +1,45 @@
+"""The layout keeps its promises: no module of the package over 500 lines (one responsibility
+each), and every rule named in code, help and docs (S7, H4, P2, ...) resolves to its anchor in
+docs/semantics.md, so a reader can always look it up inside the repository."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SRC = REPO / "src" / "dispatch"
+MAX_LINES = 500
+RULE = re.compile(r"\b([SHPR])(\d{1,2})\b")
+
+
+def test_no_module_is_over_500_lines() -> None:
+    modules = sorted(SRC.rglob("*.py"))
+    assert modules
+    too_long = {str(p.relative_to(REPO)): n for p in modules
+                if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert too_long == {}
+
+
+def _anchors() -> set[str]:
+    text = (REPO / "docs" / "semantics.md").read_text()
+    return set(re.findall(r'<a id="([a-z0-9]+)"></a>', text))
+
+
+@pytest.mark.parametrize("where", ["src", "docs", "README.md"])
+def test_every_rule_named_resolves_in_the_semantics_page(where: str) -> None:
+    anchors = _anchors()
+    assert {"s1", "s7", "s16", "h1", "h4", "p2"} <= anchors
+    root = REPO / where
+    files = [root] if root.is_file() else [
+        p for p in root.rglob("*") if p.suffix in (".py", ".md", ".html", ".js")]
+    named: dict[str, set[str]] = {}
+    for f in files:
+        for kind, num in RULE.findall(f.read_text()):
+            if kind == "R" and int(num) > 4:
+                continue  # R1-R4 are the targets; "R5" and above are not rule names
+            named.setdefault(f"{kind}{num}".lower(), set()).add(str(f.relative_to(REPO)))
+    missing = {rule: sorted(where_) for rule, where_ in named.items() if rule not in anchors}
+    assert missing == {}
