@@ -871,7 +871,7 @@ def test_termination_by_kubelet_maps_the_kubelets_words_never_a_guess(
     assert report.cause.kind is not CauseKind.NODE_LOST or "node shutdown" in message
     assert "TerminationByKubelet" in report.cause.detail
     if message:
-        assert repr(message) in report.cause.detail  # the words, whole
+        assert f"message={message}" in report.cause.detail  # the words, whole and unescaped
 
 
 @pytest.mark.parametrize(("message", "kind"), [
@@ -882,7 +882,7 @@ def test_termination_by_kubelet_maps_the_kubelets_words_never_a_guess(
 def test_an_evicted_pods_status_words_map_the_same_way(message: str, kind: CauseKind) -> None:
     report = _kubelet_ended(message, as_status="Evicted")
     assert report.cause.kind is kind
-    assert "reason=Evicted" in report.cause.detail and repr(message) in report.cause.detail
+    assert "reason=Evicted" in report.cause.detail and message in report.cause.detail
 
 
 def test_a_pod_the_kubelet_preempted_for_a_critical_pod_is_preempted() -> None:
@@ -902,3 +902,11 @@ def test_jobset_restart_numbering_is_dispatchs_note_not_the_detail() -> None:
     assert cause is not None and cause.kind is CauseKind.REQUEUED
     assert cause.note == "restart 1 of the JobSet"
     assert cause.detail == f"jobset {NAME}: status.restarts=1"
+
+
+def test_a_message_with_quotes_and_a_newline_is_kept_verbatim() -> None:
+    # S2: the scheduler's words, never escaped or re-quoted by dispatch.
+    said = 'can\'t "evict"\nsecond line\\n'
+    report = _kubelet_ended(said)
+    assert f"message={said}" in report.cause.detail
+    assert repr(said) not in report.cause.detail

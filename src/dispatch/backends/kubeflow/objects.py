@@ -94,7 +94,7 @@ def words(what: str, cond: Mapping[str, Any]) -> str:
     if cond.get("reason"):
         parts.append(f"reason={cond.get('reason')}")
     if cond.get("message"):
-        parts.append(f"message={cond.get('message')!r}")
+        parts.append(f"message={cond.get('message')}")
     return " ".join(parts)
 
 

@@ -79,7 +79,7 @@ def _terminated_signal(
     at = parse_time(term.get("finishedAt"))
     said = f"{pod_ref(pod)} container {cs.get('name')}: terminated reason={reason} exitCode={code}"
     if term.get("message"):
-        said += f" message={term.get('message')!r}"
+        said += f" message={term.get('message')}"
     if reason == "OOMKilled":
         return (
             RANK_OOM,
