@@ -25,7 +25,7 @@ from dispatch.segment_health.consumer import (
     unit_from_environ,
 )
 
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+SRC = str(Path(__file__).resolve().parents[3] / "src")
 LOG = logging.getLogger("test.segment.consumer")
 REGULAR = {"SLURM_PROCID": "0", "SLURM_JOB_ID": "123"}
 ARRAY = {

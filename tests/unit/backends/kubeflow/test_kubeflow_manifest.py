@@ -13,7 +13,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from dispatch.backends.base import Submission  # noqa: E402
 from dispatch.backends.kubeflow import KubeflowBackend, KubeflowSpecError  # noqa: E402

@@ -27,7 +27,7 @@ from dispatch.backends.slurm.parse import (
     wait_status,
 )
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+FIX = Path(__file__).resolve().parents[3] / "fixtures" / "slurm"
 HEADER = "|".join(SACCT_FIELDS)
 
 

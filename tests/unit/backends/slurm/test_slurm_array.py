@@ -36,7 +36,7 @@ from dispatch.core.model import CauseKind as K
 from dispatch.core.model import State as S
 from dispatch.core.spec import JobSpec
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+FIX = Path(__file__).resolve().parents[3] / "fixtures" / "slurm"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 T = [NOW - timedelta(minutes=10 - i) for i in range(10)]
 HEADER = "|".join(SACCT_FIELDS)

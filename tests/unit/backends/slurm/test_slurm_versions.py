@@ -30,7 +30,7 @@ from dispatch.core.model import Execution, ObjectReport
 from dispatch.core.model import Provenance as P
 from dispatch.core.model import State as S
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+FIX = Path(__file__).resolve().parents[3] / "fixtures" / "slurm"
 # 22.05: the first full capture; 22.05-shared: again on 2026-12-01 with the compact squeue
 # lines, on the shared testbed (DISPATCH_CAPTURE_SHARED=1: no preemption, node failure,
 # frozen slurmd or stopped controller); 24.11: the full capture with the compact lines.

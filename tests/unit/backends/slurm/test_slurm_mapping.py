@@ -25,7 +25,7 @@ from dispatch.core.model import CauseKind as K
 from dispatch.core.model import Provenance as P
 from dispatch.core.model import State as S
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+FIX = Path(__file__).resolve().parents[3] / "fixtures" / "slurm"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 

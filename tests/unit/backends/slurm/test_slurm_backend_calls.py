@@ -21,7 +21,7 @@ from dispatch.core.model import State as S
 from dispatch.core.policy import Action
 from dispatch.core.spec import JobSpec
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+FIX = Path(__file__).resolve().parents[3] / "fixtures" / "slurm"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 HEADER = "|".join(SACCT_FIELDS)
 

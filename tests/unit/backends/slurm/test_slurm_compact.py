@@ -20,7 +20,7 @@ from dispatch.backends.slurm.parse import SlurmOutputError
 from dispatch.core.model import CauseKind as K
 from dispatch.core.model import State as S
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+FIX = Path(__file__).resolve().parents[3] / "fixtures" / "slurm"
 # The compact squeue lines: 22.05's from a capture on the shared testbed (DISPATCH_CAPTURE_SHARED,
 # without the disruptive scenarios), 24.11's from the full capture.
 DIRS = {"22.05": FIX / "22.05", "24.11": FIX / "24.11"}

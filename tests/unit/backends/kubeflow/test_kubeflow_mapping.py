@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from dispatch.backends.kubeflow.mapping import report_gone, report_trainjob  # noqa: E402
 from dispatch.backends.kubeflow.objects import (  # noqa: E402
