@@ -295,3 +295,33 @@ def test_a_job_neither_squeue_nor_accounting_knows_is_not_seen_never_ended(
     assert d.get("999999") is None
     live = d.get("27")
     assert live is not None and live.state is S.RUNNING
+
+
+@pytest.mark.parametrize("version", ["22.05", "24.11"])
+def test_the_compact_tick_asks_for_our_users_jobs_and_only_our_running_jobs_nodes(
+        tmp_path: Path, version: str) -> None:
+    """The production path (queries="compact"): one squeue of the submitting user's jobs,
+    one scontrol for exactly the nodes our running job holds, no sacct while nothing ended;
+    and no node query at all while none of our jobs holds nodes."""
+    d = FIX / version
+    nodes = (FIX if version == "22.05" else d) / "idle.scontrol-node.txt"
+    tools = FakeTools()
+    tools.set("squeue", (d / "released.squeue.txt").read_text())
+    tools.set("scontrol", nodes.read_text())
+    b = SlurmBackend(runner=tools, clock=lambda: NOW, output_dir=tmp_path, user="alice")
+    running = next(line.split("|")[0] for line in (d / "released.squeue.txt").read_text()
+                   .splitlines() if "|RUNNING|" in line)
+    look = b.discover((), (running,))
+    (obj,) = look.objects
+    assert obj.state is S.RUNNING and look.complete
+    assert tools.calls[0][:6] == ("squeue", "-h", "-t", "all", "-u", "alice")
+    node_calls = [c for c in tools.calls if c[0] == "scontrol"]
+    assert node_calls == [("scontrol", "show", "node", "-o", ",".join(obj.nodes))]
+    assert dict(b.calls) == {"squeue": 1, "scontrol": 1}
+
+    held = FakeTools()
+    held.set("squeue", (d / "held-user.squeue.txt").read_text())
+    hb = SlurmBackend(runner=held, clock=lambda: NOW, output_dir=tmp_path, user="alice")
+    ref = (d / "held-user.squeue.txt").read_text().split("|")[0]
+    hb.discover((), (ref,))
+    assert dict(hb.calls) == {"squeue": 1}  # a held job holds no nodes: no node query
