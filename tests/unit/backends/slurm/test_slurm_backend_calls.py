@@ -325,3 +325,29 @@ def test_the_compact_tick_asks_for_our_users_jobs_and_only_our_running_jobs_node
     ref = (d / "held-user.squeue.txt").read_text().split("|")[0]
     hb.discover((), (ref,))
     assert dict(hb.calls) == {"squeue": 1}  # a held job holds no nodes: no node query
+
+
+def _printed(path: Path) -> tuple[str, int]:
+    """A capture of a tool while slurmctld was stopped: its words, then ``rc=N``."""
+    *words, rc = path.read_text().splitlines()
+    return "\n".join(words) + "\n", int(rc.removeprefix("rc="))
+
+
+@pytest.mark.parametrize("version", ["22.05", "24.11"])
+def test_the_compact_tick_is_unreachable_on_the_controllers_real_words(
+        tmp_path: Path, version: str) -> None:
+    d = FIX / version
+    tools = FakeTools()
+    words, rc = _printed(d / "unreachable.squeue-compact.txt")
+    tools.set("squeue", stderr=words, rc=rc)
+    b = SlurmBackend(runner=tools, clock=lambda: NOW, output_dir=tmp_path, user="alice")
+    with pytest.raises(SchedulerUnreachable, match="Unable to contact slurm controller"):
+        b.discover((), ("90",))
+    # squeue answered but the node query cannot be made: unreachable too, nothing reported
+    tools.set("squeue", (d / "released.squeue.txt").read_text())
+    words, rc = _printed(d / "unreachable.scontrol-node.txt")
+    tools.set("scontrol", stderr=words, rc=rc)
+    running = next(line.split("|")[0] for line in (d / "released.squeue.txt").read_text()
+                   .splitlines() if "|RUNNING|" in line)
+    with pytest.raises(SchedulerUnreachable, match="slurm_load_node"):
+        b.discover((), (running,))
