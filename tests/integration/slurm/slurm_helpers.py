@@ -135,6 +135,21 @@ class Cluster:
         raise AssertionError(f"{what or 'condition'} not reached in {timeout}s; last: {last}")
 
 
+def wait_step_started(ref: str, timeout: float = 60) -> None:
+    """Until the job's first srun step runs. A batch script shows RUNNING before its srun has
+    confirmed the allocation with slurmctld; a test that stops the controller in between makes
+    srun fail ("Unable to confirm allocation"), which is the test's race, not the job's."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        steps = subprocess.run(["squeue", "-h", "-s", "-j", ref, "-o", "%i"],
+                               capture_output=True, text=True, timeout=30,
+                               check=False).stdout.split()
+        if f"{ref}.0" in steps:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"job {ref}: its srun step never started")
+
+
 def slurm(*argv: str) -> str:
     """Run a Slurm tool as a person would (the test acting on the cluster)."""
     res = subprocess.run(list(argv), capture_output=True, text=True, timeout=30, check=False)

@@ -10,7 +10,14 @@ from __future__ import annotations
 import time
 
 import pytest
-from slurm_helpers import Cluster, slurm, start_controller, stop_controller, wait_nodes_idle
+from slurm_helpers import (
+    Cluster,
+    slurm,
+    start_controller,
+    stop_controller,
+    wait_nodes_idle,
+    wait_step_started,
+)
 
 from dispatch.backends.base import SubmitRejected
 from dispatch.core.model import CauseKind as K
@@ -185,6 +192,7 @@ def test_token_found_by_a_new_backend_after_a_crash(cluster: Cluster) -> None:
 def test_unreachable_while_slurmctld_is_stopped(cluster: Cluster) -> None:
     ref, token = cluster.submit(SLEEP, slurm={"nodelist": "n3"})
     cluster.wait(token, running, what="running")
+    wait_step_started(ref)
     stop_controller()
     try:
         with pytest.raises(SchedulerUnreachable) as err:

@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_helpers import slurm, start_controller, stop_controller, wait_nodes_idle
+from slurm_helpers import (
+    slurm,
+    start_controller,
+    stop_controller,
+    wait_nodes_idle,
+    wait_step_started,
+)
 from tests.e2e.conftest import Dispatch
 
 pytestmark = pytest.mark.slurm
@@ -194,7 +200,8 @@ def test_scheduler_outage_makes_no_transition_and_resumes(cli: Dispatch) -> None
     no transition, and supervision resumes once slurmctld is back."""
     path = spec(cli, "outage", ["sleep", "8"])
     proc = cli.spawn("run", str(path), "--json", "--poll", "0.5")
-    cli.wait_for("outage", lambda s: s["state"] == "running")
+    st = cli.wait_for("outage", lambda s: s["state"] == "running" and bool(s["objects"]))
+    wait_step_started(st["objects"][0])
     stop_controller()
     try:
         before = cli("history", "outage", check=True).stdout
