@@ -116,6 +116,15 @@ def dispatch(tmp_path: Path) -> Iterator[Dispatch]:
         d.close()
 
 
+def wait_until(pred: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    """Poll ``pred`` until it is true; fail naming ``what`` (a bound for a hung run on a slow
+    shared machine, never an assertion about speed)."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
 def script(body: str) -> list[str]:
     """A node command: python3 -c BODY (an argv list, never a shell string)."""
     return ["python3", "-c", body]

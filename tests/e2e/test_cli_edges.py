@@ -12,13 +12,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.conftest import Dispatch, script
+from tests.e2e.conftest import Dispatch, script, wait_until
 from tests.e2e.test_cli_local import RESUBMIT_PREEMPT
 
 WAIT_S = 60.0  # an upper bound for a slow shared machine, never a timing assertion
@@ -56,13 +55,6 @@ class Lines:
         for t in self.threads:
             t.join(timeout)
         return code
-
-
-def wait_until(pred: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not pred():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
 
 
 def no_traceback(done: subprocess.CompletedProcess[str]) -> None:

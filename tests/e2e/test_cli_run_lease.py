@@ -8,23 +8,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 
-from tests.e2e.conftest import Dispatch, script
+from tests.e2e.conftest import Dispatch, script, wait_until
 
-WAIT_S = 60.0  # an upper bound for a slow shared machine, never a timing assertion
 
 
 def local_leases(d: Dispatch) -> list[dict]:
     rows = json.loads(d("supervisors", "--json", check=True).stdout)
     return [r for r in rows if r["scope"].startswith("local")]
-
-
-def wait_until(pred, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + WAIT_S
-    while not pred():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.2)
 
 
 def test_run_next_to_an_active_supervisor_watches_it_act(dispatch: Dispatch) -> None:
