@@ -12,7 +12,6 @@ import signal
 from tests.e2e.conftest import Dispatch, script, wait_until
 
 
-
 def local_leases(d: Dispatch) -> list[dict]:
     rows = json.loads(d("supervisors", "--json", check=True).stdout)
     return [r for r in rows if r["scope"].startswith("local")]
