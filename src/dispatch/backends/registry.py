@@ -44,7 +44,10 @@ def _local() -> Backend:
 def _slurm() -> Backend:
     from dispatch.backends.slurm.backend import SlurmBackend
 
-    return SlurmBackend(node_loss_window=_window("DISPATCH_SLURM_NODE_LOSS_WINDOW", "60s"))
+    window = _window("DISPATCH_SLURM_NODE_LOSS_WINDOW", "60s")
+    interval = (_window("DISPATCH_SLURM_NODE_INTERVAL", "")  # unset: the backend's default
+                if "DISPATCH_SLURM_NODE_INTERVAL" in os.environ else None)
+    return SlurmBackend(node_loss_window=window, node_interval=interval)
 
 
 def _kubeflow() -> Backend:

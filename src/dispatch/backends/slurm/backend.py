@@ -2,8 +2,9 @@
 
 Per discover() (P2): one compact ``squeue -u <user> -O ...`` for the submitting user's jobs
 (compact.py; ``squeue --json`` in 22.05 ignores -u/-j and prints every job of the cluster),
-one ``scontrol show node -o`` for the nodes our jobs hold, only when one holds nodes, and at
-most one ``sacct -P -D``
+one ``scontrol show node -o`` for the nodes our live jobs hold, only when one holds nodes and
+``nodes.node_read_due`` says so (every ``node_interval``, or at once for new or unhealthy
+nodes), and at most one ``sacct -P -D``
 covering only the jobs that ended, whose restart count grew, or that left squeue since the
 last look. Answers confirmed by accounting are cached, so a steady tick costs no sacct.
 Objects are found by their token (``--comment``) even when the caller never learnt the ref.
@@ -25,7 +26,12 @@ from dispatch.backends.base import DryRun, Submission, SubmitRejected
 from dispatch.backends.slurm import mapping
 from dispatch.backends.slurm.array_mapping import array_report
 from dispatch.backends.slurm.compact import parse_squeue_compact, squeue_argv
-from dispatch.backends.slurm.nodes import parse_scontrol_nodes, parse_sinfo_json, scontrol_node_argv
+from dispatch.backends.slurm.nodes import (
+    node_read_due,
+    parse_scontrol_nodes,
+    parse_sinfo_json,
+    scontrol_node_argv,
+)
 from dispatch.backends.slurm.parse import (
     SACCT_FIELDS,
     NodeInfo,
@@ -71,7 +77,7 @@ class SlurmBackend:
                  clock: Callable[[], datetime] | None = None, timeout: float = 30.0,
                  token_lookback: timedelta = timedelta(days=7),
                  preempt_mode: str = "REQUEUE", user: str | None = None,
-                 queries: str = "compact") -> None:
+                 queries: str = "compact", node_interval: timedelta | None = None) -> None:
         # queries: "compact" (the tick: our user's jobs, our nodes) or "json" (squeue --json
         # and sinfo --json of the whole cluster, as before; kept for the recorded-output tests).
         if queries not in ("compact", "json"):
@@ -79,6 +85,10 @@ class SlurmBackend:
         self._queries = queries
         self._user = user or pwd.getpwuid(os.geteuid()).pw_name
         self.node_loss_window = node_loss_window
+        # How stale a healthy node view may get: a quarter of the loss window (a lost node is
+        # seen within it), at most 30 s (segment health); see nodes.node_read_due.
+        self.node_interval = node_interval if node_interval is not None \
+            else min(node_loss_window / 4, timedelta(seconds=30))
         self.output_dir = output_dir if output_dir is not None else default_output_dir()
         self._run = runner
         self._clock = clock or (lambda: datetime.now(UTC))
@@ -96,6 +106,7 @@ class SlurmBackend:
         self._absent_tokens: set[str] = set()  # searched in accounting, not found
         self._outputs: dict[str, str] = {}  # ref -> output file
         self._nodes: dict[str, NodeInfo] = {}
+        self._nodes_read_at: datetime | None = None
         # Job arrays (one object each, named by the array job id; see mapping.array_report).
         self._arrays: set[str] = set()
         self._array_tasks: dict[str, set[str]] = {}  # ref -> every task id seen
@@ -182,13 +193,18 @@ class SlurmBackend:
                         by_task.setdefault(task, job)
             elif job.ref in refs or (job.comment and job.comment in tokens):
                 seen[job.ref] = job
-        # Node states matter only for jobs holding nodes (fence, segment health): only those
-        # nodes are asked for, and a tick with none of ours allocated skips the node query
-        # (2 slurmctld RPCs: REQUEST_NODE_INFO + REQUEST_PARTITION_INFO on 22.05 and 24.11).
-        held_nodes = [n for job in (*seen.values(), *(j for by_task in tasks_seen.values()
-                                                         for j in by_task.values()))
-                      if job.nodes for n in _node_names(job.nodes)]
-        nodes = self.node_query(held_nodes) if held_nodes else {}
+        # Node states matter only for live jobs holding nodes (node loss, segment health):
+        # only those nodes are asked for, and only when due (2 slurmctld RPCs on 22.05 and
+        # 24.11: REQUEST_NODE_INFO + REQUEST_PARTITION_INFO); otherwise the last read stands.
+        held = {n for job in (*seen.values(), *(j for by_task in tasks_seen.values()
+                                                for j in by_task.values()))
+                if job.nodes and not mapping.is_ended(job.state)
+                for n in _node_names(job.nodes)}
+        if node_read_due(held, self._nodes, self._nodes_read_at, now, self.node_interval):
+            nodes = self.node_query(held)
+            self._nodes_read_at = now
+        else:
+            nodes = {n: self._nodes[n] for n in held if n in self._nodes}
         for ref, job in seen.items():
             if job.comment:
                 self._remember(ref, job.comment)

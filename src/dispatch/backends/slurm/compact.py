@@ -47,7 +47,10 @@ _NOT_SET = frozenset({"", "N/A", "(null)", "None", "NONE", "Unknown"})  # NONE: 
 
 def squeue_argv(user: str) -> list[str]:
     """The tick's one job query: the user's jobs in every state (ended ones stay MinJobAge)."""
-    return ["squeue", "-h", "-t", "all", "-u", user, "-O", SQUEUE_FORMAT]
+    # --local: no REQUEST_FED_INFO first (squeue asks for it before a user's jobs); dispatch
+    # reads the cluster it submits to. A non-root -u is filtered by slurmctld
+    # (REQUEST_JOB_USER_INFO); squeue takes uid 0 for "no user" and reads every job for root.
+    return ["squeue", "-h", "--local", "-t", "all", "-u", user, "-O", SQUEUE_FORMAT]
 
 
 def parse_squeue_compact(text: str) -> tuple[SqueueJob, ...]:

@@ -4,14 +4,18 @@ functions of text; malformed output raises ``SlurmOutputError`` naming the tool 
 
 ``scontrol show node`` costs REQUEST_NODE_INFO + REQUEST_PARTITION_INFO (it fills in each
 node's partitions), the same two RPCs as ``sinfo`` on 22.05 and 24.11 (seen with sdiag): no
-Slurm client asks for nodes without partitions.
+Slurm client asks for nodes without partitions. So the tick does not read nodes every time:
+``node_read_due`` says when it must (pure: the nodes held, the last read, ``now``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Set
+from datetime import datetime, timedelta
 from typing import Any
 
+from dispatch.backends.slurm.mapping import node_unhealthy
 from dispatch.backends.slurm.parse import (
     NodeInfo,
     SlurmOutputError,
@@ -62,6 +66,25 @@ def _node(tool: str, raw: Any, where: str) -> NodeInfo:
         reason_at=epoch(_number(tool, raw.get("reason_changed_at"), where + ".reason_changed_at")),
         reason_by=by if isinstance(by, str) and by else None,
     )
+
+
+# ---------------------------------------------------------------------------------- cadence
+
+
+def node_read_due(held: Set[str], last: Mapping[str, NodeInfo], read_at: datetime | None,
+                  now: datetime, interval: timedelta) -> bool:
+    """Must this tick ask Slurm about the nodes our live jobs hold (``held``)?
+
+    Not when none is held. Yes when nodes were never read, a held node is not in the last
+    read (a job got new nodes), a held node was unhealthy there (watch it every tick until it
+    is back), the clock went back, or ``interval`` has passed. Otherwise the last read stands:
+    a node that went bad since is seen at most ``interval`` late, never one that came back.
+    """
+    if not held:
+        return False
+    if read_at is None or now < read_at or now - read_at >= interval:
+        return True
+    return any(name not in last or node_unhealthy(last[name]) for name in held)
 
 
 # ---------------------------------------------------------------------------------- nodes

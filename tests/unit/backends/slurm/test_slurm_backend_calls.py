@@ -79,12 +79,12 @@ def test_discover_preempted_then_steady(tmp_path: Path) -> None:
     assert len(sacct_calls) == 1
     assert sacct_calls[0][-2:] == ("-j", "25,26")  # only the jobs that ended or requeued
     assert "-D" in sacct_calls[0] and "-P" in sacct_calls[0]
-    # A steady tick: one squeue, one sinfo, no sacct; the answers are the same.
+    # A steady tick: one squeue; no node read (the last one stands: its nodes healthy and
+    # less than node_interval old), no sacct; the answers are the same.
     d2 = b.discover(tokens, ("25", "26", "27"))
-    assert tools.count("squeue") == 2 and tools.count("sinfo") == 2 and tools.count("sacct") == 1
     assert {o.ref: (o.state, o.cause.kind) for o in d2.objects} == {
         o.ref: (o.state, o.cause.kind) for o in d.objects}
-    assert b.calls == {"squeue": 2, "sinfo": 2, "sacct": 1}
+    assert b.calls == {"squeue": 2, "sinfo": 1, "sacct": 1}
 
 
 def many_jobs(n: int, ended: set[int]) -> str:
@@ -116,7 +116,8 @@ def test_calls_per_discover_are_constant_in_n(n: int, tmp_path: Path) -> None:
     tools = FakeTools()
     tools.set("sinfo", fixture("idle.sinfo.json"))
     tools.set("squeue", many_jobs(n, set()))
-    b = backend(tools, tmp_path)
+    clock = [NOW]
+    b = SlurmBackend(runner=tools, clock=lambda: clock[0], output_dir=tmp_path, queries="json")
     tokens = {f"job{i}.1" for i in range(1, n + 1)}
     d = b.discover(tokens, ())
     assert len(d.objects) == n and all(o.state is S.RUNNING for o in d.objects)
@@ -124,13 +125,16 @@ def test_calls_per_discover_are_constant_in_n(n: int, tmp_path: Path) -> None:
     ended = set(range(1, n + 1, 7))
     tools.set("squeue", many_jobs(n, ended))
     tools.set("sacct", completed_rows(ended))
+    clock[0] += b.node_interval  # each tick a node read is due: still one, whatever n
     d = b.discover(tokens, [o.ref for o in d.objects])
-    assert b.calls == {"squeue": 2, "sinfo": 2, "sacct": 1}
+    live = len(ended) < n  # a job still running holds nodes (n = 1: the one job ended)
+    assert b.calls == {"squeue": 2, "sinfo": 1 + live, "sacct": 1}
     (sacct,) = [c for c in tools.calls if c[0] == "sacct"]
     assert sacct[-1] == ",".join(str(1000 + i) for i in sorted(ended))
     assert sum(o.state is S.SUCCEEDED for o in d.objects) == len(ended)
+    clock[0] += b.node_interval
     b.discover(tokens, [o.ref for o in d.objects])  # steady again: cached, no sacct
-    assert b.calls == {"squeue": 3, "sinfo": 3, "sacct": 1}
+    assert b.calls == {"squeue": 3, "sinfo": 1 + 2 * live, "sacct": 1}
 
 
 def test_token_found_in_accounting_after_squeue_forgot(tmp_path: Path) -> None:
@@ -172,7 +176,11 @@ def test_squeue_errors_with_exit_0_are_unreachable(tmp_path: Path) -> None:
 @pytest.mark.parametrize("tool", ["squeue", "sinfo", "sacct"])
 def test_tool_failures_are_unreachable(tool: str, tmp_path: Path) -> None:
     tools = FakeTools()
-    tools.set("squeue", fixture("exit3.squeue.json"))
+    # a running job (so its nodes are read) and an ended one (so accounting is asked)
+    running = json.loads(fixture("preempt-before.squeue.json"))["jobs"][0]
+    ended = json.loads(fixture("exit3.squeue.json"))
+    ended["jobs"].append(running)
+    tools.set("squeue", json.dumps(ended))
     tools.set("sinfo", fixture("idle.sinfo.json"))
     tools.set("sacct", fixture("exit3.sacct-D.txt"))
     words = {"squeue": "squeue: error: Unable to contact slurm controller (connect failure)",
@@ -180,7 +188,7 @@ def test_tool_failures_are_unreachable(tool: str, tmp_path: Path) -> None:
              "sacct": "sacct: error: Problem talking to the database: Connection refused"}
     tools.set(tool, stderr=words[tool], rc=1)
     with pytest.raises(SchedulerUnreachable) as err:
-        backend(tools, tmp_path).discover({"cap.exit3.0"}, ())
+        backend(tools, tmp_path).discover({"cap.exit3.0", running["comment"]}, ())
     assert words[tool].split(": ", 1)[-1] in str(err.value)
 
 
@@ -314,7 +322,7 @@ def test_the_compact_tick_asks_for_our_users_jobs_and_only_our_running_jobs_node
     look = b.discover((), (running,))
     (obj,) = look.objects
     assert obj.state is S.RUNNING and look.complete
-    assert tools.calls[0][:6] == ("squeue", "-h", "-t", "all", "-u", "alice")
+    assert tools.calls[0][:7] == ("squeue", "-h", "--local", "-t", "all", "-u", "alice")
     node_calls = [c for c in tools.calls if c[0] == "scontrol"]
     assert node_calls == [("scontrol", "show", "node", "-o", ",".join(obj.nodes))]
     assert dict(b.calls) == {"squeue": 1, "scontrol": 1}

@@ -30,7 +30,7 @@ NODE_DIRS = {"22.05": FIX, "24.11": FIX / "24.11"}
 
 def test_the_query_asks_for_one_user_in_every_state() -> None:
     argv = squeue_argv("alice")
-    assert argv[:6] == ["squeue", "-h", "-t", "all", "-u", "alice"]
+    assert argv[:7] == ["squeue", "-h", "--local", "-t", "all", "-u", "alice"]
     assert argv[-1] == SQUEUE_FORMAT and SQUEUE_FORMAT.endswith("Comment:|")
     assert len(SQUEUE_FORMAT.split(",")) == len(SQUEUE_FIELDS)
 
