@@ -455,7 +455,7 @@ class SlurmBackend:
         return script_path(submission, self.output_dir)
 
     def node_states(self) -> dict[str, NodeInfo]:
-        """Every node as the last discover() saw it (for the segment health publisher)."""
+        """Every node as the last node read saw it (for the segment health publisher)."""
         return dict(self._nodes)
 
     def unhealthy_nodes(self) -> dict[str, NodeInfo]:
