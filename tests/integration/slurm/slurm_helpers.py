@@ -155,3 +155,22 @@ def slurm(*argv: str) -> str:
     res = subprocess.run(list(argv), capture_output=True, text=True, timeout=30, check=False)
     assert res.returncode == 0, f"{' '.join(argv)}: {res.stderr.strip()}"
     return res.stdout
+
+
+# The RPCs a tick's queries make (sdiag's own, node registrations and the like are left out:
+# slurmd and the daemons send those whatever dispatch does).
+QUERY_RPCS = frozenset({"REQUEST_JOB_INFO", "REQUEST_JOB_USER_INFO", "REQUEST_JOB_INFO_SINGLE",
+                        "REQUEST_FED_INFO", "REQUEST_PARTITION_INFO", "REQUEST_NODE_INFO",
+                        "REQUEST_NODE_INFO_SINGLE"})
+
+
+def query_rpcs() -> dict[str, int]:
+    """slurmctld's query RPCs by type since the last ``sdiag -r`` (needs root, as CI runs)."""
+    import re
+
+    out = slurm("sdiag")
+    section = out.split("Remote Procedure Call statistics by message type", 1)[1]
+    section = section.split("Remote Procedure Call statistics by user", 1)[0]
+    return {m.group(1): int(m.group(2))
+            for m in re.finditer(r"^\s+(\S+)\s+\(\s*\d+\) count:(\d+)", section, re.M)
+            if m.group(1) in QUERY_RPCS}

@@ -8,10 +8,12 @@ Nothing here waits for a requeued job to run again (Slurm delays it about two mi
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import pytest
 from slurm_helpers import (
     Cluster,
+    query_rpcs,
     slurm,
     start_controller,
     stop_controller,
@@ -187,6 +189,37 @@ def test_token_found_by_a_new_backend_after_a_crash(cluster: Cluster) -> None:
     assert (o.ref, o.token, o.state) == (ref, token, S.RUNNING)
     assert fresh.calls["squeue"] == 1 and fresh.calls["scontrol"] == 1
     assert fresh.calls["sacct"] == 0  # found in squeue: accounting not needed
+
+
+def test_a_steady_tick_costs_two_slurmctld_rpcs_and_a_node_read_two_more(
+        cluster: Cluster) -> None:
+    """P2 counted by slurmctld itself (sdiag; the suite runs as root): with a job of ours
+    running, a tick whose node read is not due asks squeue only (the jobs, and the partitions
+    squeue loads to print); one whose read is due adds scontrol's node and partition info. As
+    root squeue reads every job (REQUEST_JOB_INFO); a plain user's is REQUEST_JOB_USER_INFO
+    (bench_busy_cluster). Nothing else queries slurmctld meanwhile, but a count is taken
+    again (at most 3 times) if something did: a regression shows in every count."""
+    ref, token = cluster.submit(SLEEP, slurm={"nodelist": "n3"})
+    cluster.wait(token, running, what="running")
+    wait_step_started(ref)  # srun's own RPCs are over
+    b = cluster.new_backend()
+    b.discover({token}, {ref})  # the first look reads the job's node
+
+    def count(interval: timedelta, ticks: int) -> dict[str, int]:
+        b.node_interval = interval
+        slurm("sdiag", "-r")
+        for _ in range(ticks):
+            (o,) = b.discover({token}, {ref}).objects
+            assert o.state is S.RUNNING
+        return query_rpcs()
+
+    expected = ({"REQUEST_JOB_INFO": 3, "REQUEST_PARTITION_INFO": 3},
+                {"REQUEST_JOB_INFO": 1, "REQUEST_NODE_INFO": 1, "REQUEST_PARTITION_INFO": 2})
+    for _ in range(3):
+        seen = (count(timedelta(days=1), 3), count(timedelta(0), 1))
+        if seen == expected:
+            break
+    assert seen == expected
 
 
 def test_unreachable_while_slurmctld_is_stopped(cluster: Cluster) -> None:
