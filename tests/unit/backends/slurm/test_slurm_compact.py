@@ -158,3 +158,11 @@ def test_a_negative_wait_status_is_kept_as_words_never_a_code() -> None:
     assert job.derived_exit is not None and job.derived_exit.text == "-2"
     assert (job.derived_exit.code, job.derived_exit.signal) == (None, None)
     assert classify(signal_from_squeue(job))[1].kind is K.NODE_LOST
+
+
+def test_the_capture_script_asks_what_the_tick_asks() -> None:
+    """The compact fixtures are only evidence for the tick if capture.sh ran its query."""
+    script = (Path(__file__).resolve().parents[3] / "fixtures" / "slurm" / "capture.sh").read_text()
+    assert f"SQUEUE_FORMAT='{SQUEUE_FORMAT}'" in script
+    asked = " ".join(squeue_argv("USER")[:-1]).replace("USER", '"$(id -un)"')
+    assert script.count(asked + ' "$SQUEUE_FORMAT"') == 2
