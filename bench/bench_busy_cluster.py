@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import pwd
-import re
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,8 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from slurm_bench import ctld_counts  # bench/, beside this file
 
 from dispatch.backends.base import Submission
 from dispatch.backends.slurm.backend import SlurmBackend
@@ -75,13 +76,8 @@ def sh(*argv: str, check: bool = True) -> str:
 
 def sdiag_rpcs() -> Counter[str]:
     """slurmctld RPCs by message type since the last ``sdiag -r`` (sdiag's own excluded)."""
-    out = sh("sdiag")
-    section = out.split("Remote Procedure Call statistics by message type", 1)[1]
-    section = section.split("Remote Procedure Call statistics by user", 1)[0]
-    counts: Counter[str] = Counter()
-    for m in re.finditer(r"^\s+(\S+)\s+\(\s*\d+\) count:(\d+)", section, re.M):
-        if m.group(1) != "REQUEST_STATS_INFO":
-            counts[m.group(1)] = int(m.group(2))
+    counts = ctld_counts().count
+    counts.pop("REQUEST_STATS_INFO", None)
     return counts
 
 
