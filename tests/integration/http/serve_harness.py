@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -32,7 +33,7 @@ class Served:
     """One `dispatch serve` process and a client for it."""
 
     def __init__(self, tmp: Path, *extra: str, env: dict[str, str] | None = None,
-                 token: str | None = None) -> None:
+                 token: str | None = None, nofile: int | None = None) -> None:
         self.tmp = tmp
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -44,7 +45,9 @@ class Served:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dispatch.cli", "serve", "--port", str(self.port),
              "--poll", "0.2", *extra], env=self.env, cwd=tmp, stdout=self.log,
-            stderr=subprocess.STDOUT)
+            stderr=subprocess.STDOUT, preexec_fn=None if nofile is None else lambda: (
+                resource.setrlimit(resource.RLIMIT_NOFILE,
+                                   (nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))))
         self._wait_up()
         self.start_token = self.token_file.read_text().strip()
         self.client = httpx2.Client(base_url=self.url, timeout=60, headers={

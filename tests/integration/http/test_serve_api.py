@@ -8,7 +8,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx2
 from serve_harness import Served, cli, spec
 
 FAIL_FIRST = ("import os, sys\n"

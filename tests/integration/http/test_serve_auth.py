@@ -151,6 +151,15 @@ def test_the_start_token_is_printed_once_and_logs_a_browser_in(
     elsewhere = anon.post("/api/jobs", json=spec("csrf", "pass"),
                           headers={"Origin": "http://evil.test"})
     assert elsewhere.status_code == 403
+    for headers in ({"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"},
+                    {"Origin": "null", "Sec-Fetch-Site": "same-site"},
+                    {"Origin": s.url, "Sec-Fetch-Site": "cross-site"}):
+        assert anon.post("/api/jobs", json=spec("csrf", "pass"),
+                         headers=headers).status_code == 403, headers
+    # what a browser sends for the page's own POST under Referrer-Policy: no-referrer
+    own = anon.post("/api/jobs", json=spec("own", "pass"),
+                    headers={"Origin": "null", "Sec-Fetch-Site": "same-origin"})
+    assert own.status_code == 201, own.text
     forged = httpx2.get(s.url + "/api/jobs", cookies={name: "made-up-session-id"})
     assert forged.status_code == 401
     # the login page's form posts the token
