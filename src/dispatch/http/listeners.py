@@ -119,13 +119,20 @@ class Listeners:
 
 def listen(host: str, port: int, start_token: str) -> Listeners:
     tcp = bind_tcp(host, port)
+    bound = int(tcp.getsockname()[1])
+    unix_path = socket_path(bound)
     try:
-        bound = int(tcp.getsockname()[1])
-        unix_path = socket_path(bound)
         unix = bind_unix(unix_path)
-        tokens = token_path(bound)
-        write_secret_file(tokens, start_token + "\n")
     except BaseException:
         tcp.close()
         raise
-    return Listeners(tcp, unix, bound, unix_path, tokens)
+    listeners = Listeners(tcp, unix, bound, unix_path, token_path(bound))
+    try:
+        write_secret_file(listeners.token_path, start_token + "\n")
+    except OSError as err:
+        listeners.close()
+        raise BadInput(f"cannot write {listeners.token_path}: {err.strerror}") from None
+    except BaseException:
+        listeners.close()
+        raise
+    return listeners

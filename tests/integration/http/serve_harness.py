@@ -40,7 +40,9 @@ class Served:
         self.env = cli_env(tmp)
         self.env.update(env or {})
         self.token_file = Path(self.env["XDG_STATE_HOME"]) / "dispatch" / f"serve-{self.port}.token"
-        self.socket = Path(self.env["XDG_RUNTIME_DIR"]) / "dispatch" / f"serve-{self.port}.sock"
+        xdg = self.env.get("XDG_RUNTIME_DIR", "")
+        run = Path(xdg) if os.path.isabs(xdg) else Path(self.env["XDG_STATE_HOME"])
+        self.socket = run / "dispatch" / f"serve-{self.port}.sock"
         self.log = (tmp / f"serve-{self.port}.log").open("w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dispatch.cli", "serve", "--port", str(self.port),

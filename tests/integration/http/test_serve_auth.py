@@ -178,6 +178,26 @@ def test_stopping_removes_the_token_and_the_socket(serve: Callable[..., Served])
     assert not s.token_file.exists() and not s.socket.exists()
 
 
+def test_without_a_runtime_dir_the_socket_is_in_the_state_dir(
+        serve: Callable[..., Served], tmp_path: Path) -> None:
+    s = serve(env={"XDG_RUNTIME_DIR": "relative/dir"})
+    assert s.socket == tmp_path / "state" / "dispatch" / f"serve-{s.port}.sock"
+    assert stat.S_IMODE(s.socket.parent.stat().st_mode) == 0o700
+    assert s.unix.get("/api/jobs").status_code == 200
+    assert not (tmp_path / "relative").exists()
+
+
+def test_a_socket_path_too_long_is_refused(tmp_path: Path) -> None:
+    deep = tmp_path / ("x" * 100)
+    deep.mkdir()
+    env = {**cli_env(tmp_path), "XDG_RUNTIME_DIR": str(deep)}
+    done = subprocess.run([sys.executable, "-m", "dispatch.cli", "serve", "--port", "0",
+                           "--no-supervise"], env=env, cwd=tmp_path, text=True,
+                          capture_output=True, timeout=60)
+    assert done.returncode == 2 and "XDG_RUNTIME_DIR" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_team_token_name_is_the_actor(serve: Callable[..., Served], tmp_path: Path) -> None:
     s = serve("--token-file", str(token_file(tmp_path)), token=ANN)
     anon = httpx2.Client(base_url=s.url, timeout=30)
