@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import struct
@@ -35,6 +36,20 @@ def peer_uid(sock: Any) -> int:
     """The uid of the process at the other end of a connected Unix socket."""
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
     return int(_UCRED.unpack(raw)[1])
+
+
+class QuietUvicornWarnings(logging.Filter):
+    """uvicorn's one warning per invalid request, as one rate-limited refusal line."""
+
+    RATE_LIMITED = {"Invalid HTTP request received.": "an invalid HTTP request",
+                    "Unsupported upgrade request.": "an upgrade request (not supported)"}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        said = self.RATE_LIMITED.get(record.getMessage())
+        if said is None:
+            return True
+        REFUSALS.note(said, said)
+        return False
 
 
 class _Waiting:

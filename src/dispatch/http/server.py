@@ -22,7 +22,7 @@ from dispatch.errors import BadInput
 from dispatch.http.app import Server, build_app, make_server
 from dispatch.http.auth import Tokens, is_loopback, load_tokens
 from dispatch.http.listeners import listen
-from dispatch.http.protocol import MAX_CONNECTIONS, GuardedH11Protocol
+from dispatch.http.protocol import MAX_CONNECTIONS, GuardedH11Protocol, QuietUvicornWarnings
 from dispatch.notify import Notifier
 from dispatch.supervision import (
     DEFAULT_LEASE_S,
@@ -159,6 +159,7 @@ def serve(store_url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_P
           f"the socket {listeners.socket_path}) (Ctrl-C stops)", file=sys.stderr, flush=True)
     config = uvicorn.Config(build_app(server), log_level="warning", access_log=False,
                             lifespan="off", http=GuardedH11Protocol, timeout_keep_alive=5)
+    logging.getLogger("uvicorn.error").addFilter(QuietUvicornWarnings())
     # uvicorn re-raises the signal that stopped it once it is done: ours turns SIGTERM into
     # an exception so the loop hands its leases back and the socket and token file go
     # before the process ends by that signal

@@ -92,7 +92,8 @@ def test_a_valid_client_is_answered_while_1100_half_sent_requests_are_held(
     assert "the oldest still waiting for its request" in out
 
 
-def test_a_client_leaving_mid_body_costs_one_line(serve: Callable[..., Served]) -> None:
+def test_a_client_leaving_mid_body_or_sending_garbage_costs_one_line(
+        serve: Callable[..., Served]) -> None:
     s = serve()
     for _ in range(5):
         with socket.create_connection(("127.0.0.1", s.port), timeout=30) as sock:
@@ -101,10 +102,16 @@ def test_a_client_leaving_mid_body_costs_one_line(serve: Callable[..., Served]) 
                          "application/json\r\nContent-Length: 100000\r\n\r\n{\"name\": "
                          .encode())
             time.sleep(0.2)  # the body is being read when the client goes
+    for _ in range(50):  # not HTTP at all: uvicorn answers 400
+        with socket.create_connection(("127.0.0.1", s.port), timeout=30) as sock:
+            sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+            assert sock.recv(100).startswith(b"HTTP/1.1 400")
     out = wait_for_output(s, "a client left before its request body was complete")
+    wait_for_output(s, "refused: an invalid HTTP request")
     time.sleep(1)
     out = s.output()
     assert out.count("left before its request body") == 1, out
+    assert out.lower().count("invalid http request") == 1, out
     assert "Traceback" not in out
     assert s.client.get("/api/jobs", params={"all": "1"}).json() == []
 
