@@ -33,9 +33,10 @@ class Served:
     """One `dispatch serve` process and a client for it."""
 
     def __init__(self, tmp: Path, *extra: str, env: dict[str, str] | None = None,
-                 token: str | None = None, nofile: int | None = None) -> None:
+                 token: str | None = None, nofile: int | None = None,
+                 port: int | None = None) -> None:
         self.tmp = tmp
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = cli_env(tmp)
         self.env.update(env or {})

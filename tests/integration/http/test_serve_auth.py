@@ -178,6 +178,16 @@ def test_stopping_removes_the_token_and_the_socket(serve: Callable[..., Served])
     assert not s.token_file.exists() and not s.socket.exists()
 
 
+def test_a_socket_left_by_a_killed_server_is_replaced(serve: Callable[..., Served]) -> None:
+    first = serve()
+    first.proc.kill()
+    first.proc.wait(30)
+    assert first.socket.exists()  # kill -9 leaves it
+    again = serve(port=first.port)
+    assert again.unix.get("/api/jobs").status_code == 200
+    assert again.start_token != first.start_token
+
+
 def test_without_a_runtime_dir_the_socket_is_in_the_state_dir(
         serve: Callable[..., Served], tmp_path: Path) -> None:
     s = serve(env={"XDG_RUNTIME_DIR": "relative/dir"})
