@@ -163,7 +163,8 @@ def serve(store_url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_P
     # uvicorn re-raises the signal that stopped it once it is done: ours turns SIGTERM into
     # an exception so the loop hands its leases back and the socket and token file go
     # before the process ends by that signal
-    previous = signal.signal(signal.SIGTERM, _raise_stopped)
+    in_main = threading.current_thread() is threading.main_thread()  # where signals go
+    previous = signal.signal(signal.SIGTERM, _raise_stopped) if in_main else None
     try:
         if supervise:
             loop.start()
@@ -173,7 +174,8 @@ def serve(store_url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_P
     else:
         return
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
         if supervise:
             loop.stop()
         listeners.close()
