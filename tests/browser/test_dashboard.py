@@ -1,8 +1,10 @@
 """The dashboard in a real browser: Debian's chromium (never a downloaded one), driven by
 Playwright, against a real `dispatch serve` on a loopback port with real local jobs.
 
-It loads the dashboard, sees a job appear and change state, opens its timeline, presses
-cancel and checks the request is in the job's history. Screenshots go to
+It logs in with the server's per-start token (the form of the login page, or the URL the
+server prints), loads the dashboard, sees a job appear and change state, opens its timeline,
+presses cancel (confirming in the dialog) and checks the request is in the job's history;
+the page runs under the server's Content-Security-Policy without a violation. Screenshots go to
 tests/browser/artifacts/ (git-ignored) for a person to look at.
 """
 
@@ -12,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +22,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -44,21 +47,29 @@ class Server:
         env = dict(os.environ)
         env.update({"DISPATCH_STORE": str(tmp / "record.sqlite3"),
                     "DISPATCH_LOCAL_ROOT": str(self.local),
-                    "XDG_STATE_HOME": str(tmp / "state")})
+                    "XDG_STATE_HOME": str(tmp / "state"),
+                    # a socket path has at most 107 bytes: a short directory for it
+                    "XDG_RUNTIME_DIR": tempfile.mkdtemp(prefix="dxr-", dir="/tmp")})
         self.log = (tmp / "serve.log").open("w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dispatch.cli", "serve", "--port", str(self.port),
              "--poll", "0.3"], env=env, cwd=tmp, stdout=self.log, stderr=subprocess.STDOUT)
-        self.client = httpx2.Client(base_url=self.url, timeout=60)
         deadline = time.monotonic() + 60
         while True:
             assert self.proc.poll() is None, (tmp / "serve.log").read_text()
             try:
-                self.client.get("/")
-                return
+                httpx2.get(self.url + "/login", timeout=5).raise_for_status()
+                break
             except httpx2.TransportError:
                 assert time.monotonic() < deadline, "dispatch serve never answered"
                 time.sleep(0.2)
+        self.token = (tmp / "state" / "dispatch" / f"serve-{self.port}.token").read_text().strip()
+        self.client = httpx2.Client(base_url=self.url, timeout=60,
+                                    headers={"Authorization": f"Bearer {self.token}"})
+
+    def log_in(self, page: Page) -> None:
+        """As a person does: the URL the server printed."""
+        page.goto(self.url + "/login?token=" + self.token)
 
     def submit(self, name: str, body: str, **fields: Any) -> str:
         r = self.client.post("/api/jobs", json={"name": name, "backend": "local",
@@ -105,6 +116,9 @@ def page(browser: Browser) -> Iterator[Page]:
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    # a Content-Security-Policy violation is a console error, not a page error
+    page.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text
+            else None)
     try:
         yield page
     finally:
@@ -118,7 +132,14 @@ def row(page: Page, job: str) -> Any:
 
 def test_a_job_appears_changes_state_shows_its_timeline_and_is_cancelled(
         server: Server, page: Page) -> None:
-    page.goto(server.url + "/")
+    page.goto(server.url + "/")  # no session: the login page
+    expect(page).to_have_url(server.url + "/login")
+    page.fill("#login-token", "not-the-token")
+    page.click("#login-form button")
+    expect(page.locator(".problem")).to_contain_text("not valid")
+    page.fill("#login-token", server.token)
+    page.click("#login-form button")
+    expect(page).to_have_url(server.url + "/")
     expect(page.locator("#empty")).to_be_visible(timeout=WAIT_MS)
 
     job = server.submit("sleepy", SLEEP)
@@ -136,6 +157,18 @@ def test_a_job_appears_changes_state_shows_its_timeline_and_is_cancelled(
     expect(page.locator("#do-resubmit")).to_be_disabled()
     expect(page.locator("#do-cancel")).to_be_enabled()
 
+    asked: list[str] = []
+
+    def dismiss(d: Dialog) -> None:
+        asked.append(d.message)
+        d.dismiss()
+    page.once("dialog", dismiss)  # asked to confirm, and said no: nothing is sent
+    page.locator("#do-cancel").click()
+    expect(page.locator("#action-result")).to_have_text("cancel not sent")
+    assert len(asked) == 1 and job in asked[0] and asked[0].startswith("Cancel")
+    history = server.client.get(f"/api/jobs/{job}/history").json()
+    assert [h for h in history if h["type"] == "CancelRequested"] == []
+    page.once("dialog", lambda d: d.accept())
     page.locator("#do-cancel").click()
     expect(page.locator("#action-result")).to_contain_text("cancel requested",
                                                            timeout=WAIT_MS)
@@ -155,6 +188,7 @@ def test_timeline_of_a_recovered_job_and_the_state_filter(server: Server, page: 
     policy = {"rules": [{"on": ["non-zero-exit"], "action": "resubmit", "budget": 2}]}
     recovered = server.submit("recovered", FAIL_FIRST, policy=policy, nodes=2)
     failed = server.submit("failing", "import sys, time; time.sleep(1); sys.exit(7)")
+    server.log_in(page)
     page.goto(server.url + f"/#{recovered}")
     expect(row(page, recovered).locator(".state")).to_have_text("succeeded", timeout=WAIT_MS)
     expect(row(page, failed).locator(".state")).to_have_text("failed", timeout=WAIT_MS)
@@ -184,7 +218,8 @@ def test_a_held_job_is_resubmitted_from_its_timeline(server: Server, page: Page)
             "if os.environ['DISPATCH_SUBMISSION'] == '1': os.kill(os.getpid(), signal.SIGSEGV)\n"
             "sys.exit(0)\n")
     job = server.submit("held", body, policy={"rules": [{"on": ["unknown"], "action": "hold"}]})
-    page.goto(server.url + "/")
+    server.log_in(page)
+    expect(page).to_have_url(server.url + "/")
     page.evaluate(f"location.hash = '{job}'")  # a link to the job opens its timeline
     expect(page.locator("#detail-state")).to_have_text("held", timeout=WAIT_MS)
     expect(page.locator("#detail-cause")).to_contain_text("SIGSEGV")
@@ -192,7 +227,16 @@ def test_a_held_job_is_resubmitted_from_its_timeline(server: Server, page: Page)
     expect(page.locator("#do-give-up")).to_be_enabled()
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-held.png"), full_page=True)
-    page.locator("#do-resubmit").click()
+    asked: list[str] = []
+
+    def dismiss(d: Dialog) -> None:
+        asked.append(d.message)
+        d.dismiss()
+    page.once("dialog", dismiss)  # give-up is asked twice; no means nothing is sent
+    page.locator("#do-give-up").click()
+    expect(page.locator("#action-result")).to_have_text("give-up not sent")
+    assert len(asked) == 1 and asked[0].startswith("Give up") and job in asked[0]
+    page.locator("#do-resubmit").click()  # resubmit asks nothing
     expect(row(page, job).locator(".state")).to_have_text("succeeded", timeout=WAIT_MS)
     expect(page.locator('#timeline .tl-row[data-submission="2"] .tl-bar')).to_have_attribute(
         "data-cause", "none", timeout=WAIT_MS)

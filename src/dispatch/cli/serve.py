@@ -16,8 +16,8 @@ from dispatch.cli.supervisors import scope_options
               help="Address to bind; a non-loopback one needs --token-file.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8642, show_default=True)
 @click.option("--token-file", type=click.Path(dir_okay=False), default=None,
-              help="Lines name:token (mode 600). Requests need 'Authorization: Bearer "
-                   "TOKEN'; person requests are recorded as the token's name.")
+              help="Lines name:token (mode 600): team tokens, besides the per-start one; "
+                   "person requests are recorded as the token's name.")
 @click.option("--poll", type=SECONDS, default=2.0, show_default=True,
               help="Seconds between supervisor ticks.")
 @click.option("--no-supervise", is_flag=True,
@@ -31,6 +31,10 @@ def serve(host: str, port: int, token_file: str | None, poll: float, no_supervis
           escalation_webhook: str | None, escalation_command: str | None) -> None:
     """Supervise jobs and serve the JSON API, /metrics and the dashboard at http://HOST:PORT/.
 
+    Every TCP request needs a token: the one printed at start as a /login?token= URL (also
+    in the state dir, mode 600) or one from --token-file. This user's programs may use the
+    Unix socket named at start instead (curl --unix-socket PATH http://localhost/api/jobs).
+
     Supervision is ``dispatch supervise``'s: per scope one active supervisor (this process or
     another on the same store), the others hot standbys."""
     from dispatch.http.server import serve as run_server
@@ -38,7 +42,6 @@ def serve(host: str, port: int, token_file: str | None, poll: float, no_supervis
 
     notifier = Notifier(webhook=escalation_webhook,
                         command=shlex.split(escalation_command) if escalation_command else None)
-    click.echo(f"dispatch serve: http://{host}:{port}/ (Ctrl-C stops)", err=True)
     run_server(store_url, host, port, token_file=token_file, poll=poll, notifier=notifier,
                supervise=not no_supervise, scopes=scopes, lease_s=lease_s)
 

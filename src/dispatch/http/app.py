@@ -12,7 +12,10 @@ service, mirroring the Python API.
     GET  /api/supervisors                  who is active for each scope (as ``dispatch
                                            supervisors --json``)
     GET  /metrics                          Prometheus text format
-    GET  /                                 the dashboard
+    GET  /                                 the dashboard (without a session: to /login)
+    GET  /login[?token=T], POST /login     a token for a session cookie (http/login.py)
+
+Who may ask is http/auth.py's and http/guard.py's; the connection limits http/protocol.py's.
 
 Errors are ``{"error": {"code", "exit_code", "message"}}`` (``views.error_json``) with the
 HTTP status of the CLI's exit code: 2 -> 400, 3 -> 404, 4 -> 503, 5 -> 500 (a record store
@@ -37,13 +40,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dispatch.api import follow_logs
 from dispatch.backends.registry import Backends, make_backend
 from dispatch.core.spec import SpecError, parse_spec
 from dispatch.errors import DispatchError
-from dispatch.http.auth import Tokens, is_loopback
+from dispatch.http.auth import Access, Tokens
+from dispatch.http.guard import ACTOR, BODY, Guard
+from dispatch.http.login import login_routes
 from dispatch.http.metrics import RecordCollector, ServeMetrics
 from dispatch.http.timeline import timeline_json
 from dispatch.service import Service
@@ -55,7 +59,7 @@ from dispatch.supervision import supervisors_rows
 log = logging.getLogger("dispatch.http")
 
 HTTP_BY_EXIT = {2: 400, 3: 404, 4: 503, 5: 500, 6: 409}
-MAX_SPEC_BYTES = 1 << 20
+MAX_JSON_DEPTH = 64  # a spec nests a few levels; a deeper body is an attack or a bug
 
 
 class _Internal(DispatchError):
@@ -73,13 +77,15 @@ def error_response(err: DispatchError, message: str | None = None) -> JSONRespon
 
 @dataclass
 class Server:
-    """What every request shares: the store URL, the tokens, the process metrics."""
+    """What every request shares: the store URL, who may ask (http/auth.py), the process
+    metrics."""
 
     store_url: str | None
-    tokens: Tokens
+    access: Access
     metrics: ServeMetrics
     registry: CollectorRegistry
     local_user: str
+    loopback_bind: bool = True
 
     def service(self, actor: str | None = None) -> Service:
         backends = Backends(self.metrics.scheduler.wrap(make_backend))
@@ -87,7 +93,7 @@ class Server:
 
 
 def _actor(request: Request) -> str | None:
-    return request.scope.get("dispatch.actor")
+    return request.scope.get(ACTOR)
 
 
 def _handle(fn: Callable[[Request], Response]) -> Callable[[Request], Response]:
@@ -205,9 +211,12 @@ def build_app(server: Server) -> Starlette:  # noqa: C901 - one small function p
         return Response(html, media_type="text/html; charset=utf-8",
                         headers={"Cache-Control": "no-store"})
 
+    login_page, login_form = login_routes(server.access)
     static = StaticFiles(directory=str(resources.files("dispatch.http").joinpath("static")))
     routes = [
         Route("/", dashboard),
+        Route("/login", login_page, methods=["GET"]),
+        Route("/login", login_form, methods=["POST"]),
         Mount("/static", static, name="static"),
         Route("/metrics", metrics),
         Route("/api/supervisors", supervisors, methods=["GET"]),
@@ -222,90 +231,64 @@ def build_app(server: Server) -> Starlette:  # noqa: C901 - one small function p
         Route("/api/jobs/{job}/give-up", _person("give_up"), methods=["POST"]),
         Route("/api/jobs/{job}/supersede", supersede, methods=["POST"]),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(Guard, tokens=server.tokens)])
+    return Starlette(routes=routes, middleware=[
+        Middleware(Guard, access=server.access, loopback_bind=server.loopback_bind)])
 
 
 def _json_body(request: Request) -> Any:
-    body = request.scope.get("dispatch.body", b"")
+    body = request.scope.get(BODY, b"")
     try:
-        return json.loads(body or b"null")
+        data = json.loads(body or b"null", object_pairs_hook=_unique_keys)
+    except RecursionError:
+        data = None
+        deep = True
+    except _DuplicateKey as err:
+        raise SpecError("<request>", "", str(err)) from None
     except ValueError as err:
         raise SpecError("<request>", "", f"the body is not JSON: {err}") from None
+    else:
+        deep = _depth_over(data, MAX_JSON_DEPTH)
+    if deep:
+        raise SpecError("<request>", "", f"the body nests deeper than {MAX_JSON_DEPTH} levels")
+    return data
 
 
-def make_server(store_url: str | None, tokens: Tokens) -> Server:
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose key appears twice is refused, as in a YAML spec."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(f"the key {key!r} appears twice in one object")
+        out[key] = value
+    return out
+
+
+def _depth_over(data: Any, limit: int) -> bool:
+    """Whether ``data`` nests lists/objects more than ``limit`` deep (without recursion)."""
+    stack = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict)
+                                                  else node))
+    return False
+
+
+def make_server(store_url: str | None, tokens: Tokens, *, loopback_bind: bool = True) -> Server:
     registry = CollectorRegistry(auto_describe=True)
     metrics = ServeMetrics(registry)
-    server = Server(store_url=store_url, tokens=tokens, metrics=metrics, registry=registry,
-                    local_user=whoami())
+    local_user = whoami()
+    server = Server(store_url=store_url, access=Access.new(tokens, local_user),
+                    metrics=metrics, registry=registry, local_user=local_user,
+                    loopback_bind=loopback_bind)
     registry.register(RecordCollector(server.service))
     return server
-
-
-class Guard:
-    """Authentication and the browser checks, before any route (see http/auth.py).
-    Also reads a POST's body (bounded) so the sync endpoints need no event loop."""
-
-    def __init__(self, app: ASGIApp, tokens: Tokens) -> None:
-        self.app = app
-        self.tokens = tokens
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request = Request(scope, receive)
-        refused = self._refuse(request)
-        if refused is not None:
-            await refused(scope, receive, send)
-            return
-        if request.method == "POST":
-            body = b""
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > MAX_SPEC_BYTES:
-                    await JSONResponse(error_json(SpecError("<request>", "", "body too large")),
-                                       status_code=413)(scope, receive, send)
-                    return
-            scope["dispatch.body"] = body
-        await self.app(scope, receive, send)
-
-    def _refuse(self, request: Request) -> Response | None:
-        if self.tokens:
-            who = self.tokens.who(request.headers.get("authorization"))
-            if who is None and request.url.path not in ("/", "/favicon.ico") and \
-                    not request.url.path.startswith("/static/"):
-                return JSONResponse(error_json(_Unauthorized("a bearer token is required")),
-                                    status_code=401,
-                                    headers={"WWW-Authenticate": 'Bearer realm="dispatch"'})
-            request.scope["dispatch.actor"] = who
-        else:
-            host = (request.headers.get("host") or "").rsplit(":", 1)[0]
-            if not is_loopback(host):
-                return JSONResponse(error_json(_Forbidden(
-                    f"host {host!r} is not a loopback name (this server has no tokens)")),
-                    status_code=403)
-        if request.method == "POST":
-            origin = request.headers.get("origin")
-            if origin is not None and origin.split("://", 1)[-1] != request.headers.get("host"):
-                return JSONResponse(error_json(_Forbidden("cross-origin request refused")),
-                                    status_code=403)
-            ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
-            if ctype != "application/json":
-                return JSONResponse(error_json(SpecError(
-                    "<request>", "", "POST bodies are JSON (Content-Type: application/json)")),
-                    status_code=415)
-        return None
-
-
-class _Unauthorized(DispatchError):
-    exit_code = 2
-    error_code = "unauthorized"
-
-
-class _Forbidden(DispatchError):
-    exit_code = 2
-    error_code = "forbidden"
 
 
 __all__ = ["HTTP_BY_EXIT", "Server", "build_app", "make_server"]

@@ -1,19 +1,28 @@
-"""Who may use ``dispatch serve``: bearer tokens from a token file (lines ``name:token``),
-and the checks a server that can start commands needs even on loopback.
+"""Who may use ``dispatch serve``. There is no unauthenticated TCP mode:
 
-The token's name is the actor recorded for the person requests made with it. Without a token
-file (allowed on loopback only) every request is the user who started the server, and the
-server refuses what a web page elsewhere could make a browser send: a Host that is not a
-loopback name (DNS rebinding), a cross-origin POST, a POST that is not JSON.
+- over the Unix socket (http/listeners.py) the kernel tells us the peer's uid and only the
+  server's own uid gets in; its requests act as the server's user;
+- over TCP every request needs a credential: the per-start token (random at each start,
+  printed once as a ``/login?token=`` URL, kept 0600 in the state dir) or a team token from
+  ``--token-file`` (lines ``name:token``), either as ``Authorization: Bearer`` or as the
+  session cookie a login gives a browser. The actor recorded is the token's name, the
+  server's user for the per-start token.
+
+The server also refuses what a web page elsewhere could make a browser send: a Host that is
+not a loopback name on a loopback bind (DNS rebinding), a cross-origin POST, a POST that is
+not JSON (http/guard.py).
 """
 
 from __future__ import annotations
 
+import errno
 import hmac
 import ipaddress
 import os
+import secrets
 import stat
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dispatch.errors import BadInput
@@ -34,46 +43,133 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _bearer(authorization: str | None) -> str | None:
+    if not authorization:
+        return None
+    scheme, _, given = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        return None
+    return given.strip()
+
+
 @dataclass(frozen=True)
 class Tokens:
-    """name -> token; empty means no token file (loopback only)."""
+    """name -> token from a token file; empty without one."""
 
     by_name: dict[str, str]
 
     def __bool__(self) -> bool:
         return bool(self.by_name)
 
-    def who(self, authorization: str | None) -> str | None:
-        """The name whose token the ``Authorization: Bearer`` header carries, else None.
-        Every token is compared in constant time."""
-        if not authorization:
-            return None
-        scheme, _, given = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not given.strip():
-            return None
+    def name_of(self, given: str) -> str | None:
+        """The name whose token ``given`` is, else None. Every token is compared in
+        constant time."""
         found = None
         for name, token in self.by_name.items():
-            if hmac.compare_digest(token.encode(), given.strip().encode()):
+            if hmac.compare_digest(token.encode(), given.encode()):
                 found = name
         return found
 
+    def who(self, authorization: str | None) -> str | None:
+        """The name whose token the ``Authorization: Bearer`` header carries, else None."""
+        given = _bearer(authorization)
+        return None if given is None else self.name_of(given)
+
+
+@dataclass
+class Access:
+    """The credentials of one server start: the per-start token (acting as ``local_user``),
+    the team tokens, and the browser sessions handed out at login (session id -> actor)."""
+
+    start_token: str
+    tokens: Tokens
+    local_user: str
+    cookie_name: str = "dispatch_session"
+    sessions: dict[str, str] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def new(cls, tokens: Tokens, local_user: str) -> Access:
+        return cls(secrets.token_urlsafe(32), tokens, local_user)
+
+    def actor_of_token(self, given: str) -> str | None:
+        """The actor a presented token acts as, else None (compared in constant time)."""
+        name = self.tokens.name_of(given)
+        if hmac.compare_digest(self.start_token.encode(), given.encode()):
+            return self.local_user
+        return name
+
+    def actor_of_bearer(self, authorization: str | None) -> str | None:
+        given = _bearer(authorization)
+        return None if given is None else self.actor_of_token(given)
+
+    def open_session(self, actor: str) -> str:
+        sid = secrets.token_urlsafe(32)
+        with self.lock:
+            self.sessions[sid] = actor
+        return sid
+
+    def actor_of_session(self, sid: str | None) -> str | None:
+        """The actor of a session cookie, every known id compared in constant time."""
+        if not sid:
+            return None
+        found = None
+        with self.lock:
+            known = list(self.sessions.items())
+        for candidate, actor in known:
+            if hmac.compare_digest(candidate.encode(), sid.encode()):
+                found = actor
+        return found
+
+
+def write_secret_file(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` mode 0600, atomically (a temporary file renamed over it),
+    never following a link; the directory is made 0700 if it is missing."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _read_token_file(p: Path) -> bytes:
+    """The bytes of a token file that is ours, a regular file and private. Opened with
+    O_NONBLOCK so that a FIFO cannot hang the start, then checked on the open descriptor."""
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as err:
+        why = "a symbolic link" if err.errno == errno.ELOOP else err.strerror
+        raise TokenFileError(f"token file {p}: cannot open: {why}") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise TokenFileError(f"token file {p}: not a regular file")
+        if st.st_uid != os.getuid():
+            raise TokenFileError(f"token file {p}: owned by uid {st.st_uid}, not by this "
+                                 f"user (uid {os.getuid()})")
+        if st.st_mode & 0o077:
+            raise TokenFileError(f"token file {p}: readable by group or others "
+                                 f"(mode {stat.S_IMODE(st.st_mode):o}); chmod 600 it")
+        os.set_blocking(fh.fileno(), True)
+        return fh.read()
+
 
 def load_tokens(path: str | os.PathLike[str]) -> Tokens:
-    """Read ``name:token`` lines (``#`` comments and blank lines skipped). The file is opened
-    without following a symlink and must not be readable by group or others."""
+    """Read ``name:token`` lines (``#`` comments and blank lines skipped) from a private
+    regular file of this user, opened without following a symlink."""
     p = Path(path)
     try:
-        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as err:
-        raise TokenFileError(f"token file {p}: cannot open: {err.strerror}") from None
-    with os.fdopen(fd, "r", encoding="utf-8") as fh:
-        mode = os.fstat(fh.fileno()).st_mode
-        if not stat.S_ISREG(mode):
-            raise TokenFileError(f"token file {p}: not a regular file")
-        if mode & 0o077:
-            raise TokenFileError(f"token file {p}: readable by group or others "
-                                 f"(mode {stat.S_IMODE(mode):o}); chmod 600 it")
-        text = fh.read()
+        text = _read_token_file(p).decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise TokenFileError(f"token file {p}: not UTF-8 text (byte {err.start})") from None
     by_name: dict[str, str] = {}
     for n, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()

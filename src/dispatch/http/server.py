@@ -10,6 +10,8 @@ for the scopes another holds. Each pass is timed for ``/metrics``. Stopping the 
 from __future__ import annotations
 
 import logging
+import resource
+import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -19,6 +21,8 @@ import uvicorn
 from dispatch.errors import BadInput
 from dispatch.http.app import Server, build_app, make_server
 from dispatch.http.auth import Tokens, is_loopback, load_tokens
+from dispatch.http.listeners import listen
+from dispatch.http.protocol import MAX_CONNECTIONS, GuardedH11Protocol, QuietUvicornWarnings
 from dispatch.notify import Notifier
 from dispatch.supervision import (
     DEFAULT_LEASE_S,
@@ -100,14 +104,30 @@ class SupervisorLoop:
 
 
 def check_bind(host: str, token_file: str | None) -> Tokens:
-    """The tokens to require: none on loopback without a token file; a non-loopback
-    address needs one."""
+    """The team tokens, if any (the per-start token is always accepted): a non-loopback
+    address needs a token file."""
     if token_file is None:
         if not is_loopback(host):
             raise BadInput(f"binding {host} (not a loopback address) needs --token-file "
                            "(lines name:token)")
         return Tokens({})
     return load_tokens(token_file)
+
+
+def raise_open_files_limit(wanted: int = MAX_CONNECTIONS + 1024) -> None:
+    """Room for the connection cap and the record's and backends' files: a process out of
+    descriptors cannot accept, and asyncio logs that with a traceback each time."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft != resource.RLIM_INFINITY:
+        GuardedH11Protocol.max_connections = min(MAX_CONNECTIONS, max(16, soft - 128))
+
+
+def url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def serve(store_url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *,
@@ -117,7 +137,8 @@ def serve(store_url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_P
     tokens = check_bind(host, token_file)
     if not lease_s > 0 or not poll > 0:
         raise BadInput("--lease and --poll must be positive")
-    server = make_server(store_url, tokens)
+    raise_open_files_limit()
+    server = make_server(store_url, tokens, loopback_bind=is_loopback(host))
     # A store that cannot be used (exit 5) or a --scope this machine cannot serve (exit 2)
     # stops us here, before anything listens.
     with server.service() as service:
@@ -129,12 +150,41 @@ def serve(store_url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_P
         print(f"supervising: {', '.join(resolved)} (lease {lease_s:g}s)", file=sys.stderr)
     loop = SupervisorLoop(server, resolved, poll=poll, lease_s=lease_s, notifier=notifier,
                           unresolved=unresolved)
-    config = uvicorn.Config(build_app(server), host=host, port=port, log_level="warning",
-                            access_log=False, lifespan="off")
-    if supervise:
-        loop.start()
+    listeners = listen(host, port, server.access.start_token)
+    # cookies do not keep ports apart: each server's session cookie has its own name
+    server.access.cookie_name = f"dispatch_session_{listeners.port}"
+    print(f"dispatch serve: http://{url_host(host)}:{listeners.port}/login?token="
+          f"{server.access.start_token}\n"
+          f"  (the token is also in {listeners.token_path}; this user's programs may use "
+          f"the socket {listeners.socket_path}) (Ctrl-C stops)", file=sys.stderr, flush=True)
+    config = uvicorn.Config(build_app(server), log_level="warning", access_log=False,
+                            lifespan="off", http=GuardedH11Protocol, timeout_keep_alive=5)
+    logging.getLogger("uvicorn.error").addFilter(QuietUvicornWarnings())
+    # uvicorn re-raises the signal that stopped it once it is done: ours turns SIGTERM into
+    # an exception so the loop hands its leases back and the socket and token file go
+    # before the process ends by that signal
+    in_main = threading.current_thread() is threading.main_thread()  # where signals go
+    previous = signal.signal(signal.SIGTERM, _raise_stopped) if in_main else None
     try:
-        uvicorn.Server(config).run()
+        if supervise:
+            loop.start()
+        uvicorn.Server(config).run(sockets=[listeners.tcp, listeners.unix])
+    except _Stopped:
+        pass
+    else:
+        return
     finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
         if supervise:
             loop.stop()
+        listeners.close()
+    signal.raise_signal(signal.SIGTERM)
+
+
+class _Stopped(BaseException):
+    """SIGTERM arrived: stop serving (not an error)."""
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise _Stopped

@@ -8,7 +8,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx2
 from serve_harness import Served, cli, spec
 
 FAIL_FIRST = ("import os, sys\n"
@@ -173,4 +172,4 @@ def test_cli_client_and_server_share_the_record(serve: Callable[..., Served],
     job = json.loads(done.stdout)["job"]
     assert s.wait_for(job, lambda st: st["settled"])["state"] == "succeeded"
     assert sys.executable  # the node ran this interpreter
-    assert isinstance(httpx2.get(s.url + "/metrics").text, str)
+    assert s.client.get("/metrics").status_code == 200

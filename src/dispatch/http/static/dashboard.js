@@ -13,7 +13,6 @@ const CAUSE_COLOURS = {
 };
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 
-let token = sessionStorage.getItem("dispatch-token") || "";
 let selected = null;
 let timer = null;
 
@@ -30,16 +29,16 @@ function el(tag, attrs, text) {
 }
 
 async function api(path, options) {
-  const opts = Object.assign({ headers: {} }, options || {});
-  if (token) opts.headers["Authorization"] = "Bearer " + token;
+  // the session cookie (HttpOnly, SameSite=Strict) rides along by itself
+  const opts = Object.assign({ headers: {}, credentials: "same-origin" }, options || {});
   if (opts.method === "POST") {
     opts.headers["Content-Type"] = "application/json";
     opts.body = opts.body || "{}";
   }
   const resp = await fetch(path, opts);
   if (resp.status === 401) {
-    $("token-form").hidden = false;
-    throw new Error("this server needs a bearer token");
+    location.assign("/login");  // the session is gone (the server restarted): log in again
+    throw new Error("not logged in");
   }
   const body = await resp.json();
   if (!resp.ok && body && body.error) {
@@ -233,9 +232,19 @@ function drawTimeline(tl) {
   }
 }
 
+// the requests that end a job or its hold are asked twice
+const CONFIRM = {
+  "cancel": "Cancel job {job}? Its processes are stopped and it ends cancelled.",
+  "give-up": "Give up on held job {job}? It is not resubmitted: it ends here.",
+};
+
 async function act(action) {
   if (!selected) return;
   const out = $("action-result");
+  if (CONFIRM[action] && !window.confirm(CONFIRM[action].replace("{job}", selected))) {
+    out.textContent = action + " not sent";
+    return;
+  }
   try {
     await api("/api/jobs/" + encodeURIComponent(selected) + "/" + action, { method: "POST" });
     out.textContent = action + " requested; the supervisor carries it out";
@@ -262,13 +271,6 @@ function start() {
     b.addEventListener("click", () => act(b.dataset.action));
   }
   $("state-filter").addEventListener("change", tick);
-  $("token-form").addEventListener("submit", (ev) => {
-    ev.preventDefault();
-    token = $("token").value.trim();
-    sessionStorage.setItem("dispatch-token", token);
-    $("token-form").hidden = true;
-    tick();
-  });
   const fromHash = decodeURIComponent(location.hash.slice(1));
   if (fromHash) selected = fromHash;
   window.addEventListener("hashchange", () => {
