@@ -110,6 +110,16 @@ def test_history_is_one_line_per_event_with_the_controls_visible(env: dict[str, 
     assert "look here\\x07\\nsecond line\\x1b[31m" in lines[3]
 
 
+def test_an_error_message_shows_the_controls_made_visible(env: dict[str, str],
+                                                          job: str) -> None:
+    """An error names what it was given (here a job that does not exist) or what a scheduler
+    said: on the terminal, made visible."""
+    code, out, err = invoke(env, "status", "nojob\x1b]0;pwned\x07\r")
+    assert code == 3
+    no_raw_controls(err)
+    assert "no such job: nojob\\x1b]0;pwned\\x07\\r" in err
+
+
 def test_json_keeps_the_words_verbatim(env: dict[str, str], job: str) -> None:
     """--json is for programs: the words exactly as recorded (JSON escapes them itself)."""
     code, out, _ = invoke(env, "status", job, "--json")

@@ -1,4 +1,4 @@
-"""Issue 21 item 4 over HTTP: the API shows env names, never values, and refuses
+"""Issue 21 items 4 and 17 over HTTP: the API shows env names, never values, and refuses
 env_from_host (a request does not carry the submitter's environment, and the server's own is
 not the submitter's)."""
 
@@ -29,4 +29,21 @@ def test_env_from_host_is_refused_over_http(serve: Callable[..., Served]) -> Non
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["code"] == "bad-input" and "env_from_host" in error["message"]
+    assert s.client.get("/api/jobs", params={"all": "1"}).json() == []
+
+
+def test_a_lone_surrogate_in_a_request_is_400_not_500(serve: Callable[..., Served]) -> None:
+    """Issue 21 item 17 over HTTP: JSON may spell a lone surrogate (\\ud800); it is refused
+    at validation, naming the field, and nothing is recorded."""
+    s = serve()
+    for body, where in ((b'{"name": "a\\ud800", "command": ["true"]}', "name"),
+                        (b'{"name": "a", "command": ["echo", "\\udc80"]}', "command[1]"),
+                        (b'{"name": "a", "command": ["true"], "env": {"A": "\\ud800"}}',
+                         "env.A")):
+        r = s.client.post("/api/jobs", content=body,
+                          headers={"Content-Type": "application/json"})
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["code"] == "bad-input" and f"{where}: holds a lone surrogate" in error[
+            "message"]
     assert s.client.get("/api/jobs", params={"all": "1"}).json() == []
