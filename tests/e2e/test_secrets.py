@@ -237,3 +237,35 @@ def test_the_slurm_batch_script_is_readable_by_its_owner_only(open_tree: Path) -
     nobody_cannot_read(script_path)
     # sbatch reads it as the submitting user: the owner still can
     assert SECRET in script_path.read_text()
+
+
+def test_the_secrets_directories_are_private_and_never_links(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    state = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    root = state / "dispatch" / "secrets"
+    root.mkdir(parents=True, mode=0o755)
+    root.chmod(0o755)  # made by hand, open: tightened
+    path = hostenv.save("j1", {"HF_TOKEN": SECRET})
+    assert mode(root) == 0o700 and mode(path.parent) == 0o700 and mode(path) == 0o600
+    assert hostenv.load("j1", ["HF_TOKEN"]) == {"HF_TOKEN": SECRET}
+    hostenv.forget("j1")
+    assert not path.parent.exists()
+    with pytest.raises(hostenv.HostEnvUnavailable, match="cannot be read"):
+        hostenv.load("j1", ["HF_TOKEN"])
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (root / "j2").symlink_to(elsewhere)  # a planted link is refused, never followed
+    with pytest.raises(hostenv.HostEnvUnavailable, match="not a directory"):
+        hostenv.save("j2", {"HF_TOKEN": SECRET})
+    assert not list(elsewhere.iterdir())
+
+    theirs = root / "j3"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 65534, 65534)  # another user's directory is refused
+    with pytest.raises(hostenv.HostEnvUnavailable, match="belongs to uid 65534"):
+        hostenv.save("j3", {"HF_TOKEN": SECRET})
+    for bad in ("", "..", "a/b"):
+        with pytest.raises(hostenv.HostEnvUnavailable):
+            hostenv.job_dir(bad)
