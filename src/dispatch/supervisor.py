@@ -173,6 +173,8 @@ class Supervisor:
                 elif isinstance(d, dc.Commit):
                     log.info("job %s (%s) committed %s: %s", job.id, job.name, d.state.value,
                              d.cause.kind.value)
+                    if job.spec.env_from_host and d.state.terminal:
+                        _forget_host_env(job.id)
             except SchedulerUnreachable as err:
                 # The intent stays in the record; the next tick carries it out (idempotent).
                 report.unreachable.append(str(err))
@@ -239,7 +241,20 @@ class Supervisor:
 
     def _submit(self, job: Job, number: int, token: str, gated: bool, backend: Backend,
                 exclude_nodes: tuple[str, ...] = ()) -> None:
-        submission = Submission(job_id=job.id, number=number, token=token, spec=job.spec,
+        spec = job.spec
+        try:
+            if spec.env_from_host:  # kept beside the record at submission, never in it
+                from dispatch import hostenv
+
+                values = hostenv.load(job.id, spec.env_from_host)
+                spec = msgspec.structs.replace(spec, env={**spec.env, **values})
+        except DispatchError as err:
+            cause = Cause(kind=CauseKind.LAUNCH_FAILED, provenance=Provenance.SCHEDULER,
+                          note=str(err), at=self.clock())
+            self._append_fact(job.id, lambda seq, now: ev.SubmissionRejected(
+                seq=seq, at=now, submission=number, cause=cause))
+            return
+        submission = Submission(job_id=job.id, number=number, token=token, spec=spec,
                                 gated=gated, exclude_nodes=exclude_nodes)
         try:
             ref = backend.submit(submission)
@@ -278,6 +293,17 @@ class Supervisor:
 # Decisions carried out on the scheduler: not made while the backend cannot be used.
 _NEEDS_BACKEND = (dc.Submit, dc.RetrySubmit, dc.Stop, dc.StopDuplicate, dc.CancelObject,
                   dc.OpenGate)
+
+
+def _forget_host_env(job_id: str) -> None:
+    """The job is finished: its env_from_host values are needed no more (a supersede reads
+    them again from its own environment)."""
+    from dispatch import hostenv
+
+    try:
+        hostenv.forget(job_id)
+    except (OSError, DispatchError) as err:
+        log.warning("job %s: cannot remove its env_from_host values: %s", job_id, err)
 
 
 def _gate_opened(d: dc.OpenGate) -> Callable[[int, datetime], ev.Event]:

@@ -62,7 +62,9 @@ def fail(e: DispatchError, *, as_json: bool = False) -> None:
         from dispatch.service.views import error_json
 
         click.echo(json.dumps(error_json(e, message), indent=2))
-    click.echo(f"error: {message}", err=True)
+    from dispatch.cli.render import visible  # a scheduler's words may be in the message
+
+    click.echo(f"error: {visible(message, newlines=True)}", err=True)
     sys.exit(e.exit_code)
 
 

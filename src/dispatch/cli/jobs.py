@@ -148,7 +148,7 @@ def run(spec_path: Path, poll: float, with_logs: bool, store_url: str | None, as
         notifier.close()
         if not as_json:
             for e, text in service.history(job_id):
-                click.echo(f"{e.at:%H:%M:%S}  #{e.seq:<3} {text}", err=with_logs)
+                click.echo(render.history_line(e, text, "%H:%M:%S"), err=with_logs)
         if with_logs:
             for line in render.status_lines(service.view(job_id)):
                 render.err().print(line.text())
@@ -217,7 +217,8 @@ def _run_live(sup: Supervision, scope: str, service: Service, job_id: str,
         def on_tick(reports: dict[str, TickReport]) -> None:
             say_standby(reports)
             s = service.view(job_id).status
-            line = f"{s.state.value} {cause_text(s.cause)}" if s else "record unusable"
+            line = (f"{s.state.value} {render.visible(cause_text(s.cause))}" if s
+                    else "record unusable")
             if not quiet and (not last or last[-1] != line):
                 click.echo(f"{utcnow():%H:%M:%S} {job_id} {line}", err=to_err)
                 last.append(line)
@@ -322,7 +323,7 @@ def history(job: str, store_url: str | None, as_json: bool) -> None:
         emit_json(history_json(lines))
         return
     for e, text in lines:
-        click.echo(f"{e.at:%Y-%m-%d %H:%M:%S}  #{e.seq:<3} {text}")
+        click.echo(render.history_line(e, text))
 
 
 def _request(what: str, job: str, store_url: str | None, as_json: bool) -> None:

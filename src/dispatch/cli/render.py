@@ -11,11 +11,13 @@ from __future__ import annotations
 import builtins
 import functools
 import os
+import re
 import sys
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, NamedTuple
 
+from dispatch.core import events as ev
 from dispatch.core.model import State
 from dispatch.service.views import SCHEDULER_OK, JobView, cause_text
 
@@ -33,6 +35,34 @@ STATE_STYLE = {
 # What rich.text.Text drops from every string (rich.control.STRIP_CONTROL_CODES): bell,
 # backspace, vertical tab, form feed, carriage return.
 _STRIP = {code: None for code in (7, 8, 11, 12, 13)}
+
+
+# Characters a terminal acts on instead of printing: C0 controls (ESC starts a sequence that
+# can retitle or clear the terminal, CR and BS overwrite what is shown), DEL, C1 controls
+# (U+009B is a one-character CSI) and lone surrogates (no terminal encoding can write them).
+# Tab only moves the cursor forward and is kept.
+_ACTIVE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff]")
+_ACTIVE_BUT_NEWLINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_SHOWN = {"\n": "\\n", "\r": "\\r", "\x1b": "\\x1b"}
+
+
+def _show(m: re.Match[str]) -> str:
+    c = m.group()
+    return _SHOWN.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def visible(text: str, *, newlines: bool = False) -> str:
+    """``text`` from a person, a scheduler or an application with every character a terminal
+    would act on shown as its escape (ESC as ``\\x1b``, CR as ``\\r``); with ``newlines``,
+    newlines are kept (for the callers that indent what follows them). Every name and word
+    the CLI prints goes through here: the record may hold anything a scheduler said."""
+    pattern = _ACTIVE_BUT_NEWLINE if newlines else _ACTIVE
+    return pattern.sub(_show, text) if pattern.search(text) else text
+
+
+def history_line(e: ev.Event, text: str, when: str = "%Y-%m-%d %H:%M:%S") -> str:
+    """One line of ``dispatch history`` (and of ``run``'s closing story): always one line."""
+    return f"{e.at.strftime(when)}  #{e.seq:<3} {visible(text)}"
 
 
 @functools.cache
@@ -127,8 +157,9 @@ def table(rows: Sequence[JobView], now: datetime) -> Table:
     from rich.table import Table
     from rich.text import Text
 
-    problems = sorted({f"{v.status.backend if v.status else v.job}: scheduler {v.scheduler}: "
-                       f"{v.problem}" for v in rows if v.scheduler != SCHEDULER_OK})
+    problems = sorted({visible(f"{v.status.backend if v.status else v.job}: scheduler "
+                               f"{v.scheduler}: {v.problem}")
+                       for v in rows if v.scheduler != SCHEDULER_OK})
     forecasts = any(v.status is not None and v.status.forecast is not None for v in rows)
     caption = [f"! {p}" for p in problems]
     if forecasts:
@@ -142,12 +173,13 @@ def table(rows: Sequence[JobView], now: datetime) -> Table:
         s = v.status
         extra = [Text(forecast_text(v), style="italic")] if forecasts else []
         if s is None:
-            t.add_row(Text(v.job), Text("?"), state_text(v), Text(v.problem), "-", "-", "-",
-                      *extra)
+            t.add_row(Text(visible(v.job)), Text("?"), state_text(v), Text(visible(v.problem)),
+                      "-", "-", "-", *extra)
             continue
         used = ", ".join(f"{k}={n}" for k, n in s.budget_used.items() if n) or "-"
-        t.add_row(Text(s.job), Text(s.name), state_text(v), Text(cause_text(s.cause)),
-                  str(s.submissions), used, age(s.created_at, now), *extra)
+        t.add_row(Text(visible(s.job)), Text(visible(s.name)), state_text(v),
+                  Text(visible(cause_text(s.cause))), str(s.submissions), used,
+                  age(s.created_at, now), *extra)
     return t
 
 
@@ -164,29 +196,41 @@ def print_status(view: JobView) -> None:
 
 
 def status_lines(view: JobView) -> list[Line]:
+    """The status as lines, every name and word made visible (``visible``); a scheduler's
+    detail, a note or an escalation that spans lines goes on indented lines of its own."""
     s = view.status
     if s is None:
-        return [line(f"{view.job}: {view.problem}", "bold red")]
+        return [line(visible(f"{view.job}: {view.problem}"), "bold red")]
     lines: list[Line] = []
     if view.scheduler != SCHEDULER_OK:
-        lines.append(line(f"scheduler: {view.scheduler}: {view.problem}; the state below is "
-                          "the record's last committed one", "red"))
-    lines.append(Line(((s.job, "bold"), f" {s.name}: ", (s.state.value, STATE_STYLE[s.state]),
-                       f"  cause: {cause_text(s.cause)}")))
+        lines.append(line(visible(f"scheduler: {view.scheduler}: {view.problem}; the state "
+                                  "below is the record's last committed one"), "red"))
+    lines.append(Line(((visible(s.job), "bold"), f" {visible(s.name)}: ",
+                       (s.state.value, STATE_STYLE[s.state]),
+                       f"  cause: {visible(cause_text(s.cause))}")))
     if s.cause is not None:
-        lines.append(line(f"  provenance: {s.cause.provenance.value}"
-                          + (f"  detail: {s.cause.detail}" if s.cause.detail else "")
-                          + (f"  note: {s.cause.note}" if s.cause.note else "")))
+        lines += _indented(f"  provenance: {s.cause.provenance.value}"
+                           + (f"  detail: {s.cause.detail}" if s.cause.detail else "")
+                           + (f"  note: {s.cause.note}" if s.cause.note else ""))
     if s.forecast is not None:
-        lines.append(line(f"  forecast (not yet committed): {s.forecast.state.value}, "
-                          f"cause {cause_text(s.forecast.cause)}", "italic"))
-    lines.append(line(f"  level: {s.level.value}  submissions: {s.submissions}  objects: "
-                      f"{', '.join(s.objects) or '-'}  scope: {s.scope or s.backend}"))
+        lines.append(line(visible(f"  forecast (not yet committed): {s.forecast.state.value}, "
+                                  f"cause {cause_text(s.forecast.cause)}"), "italic"))
+    lines.append(line(visible(f"  level: {s.level.value}  submissions: {s.submissions}  "
+                              f"objects: {', '.join(s.objects) or '-'}  scope: "
+                              f"{s.scope or s.backend}")))
     for x in s.escalations:
-        lines.append(Line((("  escalation", "red"), f" {x.at:%Y-%m-%d %H:%M:%S} {x.message}")))
-    lines += [line(f"  segment unavailable: {seg}") for seg in s.segments]
+        first, *rest = _indented(f" {x.at:%Y-%m-%d %H:%M:%S} {x.message}")
+        lines.append(Line((("  escalation", "red"), first.plain)))
+        lines += rest
+    lines += [line(visible(f"  segment unavailable: {seg}")) for seg in s.segments]
     if s.supersedes:
-        lines.append(line(f"  supersedes {s.supersedes}"))
+        lines.append(line(visible(f"  supersedes {s.supersedes}")))
     if s.superseded_by:
-        lines.append(line(f"  superseded by {s.superseded_by}"))
+        lines.append(line(visible(f"  superseded by {s.superseded_by}")))
     return lines
+
+
+def _indented(text: str) -> list[Line]:
+    """``text`` made visible, its newlines kept as lines of their own, indented under it."""
+    first, *rest = visible(text, newlines=True).split("\n")
+    return [line(first)] + [line(f"      {more}") for more in rest]

@@ -33,6 +33,15 @@ MAX_DURATION_S = 366 * 86_400
 MAX_SIZE_BYTES = 1024**5  # 1 PiB per node
 MAX_DIGITS = 20
 
+# A portable environment variable name (POSIX): what env_from_host may name.
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# C0 controls, DEL and C1 controls: a terminal acts on them (ESC starts a sequence that can
+# retitle or clear the terminal, CR forges a line), so a name may not hold one.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# A lone UTF-16 surrogate: a Python str may hold one, no UTF-8 encoder (the record, JSON,
+# argv, a file) can write it.
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
 _DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)?\s*$")
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 
@@ -93,6 +102,9 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     segment_health: SegmentHealthSpec | None = None
     workdir: str | None = None
     env: dict[str, str] = {}
+    # Names of variables whose values are read from the submitter's environment at submission
+    # and kept beside the record, never in it (dispatch.hostenv): the record holds the names.
+    env_from_host: tuple[str, ...] = ()
     local: dict[str, Any] = {}
     slurm: dict[str, Any] = {}
     kubeflow: dict[str, Any] = {}
@@ -169,9 +181,42 @@ def _join(prefix: str, where: str) -> str:
     return f"{prefix}.{where}" if not where.startswith("[") else f"{prefix}{where}"
 
 
+def _surrogate_at(data: Any, where: str) -> str | None:
+    """The place of the first string (a value or a mapping key) holding a lone surrogate."""
+    if isinstance(data, str):
+        return where if _SURROGATE.search(data) else None
+    if isinstance(data, dict):
+        for key, value in data.items():
+            place = f"{where}.{key}" if where else str(key)
+            if isinstance(key, str) and _SURROGATE.search(key):
+                return f"{where}.{key!r}" if where else repr(key)
+            found = _surrogate_at(value, place)
+            if found is not None:
+                return found
+        return None
+    if isinstance(data, (list, tuple)):
+        for i, value in enumerate(data):
+            found = _surrogate_at(value, f"{where}[{i}]")
+            if found is not None:
+                return found
+    return None
+
+
+def check_text(data: Any, source: str = "<spec>") -> None:
+    """Refuse a spec (as parsed data, or a JobSpec) holding a string no encoder can write: a
+    lone surrogate in any value or key, found before anything is recorded or sent."""
+    if isinstance(data, msgspec.Struct):
+        data = msgspec.to_builtins(data)
+    where = _surrogate_at(data, "")
+    if where is not None:
+        raise SpecError(source, where or "(top)", "holds a lone surrogate (\\ud800-\\udfff): "
+                        "not text that can be written as UTF-8")
+
+
 def parse_spec(data: Any, source: str = "<spec>") -> JobSpec:
     if not isinstance(data, dict):
         raise SpecError(source, "(top)", "a job spec is a mapping")
+    check_text(data, source)
     unknown = sorted(str(k) for k in data if k not in _SPEC_KEYS)
     if unknown:
         raise SpecError(
@@ -193,6 +238,14 @@ def parse_spec(data: Any, source: str = "<spec>") -> JobSpec:
         where, message = _msgspec_where(err)
         raise SpecError(source, where, message) from None
     spec = msgspec.structs.replace(spec, policy=policy)
+    check_spec(spec, source)
+    return spec
+
+
+def check_spec(spec: JobSpec, source: str = "<spec>") -> None:
+    """What every spec must hold beyond its types, whether it came from a file, a request or
+    a ``JobSpec`` made in Python: refused with a SpecError naming the key."""
+    check_text(spec, source)
     if spec.backend not in BACKENDS:
         known = ", ".join(BACKENDS)
         raise SpecError(source, "backend", f"unknown backend {spec.backend!r} ({known})")
@@ -206,14 +259,19 @@ def parse_spec(data: Any, source: str = "<spec>") -> JobSpec:
         if "\x00" in arg:
             raise SpecError(source, f"command[{i}]", "holds a NUL byte (no argv can carry it)")
     for key, value in spec.env.items():
-        if not key or "=" in key or "\x00" in key:
+        if not key or "=" in key or _CONTROL.search(key):
             raise SpecError(source, f"env.{key!r}", "an environment variable name may not be "
-                            "empty or hold '=' or a NUL byte")
+                            "empty or hold '=' or a control character")
         if "\x00" in value:
             raise SpecError(source, f"env.{key}", "holds a NUL byte (no environment can carry "
                             "it)")
+    _check_env_from_host(spec, source)
     if "\x00" in spec.name or "\n" in spec.name:
         raise SpecError(source, "name", "must be one line without NUL bytes")
+    control = _CONTROL.search(spec.name)
+    if control:
+        raise SpecError(source, "name", f"holds the control character "
+                        f"U+{ord(control.group()):04X} (a terminal would act on it)")
     if spec.segment_health is not None:
         if spec.backend != "slurm":
             raise SpecError(source, "segment_health",
@@ -225,4 +283,18 @@ def parse_spec(data: Any, source: str = "<spec>") -> JobSpec:
             raise SpecError(
                 source, "segment_health.launcher", "must be none, ft_launcher or torchrun"
             )
-    return spec
+
+
+def _check_env_from_host(spec: JobSpec, source: str) -> None:
+    seen: set[str] = set()
+    for i, name in enumerate(spec.env_from_host):
+        where = f"env_from_host[{i}]"
+        if not _ENV_NAME.match(name):
+            raise SpecError(source, where, f"{name!r} is not an environment variable name "
+                            "(letters, digits and _, not starting with a digit)")
+        if name in seen:
+            raise SpecError(source, where, f"names {name} twice")
+        if name in spec.env:
+            raise SpecError(source, where, f"{name} is also in env: a variable takes its value "
+                            "from one place")
+        seen.add(name)

@@ -179,6 +179,10 @@ def build_app(server: Server) -> Starlette:  # noqa: C901 - one small function p
     @_handle
     def create_job(request: Request) -> Response:
         spec = parse_spec(_json_body(request), "<request>")
+        if spec.env_from_host:  # the server's environment is not the client's
+            raise SpecError("<request>", "env_from_host", "takes values from the submitting "
+                            "process's environment, which a request does not carry: submit "
+                            "with the CLI or the Python API")
         with server.service(_actor(request)) as service:
             job_id = service.submit(spec)
             return JSONResponse(status_json(service.view(job_id)), status_code=201)

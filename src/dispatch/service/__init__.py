@@ -9,7 +9,7 @@ job (``submit``, ``supersede``) records it and makes its first submission.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -20,7 +20,7 @@ from dispatch.clock import Clock, utcnow
 from dispatch.core.model import Status, token_for
 from dispatch.core.policy import Plan
 from dispatch.core.record import Job, fold
-from dispatch.core.spec import JobSpec, SpecError
+from dispatch.core.spec import JobSpec, SpecError, check_spec
 from dispatch.core.status import project
 from dispatch.errors import NotFound
 from dispatch.service import requests
@@ -51,6 +51,7 @@ def prepare(spec: JobSpec, backends: Backends, *, ready: bool = True,
     """The spec as it will be recorded, validated by its backend, and its plan on that
     backend; with ``ready``, also refused when the backend cannot be used from here. Nothing
     is recorded, no scheduler is asked. ``source`` names the spec in errors (its file)."""
+    check_spec(spec, source)  # a JobSpec made in Python gets the checks a file gets
     if spec.workdir is None:
         # Relative paths in the command mean what they meant where the job was submitted.
         spec = msgspec.structs.replace(spec, workdir=os.getcwd())
@@ -66,12 +67,19 @@ def prepare(spec: JobSpec, backends: Backends, *, ready: bool = True,
     return spec, Plan(policy=spec.policy, declarations=backend.declarations())
 
 
-def dry_run_of(spec: JobSpec, backends: Backends, source: str = "<spec>") -> DryRun:
+def dry_run_of(spec: JobSpec, backends: Backends, source: str = "<spec>",
+               environ: Mapping[str, str] | None = None) -> DryRun:
     """What the first submission would send to the scheduler; nothing recorded or sent."""
+    from dispatch import hostenv
     from dispatch.backends.base import Submission
 
     spec, _ = prepare(spec, backends, ready=False, source=source)
-    sub = Submission(job_id="DRYRUN", number=1, token=token_for("DRYRUN", 1), spec=spec)
+    # A dry run checks that every env_from_host variable is set, and shows a placeholder,
+    # never the value (its output goes to terminals, logs and CI transcripts).
+    hostenv.read_from(os.environ if environ is None else environ, spec.env_from_host, source)
+    shown = msgspec.structs.replace(spec, env={
+        **spec.env, **dict.fromkeys(spec.env_from_host, hostenv.PLACEHOLDER)})
+    sub = Submission(job_id="DRYRUN", number=1, token=token_for("DRYRUN", 1), spec=shown)
     return backends(spec.backend).dry_run(sub)
 
 
@@ -191,30 +199,62 @@ class Service:
         """What the first submission would send to the scheduler; nothing is recorded."""
         return dry_run_of(spec, self.backends, source)
 
-    def create(self, spec: JobSpec, source: str = "<spec>") -> str:
-        """Validate and record the job; no submission yet (a supervisor makes it)."""
+    def create(self, spec: JobSpec, source: str = "<spec>", *,
+               environ: Mapping[str, str] | None = None) -> str:
+        """Validate and record the job; no submission yet (a supervisor makes it).
+
+        ``env_from_host`` values are read from ``environ`` (default: this process's
+        environment) and kept beside the record (dispatch.hostenv) before the job is
+        recorded, so no supervisor ever sees the job without them."""
+        from dispatch import hostenv
         from dispatch.supervision import scope_at_submit  # the cluster, asked once
 
         spec, plan = self.prepare(spec, source)
+        values = hostenv.read_from(os.environ if environ is None else environ,
+                                   spec.env_from_host, source)
         scope = scope_at_submit(spec.backend, self.backends(spec.backend))
-        return requests.create_job(self.store, spec, plan.declarations, self.clock(),
-                                   actor=self.actor, scope=scope)
+        job_id = requests.new_job_id()
+        if values:
+            hostenv.save(job_id, values)
+        try:
+            return requests.create_job(self.store, spec, plan.declarations, self.clock(),
+                                       actor=self.actor, scope=scope, job_id=job_id)
+        except BaseException:
+            if values:
+                hostenv.forget(job_id)
+            raise
 
     def submit(self, spec: JobSpec, source: str = "<spec>", *,
-               notifier: Notifier | None = None) -> str:
+               notifier: Notifier | None = None,
+               environ: Mapping[str, str] | None = None) -> str:
         """Record the job and make its first submission (an escalation that tick raises,
         such as a rejected submission, goes to ``notifier``)."""
-        job_id = self.create(spec, source)
+        job_id = self.create(spec, source, environ=environ)
         self.supervisor(notifier=notifier).tick([job_id])
         return job_id
 
-    def supersede(self, job: str, *, notifier: Notifier | None = None) -> str:
+    def supersede(self, job: str, *, notifier: Notifier | None = None,
+                  environ: Mapping[str, str] | None = None) -> str:
         """Run a finished job again: exactly one new job that names the old one, submitted
-        (escalations of that first tick go to ``notifier``)."""
+        (escalations of that first tick go to ``notifier``). Its ``env_from_host`` values
+        are read again, from ``environ`` (default: this process's environment)."""
+        from dispatch import hostenv
+
         job_id = self.resolve(job)
         old = fold(self.store.read(job_id), self.clock())
         declarations = self.backends(old.spec.backend).declarations()
-        new_id = requests.supersede(self.store, job_id, self.clock(), self.actor, declarations)
+        values = hostenv.read_from(os.environ if environ is None else environ,
+                                   old.spec.env_from_host, f"job {job_id}")
+        new_id = requests.new_job_id()
+        if values:
+            hostenv.save(new_id, values)
+        try:
+            requests.supersede(self.store, job_id, self.clock(), self.actor, declarations,
+                               new_id=new_id)
+        except BaseException:
+            if values:
+                hostenv.forget(new_id)
+            raise
         self.supervisor(notifier=notifier).tick([new_id])
         return new_id
 

@@ -100,13 +100,13 @@ def give_up(store: RecordStore, job_id: str, now: datetime, actor: str) -> Job:
 
 
 def supersede(store: RecordStore, job_id: str, now: datetime, actor: str,
-              declarations: Declarations) -> str:
+              declarations: Declarations, *, new_id: str | None = None) -> str:
     """S7: running a finished job again is a new job that names the old one.
 
     The new job and the old job's Superseded event are written in one transaction, and the
     store keeps one successor per job: of two concurrent supersedes one wins and the other
     creates nothing (JobAlreadySuperseded naming the winner)."""
-    new_id = new_job_id()
+    new_id = new_id or new_job_id()
     for _ in range(10):
         old = fold(store.read(job_id), now)
         if old.outcome is None:

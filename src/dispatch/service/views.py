@@ -91,9 +91,23 @@ def status_json(view: JobView) -> dict[str, Any]:
     }
 
 
+# What every front end shows in place of an env value: the names are shown, never the values
+# (a secret in a spec's env would otherwise reach every reader of the API or a CI log).
+HIDDEN = "<hidden>"
+
+
+def event_json(e: ev.Event) -> dict[str, Any]:
+    """An event as JSON for a front end: the spec's env values hidden, its names kept."""
+    doc: dict[str, Any] = to_builtins(e)
+    spec = doc.get("spec")
+    if isinstance(spec, dict) and isinstance(spec.get("env"), dict):
+        doc["spec"] = {**spec, "env": dict.fromkeys(spec["env"], HIDDEN)}
+    return doc
+
+
 def history_json(lines: Sequence[tuple[ev.Event, str]]) -> list[dict[str, Any]]:
     return [{"seq": e.seq, "at": e.at.isoformat(), "type": type(e).__name__,
-             "event": to_builtins(e), "text": text} for e, text in lines]
+             "event": event_json(e), "text": text} for e, text in lines]
 
 
 def error_json(err: DispatchError, message: str | None = None) -> dict[str, Any]:

@@ -194,3 +194,55 @@ def test_declarations_default_window_and_no_native_actions() -> None:
     d = Declarations(backend="local")
     assert d.native_actions == frozenset()
     assert d.node_loss_window == timedelta(minutes=5)
+
+
+# Issue 21 item 18: which kind each action may cover, written out (DESIGN S4, S5), not
+# computed from UNCOVERABLE: "R" refused, "ok" accepted.
+COVERAGE = {
+    K.NONE: dict.fromkeys(Action, "R"),
+    K.CANCELLED: dict.fromkeys(Action, "R"),
+    K.UNKNOWN: {Action.RESUBMIT: "R", Action.HOLD: "ok", Action.ESCALATE: "ok",
+                Action.RESTART: "R", Action.REQUEUE: "R"},
+    **{k: dict.fromkeys(Action, "ok") for k in (
+        K.PREEMPTED, K.NODE_LOST, K.OUT_OF_MEMORY, K.TIME_LIMIT, K.NON_ZERO_EXIT,
+        K.LAUNCH_FAILED, K.NO_CAPACITY, K.HELD, K.RELEASED, K.REQUEUED, K.DUPLICATE)},
+}
+
+
+def test_the_coverage_table_names_every_kind_and_action() -> None:
+    assert set(COVERAGE) == set(CauseKind)
+    assert all(set(row) == set(Action) for row in COVERAGE.values())
+
+
+@pytest.mark.parametrize("kind", list(CauseKind), ids=lambda k: k.value)
+@pytest.mark.parametrize("action", list(Action), ids=lambda a: a.value)
+def test_validate_accepts_and_refuses_as_the_coverage_table_says(kind: CauseKind,
+                                                                 action: Action) -> None:
+    budget = 1 if action in (Action.RESUBMIT, Action.RESTART, Action.REQUEUE) else None
+    policy = RecoveryPolicy(rules=(rule([kind], action, budget),))
+    verdict = "R" if policy.problems() else "ok"
+    assert verdict == COVERAGE[kind][action], policy.problems()
+
+
+def test_uncovered_lists_every_kind_but_none_and_cancelled() -> None:
+    """S5, on every backend: the kinds an empty policy leaves uncovered."""
+    for declarations in (LOCAL, SLURM, KUBEFLOW):
+        uncovered = Plan(policy=RecoveryPolicy(), declarations=declarations).uncovered()
+        assert set(uncovered) == set(CauseKind) - {K.NONE, K.CANCELLED}
+
+
+def test_the_spec_reference_lists_the_kinds_the_code_accepts() -> None:
+    """docs/spec.md's `on` row says which kinds a rule may name and which it may not: the
+    same ones validate accepts (it once said duplicate, held and released could not be)."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "spec.md").read_text()
+    row = next(x for x in doc.splitlines() if x.startswith("| `on` |"))
+    coverable, uncoverable = re.search(
+        r"\| `([^`]*)`; a cause may be covered by one rule only; `([^`]*)` cannot be "
+        r"covered \|", row).groups()  # type: ignore[union-attr]
+    assert {CauseKind(w) for w in coverable.split(", ")} == {
+        k for k, row_ in COVERAGE.items() if "ok" in row_.values()}
+    assert {CauseKind(w) for w in uncoverable.split(", ")} == {
+        k for k, row_ in COVERAGE.items() if set(row_.values()) == {"R"}}

@@ -159,9 +159,11 @@ class LocalBackend:
             memory=spec.memory, gated=submission.gated, kill_grace=self.kill_grace,
             created_at=utcnow(), mark=f"{ref}:{secrets.token_hex(8)}", root_id=marker.id)
         try:
-            stage.mkdir()
+            # meta.json holds the job's environment (secrets among it): 0600 in a 0700
+            # object directory, whatever the umask (mkdir only ever narrows the mode).
+            stage.mkdir(mode=0o700)
             (stage / CONTROL).mkdir()
-            write_atomic(stage / META, msgspec.json.encode(meta))
+            write_atomic(stage / META, msgspec.json.encode(meta), mode=0o600)
         except OSError as err:
             shutil.rmtree(stage, ignore_errors=True)
             raise SubmitRejected(f"cannot write local object {ref}: {err}") from None

@@ -54,6 +54,7 @@ from dispatch.backends.slurm.script import (
     script_path,
     validate_spec,
 )
+from dispatch.backends.slurm.scriptfile import write_script
 from dispatch.backends.slurm.tools import (
     ALREADY_ENDED_WORDS,
     NAME,
@@ -66,7 +67,6 @@ from dispatch.backends.slurm.tools import (
 from dispatch.core.model import Discovery, ObjectReport, SchedulerUnreachable, State
 from dispatch.core.policy import Action, Declarations
 from dispatch.core.spec import JobSpec
-from dispatch.files import write_atomic
 
 
 class SlurmBackend:
@@ -388,10 +388,7 @@ class SlurmBackend:
         script, argv = render(submission, out_dir=self.output_dir)
         path = Path(argv[-1])
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # A fresh temp name (O_EXCL | O_NOFOLLOW), synced, renamed: a link planted in
-            # the output directory is replaced, never followed.
-            write_atomic(path, script.encode(), mode=0o755)
+            write_script(path, script)
         except OSError as err:
             raise SubmitRejected(f"cannot write the batch script {path}: {err.strerror}") from None
         res = self._tool(argv)
@@ -487,3 +484,4 @@ def _tasks_of(job: SqueueJob) -> tuple[str, ...]:
         return expand_array_tasks(job.array_task_string)
     except ValueError:
         return (job.array_task_string or job.ref,)  # keep the words rather than guess at ids
+

@@ -221,7 +221,7 @@ def test_a_link_planted_at_the_scripts_name_is_replaced_never_followed(
     assert victim.read_text() == "untouched"
     script = out / "j1.1.sbatch"
     assert not script.is_symlink() and script.read_text().startswith("#!/bin/bash")
-    assert script.stat().st_mode & 0o777 == 0o755
+    assert script.stat().st_mode & 0o777 == 0o600  # it holds the job's environment
     assert not [p for p in out.iterdir() if ".tmp-" in p.name]  # no temp file left
 
 
