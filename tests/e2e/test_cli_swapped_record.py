@@ -11,7 +11,6 @@ import sqlite3
 import subprocess
 
 import pytest
-
 from tests.e2e.conftest import Dispatch
 
 MAKE_TWO = """

@@ -320,16 +320,16 @@ class _Builder:
         elif isinstance(e, ev.HoldReleased):
             if self.outcome is not None or self.hold is None:
                 return
-            held = self.hold
+            # Always a resubmission (events.HoldReleased): taken back to run again, so
+            # recovering until it runs, never pending again (S8).
+            self.resubmit = self.hold.cause
             self.hold = None
-            if e.resubmit:
-                self.resubmit = held.cause
-                self.recovered = True
+            self.recovered = True
             self.history.append(Transition(
-                at=e.at, state=State.RECOVERING if e.resubmit else State.PENDING,
+                at=e.at, state=State.RECOVERING,
                 cause=Cause(kind=CauseKind.RELEASED, provenance=Provenance.ACTOR, actor=e.actor,
                             at=e.at),
-                seq=e.seq, note="resubmitted by a person" if e.resubmit else "hold released"))
+                seq=e.seq, note="resubmitted by a person"))
         elif isinstance(e, ev.CancelRequested):
             if self.outcome is None and self.cancel is None:
                 self.cancel = _by_actor(CauseKind.CANCELLED, e.actor, e.at)
