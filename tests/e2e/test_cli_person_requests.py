@@ -71,3 +71,11 @@ def test_resubmit_then_give_up_refuses_the_give_up_and_resubmit_is_idempotent(
     late = dispatch("resubmit", job)
     assert late.returncode == 6 and "not held" in late.stderr
     dispatch("supervise", "--once", check=True)  # let the second submission's process end
+
+
+def test_a_refusal_is_http_409() -> None:
+    """The HTTP API maps it through the one table of exit codes (6 -> 409)."""
+    from dispatch.http.app import http_status
+    from dispatch.service.requests import JobStateError
+
+    assert http_status(JobStateError("x")) == 409

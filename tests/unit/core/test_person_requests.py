@@ -107,3 +107,4 @@ def test_a_job_that_is_not_held_refuses_give_up_and_resubmit() -> None:
     assert "not held" in (judge(sim.job, R.GIVE_UP).refusal or "")
     assert "not held" in (judge(sim.job, R.RESUBMIT).refusal or "")
     assert judge(sim.job, R.CANCEL) == RECORD
+
