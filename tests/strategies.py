@@ -136,7 +136,7 @@ _BUILDERS: dict[type[Any], Callable[[int], st.SearchStrategy[Any]]] = {
         ev.HoldPlaced, seq=st.just(s), at=times, cause=causes(), recovery=st.booleans(),
         actor=opt_actor),
     ev.HoldReleased: lambda s: st.builds(
-        ev.HoldReleased, seq=st.just(s), at=times, actor=opt_actor, resubmit=st.booleans()),
+        ev.HoldReleased, seq=st.just(s), at=times, actor=opt_actor, resubmit=st.just(True)),
     ev.CancelRequested: lambda s: st.builds(
         ev.CancelRequested, seq=st.just(s), at=times, actor=opt_actor),
     ev.CancelSent: lambda s: st.builds(ev.CancelSent, seq=st.just(s), at=times, ref=refs),

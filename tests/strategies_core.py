@@ -251,7 +251,7 @@ EVENT_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     ev.HoldPlaced: st.builds(ev.HoldPlaced, seq=_seq, at=datetimes, cause=causes,
                              recovery=st.booleans(), actor=_actor),
     ev.HoldReleased: st.builds(ev.HoldReleased, seq=_seq, at=datetimes, actor=_actor,
-                               resubmit=st.booleans()),
+                               resubmit=st.just(True)),
     ev.CancelRequested: st.builds(ev.CancelRequested, seq=_seq, at=datetimes, actor=_actor),
     ev.CancelSent: st.builds(ev.CancelSent, seq=_seq, at=datetimes, ref=small_text),
     ev.GiveUpRequested: st.builds(ev.GiveUpRequested, seq=_seq, at=datetimes, actor=_actor),

@@ -30,10 +30,11 @@ from dispatch.backends.base import LogSource
 from dispatch.core import events as ev
 from dispatch.core.model import SchedulerUnreachable, Status
 from dispatch.core.spec import JobSpec, SpecError, parse_spec
+from dispatch.errors import BadInput
 from dispatch.service import Service
 from dispatch.service.views import cause_text
 
-__all__ = ["HistoryLine", "Job", "get", "jobs", "submit"]
+__all__ = ["BadArgument", "HistoryLine", "Job", "get", "jobs", "submit"]
 
 Store = str | os.PathLike[str] | None
 SpecLike = str | os.PathLike[str] | Mapping[str, Any] | JobSpec
@@ -43,8 +44,39 @@ FOLLOW_POLL_S = 0.5
 WAIT_POLL_S = 1.0
 
 
+class BadArgument(BadInput, ValueError):
+    """An argument of the Python API that cannot be used (wrong type or value); names the
+    parameter and what was given (exit code 2, as every BadInput)."""
+
+    def __init__(self, parameter: str, wanted: str, given: object) -> None:
+        self.parameter = parameter
+        super().__init__(f"{parameter}: expected {wanted}, got {_shown(given)}")
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
+
+
+def _store_url(store: object) -> str | None:
+    if store is None:
+        return None
+    if isinstance(store, str | os.PathLike):
+        url = os.fspath(store)
+        if isinstance(url, str) and url:
+            return url
+    raise BadArgument("store", "a SQLite path or postgresql:// URL (str or os.PathLike), or "
+                               "None for the default", store)
+
+
+def _job_ref(job: object, parameter: str = "job") -> str:
+    if isinstance(job, str) and job:
+        return job
+    raise BadArgument(parameter, "a job id or name (a non-empty str)", job)
+
+
 def _open(store: Store) -> Service:
-    return Service.open(os.fspath(store) if store is not None else None)
+    return Service.open(_store_url(store))
 
 
 def _spec(spec: SpecLike) -> JobSpec:
@@ -71,6 +103,7 @@ def submit(spec: SpecLike, *, store: Store = None) -> Job:
 
     Raises ``BadInput`` (``SpecError``, ``PolicyError``) for a spec that cannot be used,
     ``StoreUnusable`` for a record store that cannot be used."""
+    _store_url(store)  # a bad store is named before the spec is read
     parsed = _spec(spec)
     with _open(store) as service:
         _, plan = service.prepare(parsed)
@@ -84,8 +117,9 @@ def submit(spec: SpecLike, *, store: Store = None) -> Job:
 def get(job: str, *, store: Store = None) -> Job:
     """The job with this id, or the one job carrying this name. ``NotFound`` when there is
     none (or when several jobs carry the name)."""
+    ref = _job_ref(job)
     with _open(store) as service:
-        job_id = service.resolve(job)
+        job_id = service.resolve(ref)
     return Job(job_id, store=store)
 
 
@@ -119,6 +153,10 @@ class Job:
 
     id: str
     store: Store = None
+
+    def __post_init__(self) -> None:
+        _job_ref(self.id, "id")
+        _store_url(self.store)
 
     def __repr__(self) -> str:
         return f"Job({self.id!r})"
@@ -237,7 +275,15 @@ class Job:
         ``NotFound`` when it has no scheduler object yet. With ``follow``: keep reading,
         move on to each new submission (a line ``== dispatch: submission N after CAUSE``
         marks it) and end once the job's outcome is committed. Following only reads: a
-        supervisor (``wait()`` in another thread, ``dispatch supervise``) moves the job."""
+        supervisor (``wait()`` in another thread, ``dispatch supervise``) moves the job.
+
+        Raises ``BadArgument`` (a ``BadInput``) for a ``submission`` that is not a whole
+        number from 1."""
+        if submission is not None and (isinstance(submission, bool)
+                                       or not isinstance(submission, int) or submission < 1):
+            raise BadArgument("submission", "a submission number (int, 1 or more) or None",
+                              submission)
+        _store_url(self.store)
         return follow_logs(self.store, self.id, submission=submission, follow=follow)
 
 

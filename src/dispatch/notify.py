@@ -19,6 +19,7 @@ from typing import Any
 from dispatch.core.codec import cause_json
 from dispatch.core.model import Cause
 from dispatch.core.record import Job
+from dispatch.errors import BadInput
 
 log = logging.getLogger("dispatch.escalation")
 
@@ -35,12 +36,60 @@ def escalation_payload(job: Job, message: str, cause: Cause | None,
     }
 
 
+class BadEscalationTarget(BadInput, ValueError):
+    """An escalation webhook or command that can never be used (exit code 2 at start, not
+    a failure at the first escalation, hours later)."""
+
+
+def check_webhook(url: str, where: str = "escalation webhook") -> str:
+    """``url`` if it is an http(s) URL with a host, else BadEscalationTarget naming ``where``."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as err:
+        raise BadEscalationTarget(f"{where}: {url!r} is not a URL ({err})") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise BadEscalationTarget(f"{where}: {url!r} must be an http:// or https:// URL with "
+                                  "a host")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F or c.isspace() for c in url):
+        raise BadEscalationTarget(f"{where}: {url!r} holds whitespace or control characters")
+    return url
+
+
+def split_command(text: str, where: str = "escalation command") -> list[str]:
+    """The argv ``text`` names, split like a shell would (never run by one); refused
+    (BadEscalationTarget naming ``where``) when it does not split or is empty."""
+    import shlex
+
+    try:
+        argv = shlex.split(text)
+    except ValueError as err:
+        raise BadEscalationTarget(f"{where}: {text!r} cannot be split into an argv "
+                                  f"({err})") from None
+    if not argv or not argv[0]:
+        raise BadEscalationTarget(f"{where}: {text!r} names no program")
+    if any("\0" in a for a in argv):
+        raise BadEscalationTarget(f"{where}: {text!r} holds a NUL character")
+    return argv
+
+
 class Notifier:
-    """Log every escalation; POST it to ``webhook`` and/or pipe it to ``command`` (argv)."""
+    """Log every escalation; POST it to ``webhook`` and/or pipe it to ``command`` (argv).
+    Both are checked here (BadEscalationTarget), so a bad one is refused at start."""
 
     def __init__(self, webhook: str | None = None, command: Sequence[str] | None = None,
                  *, retries: int = 5, backoff: float = 1.0, timeout: float = 5.0) -> None:
-        self.webhook = webhook
+        self.webhook = check_webhook(webhook) if webhook else None
+        if command is not None and isinstance(command, str):
+            raise BadEscalationTarget("escalation command: an argv list, not a string "
+                                      "(split_command splits one)")
+        if command and (not command[0] or any(not isinstance(a, str) or "\0" in a
+                                              for a in command)):
+            raise BadEscalationTarget(f"escalation command: {list(command)!r} is not an argv "
+                                      "of strings naming a program")
         self.command = list(command) if command else None
         self.retries = retries
         self.backoff = backoff

@@ -421,13 +421,11 @@ def person(data: st.DataObject, sim: Sim) -> None:
     """Now and then a person cancels, resolves a hold, or gives up."""
     # (None at both ends: hypothesis favours the first and last choice)
     what = data.draw(st.sampled_from([None] * 60 + ["cancel", "resubmit", "resubmit",
-                                                    "release", "give-up"] + [None] * 60))
+                                                    "give-up"] + [None] * 60))
     if what == "cancel":
         sim.inject(ev.CancelRequested, actor="alice")
     elif what == "resubmit":
         sim.inject(ev.HoldReleased, actor="bob", resubmit=True)
-    elif what == "release":
-        sim.inject(ev.HoldReleased, actor="bob", resubmit=False)
     elif what == "give-up":
         sim.inject(ev.GiveUpRequested, actor="carol")
 

@@ -1,9 +1,10 @@
 """The dispatch command line (click + rich): a thin layer over ``dispatch.service``.
 
 Exit codes (``dispatch.errors``): 0 ok (run: succeeded); 1 run: the job failed; 2 bad input
-(spec, policy, usage); 3 no such job / ambiguous name; 4 the scheduler could not be reached;
-5 the record store could not be used; 6 the request does not fit the job's state;
-130 cancelled. Errors name the file, key or job and never print a traceback unless --debug.
+(spec, policy, usage); 3 no such job / ambiguous name; 4 the scheduler could not be reached
+(submit: the job is recorded all the same); 5 the record store could not be used; 6 the
+request does not fit the job's state; 130 cancelled; 141 stdout's reader went away. Errors
+name the file, key or job and never print a traceback unless --debug.
 
 Command modules are imported when their command runs (``LazyGroup``): ``dispatch status``
 never pays for the segment-health, policy or HTTP server code.
@@ -11,8 +12,14 @@ never pays for the segment-health, policy or HTTP server code.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import json
 import logging
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any, NoReturn
 
 import click
 
@@ -28,8 +35,30 @@ COMMAND_MODULES: dict[str, str] = {
 }
 
 
+# Exit status when the reader of stdout goes away (`dispatch history J | head`): what a
+# shell reports for a program ended by SIGPIPE (128 + 13), as for coreutils; nothing printed.
+EXIT_PIPE_CLOSED = 141
+
+
 class LazyGroup(click.Group):
-    """A group whose commands are imported from their module on first use."""
+    """A group whose commands are imported from their module on first use. Also the one
+    place for what no command sees: a usage error under ``--json`` prints the JSON error
+    shape on stdout (and click's usage text on stderr), exit 2; a closed stdout ends the
+    command quietly with exit 141."""
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        with _usage_json(list(args)):  # a copy: parsing consumes the list
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            # the subcommand's name and arguments (click keeps the name apart, privately)
+            rest = [*getattr(ctx, "_protected_args", ()), *ctx.args]
+            with _usage_json(rest):
+                return super().invoke(ctx)
+        except BrokenPipeError:
+            _reader_left()
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *COMMAND_MODULES})
@@ -55,4 +84,34 @@ def main(ctx: click.Context, debug: bool) -> None:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
-__all__ = ["COMMAND_MODULES", "main"]
+@contextlib.contextmanager
+def _usage_json(args: list[str]) -> Iterator[None]:
+    """With ``--json`` among ``args``, a usage error also prints ``{"error": ...}`` (code
+    bad-input, exit 2) on stdout, as every other --json error does; click then shows it."""
+    try:
+        yield
+    except click.UsageError as err:
+        if "--json" in args[:args.index("--")] if "--" in args else "--json" in args:
+            from dispatch.errors import BadInput
+            from dispatch.service.views import error_json
+
+            message = err.format_message()
+            if err.ctx is not None:
+                message = f"{err.ctx.command_path}: {message}"
+            click.echo(json.dumps(error_json(BadInput(message)), indent=2))
+        raise
+
+
+def _reader_left() -> NoReturn:
+    """stdout's reader is gone: stop writing, and let nothing flush into the closed pipe at
+    exit (which would print "Exception ignored ... BrokenPipeError")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    sys.exit(EXIT_PIPE_CLOSED)
+
+
+__all__ = ["COMMAND_MODULES", "EXIT_PIPE_CLOSED", "main"]

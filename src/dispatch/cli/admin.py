@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from dispatch.cli.supervisors import scope_options, serve_scopes
 from dispatch.core.policy import Plan, PolicyError, RecoveryPolicy
 from dispatch.core.spec import SpecError, parse_policy, parse_spec
 from dispatch.errors import EXIT_BAD_INPUT, BadInput, StateConflict
-from dispatch.notify import Notifier
+from dispatch.notify import Notifier, split_command
 from dispatch.specfile import load_yaml_file
 
 
@@ -83,7 +82,8 @@ def supervise(poll: float, once: bool, scopes: tuple[str, ...], lease_s: float,
     """Supervise every unfinished job of the scopes served until SIGTERM/SIGINT (a clean
     stop hands the scopes over): one active supervisor per scope, the others standbys."""
     notifier = Notifier(webhook=escalation_webhook,
-                        command=shlex.split(escalation_command) if escalation_command else None)
+                        command=split_command(escalation_command) if escalation_command
+                        else None)
     with open_service(store_url) as service:
         serve_scopes(service.store, service.backends, scopes, poll=poll, lease_s=lease_s,
                      notifier=notifier, once=once)

@@ -88,12 +88,35 @@ def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
 
 
+def _escalation_target(ctx: click.Context, param: click.Parameter,
+                       value: str | None) -> str | None:
+    """Refuse a webhook or command that can never be used, at start (exit 2). The message
+    names the option and its environment variable (either may be where it came from)."""
+    if value is None:
+        return None
+    from dispatch.notify import check_webhook, split_command
+
+    where = "escalation target"
+    try:
+        if param.name == "escalation_webhook":
+            check_webhook(value, where)
+        else:
+            split_command(value, where)
+    except DispatchError as err:
+        source = f" (set by the option or by ${param.envvar})" if param.envvar else ""
+        raise click.BadParameter(str(err).removeprefix(f"{where}: ") + source, ctx,
+                                 param) from None
+    return value
+
+
 def notify_options(fn: F) -> F:
     fn = click.option("--escalation-webhook", envvar="DISPATCH_ESCALATION_WEBHOOK",
-                      default=None, help="POST each escalation as JSON here.")(fn)
+                      default=None, callback=_escalation_target,
+                      help="POST each escalation as JSON here (an http:// or https:// URL).")(fn)
     fn = click.option("--escalation-command", envvar="DISPATCH_ESCALATION_COMMAND",
-                      default=None, help="Run this argv (split like a shell would, never run "
-                                         "by one) with the escalation JSON on stdin.")(fn)
+                      default=None, callback=_escalation_target,
+                      help="Run this argv (split like a shell would, never run by one) with "
+                           "the escalation JSON on stdin.")(fn)
     return fn
 
 

@@ -24,8 +24,20 @@ from dispatch.cli.common import (
 )
 from dispatch.clock import utcnow
 from dispatch.core.model import State
-from dispatch.errors import EXIT_CANCELLED, EXIT_FAILED, BadInput, DispatchError
-from dispatch.service.views import JobView, cause_text, history_json, status_json
+from dispatch.errors import (
+    EXIT_CANCELLED,
+    EXIT_FAILED,
+    EXIT_UNREACHABLE,
+    BadInput,
+    DispatchError,
+)
+from dispatch.service.views import (
+    SCHEDULER_UNREACHABLE,
+    JobView,
+    cause_text,
+    history_json,
+    status_json,
+)
 
 # Imported where used: the read commands (status, ls, history) load no backend, supervisor,
 # notifier or spec-file code.
@@ -71,7 +83,10 @@ def _warn_unenforced(service: Service, spec: JobSpec, source: Path) -> None:
 @handle_errors
 def submit(spec_path: Path, dry_run: bool, store_url: str | None, as_json: bool,
            escalation_webhook: str | None, escalation_command: str | None) -> None:
-    """Record a job and make its first submission (a running `supervise` takes it on)."""
+    """Record a job and make its first submission (a running `supervise` takes it on).
+
+    Exits 4 when the scheduler could not be reached: the job is recorded all the same, and
+    a running `dispatch supervise` submits it once the scheduler answers."""
     spec = load_spec(spec_path)
     if dry_run:  # needs no record store
         from dispatch.backends.registry import Backends
@@ -88,15 +103,21 @@ def submit(spec_path: Path, dry_run: bool, store_url: str | None, as_json: bool,
         notifier = _notifier(escalation_webhook, escalation_command)
         job_id = service.submit(spec, str(spec_path), notifier=notifier)
         notifier.close()
-        show(service.view(job_id), as_json)
+        view = service.view(job_id)
+        show(view, as_json)
+    if view.scheduler == SCHEDULER_UNREACHABLE:
+        # Exit 4, as `status` does: the job is recorded (nothing is lost) and a supervisor
+        # submits it, or carries it on, once its scheduler answers.
+        click.echo(f"error: job {job_id} is recorded, but its scheduler could not be reached "
+                   f"({view.problem}); a running `dispatch supervise` submits it (or carries "
+                   "it on) once the scheduler answers", err=True)
+        sys.exit(EXIT_UNREACHABLE)
 
 
 def _notifier(webhook: str | None, command: str | None) -> Notifier:
-    import shlex
+    from dispatch.notify import Notifier, split_command
 
-    from dispatch.notify import Notifier
-
-    return Notifier(webhook=webhook, command=shlex.split(command) if command else None)
+    return Notifier(webhook=webhook, command=split_command(command) if command else None)
 
 
 def install_stop(sup: Supervision) -> None:

@@ -7,6 +7,7 @@ The ``type`` tag is the event's name in the record; the codec refuses a name it 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 import msgspec
 
@@ -93,10 +94,17 @@ class HoldPlaced(_Event, tag="hold-placed", frozen=True):
 
 
 class HoldReleased(_Event, tag="hold-released", frozen=True):
-    """A person resolved a hold: resubmit (a new submission), or the hold simply ends."""
+    """A person resolved a hold by resubmitting: the job is taken back to run again (a new
+    submission, no budget spent) and is ``recovering`` until it runs (S8).
+
+    ``resubmit`` is always true. A release without resubmission would leave a job with
+    nothing to do and put ``pending`` after ``recovering``; nothing ever wrote one, so it is
+    not part of the vocabulary: a stored ``"resubmit": false`` is refused on decode (the
+    record is unusable, exit 5), never read as something else. The field stays so that a
+    record that spells out ``"resubmit": true`` still reads."""
 
     actor: str | None = None
-    resubmit: bool = True
+    resubmit: Literal[True] = True
 
 
 class CancelRequested(_Event, tag="cancel-requested", frozen=True):

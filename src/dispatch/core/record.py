@@ -36,6 +36,27 @@ class RecordError(StoreUnusable, ValueError):
         super().__init__(f"{where}: {message}" if where else message)
 
 
+def check_record(record: Sequence[ev.Event], job_id: str) -> None:
+    """Refuse (RecordError) a record that is not wholly job ``job_id``'s own: its seq 1 must
+    be a 'created' event naming ``job_id`` (a record swapped with another job's would tell
+    that job's story under this id), and it must hold no other 'created' event. Every read
+    of a stored record passes through here, so no reader (ls, status, history, logs, the
+    API, the supervisor) can show such a record."""
+    if not record:
+        raise RecordError("the record holds no events", job_id=job_id, seq=1)
+    first = record[0]
+    if not isinstance(first, ev.JobCreated) or first.seq != 1:
+        raise RecordError("a job's record must start with a 'created' event at seq 1",
+                          job_id=job_id, seq=first.seq)
+    if first.job_id != job_id:
+        raise RecordError(f"seq 1 is the 'created' event of job {first.job_id}, not of this "
+                          "job: the record is not this job's", job_id=job_id, seq=1)
+    for e in record[1:]:
+        if isinstance(e, ev.JobCreated):
+            raise RecordError(f"a second 'created' event (naming job {e.job_id})",
+                              job_id=job_id, seq=e.seq)
+
+
 class Submission(msgspec.Struct, frozen=True, kw_only=True):
     """One submission as the record knows it."""
 
@@ -299,16 +320,16 @@ class _Builder:
         elif isinstance(e, ev.HoldReleased):
             if self.outcome is not None or self.hold is None:
                 return
-            held = self.hold
+            # Always a resubmission (events.HoldReleased): taken back to run again, so
+            # recovering until it runs, never pending again (S8).
+            self.resubmit = self.hold.cause
             self.hold = None
-            if e.resubmit:
-                self.resubmit = held.cause
-                self.recovered = True
+            self.recovered = True
             self.history.append(Transition(
-                at=e.at, state=State.RECOVERING if e.resubmit else State.PENDING,
+                at=e.at, state=State.RECOVERING,
                 cause=Cause(kind=CauseKind.RELEASED, provenance=Provenance.ACTOR, actor=e.actor,
                             at=e.at),
-                seq=e.seq, note="resubmitted by a person" if e.resubmit else "hold released"))
+                seq=e.seq, note="resubmitted by a person"))
         elif isinstance(e, ev.CancelRequested):
             if self.outcome is None and self.cancel is None:
                 self.cancel = _by_actor(CauseKind.CANCELLED, e.actor, e.at)

@@ -52,8 +52,7 @@ def line(e: ev.Event) -> str:  # noqa: C901 - one case per event type
         kind = "recovery hold" if e.recovery else "hold"
         return f"HELD: {kind} on {_cause(e.cause)}; waits for resubmit, cancel or give-up"
     if isinstance(e, ev.HoldReleased):
-        return f"hold resolved by {e.actor or 'a person'}: " + (
-            "resubmit" if e.resubmit else "released")
+        return f"hold resolved by {e.actor or 'a person'}: resubmit"
     if isinstance(e, ev.CancelRequested):
         return f"cancel requested by {e.actor or 'a person'}"
     if isinstance(e, ev.CancelSent):

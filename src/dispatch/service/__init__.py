@@ -119,7 +119,8 @@ class Service:
 
     def job(self, job: str) -> Job:
         """The job as its record says (folded), without asking any scheduler."""
-        return fold(self.store.read(self.resolve(job)), self.clock())
+        job_id = self.resolve(job)
+        return fold(self.store.read(job_id), self.clock(), job_id=job_id)
 
     def views(self, job_ids: Sequence[str], *, ask_scheduler: bool = True) -> list[JobView]:
         """Each job's Status, with one look per backend for all of them. A backend that

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from dispatch.core import events as ev
+from dispatch.core.person_requests import PersonRequest, judge
 from dispatch.core.policy import Declarations
 from dispatch.core.record import Job, fold
 from dispatch.core.spec import JobSpec
@@ -52,51 +53,43 @@ def create_job(store: RecordStore, spec: JobSpec, declarations: Declarations, no
 def _request(store: RecordStore, job_id: str, now: datetime,
              make: Callable[[Job, int], ev.Event | None]) -> Job:
     for _ in range(10):
-        job = fold(store.read(job_id), now)
+        job = fold(store.read(job_id), now, job_id=job_id)
         event = make(job, job.version + 1)
         if event is None:
             return job
         try:
             store.append(job_id, [event], job.version)
-            return fold(store.read(job_id), now)
+            return fold(store.read(job_id), now, job_id=job_id)
         except ConflictError:
             continue
     raise StoreError(f"job {job_id}: too many concurrent writers")
 
 
-def request_cancel(store: RecordStore, job_id: str, now: datetime, actor: str) -> Job:
+def _person(store: RecordStore, job_id: str, now: datetime, request: PersonRequest,
+            event: Callable[[int], ev.Event]) -> Job:
+    """Record ``request`` if it fits the job's record (core.person_requests.judge): the same
+    request already pending records nothing; a conflicting one is refused (exit 6)."""
     def make(job: Job, seq: int) -> ev.Event | None:
-        if job.outcome is not None:
-            raise JobStateError(f"job {job_id} is already {job.outcome.state.value}")
-        if job.cancel_requested is not None:
-            return None
-        return ev.CancelRequested(seq=seq, at=now, actor=actor)
+        answer = judge(job, request)
+        if answer.refusal is not None:
+            raise JobStateError(answer.refusal)
+        return event(seq) if answer.record else None
     return _request(store, job_id, now, make)
+
+
+def request_cancel(store: RecordStore, job_id: str, now: datetime, actor: str) -> Job:
+    return _person(store, job_id, now, PersonRequest.CANCEL,
+                   lambda seq: ev.CancelRequested(seq=seq, at=now, actor=actor))
 
 
 def resubmit_from_hold(store: RecordStore, job_id: str, now: datetime, actor: str) -> Job:
-    def make(job: Job, seq: int) -> ev.Event | None:
-        if job.outcome is not None:
-            raise JobStateError(
-                f"job {job_id} is {job.outcome.state.value}; committed outcomes never change "
-                "(use supersede to run it again)")
-        if job.hold is None:
-            raise JobStateError(f"job {job_id} is not held; only a held job can be resubmitted")
-        return ev.HoldReleased(seq=seq, at=now, actor=actor, resubmit=True)
-    return _request(store, job_id, now, make)
+    return _person(store, job_id, now, PersonRequest.RESUBMIT,
+                   lambda seq: ev.HoldReleased(seq=seq, at=now, actor=actor))
 
 
 def give_up(store: RecordStore, job_id: str, now: datetime, actor: str) -> Job:
-    def make(job: Job, seq: int) -> ev.Event | None:
-        if job.outcome is not None:
-            raise JobStateError(f"job {job_id} is already {job.outcome.state.value}")
-        if job.hold is None:
-            raise JobStateError(f"job {job_id} is not held; give-up resolves a recovery hold "
-                                "(use cancel to stop a job)")
-        if job.give_up_requested is not None:
-            return None
-        return ev.GiveUpRequested(seq=seq, at=now, actor=actor)
-    return _request(store, job_id, now, make)
+    return _person(store, job_id, now, PersonRequest.GIVE_UP,
+                   lambda seq: ev.GiveUpRequested(seq=seq, at=now, actor=actor))
 
 
 def supersede(store: RecordStore, job_id: str, now: datetime, actor: str,

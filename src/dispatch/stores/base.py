@@ -30,10 +30,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dispatch.core.codec import DecodeError, decode_event
 from dispatch.core.events import Event, JobCreated, OutcomeCommitted, Superseded
+from dispatch.core.record import check_record
 from dispatch.errors import NotFound, StateConflict, StoreUnusable
 
 if TYPE_CHECKING:
@@ -236,6 +237,17 @@ def decode_stored(where: str, body: bytes | str, job_id: str, seq: int) -> Event
     except DecodeError as err:
         raise DecodeError(f"{err.reason} (stored in {where})", field=err.field,
                           job_id=job_id, seq=seq) from None
+
+
+def decode_record(where: str, job_id: str, version: object,
+                  stored: Sequence[tuple[Any, bytes | str]]) -> list[Event]:
+    """A job's stored ``(seq, body)`` rows, checked whole (seq 1..n, the job's version n),
+    decoded, and refused unless the record is the job's own (record.check_record: seq 1 is
+    this job's 'created' event, and the only one)."""
+    check_contiguous(where, job_id, version, [s for s, _ in stored])
+    events = [decode_stored(where, body, job_id, seq) for seq, body in stored]
+    check_record(events, job_id)
+    return events
 
 
 def check_successor(created: JobCreated, superseded: Superseded, expected_version: int) -> str:

@@ -48,7 +48,7 @@ def fold_records(store: RecordStore, job_ids: Sequence[str], now: datetime
         if events is None:
             continue
         try:
-            jobs.append(fold(events, now))
+            jobs.append(fold(events, now, job_id=job_id))
         except RECORD_ERRORS as err:
             errors[job_id] = err
     return jobs, errors

@@ -39,11 +39,10 @@ from dispatch.stores.base import (
     RecordStore,
     StoreError,
     check_batch,
-    check_contiguous,
     check_created,
     check_successor,
     created_scope,
-    decode_stored,
+    decode_record,
     sort_key_us,
 )
 from dispatch.stores.lease import SQLiteLeases, check_fence_sqlite
@@ -404,8 +403,7 @@ class SQLiteStore(RecordStore):
             if seq is not None:
                 entry[1].append((seq, body))
         for job_id, (version, stored) in by_job.items():
-            check_contiguous(where, job_id, version, [s for s, _ in stored])
-            out[job_id] = [decode_stored(where, body, job_id, seq) for seq, body in stored]
+            out[job_id] = decode_record(where, job_id, version, stored)
 
     def read(self, job_id: str) -> list[Event]:
         # One statement, one snapshot: the version and the events agree unless damaged.
