@@ -67,7 +67,7 @@ def test_a_running_requeued_object_and_a_hold_drawn_up_to_now() -> None:
         ev.ExecutionEnded(seq=4, at=at(10), submission=1, ref="r1", execution=0, cause=PRE,
                           final=False),
         ev.HoldPlaced(seq=5, at=at(12), cause=held),
-        ev.HoldReleased(seq=6, at=at(15), actor="ann", resubmit=False),
+        ev.HoldReleased(seq=6, at=at(15), actor="ann", resubmit=True),
         ev.EscalationRaised(seq=7, at=at(16), message="look at it", cause=held),
         ev.CancelRequested(seq=8, at=at(17), actor="bob"),
     ]
