@@ -79,7 +79,7 @@ def test_a_running_requeued_object_and_a_hold_drawn_up_to_now() -> None:
                             "cause": {"kind": "unknown", "provenance": "scheduler",
                                       "actor": None, "detail": "signal 11", "note": "",
                                       "exit_code": None, "at": None},
-                            "recovery": True, "released_by": "ann", "resubmit": False}]
+                            "recovery": True, "released_by": "ann", "resubmit": True}]
     assert [m["kind"] for m in tl["marks"]] == ["escalation", "cancel"]
     assert tl["escalations"][0]["message"] == "look at it"
     assert tl["end"] == at(20).isoformat() and tl["outcome"] is None
