@@ -196,7 +196,13 @@ class Job:
         go to the record (``history()``, ``status().escalations``), not to another
         supervisor's webhook; ``supervise=False`` only watches the record.
 
-        Raises ``TimeoutError`` when ``timeout`` seconds pass first (the job goes on)."""
+        Raises ``TimeoutError`` when ``timeout`` seconds pass first (the job goes on);
+        ``BadInput`` for a ``timeout`` that is not None or a finite number of seconds, 0 or
+        more (nan would wait for ever), or a ``poll`` outside 0.05 s to 10 min."""
+        from dispatch.durations import poll_seconds, timeout_seconds
+
+        timeout = timeout_seconds(timeout, "Job.wait timeout")
+        poll = poll_seconds(poll, "Job.wait poll")
         deadline = None if timeout is None else time.monotonic() + timeout
         with _open(self.store) as service:
             if not supervise:

@@ -2,14 +2,19 @@
 reached yields a problem for its own jobs and never stops the others.
 
 Used by the supervisor's tick and by every read (status, ls, watch): one ``discover`` per
-backend per call, for all the jobs asked about, never one per job.
+backend per call, for all the jobs asked about, never one per job. The supervisor's tick
+looks through a ``Lookout``: each look on a thread of its own, waited for up to a deadline,
+so a scheduler tool that hangs holds up no more than its own backend's jobs, and the
+supervisor keeps its lease while it waits.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from dispatch.backends.base import Backend
@@ -84,3 +89,79 @@ def look_all(jobs: Iterable[Job], backend_for: Callable[[str], Backend],
              now: datetime) -> dict[str, Look]:
     return {name: look(name, group, backend_for, now)
             for name, group in by_backend(jobs).items()}
+
+
+# How long a tick waits for one backend's look before it goes on without it (the scheduler
+# counts as unreachable for that tick). The Slurm tools time out on their own after 30 s.
+LOOK_DEADLINE_S = 60.0
+# While waiting, the waiter's keep_alive (its lease guard) is called this often.
+KEEP_ALIVE_EVERY_S = 0.2
+
+
+@dataclass
+class _Looking:
+    started: float
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Look | None = None
+    error: BaseException | None = None
+
+
+class Lookout:
+    """Looks with a deadline: each on a thread of its own, at most one in flight per backend
+    (a look still running past its deadline is not asked again until it returns; its late
+    answer is dropped, since the tick went on without it)."""
+
+    def __init__(self, deadline_s: float = LOOK_DEADLINE_S,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.deadline_s = deadline_s
+        self.monotonic = monotonic
+        self._lock = threading.Lock()
+        self._in_flight: dict[str, _Looking] = {}
+
+    def look(self, name: str, jobs: Sequence[Job], backend_for: Callable[[str], Backend],
+             now: datetime, *, keep_alive: Callable[[], object] = lambda: None,
+             stopping: threading.Event | None = None) -> Look:
+        """``look()`` for ``jobs``, or, when backend ``name`` has not answered within the
+        deadline (or a look of it from an earlier tick is still running), an unreachable
+        look without a backend: no action on that scheduler this tick. ``keep_alive`` is
+        called while waiting (a lease renewed when due; what it raises ends the wait, the
+        look goes on alone); ``stopping`` set ends the wait too."""
+        tokens, _ = tokens_and_refs(jobs)
+        empty = Discovery(at=now) if not tokens else None
+        with self._lock:
+            running = self._in_flight.get(name)
+            if running is None:
+                looking = self._in_flight[name] = _Looking(self.monotonic())
+        if running is not None:
+            return Look(name, None, empty, UNREACHABLE,
+                        f"{name}: its last look has not returned after "
+                        f"{self.monotonic() - running.started:.0f}s")
+        threading.Thread(target=self._run, args=(looking, name, list(jobs), backend_for, now),
+                         name=f"dispatch-look-{name}", daemon=True).start()
+        deadline = looking.started + self.deadline_s
+        while not looking.done.wait(max(0.0, min(KEEP_ALIVE_EVERY_S,
+                                                 deadline - self.monotonic()))):
+            if stopping is not None and stopping.is_set():
+                return Look(name, None, empty, UNREACHABLE, f"{name}: stopped waiting for it")
+            if self.monotonic() >= deadline:
+                log.warning("backend %s: no answer within %gs; its jobs wait", name,
+                            self.deadline_s)
+                return Look(name, None, empty, UNREACHABLE,
+                            f"{name}: no answer within {self.deadline_s:g}s")
+            keep_alive()
+        if looking.error is not None:
+            raise looking.error
+        assert looking.result is not None
+        return looking.result
+
+    def _run(self, looking: _Looking, name: str, jobs: Sequence[Job],
+             backend_for: Callable[[str], Backend], now: datetime) -> None:
+        try:
+            looking.result = look(name, jobs, backend_for, now)
+        except BaseException as err:  # noqa: BLE001 - raised again in the waiting tick
+            looking.error = err
+        finally:
+            with self._lock:
+                if self._in_flight.get(name) is looking:
+                    del self._in_flight[name]
+            looking.done.set()

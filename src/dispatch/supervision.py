@@ -1,189 +1,70 @@
-"""Supervision past one machine: scopes, and the loop that serves them under leases.
-
-A **scope** is a backend plus, where it has one, its cluster: ``slurm:<ClusterName>``
-(from ``scontrol show config``), ``kubeflow:<context>/<namespace>``, ``local:<host>:<root>``
-(a digest of the local root's path: two roots on one host are two schedulers). A job's scope
-is fixed when it is recorded (JobCreated.scope); records from before scopes have the bare
-backend name as their scope.
+"""Supervision past one machine: the loop that serves scopes (scopes.py) under leases.
 
 Per scope exactly one supervisor is **active** (it holds the scope's lease, stores/lease.py)
 and the others are hot standbys that try to take the lease every poll. Only the active one
 asks the scheduler and ticks the scope's jobs, so N supervisors cost the scheduler what one
 does. Its appends carry the lease's fence and the store refuses them once the lease is gone;
 it also checks the lease before each action on the scheduler, renewing it when a third of
-the period has passed. It renews only from its own loop, so a supervisor that stops making
-progress (hung, paused, cut off from the store) loses the scope within one lease period and a
-standby takes it at its next poll: takeover after a crash within period + poll. A planned
-stop releases the lease, so a standby takes over at its next poll.
+the period has passed. It renews only from the loop that ticks the scope, so a supervisor
+that stops making progress there (hung, paused, cut off from the store) loses the scope
+within one lease period and a standby takes it at its next poll: takeover after a crash
+within period + poll. A planned stop releases the lease, so a standby takes over at its next
+poll.
 
-The lease period must exceed the longest single step (one scheduler call, one append): a step
-longer than that loses the lease mid-tick, which is safe (fenced) but churns.
+Each backend is served on a thread of its own (its scopes one after the other, as one
+scheduler), and each look at a scheduler runs with a deadline, waited for while the lease
+is kept (discovery.Lookout); asking a scheduler which cluster it is runs off every loop
+(scopes.ask_scope). So a scheduler tool that hangs holds up only its own backend's jobs: the
+other backends keep their reaction time and their leases.
+
+The lease period must exceed the longest single action (one submit or stop, one append): a
+step longer than that loses the lease mid-tick, which is safe (fenced) but churns.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any, NoReturn
 
 from dispatch.backends.base import Backend
 from dispatch.core.model import SchedulerUnreachable
-from dispatch.errors import BackendError, BadInput
+from dispatch.discovery import LOOK_DEADLINE_S, Lookout
+from dispatch.durations import lease_seconds, poll_seconds
+from dispatch.errors import BackendError
 from dispatch.notify import Notifier
+from dispatch.scopes import BACKENDS as BACKENDS
+from dispatch.scopes import RESOLVE_WAIT_S as RESOLVE_WAIT_S
+from dispatch.scopes import ScopeError as ScopeError
+from dispatch.scopes import Unresolved as Unresolved
+from dispatch.scopes import ask_scope
+from dispatch.scopes import backend_of as backend_of
+from dispatch.scopes import kubeflow_scope as kubeflow_scope
+from dispatch.scopes import local_scope as local_scope
+from dispatch.scopes import resolve_scopes as resolve_scopes
+from dispatch.scopes import scope_at_submit as scope_at_submit
+from dispatch.scopes import scope_for as scope_for
+from dispatch.scopes import slurm_cluster_name as slurm_cluster_name
+from dispatch.scopes import slurm_scope as slurm_scope
+from dispatch.scopes import unresolved_note as unresolved_note
 from dispatch.stores.base import Fence, Fenced, RecordStore, StoreError
 from dispatch.stores.lease import Lease, LeaseLost
 from dispatch.supervisor import Supervisor, TickReport
 
 log = logging.getLogger("dispatch.supervision")
 
-BACKENDS = ("local", "slurm", "kubeflow")
 DEFAULT_LEASE_S = 15.0
-
-
-class ScopeError(BadInput):
-    """A --scope that names no backend, or a cluster this machine's tools do not reach."""
-
-
-# -- scopes ------------------------------------------------------------------------------------
-
-def local_scope(root: Path, host: str | None = None) -> str:
-    digest = hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:8]
-    return f"local:{host or socket.gethostname()}:{digest}"
-
-
-def slurm_cluster_name(config_text: str) -> str | None:
-    """ClusterName from ``scontrol show config`` output (``ClusterName = x``)."""
-    for line in config_text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() == "ClusterName" and value.strip():
-            return value.strip()
-    return None
-
-
-def slurm_scope() -> str:
-    from dispatch.backends.slurm.tools import NAME, run_tool
-
-    res = run_tool(["scontrol", "show", "config"], 30.0)
-    if res.returncode != 0:
-        raise SchedulerUnreachable(NAME, f"scontrol show config failed (exit {res.returncode}):"
-                                   f" {res.words or 'no words'}")
-    name = slurm_cluster_name(res.stdout)
-    if name is None:
-        raise SchedulerUnreachable(NAME, "scontrol show config names no ClusterName")
-    return f"slurm:{name}"
-
-
-def kubeflow_scope() -> str:
-    from dispatch.backends.kubeflow.client import load_config
-
-    cfg = load_config(os.environ.get("DISPATCH_KUBECONFIG") or None, None)
-    context = getattr(cfg, "context_name", None) or "in-cluster"
-    namespace = (os.environ.get("DISPATCH_K8S_NAMESPACE") or getattr(cfg, "namespace", None)
-                 or "default")
-    return f"kubeflow:{context}/{namespace}"
-
-
-_scopes: dict[tuple[str, int], str] = {}
-
-
-def scope_for(backend_name: str, backend: Backend) -> str:
-    """The scope a job recorded now through ``backend`` belongs to (asked once per process).
-    SchedulerUnreachable when the scheduler cannot say which cluster it is."""
-    key = (backend_name, id(backend))
-    if key not in _scopes:
-        if backend_name == "local":
-            root = getattr(backend, "root", None)
-            if not isinstance(root, Path):
-                raise BackendError("the local backend has no root directory")
-            _scopes[key] = local_scope(root)
-        elif backend_name == "slurm":
-            _scopes[key] = slurm_scope()
-        elif backend_name == "kubeflow":
-            try:
-                _scopes[key] = kubeflow_scope()
-            except Exception as err:  # a kubeconfig that cannot be read names itself
-                raise BackendError(f"kubeflow: cannot tell the scope: {err}") from None
-        else:
-            raise ScopeError(f"unknown backend {backend_name!r} ({', '.join(BACKENDS)})")
-    return _scopes[key]
-
-
-def scope_at_submit(backend_name: str, backend: Backend) -> str:
-    """The scope to record a new job under: its scheduler's cluster, or, when the scheduler
-    cannot say now (unreachable, no readable configuration), the bare backend name, which
-    every supervisor serving that backend by default serves too. Recording the job is never
-    refused for it: the supervisor submits once the scheduler answers."""
-    try:
-        return scope_for(backend_name, backend)
-    except (SchedulerUnreachable, BackendError) as err:
-        log.warning("recording the job under scope %s: %s", backend_name, err)
-        return backend_name
-
-
-def backend_of(scope: str) -> str:
-    name = scope.partition(":")[0]
-    if name not in BACKENDS:
-        raise ScopeError(f"scope {scope!r}: names no backend ({', '.join(BACKENDS)}, "
-                         "optionally followed by :cluster)")
-    return name
-
-
-@dataclass(frozen=True)
-class Unresolved:
-    """A backend served under its bare name only, for now: its scheduler could not say
-    which cluster it is. Supervision asks again every lease period."""
-
-    backend: str
-    why: str
-
-    def __str__(self) -> str:
-        return f"{self.backend}: {self.why}"
-
-
-def unresolved_note(u: Unresolved) -> str:
-    return (f"{u.backend} is served by its bare name until its scheduler says which cluster "
-            f"it is (asked again every lease period): {u.why}")
-
-
-def resolve_scopes(requested: Iterable[str], backend_for: Callable[[str], Backend]
-                   ) -> tuple[list[str], list[Unresolved]]:
-    """The scopes to serve, and the backends whose own scope is not known yet.
-
-    Nothing requested: every backend, each as this machine's scope of it plus its bare name
-    (jobs recorded before scopes, or while the scheduler could not say its cluster). A bare
-    backend name: the same for that backend. A backend that cannot be asked now is served
-    under its bare name and listed as Unresolved (asked again later; a scheduler down while
-    the supervisor starts must not leave its jobs unserved). A full scope: itself, refused
-    when this machine's tools reach another cluster (served as given when they cannot be
-    asked now)."""
-    wanted = list(dict.fromkeys(requested))
-    out: list[str] = []
-    unresolved: list[Unresolved] = []
-    for item in wanted or list(BACKENDS):
-        name = backend_of(item)
-        try:
-            mine = scope_for(name, backend_for(name))
-        except (SchedulerUnreachable, BackendError) as err:
-            if item == name or not wanted:
-                unresolved.append(Unresolved(name, str(err)))
-                out.append(name)
-                continue
-            log.warning("cannot check scope %s against this machine's %s: %s", item, name,
-                        err)
-            mine = item
-        if item not in (name, mine):
-            raise ScopeError(f"--scope {item}: this machine's {name} backend is scope {mine}")
-        out.extend([mine] if item != name else [mine, name])
-    return list(dict.fromkeys(out)), unresolved
+# How long a planned stop waits for the backends' loops to finish their step before it
+# hands the leases back anyway (an append made after that is refused: fenced).
+STOP_WAIT_S = 10.0
 
 
 # -- the loop ----------------------------------------------------------------------------------
@@ -205,47 +86,76 @@ class Supervision:
                  notifier: Notifier | None = None,
                  make_supervisor: Callable[..., Supervisor] = Supervisor,
                  monotonic: Callable[[], float] = time.monotonic,
-                 unresolved: Sequence[Unresolved] = ()) -> None:
+                 unresolved: Sequence[Unresolved] = (),
+                 look_deadline_s: float = LOOK_DEADLINE_S) -> None:
         if not scopes:
             raise ScopeError("no scope to serve")
-        if not lease_s > 0 or not poll > 0:
-            raise BadInput("--lease and --poll must be positive")
         self.store = store
         self.book = store.leases()
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}"
-        self.lease_s = lease_s
-        self.poll = poll
+        self.lease_s = lease_seconds(lease_s, "--lease")
+        self.poll = poll_seconds(poll, "--poll")
         self.monotonic = monotonic
         self.stopping = threading.Event()
         self.held: dict[str, _Held] = {}
-        self.backend_for = backend_for
+        self.backend_for = _OnePerName(backend_for)
         self.notifier = notifier
         self.make_supervisor = make_supervisor
+        self.lookout = Lookout(look_deadline_s)
+        self._scopes_lock = threading.Lock()
+        self._on_tick_lock = threading.Lock()
         self.supervisors: dict[str, Supervisor] = {}
         for scope in dict.fromkeys(scopes):
             self._add(scope)
         # Backends served by bare name only until their scheduler says its cluster: the
-        # monotonic time to ask next.
-        self.unresolved = {u.backend: monotonic() + lease_s for u in unresolved}
+        # monotonic time to ask next, and the question in flight (never waited for).
+        self.unresolved = {u.backend: monotonic() + self.lease_s for u in unresolved}
+        self._asking: dict[str, Future[str]] = {
+            u.backend: u.asking for u in unresolved if u.asking is not None}
         self.on_change: Callable[[str, str, Lease | None], None] = _log_change
 
     def _add(self, scope: str) -> None:
-        self.supervisors[scope] = self.make_supervisor(
+        sup = self.make_supervisor(
             self.store, self.backend_for, name=self.holder, scope=scope,
-            notifier=self.notifier, lease_guard=lambda s=scope: self.guard(s))
+            notifier=self.notifier, lease_guard=lambda s=scope: self.guard(s),
+            lookout=self.lookout)
+        if self.stopping.is_set():
+            sup.stopping.set()
+        with self._scopes_lock:
+            self.supervisors[scope] = sup
+
+    def _by_backend(self) -> dict[str, list[tuple[str, Supervisor]]]:
+        """The scopes served, grouped by backend (a backend's scopes are one scheduler)."""
+        with self._scopes_lock:
+            served = list(self.supervisors.items())
+        groups: dict[str, list[tuple[str, Supervisor]]] = {}
+        for scope, sup in served:
+            groups.setdefault(scope.partition(":")[0], []).append((scope, sup))
+        return groups
 
     def _resolve_pending(self) -> None:
-        """Ask each unresolved backend its scope again (once a lease period); serve it from
-        now on when it answers."""
+        """Take the answers of the unresolved backends that came in, and ask again those
+        due (once a lease period); serve a backend's scope from its answer on. Never waits:
+        the asking runs on threads of its own (scopes.ask_scope)."""
         now = self.monotonic()
         for name, due in list(self.unresolved.items()):
-            if now < due:
+            asking = self._asking.get(name)
+            if asking is None:
+                if now >= due:
+                    self._asking[name] = ask_scope(name, self.backend_for)
                 continue
+            if not asking.done():
+                continue
+            del self._asking[name]
             try:
-                scope = scope_for(name, self.backend_for(name))
+                scope = asking.result()
             except (SchedulerUnreachable, BackendError) as err:
                 self.unresolved[name] = now + self.lease_s
                 log.debug("scope of %s still unknown: %s", name, err)
+                continue
+            except Exception:  # noqa: BLE001 - asked again next period; the log says why
+                self.unresolved[name] = now + self.lease_s
+                log.exception("scope of %s: asking failed", name)
                 continue
             del self.unresolved[name]
             if scope not in self.supervisors:
@@ -255,7 +165,8 @@ class Supervision:
     # -- the lease of one scope ---------------------------------------------------------------
     def guard(self, scope: str) -> Fence:
         """The fence of ``scope``'s lease, renewed when a third of the period has passed;
-        LeaseLost when the lease is not ours any more."""
+        LeaseLost when the lease is not ours any more. Called from the loop that ticks the
+        scope only."""
         h = self.held.get(scope)
         if h is None:
             raise LeaseLost(scope, self.holder, "not held")
@@ -295,12 +206,10 @@ class Supervision:
             self.on_change(scope, "active", lease)
 
     # -- one pass ---------------------------------------------------------------------------
-    def step(self) -> dict[str, TickReport]:
-        """Take the free scopes, tick the held ones; the reports of the scopes ticked."""
+    def _pass(self, scopes: Sequence[tuple[str, Supervisor]]) -> dict[str, TickReport]:
+        """Take the free ones of ``scopes`` (one backend's), tick the held ones."""
         reports: dict[str, TickReport] = {}
-        if self.unresolved:
-            self._resolve_pending()
-        for scope, sup in list(self.supervisors.items()):
+        for scope, sup in scopes:
             if self.stopping.is_set():
                 break
             if scope not in self.held:
@@ -323,24 +232,72 @@ class Supervision:
                 reports[scope] = TickReport(errors=["tick failed"])
         return reports
 
+    def step(self) -> dict[str, TickReport]:
+        """One pass over every scope: take the free ones, tick the held ones, each backend's
+        on a thread of its own (all waited for); the reports of the scopes ticked."""
+        self._resolve_pending()
+        groups = list(self._by_backend().values())
+        if len(groups) <= 1:
+            return self._pass(groups[0]) if groups else {}
+        reports: dict[str, TickReport] = {}
+
+        def one(group: Sequence[tuple[str, Supervisor]]) -> None:
+            reports.update(self._pass(group))
+
+        threads = [threading.Thread(target=one, args=(g,), daemon=True,
+                                    name=f"dispatch-pass-{g[0][0].partition(':')[0]}")
+                   for g in groups]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return reports
+
     def run(self, on_tick: Callable[[dict[str, TickReport], float], None] | None = None
             ) -> None:
-        """Serve until stop(); then hand every held lease back. ``on_tick(reports, seconds)``
-        after each pass (serve times its ticks into /metrics)."""
-        backoff = self.poll
+        """Serve until stop(); then hand every held lease back. Each backend is served by
+        a loop of its own; this one takes the schedulers' answers about their clusters.
+        ``on_tick(reports, seconds)`` after each pass of a backend (serve times its ticks
+        into /metrics); never called by two loops at once."""
+        loops: dict[str, threading.Thread] = {}
         try:
             while not self.stopping.is_set():
-                started = self.monotonic()
-                reports = self.step()
-                if on_tick is not None:
-                    on_tick(reports, self.monotonic() - started)
-                unreachable = any(r.unreachable for r in reports.values())
-                backoff = min(backoff * 2, self.poll * 16) if unreachable else self.poll
-                # Never sleep past a renewal: a held lease is renewed a third into its period.
-                wait = min(backoff, self.lease_s / 3) if self.held else self.poll
-                self.stopping.wait(wait)
+                self._resolve_pending()
+                for name in self._by_backend():
+                    if name not in loops:
+                        loops[name] = threading.Thread(
+                            target=self._serve_backend, args=(name, on_tick), daemon=True,
+                            name=f"dispatch-supervise-{name}")
+                        loops[name].start()
+                self.stopping.wait(min(self.poll, 1.0))
         finally:
+            self.stop()
+            until = time.monotonic() + STOP_WAIT_S
+            for loop in loops.values():
+                loop.join(max(0.0, until - time.monotonic()))
             self.release_all()
+
+    def _serve_backend(self, name: str,
+                       on_tick: Callable[[dict[str, TickReport], float], None] | None) -> None:
+        """One backend's scopes, pass after pass, until stop(); backs off while its
+        scheduler cannot be reached, never sleeping past a renewal."""
+        backoff = self.poll
+        while not self.stopping.is_set():
+            scopes = self._by_backend().get(name, [])
+            started = self.monotonic()
+            try:
+                reports = self._pass(scopes)
+                if on_tick is not None:
+                    with self._on_tick_lock:
+                        on_tick(reports, self.monotonic() - started)
+            except Exception:  # keep serving; the record is the truth, the next pass retries
+                log.exception("backend %s: pass failed", name)
+                reports = {}
+            unreachable = any(r.unreachable for r in reports.values())
+            backoff = min(backoff * 2, self.poll * 16) if unreachable else self.poll
+            held = any(scope in self.held for scope, _ in scopes)
+            # Never sleep past a renewal: a held lease is renewed a third into its period.
+            self.stopping.wait(min(backoff, self.lease_s / 3) if held else self.poll)
 
     def serve_until(self, done: Callable[[], bool],
                     on_tick: Callable[[dict[str, TickReport]], None] | None = None) -> None:
@@ -365,8 +322,9 @@ class Supervision:
 
     def stop(self) -> None:
         self.stopping.set()
-        for sup in self.supervisors.values():
-            sup.stopping.set()
+        with self._scopes_lock:
+            for sup in self.supervisors.values():
+                sup.stopping.set()
 
     def release_all(self) -> None:
         for scope, h in list(self.held.items()):
@@ -376,6 +334,22 @@ class Supervision:
                 log.warning("scope %s: cannot release the lease: %s", scope, err)
             self.held.pop(scope, None)
             self.on_change(scope, "released", h.lease)
+
+
+class _OnePerName:
+    """``backend_for`` made safe to call from several loops at once: a backend is built
+    once (the registry keeps one instance per name, backends keep per-tick caches)."""
+
+    def __init__(self, backend_for: Callable[[str], Backend]) -> None:
+        self._backend_for = backend_for
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+
+    def __call__(self, name: str) -> Backend:
+        with self._guard:
+            lock = self._locks.setdefault(name, threading.Lock())
+        with lock:
+            return self._backend_for(name)
 
 
 def _log_change(scope: str, what: str, lease: Lease | None) -> None:

@@ -30,7 +30,7 @@ from dispatch.core import events as ev
 from dispatch.core.model import Cause, CauseKind, Discovery, Provenance, SchedulerUnreachable
 from dispatch.core.record import Job, SegmentDecision, fold
 from dispatch.core.status import plan_of
-from dispatch.discovery import OK, UNREACHABLE, by_backend, look
+from dispatch.discovery import OK, UNREACHABLE, Lookout, by_backend
 from dispatch.errors import DispatchError
 from dispatch.notify import Notifier
 from dispatch.stores.base import ConflictError, Fence, Fenced, RecordStore, append_fact
@@ -65,6 +65,7 @@ class Supervisor:
         on_decision: Callable[[Job, dc.Decision], None] | None = None,
         scope: str | None = None,
         lease_guard: Callable[[], Fence] | None = None,
+        lookout: Lookout | None = None,
     ) -> None:
         self.store = store
         self.backend_for = backend_for
@@ -81,6 +82,9 @@ class Supervisor:
         # lease's current fence or raises LeaseLost (renewing it when due).
         self.scope = scope
         self.lease_guard = lease_guard
+        # Each backend's look with a deadline, on a thread of its own; shared by the
+        # supervisors of one process so a backend is never asked twice at once.
+        self.lookout = lookout or Lookout()
         self.stopping = threading.Event()
         # Finished jobs of ours that may still have a live object (a stop asked for in the
         # tick that committed the outcome): ticked until the scheduler shows none alive.
@@ -103,7 +107,8 @@ class Supervisor:
         jobs = [j for j in jobs if not j.terminal or j.id in self.chasing]
         report.jobs = len(jobs)
         for name, group in by_backend(jobs).items():
-            seen = look(name, group, self.backend_for, now)
+            seen = self.lookout.look(name, group, self.backend_for, now,
+                                     keep_alive=self._fence, stopping=self.stopping)
             if seen.scheduler == UNREACHABLE:
                 report.unreachable.append(seen.problem)
             elif seen.scheduler != OK:

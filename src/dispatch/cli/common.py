@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from dispatch.errors import DispatchError
+from dispatch.durations import LEASE_MAX_S, LEASE_MIN_S, POLL_MAX_S, POLL_MIN_S
+from dispatch.errors import BadInput, DispatchError
 
 if TYPE_CHECKING:
     from dispatch.service import Service
@@ -19,23 +19,33 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 class Seconds(click.ParamType[float]):
-    """Seconds between ticks or refreshes: finite, 0.05 s .. 1 day (no busy loop, no nan)."""
+    """A duration option in seconds: a finite number within the option's documented bounds
+    (dispatch.durations); anything else (nan, inf, 1e12, -1, 0, text) is a usage error, exit 2.
+    Every duration option of the CLI uses this one type."""
 
     name = "seconds"
 
+    def __init__(self, low: float, high: float) -> None:
+        self.low, self.high = low, high
+
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> float:
+        from dispatch.durations import seconds_in
+
+        what = (param.opts[0] if param is not None and param.opts else "seconds")
         try:
-            seconds = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        if not math.isfinite(seconds) or not 0.05 <= seconds <= 86_400:
-            self.fail(f"{value!r} must be a finite number of seconds from 0.05 to 86400",
-                      param, ctx)
-        return seconds
+            return seconds_in(value, what, self.low, self.high, from_text=True)
+        except BadInput as err:
+            self.fail(str(err).removeprefix(f"{what}: "), param, ctx)
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return f"SECONDS ({self.low:g}-{self.high:g})"
 
 
-SECONDS = Seconds()
+# --poll and --interval: 0.05 s .. 10 min (no busy loop, no sleep past the next renewal's
+# need); --lease: 1 s .. 10 min (a dead holder keeps a scope at most that long).
+SECONDS = Seconds(POLL_MIN_S, POLL_MAX_S)
+LEASE_SECONDS = Seconds(LEASE_MIN_S, LEASE_MAX_S)
 
 
 def handle_errors(fn: F) -> F:

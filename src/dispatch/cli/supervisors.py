@@ -17,7 +17,14 @@ from typing import Any, TypeVar
 import click
 
 from dispatch.backends.base import Backend
-from dispatch.cli.common import emit_json, handle_errors, json_option, open_service, store_option
+from dispatch.cli.common import (
+    LEASE_SECONDS,
+    emit_json,
+    handle_errors,
+    json_option,
+    open_service,
+    store_option,
+)
 from dispatch.notify import Notifier
 from dispatch.stores.base import RecordStore
 from dispatch.stores.lease import Lease
@@ -37,10 +44,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 def scope_options(fn: F) -> F:
     """--scope (repeatable) and --lease, for ``supervise`` (and ``serve``)."""
     fn = click.option(
-        "--lease", "lease_s", type=float, default=DEFAULT_LEASE_S, show_default=True,
-        help="Lease period in seconds: a standby takes a scope over within one period "
-             "(+ one poll) of its active supervisor dying. Must exceed the longest "
-             "scheduler call.")(fn)
+        "--lease", "lease_s", type=LEASE_SECONDS, default=DEFAULT_LEASE_S, show_default=True,
+        help="Lease period in seconds, 1 to 600: a standby takes a scope over within one "
+             "period (+ one poll) of its active supervisor dying, and a killed one holds it "
+             "no longer.")(fn)
     fn = click.option(
         "--scope", "scopes", multiple=True, metavar="SCOPE",
         help="Serve this scope: a backend (local, slurm, kubeflow: this machine's cluster of "

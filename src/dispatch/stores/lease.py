@@ -34,6 +34,7 @@ a write holds the file's write lock, so every writer waits until it is continued
 from __future__ import annotations
 
 import abc
+import math
 import sqlite3
 import threading
 import time
@@ -42,6 +43,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from dispatch.durations import LEASE_MAX_S
 from dispatch.errors import StateConflict
 from dispatch.stores.base import Fence, Fenced, StoreError
 
@@ -119,8 +121,11 @@ class LeaseBook(abc.ABC):
 
 
 def _check_period(period_s: float) -> None:
-    if not period_s > 0:
-        raise ValueError(f"a lease period must be positive, got {period_s!r}")
+    # Finite and at most LEASE_MAX_S whoever asks: a lease must never outlive its holder by
+    # more than that (inf or 1e12 would keep a killed holder's scope for ever).
+    if not (math.isfinite(period_s) and 0 < period_s <= LEASE_MAX_S):
+        raise ValueError(f"a lease period must be a finite number of seconds above 0 and at "
+                         f"most {LEASE_MAX_S:g}, got {period_s!r}")
 
 
 # -- SQLite ------------------------------------------------------------------------------------

@@ -1,0 +1,175 @@
+"""A scheduler whose tools hang holds up only its own jobs (issue 21 item 9).
+
+Slurm is "configured" as on a login node during a controller outage: its tools are on PATH,
+but they hang far longer than the lease period. They are small scripts in a directory put
+first on PATH (the real Slurm testbed is never touched): ``scontrol`` (asked which cluster
+it is), ``squeue``, ``sacct`` and ``sinfo`` sleep HANG_S; ``sbatch`` fails at once with the
+words of an unreachable controller, so the Slurm job gets a submission and its next look
+runs ``squeue``, which hangs. Each tool writes a line "TOOL PID START" before it hangs, so
+the test waits for the exact hang it means, and kills what is left at the end.
+
+Real ``dispatch supervise`` processes over a real SQLite record and the real local backend.
+Latency bounds are generous (the machine is shared and noisy): a local ``true`` job normally
+commits within about a second with --poll 0.1; before this change it waited for each hung
+tool in turn (at least HANG_S).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.integration.supervision.helpers import (
+    ROOT,
+    Procs,
+    child_env,
+    create_jobs,
+    jobs,
+    lease_of,
+    spec,
+    wait_for,
+)
+
+from dispatch.backends.registry import declarations_for
+from dispatch.core.model import State
+from dispatch.core.spec import parse_spec
+from dispatch.service.requests import create_job
+from dispatch.stores.select import open_store
+from dispatch.supervision import local_scope
+from dispatch.supervisor import utcnow
+
+HANG_S = 40  # far past the lease period (1 s) and any bound below
+LEASE_S = 1.0
+POLL_S = 0.1
+# Generous: normally about 1 s; before this change at least HANG_S.
+LOCAL_COMMIT_BOUND_S = 15.0
+ONCE_BOUND_S = 15.0
+
+HANG = 'exec sleep {hang}\n'
+UNREACHABLE = ('echo "sbatch: error: Batch job submission failed: Unable to contact slurm '
+               'controller (connect failure)" >&2\nexit 1\n')
+
+
+def _tool(path: Path, log: Path, body: str) -> None:
+    path.write_text(f'#!/bin/sh\necho "$(basename "$0") $$ $(date +%s.%N)" >> "{log}"\n'
+                    + body)
+    path.chmod(0o755)
+
+
+@pytest.fixture
+def hung_slurm(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A directory of hanging Slurm tools (for PATH) and the log of their calls."""
+    bin_dir, log = tmp_path / "fake-slurm-bin", tmp_path / "slurm-calls.log"
+    bin_dir.mkdir()
+    for name in ("scontrol", "squeue", "sacct", "sinfo", "scancel"):
+        _tool(bin_dir / name, log, HANG.format(hang=HANG_S))
+    _tool(bin_dir / "sbatch", log, UNREACHABLE)
+    yield bin_dir, log
+    for _name, pid in _calls(log):  # the hung tools this test started, and only those
+        try:
+            if b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+
+
+def _calls(log: Path) -> list[tuple[str, int]]:
+    if not log.exists():
+        return []
+    return [(w[0], int(w[1])) for w in (line.split() for line in log.read_text().splitlines())]
+
+
+def _env(tmp_path: Path, bin_dir: Path) -> dict[str, str]:
+    return child_env(
+        PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        DISPATCH_STORE=f"sqlite://{tmp_path / 'record.sqlite3'}",
+        DISPATCH_LOCAL_ROOT=str(tmp_path / "local"),
+        DISPATCH_SLURM_OUTPUT_DIR=str(tmp_path / "slurm-out"),
+        DISPATCH_KUBECONFIG=str(tmp_path / "no-kubeconfig"),
+        XDG_STATE_HOME=str(tmp_path / "state"))
+
+
+def _slurm_job(url: str) -> str:
+    job = parse_spec({"name": "on-slurm", "backend": "slurm", "command": ["true"]}, "<slurm>")
+    with open_store(url) as store:
+        # Recorded while the controller could not say its cluster: the bare name.
+        return create_job(store, job, declarations_for("slurm"), utcnow(), scope="slurm")
+
+
+def test_a_hung_slurm_holds_up_no_local_job_and_moves_no_lease(
+        tmp_path: Path, procs: Procs, hung_slurm: tuple[Path, Path]) -> None:
+    bin_dir, calls = hung_slurm
+    env = _env(tmp_path, bin_dir)
+    url, root = env["DISPATCH_STORE"], tmp_path / "local"
+    local = local_scope(root)
+    slurm_job = _slurm_job(url)
+    sup = procs.cli("supervise", "--lease", str(LEASE_S), "--poll", str(POLL_S), env=env)
+    holder = f"{socket.gethostname()}:{sup.pid}"
+
+    def active(scope: str) -> bool:
+        lease = lease_of(url, scope)
+        return lease is not None and lease.state == "active" and lease.holder == holder
+
+    wait_for(lambda: active(local) and active("slurm"), timeout=60,
+             what="the supervisor active on the local and the bare slurm scope")
+    # The Slurm job's look is hanging in squeue (its submission was intended, sbatch said
+    # the controller is unreachable), and the question of the cluster hangs in scontrol.
+    wait_for(lambda: {"scontrol", "squeue"} <= {n for n, _ in _calls(calls)}, timeout=60,
+             what="scontrol and squeue hanging")
+    hung_since = min(float(line.split()[2]) for line in calls.read_text().splitlines()
+                     if line.startswith("squeue "))
+    before = {s: lease_of(url, s) for s in (local, "slurm")}
+
+    [job] = create_jobs(url, root, [spec("quick", ["true"])])
+    created = time.monotonic()
+    wait_for(lambda: jobs(url)[job].outcome is not None, timeout=HANG_S,
+             every=0.05, what="the local job's outcome")
+    took = time.monotonic() - created
+    assert jobs(url)[job].outcome.state is State.SUCCEEDED  # type: ignore[union-attr]
+    assert took < LOCAL_COMMIT_BOUND_S, f"the local job waited {took:.1f}s for Slurm"
+
+    # Several lease periods into the hang: no lease moved, the local scope's nor Slurm's
+    # (its supervisor keeps it while it waits for the look).
+    wait_for(lambda: time.time() - hung_since > 4 * LEASE_S, what="4 lease periods of hang")
+    assert any(n == "squeue" for n, _ in _calls(calls)) and jobs(url)[slurm_job].outcome is None
+    for scope, was in before.items():
+        now = lease_of(url, scope)
+        assert was is not None and now is not None
+        assert (now.holder, now.epoch, now.state) == (holder, was.epoch, "active"), scope
+        assert now.expires_at > was.expires_at, f"{scope}: not renewed during the hang"
+
+    # A planned stop hands both back at once, hang or not.
+    sup.signal(signal.SIGTERM)
+    assert sup.p.wait(30) == 0
+    assert {lease_of(url, s).state for s in before} == {"released"}  # type: ignore[union-attr]
+
+
+def test_supervise_once_does_not_wait_for_a_hung_controller(
+        tmp_path: Path, hung_slurm: tuple[Path, Path]) -> None:
+    bin_dir, calls = hung_slurm
+    env = _env(tmp_path, bin_dir)
+    url, root = env["DISPATCH_STORE"], tmp_path / "local"
+    [job] = create_jobs(url, root, [spec("quick", ["true"])])
+    started = time.monotonic()
+    once = subprocess.run([sys.executable, "-m", "dispatch.cli", "supervise", "--once",
+                           "--lease", str(LEASE_S)], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=HANG_S + 30)
+    took = time.monotonic() - started
+    assert once.returncode == 0, once.stderr
+    assert "scontrol" in {n for n, _ in _calls(calls)}, "the hung scontrol was never asked"
+    assert took < ONCE_BOUND_S, f"supervise --once waited {took:.1f}s for scontrol"
+    summary = json.loads(once.stdout)
+    assert summary["scopes"][local_scope(root)]["ticked"]
+    assert summary["scopes"][local_scope(root)]["jobs"] == 1
+    assert "slurm" in summary["scopes"]  # served by its bare name meanwhile
+    assert "slurm is served by its bare name" in once.stderr
+    assert "did not say which cluster it is within" in once.stderr
+    assert jobs(url)[job].submissions, "the local job was not submitted"
