@@ -96,6 +96,9 @@ class Notifier:
         self.timeout = timeout
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
+        # Backends are supervised on threads of their own: two may escalate at once, and
+        # exactly one drain thread must start (close() joins that one).
+        self._start = threading.Lock()
         self.delivered: list[dict[str, Any]] = []
         self.failed: list[dict[str, Any]] = []
 
@@ -104,18 +107,20 @@ class Notifier:
         log.error("ESCALATION job %s (%s): %s [%s]", job.id, job.name, message,
                   cause.kind.value if cause else "-")
         if self.webhook or self.command:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._drain, name="dispatch-notify",
-                                                daemon=True)
-                self._thread.start()
+            with self._start:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._drain,
+                                                    name="dispatch-notify", daemon=True)
+                    self._thread.start()
             self._queue.put(payload)
 
     def close(self, timeout: float = 10.0) -> None:
         """Deliver what is queued (bounded), then stop the background thread."""
-        if self._thread is not None:
+        with self._start:
+            thread, self._thread = self._thread, None
+        if thread is not None:
             self._queue.put(None)
-            self._thread.join(timeout)
-            self._thread = None
+            thread.join(timeout)
 
     def _drain(self) -> None:
         while True:

@@ -82,3 +82,29 @@ def test_command_gets_the_escalation_on_stdin(tmp_path: Path) -> None:
     notifier.escalate(JOB, "rules[0] budget spent (1/1) on out-of-memory", CAUSE, NOW)
     notifier.close(timeout=30)
     assert json.loads(out.read_text())["message"].startswith("rules[0] budget spent")
+
+
+def test_escalations_from_many_threads_at_once_start_one_drain_and_all_are_delivered(
+        tmp_path: Path) -> None:
+    """Backends are supervised on threads of their own: escalations raised at the same
+    instant start exactly one delivery thread, and close() delivers every one of them."""
+    out = tmp_path / "got"
+    script = ("import sys, json; p = json.load(sys.stdin); "
+              f"open({str(out)!r}, 'a').write(p['message'] + '\\n')")
+    notifier = Notifier(command=[sys.executable, "-c", script])
+    start = threading.Barrier(16)
+
+    def raise_one(n: int) -> None:
+        start.wait()
+        notifier.escalate(JOB, f"escalation {n}", CAUSE, NOW)
+
+    threads = [threading.Thread(target=raise_one, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    drains = [t for t in threading.enumerate() if t.name == "dispatch-notify"]
+    notifier.close(timeout=120)
+    assert len(drains) == 1
+    assert sorted(out.read_text().splitlines()) == sorted(f"escalation {n}" for n in range(16))
+    assert len(notifier.delivered) == 16 and notifier.failed == []
