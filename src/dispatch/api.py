@@ -16,20 +16,23 @@ you like. Errors are the CLI's: ``DispatchError`` subclasses (``BadInput``, ``No
 
 from __future__ import annotations
 
+import io
 import os
+import stat
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 from dispatch.backends.base import LogSource
 from dispatch.core import events as ev
 from dispatch.core.model import SchedulerUnreachable, Status
 from dispatch.core.spec import JobSpec, SpecError, parse_spec
+from dispatch.errors import BadInput
 from dispatch.service import Service
 from dispatch.service.views import cause_text
 
@@ -229,7 +232,8 @@ class Job:
         with _open(self.store) as service:
             return [HistoryLine(e, text) for e, text in service.history(self.id)]
 
-    def logs(self, follow: bool = False, *, submission: int | None = None) -> Iterator[str]:
+    def logs(self, follow: bool = False, *, submission: int | None = None,
+             tail: int | None = None) -> Iterator[str]:
         """The job's output, line by line (without line ends): local and Slurm from their
         output files, kubeflow from its pods' logs through the Kubernetes API.
 
@@ -237,16 +241,35 @@ class Job:
         ``NotFound`` when it has no scheduler object yet. With ``follow``: keep reading,
         move on to each new submission (a line ``== dispatch: submission N after CAUSE``
         marks it) and end once the job's outcome is committed. Following only reads: a
-        supervisor (``wait()`` in another thread, ``dispatch supervise``) moves the job."""
-        return follow_logs(self.store, self.id, submission=submission, follow=follow)
+        supervisor (``wait()`` in another thread, ``dispatch supervise``) moves the job.
+
+        ``tail``: only the last ``tail`` lines of each stream of the submission read first
+        (a file is read from its end, never whole); following goes on from there.
+        Output is read in pieces, so a log of any size takes little memory; a line longer
+        than a MiB comes in pieces."""
+        return follow_logs(self.store, self.id, submission=submission, follow=follow,
+                           tail=tail)
 
 
 def follow_logs(store: Store, job_id: str, *, submission: int | None = None,
                 follow: bool = False, poll: float = FOLLOW_POLL_S,
                 stop: threading.Event | None = None,
-                from_first: bool = False) -> Iterator[str]:
-    """Lines of a job's output; see ``Job.logs``. Used by the HTTP API's log stream and by
-    ``dispatch run --logs`` too.
+                from_first: bool = False, tail: int | None = None) -> Iterator[str]:
+    """Lines of a job's output (without line ends); see ``Job.logs`` and ``follow_log_text``.
+    """
+    pieces = follow_log_text(store, job_id, submission=submission, follow=follow, poll=poll,
+                             stop=stop, from_first=from_first, tail=tail)
+    return (line for text in pieces for line in text.splitlines())
+
+
+def follow_log_text(store: Store, job_id: str, *, submission: int | None = None,
+                    follow: bool = False, poll: float = FOLLOW_POLL_S,
+                    stop: threading.Event | None = None,
+                    from_first: bool = False,
+                    tail: int | None = None) -> Generator[str, None, None]:
+    """A job's output as text in pieces of whole lines, each line ending with ``\n`` (at most
+    a few MiB a piece, whatever the log's size). Used by ``dispatch logs``, the HTTP API's log
+    stream and ``dispatch run --logs``; ``follow_logs`` splits it into lines.
 
     Following starts at the newest submission (``from_first``: at the first, as ``run --logs``
     wants whenever its reader starts) and then reads every later submission in turn, each
@@ -255,7 +278,18 @@ def follow_logs(store: Store, job_id: str, *, submission: int | None = None,
     Following, a scheduler that cannot be asked this poll (a pod log the API server cannot
     give now) is asked again at the next one, and no line is lost or repeated: each stream
     keeps its place. The last read, once the outcome is committed, raises it instead.
-    ``stop``: once set, following ends after one more read (whole lines only)."""
+    ``stop``: once set, following ends after one more read (whole lines only).
+    ``tail``: the first read gives only the last ``tail`` lines of each stream.
+
+    ``BadInput`` at once for a ``submission`` or ``tail`` that is not a whole number."""
+    _check_count("submission", submission, least=1)
+    _check_count("tail", tail, least=0)
+    return _log_text(store, job_id, submission, follow, poll, stop, from_first, tail)
+
+
+def _log_text(store: Store, job_id: str, submission: int | None, follow: bool, poll: float,
+              stop: threading.Event | None, from_first: bool,
+              tail: int | None) -> Generator[str, None, None]:
     reader = _Tail()
     current: int | None = None
     with _open(store) as service:
@@ -269,16 +303,19 @@ def follow_logs(store: Store, job_id: str, *, submission: int | None = None,
             try:
                 if current is None and numbers:
                     current = numbers[0] if from_first else numbers[-1]
+                    reader.tail = tail  # the first submission read is the one cut
                 for n in numbers:
                     if current is None or n <= current:
                         continue
                     yield from reader.read(service.logs(job_id, current), final=True)
+                    reader.tail = None
                     sub = j.submission(n)
                     why = f" after {cause_text(sub.cause)}" if sub and sub.cause else ""
-                    yield f"== dispatch: submission {n}{why}"
+                    yield f"== dispatch: submission {n}{why}\n"
                     current = n
                 if current is not None:
                     yield from reader.read(service.logs(job_id, current), final=last)
+                    reader.tail = None
                 elif not follow:
                     service.logs(job_id, submission)  # raises NotFound: nothing to read yet
             except SchedulerUnreachable:
@@ -292,41 +329,130 @@ def follow_logs(store: Store, job_id: str, *, submission: int | None = None,
                 time.sleep(poll)
 
 
+def _check_count(name: str, value: object, *, least: int) -> None:
+    """``submission`` and ``tail`` are whole numbers (a bool or a string is refused)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise BadInput(f"logs: {name} must be a whole number of at least {least}, "
+                       f"not {value!r}")
+
+
+# A file is read this much at a time, so a log of any size takes this much memory.
+READ_CHUNK = 1 << 20
+# A line longer than this (a log without line ends) is given in pieces of about this size.
+MOST_LINE = 1 << 20
+
+
+def text_of(data: bytes, prefix: str) -> str:
+    """Whole lines of output as text, each ended by ``\n`` and led by ``prefix``."""
+    lines = data.decode(errors="replace").splitlines()
+    if not lines:
+        return ""
+    if prefix:
+        return "".join(f"{prefix}{line}\n" for line in lines)
+    return "\n".join(lines) + "\n"
+
+
+def utf8_cut(data: bytes) -> int:
+    """Where to cut ``data`` without splitting a UTF-8 character (before a trailing
+    incomplete one)."""
+    end = len(data)
+    for back in range(1, min(4, end) + 1):
+        byte = data[end - back]
+        if byte & 0xC0 != 0x80:  # a character's first byte: cut before it unless complete
+            width = 1 if byte < 0x80 else 2 if byte >> 5 == 0b110 else \
+                3 if byte >> 4 == 0b1110 else 4 if byte >> 3 == 0b11110 else 1
+            return end if back >= width else end - back
+    return end
+
+
+def last_lines_start(fh: BinaryIO, count: int) -> int:
+    """The offset where the last ``count`` lines of an open file begin, found by reading
+    backwards from its end in pieces (a last line without its end counts as a line)."""
+    end = fh.seek(0, os.SEEK_END)
+    if count == 0 or end == 0:
+        return end
+    fh.seek(end - 1)
+    limit = end - 1 if fh.read(1) == b"\n" else end  # the last line's own end
+    found = 0
+    pos = limit
+    while pos > 0:
+        size = min(READ_CHUNK, pos)
+        pos -= size
+        fh.seek(pos)
+        block = fh.read(size)
+        here = block.count(b"\n")
+        if found + here < count:
+            found += here
+            continue
+        i = len(block)
+        while True:
+            i = block.rfind(b"\n", 0, i)
+            found += 1
+            if found == count:
+                return pos + i + 1
+    return 0
+
+
+def last_lines(data: bytes, count: int) -> bytes:
+    """The last ``count`` lines of ``data`` (as ``last_lines_start`` counts them)."""
+    return data[last_lines_start(io.BytesIO(data), count):]
+
+
 class _Tail:
     """What each stream wrote since it was last read, in whole lines: a line still being
     written waits for its end (or for ``final``). A file is read from the offset reached so
-    far; a reader (``LogReader``: a pod's log) from the cursor it last gave, kept by its key."""
+    far, in pieces; a reader (``LogReader``: a pod's log) from the cursor it last gave, kept
+    by its key. ``tail``: a stream read for the first time gives only its last lines."""
 
     def __init__(self) -> None:
+        self.tail: int | None = None
         self.offsets: dict[Path, int] = {}
         self.partial: dict[Path, bytes] = {}
         self.cursors: dict[str, str | None] = {}
 
     def read(self, sources: Sequence[LogSource], *, final: bool) -> Iterator[str]:
         for src in sources:
+            prefix = f"[{src.name if isinstance(src, Path) else src.label}] " \
+                if len(sources) > 1 else ""
             if isinstance(src, Path):
-                complete, label = self._file(src, final=final), src.name
-            else:
-                got = src.read(self.cursors.get(src.key), final=final)
-                self.cursors[src.key] = got.cursor
-                complete, label = got.data, src.label
-            if complete is None:
+                for data in self._file(src, final=final):
+                    yield text_of(data, prefix)
                 continue
-            prefix = f"[{label}] " if len(sources) > 1 else ""
-            for line in complete.decode(errors="replace").splitlines():
-                yield prefix + line
+            first = src.key not in self.cursors
+            got = src.read(self.cursors.get(src.key), final=final)
+            self.cursors[src.key] = got.cursor
+            data = last_lines(got.data, self.tail) if first and self.tail is not None \
+                else got.data
+            if data:
+                yield text_of(data, prefix)
 
-    def _file(self, f: Path, *, final: bool) -> bytes | None:
+    def _file(self, f: Path, *, final: bool) -> Iterator[bytes]:
         try:
-            with f.open("rb") as fh:
-                fh.seek(self.offsets.get(f, 0))
-                chunk = fh.read()
+            # Never through a symlink: the object directory is the job's to write in.
+            fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError:
-            return None
-        self.offsets[f] = self.offsets.get(f, 0) + len(chunk)
-        data = self.partial.pop(f, b"") + chunk
-        cut = len(data) if final else data.rfind(b"\n") + 1
-        complete, rest = data[:cut], data[cut:]
+            return
+        with os.fdopen(fd, "rb", buffering=0) as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return  # a FIFO or a device is nobody's log
+            if f not in self.offsets:
+                self.offsets[f] = 0 if self.tail is None else last_lines_start(fh, self.tail)
+            fh.seek(self.offsets[f])
+            while True:
+                chunk = fh.read(READ_CHUNK)
+                if not chunk:
+                    break
+                self.offsets[f] += len(chunk)
+                data = self.partial.pop(f, b"") + chunk
+                cut = data.rfind(b"\n") + 1
+                if cut == 0 and len(data) >= MOST_LINE:
+                    cut = utf8_cut(data)
+                if cut < len(data):
+                    self.partial[f] = data[cut:]
+                if cut:
+                    yield data[:cut]
+        rest = self.partial.pop(f, b"") if final else b""
         if rest:
-            self.partial[f] = rest
-        return complete
+            yield rest

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from dispatch.errors import DispatchError
+from dispatch.paths import check_path_variables
 
 if TYPE_CHECKING:
     from dispatch.service import Service
@@ -40,13 +41,15 @@ SECONDS = Seconds()
 
 def handle_errors(fn: F) -> F:
     """Every typed error becomes its documented exit code and one line (JSON with --json);
-    a traceback only with --debug (the real one, re-raised where it was caught)."""
+    a traceback only with --debug (the real one, re-raised where it was caught). A relative
+    path in a path variable is refused before the command starts (paths.py)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         ctx = click.get_current_context()
         debug = bool((ctx.find_root().obj or {}).get("debug"))
         try:
+            check_path_variables()
             return fn(*args, **kwargs)
         except DispatchError as e:
             if debug:

@@ -67,11 +67,13 @@ def marker_id(root: Path) -> str | None:
         return None
 
 
-def wait_published(objdir: Path, wait_s: float) -> bool:
+def wait_published(objdir: Path, wait_s: float,
+                   stop: Callable[[], bool] = lambda: False) -> bool:
     """For a starting runner: submit starts it, then publishes the object directory; a submit
-    that crashed in between never publishes it, and the runner leaves."""
+    that crashed in between never publishes it, and the runner leaves. So does a runner told
+    to stop (``stop()``: a SIGTERM) before it was published."""
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not stop():
         if (objdir / META).exists() and (objdir / RUNNER).exists():
             return True
         time.sleep(0.005)
