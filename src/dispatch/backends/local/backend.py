@@ -43,7 +43,7 @@ from dispatch.backends.local.reports import (
     vanished,
     whoami,
 )
-from dispatch.backends.local.root import LocalRoot, new_ref, ref_root
+from dispatch.backends.local.root import LocalRoot, new_ref, ref_root, write_request
 from dispatch.backends.local.wire import (
     CANCEL,
     CONTROL,
@@ -465,11 +465,9 @@ class LocalBackend:
         self._wake(ref)
 
     def _write_request(self, ref: str, name: str, actor: str | None) -> None:
-        control = self.objects_dir / ref / CONTROL
         try:
-            control.mkdir(exist_ok=True)
-            write_atomic(control / name, msgspec.json.encode(ControlRequest(actor=actor,
-                                                                            at=utcnow())))
+            write_request(self.objects_dir / ref / CONTROL, name,
+                          msgspec.json.encode(ControlRequest(actor=actor, at=utcnow())))
         except OSError as err:
             raise unwritable(f"cannot write the request {name} for {ref}", err) from None
 

@@ -244,6 +244,7 @@ class Runner:
             raw = (self.objdir / CONTROL / name).read_bytes()
             return msgspec.json.decode(raw, type=ControlRequest)
         except (OSError, msgspec.DecodeError):
+            # An empty one was made on a full disk: the request without its details.
             return ControlRequest(at=utcnow(), note="unreadable request")
 
     def apply_request(self, name: str, request: ControlRequest) -> None:
@@ -338,8 +339,8 @@ class Runner:
             write_atomic(self.objdir / STATUS, msgspec.json.encode(status))
         except OSError as err:
             if self.cannot_write is None and (self.objdir / META).exists():
-                self.log(f"cannot write {STATUS}: {err}; the nodes keep running, written "
-                         "again once it can be")
+                self.log(f"cannot write {STATUS}: {err}; the object goes on, and the status "
+                         "is written once it can be")
             self.cannot_write = str(err)
             return False
         if self.cannot_write is not None:
@@ -394,11 +395,10 @@ class Runner:
         if self.ending is not None:
             self.reap()
             if not self.children_left and self.marked_gone():
-                for output in self.outputs():  # the last words, before the end is said
-                    output.drain()
+                for output in self.outputs():  # the last words, then the files let go
+                    output.drain()  # (a log removed to make room frees it now)
+                    output.close()
                 if self.finish():
-                    for output in self.outputs():
-                        output.close()
                     return True
             if self.kill_deadline is not None and time.monotonic() >= self.kill_deadline:
                 self.kill_everything(signal.SIGKILL)
