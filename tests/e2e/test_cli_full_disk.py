@@ -170,11 +170,10 @@ def test_a_full_store_is_a_typed_error(dispatch: Dispatch) -> None:
         done = dispatch("run", str(dispatch.spec("first", script("print('hi')"))),
                         "--poll", "0.2")
         assert done.returncode == 0, done.stderr
-        with open(store_dir / "ballast", "wb") as f:  # fill what is left
+        with open(store_dir / "ballast", "wb", buffering=0) as f:  # fill what is left
             try:
                 while True:
                     f.write(b"\0" * 65536)
-                    f.flush()
             except OSError:
                 pass
         for args in (("ls", "--all"), ("status", "first"), ("history", "first")):

@@ -122,27 +122,29 @@ class NodeOutput:
             return
         if self.lost:
             note = (b"\n" if self.line_open else b"") + lost_note(self.lost, self.lost_why)
-            if not self._put(note):
+            if self._put(note):  # not written: the note waits, the data is lost too
                 self._lose(len(data), self.lost_why)
                 return
             self.lost = 0
-            self.line_open = False
-        self._put(data)
+        left = self._put(data)
+        if left:
+            self._lose(left, self.lost_why)
 
-    def _put(self, data: bytes) -> bool:
+    def _put(self, data: bytes) -> int:
+        """Write ``data``; the number of bytes that could not be written (0: all were)."""
         assert self.file_fd is not None
         view = memoryview(data)
         try:
             while view:
                 view = view[os.write(self.file_fd, view):]
         except OSError as err:
-            self._lose(len(view), err.strerror or str(err))
+            self.lost_why = err.strerror or str(err)
             if len(view) < len(data):
                 self.line_open = True  # a part went out: whatever follows starts anew
-            return False
+            return len(view)
         if data:
             self.line_open = not data.endswith(b"\n")
-        return True
+        return 0
 
     def _lose(self, count: int, why: str) -> None:
         self.lost += count
