@@ -420,13 +420,20 @@ class _Tail:
                 for data in self._file(src, final=final):
                     yield text_of(data, prefix)
                 continue
-            first = src.key not in self.cursors
-            got = src.read(self.cursors.get(src.key), final=final)
-            self.cursors[src.key] = got.cursor
-            data = last_lines(got.data, self.tail) if first and self.tail is not None \
-                else got.data
-            if data:
-                yield text_of(data, prefix)
+            cut = src.key not in self.cursors and self.tail is not None
+            kept = b""  # with tail: the last lines so far, never more
+            more = True
+            while more:
+                got = src.read(self.cursors.get(src.key), final=final)
+                self.cursors[src.key] = got.cursor
+                more = got.more
+                if cut:
+                    assert self.tail is not None
+                    kept = last_lines(kept + got.data, self.tail)
+                elif got.data:
+                    yield text_of(got.data, prefix)
+            if kept:
+                yield text_of(kept, prefix)
 
     def _file(self, f: Path, *, final: bool) -> Iterator[bytes]:
         try:
