@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from test_kubeflow_logs import running  # noqa: F401  (the fixture below uses it)
 
-from dispatch.api import _Tail
 from dispatch.backends.kubeflow import KubeflowBackend
 from dispatch.backends.kubeflow.podlogs import PodLog
+from dispatch.logread import LogTail
 from kube_fake import FakeApiServer
 
 LINES = [f"line {i:04d}" for i in range(400)]
@@ -33,13 +33,13 @@ def test_a_read_stops_at_its_bound_and_says_there_is_more(long_log: PodLog) -> N
 
 
 def test_the_follower_reads_every_piece_once(long_log: PodLog) -> None:
-    tail = _Tail()
+    tail = LogTail()
     text = "".join(tail.read([long_log], final=True))
     assert text.splitlines() == LINES
     assert "".join(tail.read([long_log], final=True)) == ""  # nothing twice
 
 
 def test_tail_keeps_only_the_last_lines_of_a_long_pod_log(long_log: PodLog) -> None:
-    tail = _Tail()
+    tail = LogTail()
     tail.tail = 3
     assert "".join(tail.read([long_log], final=True)).splitlines() == LINES[-3:]
