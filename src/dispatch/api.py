@@ -20,17 +20,17 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from dispatch.backends.base import LogSource
 from dispatch.core import events as ev
 from dispatch.core.model import SchedulerUnreachable, Status
 from dispatch.core.spec import JobSpec, SpecError, parse_spec
 from dispatch.errors import BadInput
+from dispatch.logread import LogTail
 from dispatch.service import Service
 from dispatch.service.views import cause_text
 
@@ -273,7 +273,8 @@ class Job:
         with _open(self.store) as service:
             return [HistoryLine(e, text) for e, text in service.history(self.id)]
 
-    def logs(self, follow: bool = False, *, submission: int | None = None) -> Iterator[str]:
+    def logs(self, follow: bool = False, *, submission: int | None = None,
+             tail: int | None = None) -> Iterator[str]:
         """The job's output, line by line (without line ends): local and Slurm from their
         output files, kubeflow from its pods' logs through the Kubernetes API.
 
@@ -283,6 +284,11 @@ class Job:
         marks it) and end once the job's outcome is committed. Following only reads: a
         supervisor (``wait()`` in another thread, ``dispatch supervise``) moves the job.
 
+        ``tail``: only the last ``tail`` lines of each stream of the submission read first
+        (a file is read from its end, never whole); following goes on from there.
+        Output is read in pieces, so a log of any size takes little memory; a line longer
+        than a MiB comes in pieces.
+
         Raises ``BadArgument`` (a ``BadInput``) for a ``submission`` that is not a whole
         number from 1."""
         if submission is not None and (isinstance(submission, bool)
@@ -290,15 +296,29 @@ class Job:
             raise BadArgument("submission", "a submission number (int, 1 or more) or None",
                               submission)
         _store_url(self.store)
-        return follow_logs(self.store, self.id, submission=submission, follow=follow)
+        return follow_logs(self.store, self.id, submission=submission, follow=follow,
+                           tail=tail)
 
 
 def follow_logs(store: Store, job_id: str, *, submission: int | None = None,
                 follow: bool = False, poll: float = FOLLOW_POLL_S,
                 stop: threading.Event | None = None,
-                from_first: bool = False) -> Iterator[str]:
-    """Lines of a job's output; see ``Job.logs``. Used by the HTTP API's log stream and by
-    ``dispatch run --logs`` too.
+                from_first: bool = False, tail: int | None = None) -> Iterator[str]:
+    """Lines of a job's output (without line ends); see ``Job.logs`` and ``follow_log_text``.
+    """
+    pieces = follow_log_text(store, job_id, submission=submission, follow=follow, poll=poll,
+                             stop=stop, from_first=from_first, tail=tail)
+    return (line for text in pieces for line in text.splitlines())
+
+
+def follow_log_text(store: Store, job_id: str, *, submission: int | None = None,
+                    follow: bool = False, poll: float = FOLLOW_POLL_S,
+                    stop: threading.Event | None = None,
+                    from_first: bool = False,
+                    tail: int | None = None) -> Generator[str, None, None]:
+    """A job's output as text in pieces of whole lines, each line ending with ``\n`` (at most
+    a few MiB a piece, whatever the log's size). Used by ``dispatch logs``, the HTTP API's log
+    stream and ``dispatch run --logs``; ``follow_logs`` splits it into lines.
 
     Following starts at the newest submission (``from_first``: at the first, as ``run --logs``
     wants whenever its reader starts) and then reads every later submission in turn, each
@@ -307,8 +327,19 @@ def follow_logs(store: Store, job_id: str, *, submission: int | None = None,
     Following, a scheduler that cannot be asked this poll (a pod log the API server cannot
     give now) is asked again at the next one, and no line is lost or repeated: each stream
     keeps its place. The last read, once the outcome is committed, raises it instead.
-    ``stop``: once set, following ends after one more read (whole lines only)."""
-    reader = _Tail()
+    ``stop``: once set, following ends after one more read (whole lines only).
+    ``tail``: the first read gives only the last ``tail`` lines of each stream.
+
+    ``BadInput`` at once for a ``submission`` or ``tail`` that is not a whole number."""
+    _check_count("submission", submission, least=1)
+    _check_count("tail", tail, least=0)
+    return _log_text(store, job_id, submission, follow, poll, stop, from_first, tail)
+
+
+def _log_text(store: Store, job_id: str, submission: int | None, follow: bool, poll: float,
+              stop: threading.Event | None, from_first: bool,
+              tail: int | None) -> Generator[str, None, None]:
+    reader = LogTail()
     current: int | None = None
     with _open(store) as service:
         while True:
@@ -321,16 +352,19 @@ def follow_logs(store: Store, job_id: str, *, submission: int | None = None,
             try:
                 if current is None and numbers:
                     current = numbers[0] if from_first else numbers[-1]
+                    reader.tail = tail  # the first submission read is the one cut
                 for n in numbers:
                     if current is None or n <= current:
                         continue
                     yield from reader.read(service.logs(job_id, current), final=True)
+                    reader.tail = None
                     sub = j.submission(n)
                     why = f" after {cause_text(sub.cause)}" if sub and sub.cause else ""
-                    yield f"== dispatch: submission {n}{why}"
+                    yield f"== dispatch: submission {n}{why}\n"
                     current = n
                 if current is not None:
                     yield from reader.read(service.logs(job_id, current), final=last)
+                    reader.tail = None
                 elif not follow:
                     service.logs(job_id, submission)  # raises NotFound: nothing to read yet
             except SchedulerUnreachable:
@@ -344,41 +378,10 @@ def follow_logs(store: Store, job_id: str, *, submission: int | None = None,
                 time.sleep(poll)
 
 
-class _Tail:
-    """What each stream wrote since it was last read, in whole lines: a line still being
-    written waits for its end (or for ``final``). A file is read from the offset reached so
-    far; a reader (``LogReader``: a pod's log) from the cursor it last gave, kept by its key."""
-
-    def __init__(self) -> None:
-        self.offsets: dict[Path, int] = {}
-        self.partial: dict[Path, bytes] = {}
-        self.cursors: dict[str, str | None] = {}
-
-    def read(self, sources: Sequence[LogSource], *, final: bool) -> Iterator[str]:
-        for src in sources:
-            if isinstance(src, Path):
-                complete, label = self._file(src, final=final), src.name
-            else:
-                got = src.read(self.cursors.get(src.key), final=final)
-                self.cursors[src.key] = got.cursor
-                complete, label = got.data, src.label
-            if complete is None:
-                continue
-            prefix = f"[{label}] " if len(sources) > 1 else ""
-            for line in complete.decode(errors="replace").splitlines():
-                yield prefix + line
-
-    def _file(self, f: Path, *, final: bool) -> bytes | None:
-        try:
-            with f.open("rb") as fh:
-                fh.seek(self.offsets.get(f, 0))
-                chunk = fh.read()
-        except OSError:
-            return None
-        self.offsets[f] = self.offsets.get(f, 0) + len(chunk)
-        data = self.partial.pop(f, b"") + chunk
-        cut = len(data) if final else data.rfind(b"\n") + 1
-        complete, rest = data[:cut], data[cut:]
-        if rest:
-            self.partial[f] = rest
-        return complete
+def _check_count(name: str, value: object, *, least: int) -> None:
+    """``submission`` and ``tail`` are whole numbers (a bool or a string is refused)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise BadInput(f"logs: {name} must be a whole number of at least {least}, "
+                       f"not {value!r}")

@@ -73,10 +73,13 @@ class SubmitRejected(BackendError):
 class LogRead(NamedTuple):
     """What one ``LogReader.read`` found: ``data``, the text written after the cursor it was
     given, in whole lines (a last line without its end only when the read was ``final``);
-    ``cursor``, where the next read starts."""
+    ``cursor``, where the next read starts; ``more``, the read stopped at its size bound and
+    the stream holds more now (the follower reads again at once: a long log comes in pieces,
+    never whole in memory)."""
 
     data: bytes
     cursor: str | None
+    more: bool = False
 
 
 class LogReader(Protocol):

@@ -11,12 +11,12 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dispatch.core.policy import Declarations
 from dispatch.core.spec import BACKENDS, parse_duration
 from dispatch.errors import BackendError
+from dispatch.paths import KUBECONFIG, LOCAL_ROOT, env_path
 
 if TYPE_CHECKING:  # the protocol's module is loaded by the backends, when one is made
     from dispatch.backends.base import Backend
@@ -37,7 +37,7 @@ def _window(var: str, default: str) -> timedelta:
 def _local() -> Backend:
     from dispatch.backends.local import LocalBackend, default_root
 
-    root = Path(os.environ.get("DISPATCH_LOCAL_ROOT") or default_root())
+    root = env_path(LOCAL_ROOT) or default_root()
     return LocalBackend(root, node_loss_window=_window("DISPATCH_LOCAL_NODE_LOSS_WINDOW", "5s"))
 
 
@@ -55,7 +55,7 @@ def _kubeflow() -> Backend:
 
     namespace = os.environ.get("DISPATCH_K8S_NAMESPACE")
     return KubeflowBackend(
-        kubeconfig=os.environ.get("DISPATCH_KUBECONFIG") or None,
+        kubeconfig=str(kubeconfig) if (kubeconfig := env_path(KUBECONFIG)) else None,
         namespaces=[namespace] if namespace else (),
         node_loss_window=_window("DISPATCH_KUBEFLOW_NODE_LOSS_WINDOW", "300s"),
         # restart is native only where the cluster's runtime has a JobSet failurePolicy

@@ -12,6 +12,7 @@ import click
 
 from dispatch.durations import LEASE_MAX_S, LEASE_MIN_S, POLL_MAX_S, POLL_MIN_S
 from dispatch.errors import BadInput, DispatchError
+from dispatch.paths import check_path_variables
 
 if TYPE_CHECKING:
     from dispatch.service import Service
@@ -50,13 +51,15 @@ LEASE_SECONDS = Seconds(LEASE_MIN_S, LEASE_MAX_S)
 
 def handle_errors(fn: F) -> F:
     """Every typed error becomes its documented exit code and one line (JSON with --json);
-    a traceback only with --debug (the real one, re-raised where it was caught)."""
+    a traceback only with --debug (the real one, re-raised where it was caught). A relative
+    path in a path variable is refused before the command starts (paths.py)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         ctx = click.get_current_context()
         debug = bool((ctx.find_root().obj or {}).get("debug"))
         try:
+            check_path_variables()
             return fn(*args, **kwargs)
         except DispatchError as e:
             if debug:

@@ -180,7 +180,7 @@ def run(spec_path: Path, poll: float, with_logs: bool, store_url: str | None, as
 
 class LogPump:
     """``run --logs``: the job's output printed on stdout from a thread of its own, with the
-    follower of ``dispatch logs -f`` (api.follow_logs), while the supervisor ticks in the main
+    follower of ``dispatch logs -f`` (api.follow_log_text), while the supervisor ticks in the main
     thread (never stalled by a read). ``finish`` waits for the follower: once the outcome is
     committed it reads every stream to its end and stops by itself; if supervising stopped
     first (Ctrl-C) it is told to stop after one more read."""
@@ -194,12 +194,14 @@ class LogPump:
         self.thread.start()
 
     def _pump(self) -> None:
-        from dispatch.api import follow_logs
+        from dispatch.api import follow_log_text
 
+        out = click.get_binary_stream("stdout")
         try:
-            for line in follow_logs(self.store_url, self.job_id, follow=True, stop=self.stop,
-                                   from_first=True):
-                click.echo(line)
+            for text in follow_log_text(self.store_url, self.job_id, follow=True,
+                                        stop=self.stop, from_first=True):
+                out.write(text.encode())
+                out.flush()
         except DispatchError as e:  # the job goes on being supervised; its output stops here
             render.err().print(f"warning: logs: {error_text(e)}")
         except OSError:  # stdout closed (a pipe whose reader left)
@@ -410,23 +412,46 @@ def supersede(job: str, store_url: str | None, as_json: bool, escalation_webhook
               "its outcome is committed; exit with the job's exit code.")
 @click.option("--submission", type=click.IntRange(min=1), default=None,
               help="Read this submission's logs (default: the latest).")
+@click.option("--tail", "-n", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Only the last N lines of each stream (read from the end of the file); "
+                   "with --follow, go on from there.")
 @store_option
 @handle_errors
-def logs(job: str, follow: bool, submission: int | None, store_url: str | None) -> None:
+def logs(job: str, follow: bool, submission: int | None, tail: int | None,
+         store_url: str | None) -> None:
     """Print the job's logs where the backend keeps them."""
-    from dispatch.api import follow_logs
+    from dispatch.api import follow_log_text
 
     with open_service(store_url) as service:
         job_id = service.resolve(job)
+    out = click.get_binary_stream("stdout")
     try:
-        for line in follow_logs(store_url, job_id, submission=submission, follow=follow):
-            click.echo(line)
+        for text in follow_log_text(store_url, job_id, submission=submission, follow=follow,
+                                    tail=tail):
+            out.write(text.encode())
+            out.flush()
     except KeyboardInterrupt:
         sys.exit(EXIT_CANCELLED)
+    except BrokenPipeError:  # `dispatch logs J | head`: the reader has what it wanted
+        _quiet_stdout()
+        return
     if follow:
         with open_service(store_url) as service:
             outcome = service.job(job_id).outcome
         sys.exit(EXIT_BY_OUTCOME[outcome.state] if outcome is not None else 0)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the flush at exit meets no closed pipe."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # not a real file (an in-process runner)
+        pass
+    finally:
+        os.close(devnull)
 
 
 COMMANDS = (submit, run, status, ls, watch, history, cancel, resubmit, give_up, supersede, logs)

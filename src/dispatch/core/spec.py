@@ -98,6 +98,8 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     nodes: int = 1
     time_limit: int | None = None
     memory: int | None = None
+    # Bytes of output each node may write to its log (local backend); the rest is dropped.
+    max_output_bytes: int | None = None
     policy: RecoveryPolicy = RecoveryPolicy()
     segment_health: SegmentHealthSpec | None = None
     workdir: str | None = None
@@ -223,7 +225,8 @@ def parse_spec(data: Any, source: str = "<spec>") -> JobSpec:
             source, unknown[0], f"unknown key (known keys: {', '.join(sorted(_SPEC_KEYS))})"
         )
     raw = dict(data)
-    for key, parse in (("time_limit", parse_duration), ("memory", parse_size)):
+    for key, parse in (("time_limit", parse_duration), ("memory", parse_size),
+                       ("max_output_bytes", parse_size)):
         if raw.get(key) is not None:
             try:
                 raw[key] = parse(raw[key])
@@ -272,6 +275,9 @@ def check_spec(spec: JobSpec, source: str = "<spec>") -> None:
     if control:
         raise SpecError(source, "name", f"holds the control character "
                         f"U+{ord(control.group()):04X} (a terminal would act on it)")
+    if spec.max_output_bytes is not None and spec.backend != "local":
+        raise SpecError(source, "max_output_bytes", "only the local backend enforces it (Slurm "
+                        "and Kubernetes keep the output where they write it)")
     if spec.segment_health is not None:
         if spec.backend != "slurm":
             raise SpecError(source, "segment_health",

@@ -37,11 +37,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from dispatch.api import follow_logs
+from dispatch.api import follow_log_text
 from dispatch.backends.registry import Backends, make_backend
 from dispatch.core.spec import SpecError, parse_spec
 from dispatch.errors import DispatchError
@@ -152,28 +152,39 @@ def build_app(server: Server) -> Starlette:  # noqa: C901 - one small function p
 
     @_handle
     def job_logs(request: Request) -> Response:
+        """The job's output as text, streamed in pieces (never held whole: a log of any size
+        takes a few MiB here); ``tail=N``: the last N lines of each stream only."""
+        def _count(name: str) -> int | None:
+            raw = request.query_params.get(name)
+            if raw is None:
+                return None
+            if not raw.isascii() or not raw.isdigit():
+                raise SpecError(name, "", f"not a whole number: {raw!r}")
+            return int(raw)
+
         follow = _flag(request, "follow")
-        raw = request.query_params.get("submission")
-        try:
-            submission = int(raw) if raw is not None else None
-        except ValueError:
-            raise SpecError("submission", "", f"not a number: {raw!r}") from None
+        submission = _count("submission")
+        tail = _count("tail")
         with server.service() as service:
             job_id = service.resolve(request.path_params["job"])
-            if not follow:
-                return PlainTextResponse("".join(
-                    f"{line}\n" for line in follow_logs(server.store_url, job_id,
-                                                        submission=submission)))
-            if submission is None:
+            if follow and submission is None:
                 service.job(job_id)  # a job that does not exist is a 404 before streaming
+        pieces = follow_log_text(server.store_url, job_id, submission=submission,
+                                 follow=follow, tail=tail)
+        # The first piece is read here: an error before any output (no such submission, an
+        # unreachable scheduler) is an HTTP status, not a line of the stream.
+        first = "" if follow else next(pieces, "")
 
         def stream() -> Iterator[bytes]:
             try:
-                for line in follow_logs(server.store_url, job_id, submission=submission,
-                                        follow=True):
-                    yield f"{line}\n".encode()
+                if first:
+                    yield first.encode()
+                for text in pieces:
+                    yield text.encode()
             except DispatchError as err:  # the stream has begun: say so in its last line
                 yield f"== dispatch: error: {err}\n".encode()
+            finally:
+                pieces.close()
         return StreamingResponse(stream(), media_type="text/plain; charset=utf-8")
 
     @_handle

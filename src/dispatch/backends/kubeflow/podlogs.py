@@ -34,6 +34,7 @@ from dispatch.backends.kubeflow.pods import restart_attempt
 LIMIT_BYTES = 4 << 20  # one answer's size; a longer log comes in several
 MOST_BYTES = 64 << 20  # pages grow to this when one page holds nothing new
 MAX_PAGES = 64  # answers per read at most; the next read goes on from there
+READ_BYTES = 16 << 20  # one read stops past this much (``LogRead.more``): bounded memory
 TRAINER_CONTAINER = "node"  # the container Kubeflow Trainer runs the trainer in
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
@@ -135,6 +136,7 @@ class PodLog:
     container: str | None
     limit_bytes: int = LIMIT_BYTES
     most_bytes: int = MOST_BYTES
+    read_bytes: int = READ_BYTES
 
     @property
     def key(self) -> str:
@@ -148,6 +150,8 @@ class PodLog:
         place = decode(cursor)
         pages: list[bytes] = []
         limit = self.limit_bytes
+        taken = 0
+        more = False
         for _ in range(MAX_PAGES):
             body = self._ask(place, limit)
             if body is None:
@@ -165,11 +169,15 @@ class PodLog:
                 elif place is not None:  # the most within one second: on to the next one
                     got = Taken(b"", ((place[0][0] + 1, 0), 0), held_fresh=False)
             pages.append(got.data)
+            taken += len(got.data)
             progressed = got.place != place
             place = got.place
             if not cut or not progressed:
                 break
-        return LogRead(b"".join(pages), encode(place))
+            if taken >= self.read_bytes:
+                more = True  # the rest at the next read, at once: never all in memory
+                break
+        return LogRead(b"".join(pages), encode(place), more)
 
     def _ask(self, place: Place | None, limit: int) -> bytes | None:
         params = {"timestamps": "true", "limitBytes": str(limit)}

@@ -24,9 +24,15 @@ from typing import Literal
 
 import msgspec
 
-import dispatch
 from dispatch.backends.base import DryRun, Submission, SubmitRejected
-from dispatch.backends.local.errors import BadInjection, InjectError, NoSuchObject
+from dispatch.backends.local.errors import (
+    BadInjection,
+    InjectError,
+    NoSuchObject,
+    unwritable,
+    write_failed,
+)
+from dispatch.backends.local.nodes import runner_environment
 from dispatch.backends.local.plan import LocalDryRun, dry_run, spec_problems
 from dispatch.backends.local.procs import boot_id, process_alive, read_proc_stat
 from dispatch.backends.local.reports import (
@@ -37,23 +43,20 @@ from dispatch.backends.local.reports import (
     vanished,
     whoami,
 )
-from dispatch.backends.local.root import LocalRoot, new_ref, ref_root
+from dispatch.backends.local.root import LocalRoot, new_ref, ref_root, write_request
 from dispatch.backends.local.wire import (
     CANCEL,
     CONTROL,
     GATE,
     LOSE_NODE,
     META,
-    ORIGINAL_PYTHONPATH,
     PREEMPT,
     PUBLISH_WAIT_S,
     RUNNER,
     RUNNER_LOG,
-    SET_PREFIX,
     STATUS,
     STOP,
     SUPERVISOR_ACTOR,
-    UNSET,
     VANISHED,
     ControlRequest,
     ObjectMeta,
@@ -94,7 +97,8 @@ class LocalBackend:
     def __init__(self, root: Path | str | None = None,
                  node_loss_window: timedelta = timedelta(seconds=5), *,
                  kill_grace: float = 3.0, python: str = sys.executable) -> None:
-        self.root = Path(root) if root is not None else default_root()
+        # Absolute: the runner starts in the root and is handed its object's path.
+        self.root = Path(os.path.abspath(root)) if root is not None else default_root()
         self.node_loss_window = node_loss_window
         self.kill_grace = kill_grace
         self.python = python
@@ -157,7 +161,8 @@ class LocalBackend:
             workdir=str(Path(spec.workdir).resolve()) if spec.workdir else os.getcwd(),
             time_limit=float(spec.time_limit) if spec.time_limit is not None else None,
             memory=spec.memory, gated=submission.gated, kill_grace=self.kill_grace,
-            created_at=utcnow(), mark=f"{ref}:{secrets.token_hex(8)}", root_id=marker.id)
+            created_at=utcnow(), mark=f"{ref}:{secrets.token_hex(8)}", root_id=marker.id,
+            max_output_bytes=spec.max_output_bytes)
         try:
             # meta.json holds the job's environment (secrets among it): 0600 in a 0700
             # object directory, whatever the umask (mkdir only ever narrows the mode).
@@ -166,7 +171,7 @@ class LocalBackend:
             write_atomic(stage / META, msgspec.json.encode(meta), mode=0o600)
         except OSError as err:
             shutil.rmtree(stage, ignore_errors=True)
-            raise SubmitRejected(f"cannot write local object {ref}: {err}") from None
+            raise write_failed(f"cannot write local object {ref}", err) from None
         # The runner starts first and waits for the object to be published; so every
         # published object has had a runner (a submit that crashes before the rename leaves
         # only a staging directory, and its runner leaves after PUBLISH_WAIT_S).
@@ -175,11 +180,11 @@ class LocalBackend:
                 proc = subprocess.Popen(  # noqa: S603 - an argv list, never a shell
                     [self.python, "-m", RUNNER_MODULE, str(final)],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    cwd=self.root, env=self._runner_env(), start_new_session=True,
+                    cwd=self.root, env=runner_environment(), start_new_session=True,
                     close_fds=True)
         except OSError as err:
             shutil.rmtree(stage, ignore_errors=True)
-            raise SubmitRejected(f"cannot start the local runner: {err}") from None
+            raise write_failed("cannot start the local runner", err) from None
         st = read_proc_stat(proc.pid)
         info = RunnerInfo(pid=proc.pid, start_ticks=st.start_ticks if st else -1,
                           boot_id=self._boot_id)
@@ -192,7 +197,7 @@ class LocalBackend:
             proc.kill()
             proc.wait()
             shutil.rmtree(stage, ignore_errors=True)
-            raise SubmitRejected(f"cannot publish local object {ref}: {err}") from None
+            raise write_failed(f"cannot publish local object {ref}", err) from None
         self.disk.remember(meta, info)
         self._children[ref] = proc
         return ref
@@ -253,7 +258,10 @@ class LocalBackend:
         report = self._report(ref)
         if report is None or report.ended:
             return
-        write_atomic(self.objects_dir / ref / GATE, utcnow().isoformat().encode())
+        try:
+            write_atomic(self.objects_dir / ref / GATE, utcnow().isoformat().encode())
+        except OSError as err:
+            raise unwritable(f"cannot open the gate of {ref}", err) from None
         self._wake(ref)
 
     def logs(self, ref: str) -> list[Path]:
@@ -407,6 +415,8 @@ class LocalBackend:
         return self._remember_end(ref, self._vanished(ref, meta, status, now))
 
     def _remember_end(self, ref: str, report: ObjectReport) -> ObjectReport:
+        if not report.ended:
+            return report  # a verdict not yet written: looked at again next time
         self._ended[ref] = report
         return report
 
@@ -417,7 +427,15 @@ class LocalBackend:
         (never a guess at why). The first reader's verdict is the one on disk."""
         verdict = vanished(ref, meta, status, self.disk.load_runner(ref),
                            self.objects_dir / ref / RUNNER_LOG, now)
-        if not create_exclusive(self.objects_dir / ref / VANISHED, msgspec.json.encode(verdict)):
+        try:
+            written = create_exclusive(self.objects_dir / ref / VANISHED,
+                                       msgspec.json.encode(verdict))
+        except OSError as err:
+            # Said only once it is on disk (every reader must read the same verdict): until
+            # then the object is unknown, never ended on what could not be written.
+            return unreadable(ref, meta.token, f"the local runner is gone and its verdict "
+                                               f"cannot be written yet: {err}")
+        if not written:
             winner = self.disk.read_status(ref, VANISHED)
             if isinstance(winner, ObjectStatus):
                 verdict = winner
@@ -449,10 +467,11 @@ class LocalBackend:
         self._wake(ref)
 
     def _write_request(self, ref: str, name: str, actor: str | None) -> None:
-        control = self.objects_dir / ref / CONTROL
-        control.mkdir(exist_ok=True)
-        write_atomic(control / name, msgspec.json.encode(ControlRequest(actor=actor,
-                                                                        at=utcnow())))
+        try:
+            write_request(self.objects_dir / ref / CONTROL, name,
+                          msgspec.json.encode(ControlRequest(actor=actor, at=utcnow())))
+        except OSError as err:
+            raise unwritable(f"cannot write the request {name} for {ref}", err) from None
 
     def _wake(self, ref: str) -> None:
         """Nudge the runner (it also looks by itself every half second). Only once it wrote
@@ -471,18 +490,9 @@ class LocalBackend:
             if proc.poll() is not None:
                 del self._children[ref]
 
-    def _runner_env(self) -> dict[str, str]:
-        """The submitter's environment, plus what the runner needs to import dispatch; the
-        runner gives the nodes the original PYTHONPATH back."""
-        env = dict(os.environ)
-        package_parent = str(Path(dispatch.__file__).resolve().parent.parent)
-        original = env.get("PYTHONPATH")
-        env[ORIGINAL_PYTHONPATH] = SET_PREFIX + original if original is not None else UNSET
-        env["PYTHONPATH"] = package_parent + (os.pathsep + original if original else "")
-        return env
-
     def _new_ref(self, root_id: str) -> str:
         while True:
             ref = new_ref(root_id)
             if not (self.objects_dir / ref).exists():
                 return ref
+

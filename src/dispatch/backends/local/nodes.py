@@ -10,6 +10,7 @@ import subprocess
 from datetime import datetime
 from pathlib import Path
 
+from dispatch.backends.local.output import NodeOutput
 from dispatch.backends.local.procs import ProcStat, descendants, read_proc_stat
 from dispatch.backends.local.wire import (
     MARK_VAR,
@@ -33,6 +34,7 @@ class Node:
         self.exit_code: int | None = None
         self.ended_at: datetime | None = None
         self.lost_at: datetime | None = None
+        self.output: NodeOutput | None = None
 
     @property
     def running(self) -> bool:
@@ -58,13 +60,20 @@ class Node:
         return tree
 
     def start(self, meta: ObjectMeta, env: dict[str, str], objdir: Path) -> None:
-        """Start the node's process (raises OSError or ValueError when it cannot start)."""
+        """Start the node's process (raises OSError or ValueError when it cannot start); its
+        output goes through a pipe the runner copies into ``node<i>.log`` (output.py)."""
         node_env = {**env, **per_node_variables(self.index)}
-        with open(objdir / f"{self.name}.log", "ab") as out:
+        output = NodeOutput(objdir / f"{self.name}.log", meta.max_output_bytes)
+        try:
             proc = subprocess.Popen(  # noqa: S603 - an argv list, never a shell
                 list(meta.argv), cwd=meta.workdir, env=node_env,
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, stdout=output.write_fd, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True)
+        except BaseException:
+            output.close()
+            raise
+        output.started()
+        self.output = output
         # The runner reaps with waitpid(-1); Popen must never wait for it again.
         proc.returncode = 0
         self.pid = proc.pid
@@ -106,6 +115,19 @@ def node_environment(meta: ObjectMeta, master_port: int) -> dict[str, str]:
         env["PYTHONPATH"] = original[len(SET_PREFIX):]
     env.update(meta.env)
     env.update(dispatch_variables(meta, master_port))
+    return env
+
+
+def runner_environment() -> dict[str, str]:
+    """The runner's: the submitter's environment, plus what the runner needs to import
+    dispatch; ``node_environment`` gives the nodes the original PYTHONPATH back."""
+    import dispatch
+
+    env = dict(os.environ)
+    package_parent = str(Path(dispatch.__file__).resolve().parent.parent)
+    original = env.get("PYTHONPATH")
+    env[ORIGINAL_PYTHONPATH] = SET_PREFIX + original if original is not None else UNSET
+    env["PYTHONPATH"] = package_parent + (os.pathsep + original if original else "")
     return env
 
 

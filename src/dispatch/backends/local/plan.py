@@ -54,6 +54,7 @@ class LocalDryRun(msgspec.Struct, frozen=True, kw_only=True):
     memory: int | None
     gated: bool
     kill_grace: float
+    max_output_bytes: int | None = None
 
     def as_dry_run(self) -> DryRun:
         return DryRun(backend="local", argv=self.runner_argv,
@@ -65,6 +66,8 @@ class LocalDryRun(msgspec.Struct, frozen=True, kw_only=True):
                  f"nodes: {self.nodes} x {list(self.argv)} in {self.workdir}",
                  f"time limit: {f'{self.time_limit:g}s' if self.time_limit else 'none'}",
                  f"memory per node: {f'{self.memory} bytes' if self.memory else 'no limit'}",
+                 "output per node: " + (f"{self.max_output_bytes} bytes, the rest dropped"
+                                        if self.max_output_bytes else "no limit"),
                  f"gated: {'yes (starts when the gate opens)' if self.gated else 'no'}",
                  f"kill grace: {self.kill_grace:g}s"]
         lines += [f"env {k}={v}" for k, v in sorted(self.env.items())]
@@ -95,4 +98,5 @@ def dry_run(submission: Submission, *, root: Path, python: str, kill_grace: floa
         argv=tuple(spec.command), nodes=spec.nodes, workdir=workdir, env=env,
         node_env=node_env,
         time_limit=float(spec.time_limit) if spec.time_limit is not None else None,
-        memory=spec.memory, gated=submission.gated, kill_grace=kill_grace)
+        memory=spec.memory, gated=submission.gated, kill_grace=kill_grace,
+        max_output_bytes=spec.max_output_bytes)

@@ -9,6 +9,7 @@ root is not answered for; only a ref of this very root with no object here is en
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import secrets
@@ -32,7 +33,7 @@ from dispatch.backends.local.wire import (
     utcnow,
 )
 from dispatch.core.model import SchedulerUnreachable
-from dispatch.files import create_exclusive, fsync_dir
+from dispatch.files import create_exclusive, fsync_dir, write_atomic
 
 
 def _read(path: Path) -> bytes:
@@ -67,15 +68,34 @@ def marker_id(root: Path) -> str | None:
         return None
 
 
-def wait_published(objdir: Path, wait_s: float) -> bool:
+def wait_published(objdir: Path, wait_s: float,
+                   stop: Callable[[], bool] = lambda: False) -> bool:
     """For a starting runner: submit starts it, then publishes the object directory; a submit
-    that crashed in between never publishes it, and the runner leaves."""
+    that crashed in between never publishes it, and the runner leaves. So does a runner told
+    to stop (``stop()``: a SIGTERM) before it was published."""
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not stop():
         if (objdir / META).exists() and (objdir / RUNNER).exists():
             return True
         time.sleep(0.005)
     return False
+
+
+def write_request(control: Path, name: str, data: bytes) -> None:
+    """Write a control request atomically. On a full disk, the request is still made by its
+    name alone: an empty file needs no data block (the runner reads it as a request without
+    its details), so a job filling the disk can still be stopped."""
+    control.mkdir(exist_ok=True)
+    try:
+        write_atomic(control / name, data)
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        try:
+            os.close(os.open(control / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                             | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
+        except FileExistsError:
+            pass
 
 
 class LocalRoot:

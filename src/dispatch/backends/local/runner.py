@@ -20,16 +20,21 @@ not memory, and makes allocators fail in ways that look like application errors.
 
 A root that goes away (unmounted, renamed, replaced) is not the object's removal: the runner
 keeps the nodes running and writes nothing until the root is back. Only the object directory
-gone from a root that is still there (its marker with the same id) ends the object.
+gone from a root that is still there (its marker with the same id) ends the object. A status
+the runner cannot write (a full disk) is the runner's problem, never the object's end: the
+nodes keep running and the status is written again once it can be (S16). The nodes' output
+goes through the runner (output.py), so a full disk or ``max_output_bytes`` drops output,
+never the job.
+
+SIGTERM, SIGINT and SIGHUP end the object as a stop does (the nodes are killed, SIGTERM then
+SIGKILL after the grace), also while the runner still waits for its object to be published.
 
 It imports nothing heavy: it starts once per object.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
-import select
 import signal
 import sys
 import time
@@ -54,6 +59,7 @@ from dispatch.backends.local.nodes import (
     free_port,
     node_environment,
 )
+from dispatch.backends.local.output import NodeOutput
 from dispatch.backends.local.procs import (
     PAGE_SIZE,
     become_subreaper,
@@ -64,6 +70,7 @@ from dispatch.backends.local.procs import (
     scan_procs,
 )
 from dispatch.backends.local.root import marker_id, wait_published
+from dispatch.backends.local.signals import Wakeup
 from dispatch.backends.local.wire import (
     CANCEL,
     CONTROL,
@@ -92,10 +99,10 @@ class ObjectRemoved(Exception):
 
 
 class Runner:
-    def __init__(self, objdir: Path, meta: ObjectMeta, wake_fd: int) -> None:
+    def __init__(self, objdir: Path, meta: ObjectMeta, wakeup: Wakeup) -> None:
         self.objdir = objdir
         self.meta = meta
-        self.wake_fd = wake_fd
+        self.wakeup = wakeup
         self.nodes = [Node(i) for i in range(meta.nodes)]
         self.by_pid: dict[int, Node] = {}
         self.gated = meta.gated
@@ -109,7 +116,7 @@ class Runner:
         self.ending: tuple[State, Cause] | None = None
         self.kill_deadline: float | None = None
         self.children_left = False
-        self.terminated_by: int | None = None
+        self.cannot_write: str | None = None  # why the status cannot be written now
         self.last_written: bytes | None = None
         self.last_heartbeat = 0.0
         self.final: ObjectStatus | None = None
@@ -117,7 +124,12 @@ class Runner:
         self.marked_deadline: float | None = None
 
     def log(self, message: str) -> None:
-        print(f"{utcnow().isoformat()} {self.meta.ref}: {message}", flush=True)
+        # Straight to the file: a full disk loses the line, never the runner.
+        line = f"{utcnow().isoformat()} {self.meta.ref}: {message}\n".encode(errors="replace")
+        try:
+            os.write(sys.stdout.fileno(), line)
+        except (OSError, ValueError):
+            pass
 
     # -- status
 
@@ -150,12 +162,8 @@ class Runner:
         beat_due = time.monotonic() - self.last_heartbeat >= HEARTBEAT_S
         if key == self.last_written and not beat_due and not force_heartbeat:
             return
-        try:
-            write_atomic(self.objdir / STATUS, msgspec.json.encode(status))
-        except OSError:
-            if (self.objdir / META).exists():
-                raise
-            return  # the root went away since this step began: the next step sees it
+        if not self.write(status):
+            return
         self.last_written = key
         self.last_heartbeat = time.monotonic()
 
@@ -236,6 +244,7 @@ class Runner:
             raw = (self.objdir / CONTROL / name).read_bytes()
             return msgspec.json.decode(raw, type=ControlRequest)
         except (OSError, msgspec.DecodeError):
+            # An empty one was made on a full disk: the request without its details.
             return ControlRequest(at=utcnow(), note="unreadable request")
 
     def apply_request(self, name: str, request: ControlRequest) -> None:
@@ -321,13 +330,26 @@ class Runner:
 
     def publish_final(self) -> bool:
         assert self.final is not None
+        return self.write(self.final)
+
+    def write(self, status: ObjectStatus) -> bool:
+        """Write ``status``; False when it cannot be written now (the root away, a full
+        disk): the object goes on and the next step tries again."""
         try:
-            write_atomic(self.objdir / STATUS, msgspec.json.encode(self.final))
-        except OSError:
-            if (self.objdir / META).exists():
-                raise
-            return False  # the root is away; the next step says whether it was removed
+            write_atomic(self.objdir / STATUS, msgspec.json.encode(status))
+        except OSError as err:
+            if self.cannot_write is None and (self.objdir / META).exists():
+                self.log(f"cannot write {STATUS}: {err}; the object goes on, and the status "
+                         "is written once it can be")
+            self.cannot_write = str(err)
+            return False
+        if self.cannot_write is not None:
+            self.log(f"{STATUS} written again")
+            self.cannot_write = None
         return True
+
+    def outputs(self) -> list[NodeOutput]:
+        return [n.output for n in self.nodes if n.output is not None]
 
     def crash(self, err: BaseException) -> None:
         """The runner itself failed: kill everything it started, then say so if it can
@@ -351,21 +373,13 @@ class Runner:
 
     # -- the loop
 
-    def wait(self, timeout: float) -> None:
-        if timeout > 0:
-            select.select([self.wake_fd], [], [], timeout)
-        try:
-            while os.read(self.wake_fd, 4096):
-                pass
-        except BlockingIOError:
-            pass
-
     def step(self) -> bool:
         """One look at everything; True once the object has ended."""
         here = self.here()
         self.reap()
-        if self.terminated_by is not None and self.ending is None:
-            self.begin_end(*terminated_ending(self.terminated_by, utcnow()), signal.SIGTERM)
+        if self.wakeup.received and self.ending is None:
+            self.begin_end(*terminated_ending(self.wakeup.received[0], utcnow()),
+                           signal.SIGTERM)
         if here:
             self.handle_requests()
         if self.ending is None and self.gated and (self.objdir / GATE).exists():
@@ -380,8 +394,12 @@ class Runner:
         self.check_memory()
         if self.ending is not None:
             self.reap()
-            if not self.children_left and self.marked_gone() and self.finish():
-                return True
+            if not self.children_left and self.marked_gone():
+                for output in self.outputs():  # the last words, then the files let go
+                    output.drain()  # (a log removed to make room frees it now)
+                    output.close()
+                if self.finish():
+                    return True
             if self.kill_deadline is not None and time.monotonic() >= self.kill_deadline:
                 self.kill_everything(signal.SIGKILL)
                 self.kill_deadline = time.monotonic() + 1.0
@@ -440,28 +458,7 @@ class Runner:
 
     def run(self) -> None:
         while not self.step():
-            self.wait(self.timeout())
-
-
-def _install_signals(runner_box: list[Runner]) -> int:
-    rfd, wfd = os.pipe()
-    for fd in (rfd, wfd):
-        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-        fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
-    signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
-
-    def wake(signum: int, frame: object) -> None:
-        return None
-
-    def terminate(signum: int, frame: object) -> None:
-        if runner_box and runner_box[0].terminated_by is None:
-            runner_box[0].terminated_by = signum
-
-    signal.signal(signal.SIGUSR1, wake)
-    signal.signal(signal.SIGCHLD, wake)
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, terminate)
-    return rfd
+            self.wakeup.wait(self.outputs(), self.timeout())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -469,19 +466,18 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m dispatch.backends.local.runner OBJDIR", file=sys.stderr)
         return 2
-    objdir = Path(args[0])
-    box: list[Runner] = []
-    wake_fd = _install_signals(box)
-    if not wait_published(objdir, PUBLISH_WAIT_S):
-        print(f"{objdir} was never published (the submit did not finish); leaving",
+    objdir = Path(args[0]).absolute()
+    wakeup = Wakeup()
+    if not wait_published(objdir, PUBLISH_WAIT_S, stop=lambda: bool(wakeup.received)):
+        why = "a signal came first" if wakeup.received else "the submit did not finish"
+        print(f"{objdir} was never published ({why}); leaving: nothing was started",
               file=sys.stderr)
         return 0
     meta = msgspec.json.decode((objdir / META).read_bytes(), type=ObjectMeta)
     if not become_subreaper():
         print("warning: cannot become a child subreaper; processes a node leaves behind "
               "may outlive the object", file=sys.stderr, flush=True)
-    runner = Runner(objdir, meta, wake_fd)
-    box.append(runner)
+    runner = Runner(objdir, meta, wakeup)
     # The first status says the runner is ready for signals (control requests, the gate).
     try:
         runner.write_status(force_heartbeat=True)

@@ -89,6 +89,8 @@ class ObjectMeta(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     mark: str = ""
     # The id in the root's marker when the object was created ("" before root markers).
     root_id: str = ""
+    # Bytes of output each node may write to its log; the rest is dropped (None: no limit).
+    max_output_bytes: int | None = None
 
 
 class RunnerInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -42,7 +42,6 @@ task N listens on ``rdzv_port + N``.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 from pathlib import Path
@@ -52,7 +51,7 @@ from dispatch.backends.base import Submission
 from dispatch.backends.slurm.parse import expand_array_tasks
 from dispatch.core.policy import Action, Enforcer
 from dispatch.core.spec import JobSpec, SpecError
-from dispatch.paths import state_home
+from dispatch.paths import env_path, state_home
 from dispatch.segment_health.launch import (
     Launcher,
     LaunchRequest,
@@ -101,10 +100,8 @@ DEFAULT_OUTPUT_DIR_ENV = "DISPATCH_SLURM_OUTPUT_DIR"
 
 
 def default_output_dir() -> Path:
-    env = os.environ.get(DEFAULT_OUTPUT_DIR_ENV)
-    if env:
-        return Path(env)
-    return state_home() / "slurm"
+    """$DISPATCH_SLURM_OUTPUT_DIR (absolute, else ``RelativePath``), else <state home>/slurm."""
+    return env_path(DEFAULT_OUTPUT_DIR_ENV) or state_home() / "slurm"
 
 
 def _bad(key: str, message: str) -> SpecError:
