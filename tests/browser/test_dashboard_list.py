@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from playwright.sync_api import Dialog, Page, expect
-from test_dashboard import WAIT_MS, Server, browser, page, row, server  # noqa: F401
+from test_dashboard import WAIT_MS, Server, row
 
 DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 QUICK = "print('done')"

@@ -49,6 +49,7 @@ from starlette.staticfiles import StaticFiles
 
 from dispatch.api import follow_logs
 from dispatch.backends.registry import Backends, make_backend
+from dispatch.backends.registry import names as backend_names
 from dispatch.core.spec import SpecError, parse_spec
 from dispatch.errors import DispatchError
 from dispatch.http.auth import Access, Tokens
@@ -57,7 +58,6 @@ from dispatch.http.guard import ACTOR, BODY, Guard
 from dispatch.http.login import login_routes
 from dispatch.http.metrics import RecordCollector, ServeMetrics
 from dispatch.http.timeline import timeline_json
-from dispatch.backends.registry import names as backend_names
 from dispatch.service import Service
 from dispatch.service.listing import PAGE_PARAMETERS, list_page, parse_list_request
 from dispatch.service.requests import whoami

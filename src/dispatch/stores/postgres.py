@@ -48,8 +48,8 @@ from dispatch.stores.base import (
     sort_key_us,
 )
 from dispatch.stores.lease import PostgresLeases, check_fence_pg
-from dispatch.stores.query import JobQuery, query_sql, stamp_sql
 from dispatch.stores.postgres_schema import set_up
+from dispatch.stores.query import JobQuery, query_sql, stamp_sql
 from dispatch.stores.url import mask_password
 
 CONNECT_TIMEOUT_S = 10

@@ -220,9 +220,14 @@ function drawSortMarks() {
   }
 }
 
+let drawnPath = null; // the list drawn now: another page or query is drawn even from a 304
 async function refreshList() {
-  const { changed, body } = await poll(listPath());
-  if (changed || !$("job-rows").childElementCount) drawList(body);
+  const path = listPath();
+  const { changed, body } = await poll(path);
+  if (changed || path !== drawnPath) {
+    drawList(body);
+    drawnPath = path;
+  }
 }
 
 function resetPages() {
@@ -542,9 +547,11 @@ function go(url) {
 }
 
 let ticking = false;
+let again = false; // a tick asked for while one runs runs right after it
 async function tick() {
-  if (ticking) return;
+  if (ticking) { again = true; return; }
   ticking = true;
+  again = false;
   try {
     if (view.job) await refreshDetail();
     else await refreshList();
@@ -555,6 +562,7 @@ async function tick() {
   } finally {
     ticking = false;
   }
+  if (again) tick();
 }
 
 function start() {
@@ -599,6 +607,9 @@ function start() {
   $("log-submission").addEventListener("change", startLogs);
   $("log-follow").addEventListener("change", startLogs);
   window.addEventListener("popstate", route);
+  window.addEventListener("hashchange", () => {
+    if (location.hash.length > 1) { history.replaceState(null, "", "/jobs/" + location.hash.slice(1)); route(); }
+  });
   route();
   setInterval(tick, POLL_MS);
 }
