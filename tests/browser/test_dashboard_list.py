@@ -97,7 +97,7 @@ def test_search_sort_pages_and_the_held_job_on_top(server: Server, page: Page) -
 def test_a_jobs_own_page_deep_link_back_button_and_logs_following(
         server: Server, page: Page) -> None:
     first = server.submit("first", QUICK)
-    job = server.submit("ticker", TICKER)
+    job = server.submit("ticker", TICKER, nodes=2)
     page.set_viewport_size({"width": 1280, "height": 800})
     server.log_in(page)
     expect(row(page, job)).to_be_visible(timeout=WAIT_MS)
@@ -109,6 +109,14 @@ def test_a_jobs_own_page_deep_link_back_button_and_logs_following(
     expect(page.locator("#logs")).to_contain_text("tick 3", timeout=WAIT_MS)
     expect(page.locator("#logs")).to_contain_text("tick 12", timeout=WAIT_MS)
     expect(page.locator("#log-status")).to_have_text("following…")
+    # two nodes: each line says its node, and the pane shows one node when asked
+    nodes = page.locator("#log-node option")
+    expect(nodes).to_have_count(3, timeout=WAIT_MS)  # all, and each node
+    node = str(nodes.nth(2).get_attribute("value"))
+    page.select_option("#log-node", node)
+    text = page.locator("#logs").text_content() or ""
+    assert text and all(line.startswith(f"[{node}] ") for line in text.splitlines()), text
+    page.select_option("#log-node", "")
     expect(page.locator('#durations tr[data-key="total"] td')).not_to_have_text("",
                                                                                 timeout=WAIT_MS)
     expect(page.locator('#times tr[data-key="created"] td')).to_contain_text("UTC")
@@ -148,6 +156,7 @@ def test_a_held_job_says_what_to_do_and_give_up_asks_first(server: Server, page:
     job = server.submit("stuck", HOLD_ON_SEGV, policy={"rules": [
         {"on": ["unknown"], "action": "hold"},
         {"on": ["preempted", "node-lost"], "action": "resubmit", "budget": 3}]})
+    page.set_viewport_size({"width": 1280, "height": 800})
     server.log_in(page)
     page.goto(server.url + f"/jobs/{job}")
     expect(page.locator("#detail-state")).to_have_text("held", timeout=WAIT_MS)

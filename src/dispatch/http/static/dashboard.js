@@ -387,6 +387,7 @@ function startLogs() {
   logStream = { controller, key };
   const pre = $("logs");
   pre.textContent = "";
+  $("log-node").replaceChildren(el("option", { value: "" }, "all"));
   const lines = [];
   const path = "/api/jobs/" + encodeURIComponent(view.job) + "/logs?tail=500&submission=" + sub + (follow ? "&follow=1" : "");
   $("log-status").textContent = follow ? "following…" : "";
@@ -414,12 +415,28 @@ async function readLogs(path, controller, lines, pre) {
     partial = parts.pop();
     lines.push(...parts);
     if (lines.length > LOG_LINES) lines.splice(0, lines.length - LOG_LINES); // bounded
-    const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
-    pre.textContent = lines.join("\n");
-    if (atEnd) pre.scrollTop = pre.scrollHeight;
+    showLogLines(lines, pre);
   }
-  if (partial) { lines.push(partial); pre.textContent = lines.join("\n"); }
+  if (partial) { lines.push(partial); showLogLines(lines, pre); }
   return true;
+}
+
+// A job of several nodes has each line prefixed "[node] ": the node filter shows one.
+const NODE_PREFIX = /^\[([^\]]+)\] /;
+function showLogLines(lines, pre) {
+  const sel = $("log-node");
+  const known = new Set([...sel.options].map((o) => o.value));
+  for (const line of lines.slice(-200)) {
+    const m = line.match(NODE_PREFIX);
+    if (m && !known.has(m[1])) { sel.append(el("option", { value: m[1] }, m[1])); known.add(m[1]); }
+  }
+  sel.parentElement.hidden = sel.options.length <= 1;
+  const node = sel.value;
+  const shown = node ? lines.filter((l) => l.startsWith("[" + node + "] ")) : lines;
+  const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+  pre.textContent = shown.join("\n");
+  if (atEnd) pre.scrollTop = pre.scrollHeight;
+  pre.lines = lines;
 }
 
 // ---- the timeline ---------------------------------------------------------------------------
@@ -606,6 +623,7 @@ function start() {
   }
   $("log-submission").addEventListener("change", startLogs);
   $("log-follow").addEventListener("change", startLogs);
+  $("log-node").addEventListener("change", () => showLogLines($("logs").lines || [], $("logs")));
   window.addEventListener("popstate", route);
   window.addEventListener("hashchange", () => {
     if (location.hash.length > 1) { history.replaceState(null, "", "/jobs/" + location.hash.slice(1)); route(); }
