@@ -148,6 +148,8 @@ def _store_key(order: Column, row: JobRow) -> Key:
 
 
 def _derived_key(order: Column, row: JobRow, doc: dict[str, Any]) -> Key:
+    if order in ORDERS:  # a store column, ordered here because a filter needed the record
+        return _store_key(order, row)
     first: str | int = (doc.get("state", "") if order == "state" else shown_cause(doc)
                         if order == "cause" else int(doc.get("submissions") or 0))
     return (first, sort_key_us(row.created_at), row.job_id)

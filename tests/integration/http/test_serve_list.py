@@ -56,6 +56,10 @@ def test_pages_filters_search_and_order(serve: Callable[..., Served]) -> None:
     assert _all_pages(s, limit=2, state="succeeded") == jobs[::-1]
     assert _all_pages(s, limit=3, state="succeeded", order="state") == jobs
     assert _all_pages(s, limit=2, cause="unknown") == [held]
+    # a filter only the record knows, in a store column's order
+    assert _all_pages(s, limit=2, state="succeeded", order="-name") == [
+        *jobs[4:][::-1], *jobs[:4][::-1]]
+    assert _all_pages(s, limit=3, cause="none", order="job") == sorted(jobs)
     # descending on the whole key: "succeeded" before "held", each newest first
     assert _all_pages(s, limit=2, order="-state") == [*jobs[::-1], held]
     assert _all_pages(s, limit=2, backend="slurm") == []

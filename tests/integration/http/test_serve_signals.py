@@ -116,3 +116,33 @@ def _age_leases(tmp: Path, days: int) -> None:
         db.execute("UPDATE leases SET acquired_at = acquired_at - ?, expires_at = expires_at - ?,"
                    " last_tick_at = last_tick_at - ?, released_at = released_at - ?",
                    (shift, shift, shift, shift))
+
+
+def test_a_live_job_of_a_scope_not_served_yet_is_served_from_the_next_look(
+        serve: Callable[..., Served], tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from dispatch.core.events import JobCreated
+    from dispatch.core.policy import Declarations
+    from dispatch.core.spec import JobSpec
+    from dispatch.stores.sqlite import SQLiteStore
+
+    tools = tmp_path / "bin"  # a Slurm that cannot say its cluster: the bare name is served
+    tools.mkdir()
+    for tool in ("scontrol", "squeue", "sacct", "sinfo", "sbatch"):
+        (tools / tool).write_text("#!/bin/sh\nexit 1\n")
+        (tools / tool).chmod(0o755)
+    s = serve("--lease", "1", env={"PATH": f"{tools}:{cli_env(tmp_path)['PATH']}"})
+    holder = f"{socket.gethostname()}:{s.proc.pid}"
+    assert not [r for r in s.client.get("/api/supervisors").json() if r["scope"] == "slurm"]
+    with SQLiteStore(tmp_path / "record.sqlite3") as store:  # as `dispatch submit` elsewhere
+        store.create(JobCreated(seq=1, at=datetime.now(UTC), job_id="0123456789",
+                                spec=JobSpec(name="far", command=("true",), backend="slurm"),
+                                declarations=Declarations(backend="slurm"), scope="slurm"))
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        rows = [r for r in s.client.get("/api/supervisors").json() if r["scope"] == "slurm"]
+        if rows and rows[0]["holder"] == holder and rows[0]["state"] == "active":
+            break
+        assert time.monotonic() < deadline, (rows, s.output())
+        time.sleep(0.2)
