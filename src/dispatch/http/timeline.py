@@ -16,6 +16,7 @@ from typing import Any
 from dispatch.core import events as ev
 from dispatch.core.codec import cause_json
 from dispatch.core.model import Cause
+from dispatch.core.policy import Rule
 
 
 def _t(at: datetime | None) -> str | None:
@@ -34,9 +35,11 @@ def timeline_json(events: Sequence[ev.Event], now: datetime) -> dict[str, Any]: 
     escalations: list[dict[str, Any]] = []
     outcome: dict[str, Any] | None = None
     created: datetime | None = None
+    rules: tuple[Rule, ...] = ()
     for e in events:
         if isinstance(e, ev.JobCreated):
             created = e.at
+            rules = e.spec.policy.rules
         elif isinstance(e, ev.SubmissionIntended):
             subs[e.submission] = {
                 "number": e.submission, "token": e.token, "ref": None, "gated": e.gated,
@@ -72,7 +75,9 @@ def timeline_json(events: Sequence[ev.Event], now: datetime) -> dict[str, Any]: 
             holds[-1].update(end=_t(e.at), released_by=e.actor, resubmit=e.resubmit)
         elif isinstance(e, ev.RecoveryStarted):
             marks.append({"at": _t(e.at), "kind": "recovery", "cause": _cause(e.cause),
-                          "text": f"{e.action.value} by rules[{e.rule}]"
+                          "text": f"{e.action.value} by "
+                                  + (f"the rule for {', '.join(rules[e.rule].on)}"
+                                     if e.rule < len(rules) else f"rule {e.rule + 1}")
                                   + (" (native)" if e.native else "")})
         elif isinstance(e, (ev.CancelRequested, ev.GiveUpRequested)):
             what = "cancel" if isinstance(e, ev.CancelRequested) else "give-up"
