@@ -211,7 +211,10 @@ def test_timeline_of_a_recovered_job_and_the_state_filter(server: Server, page: 
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-recovered.png"), full_page=True)
 
-    page.go_back()
+    page.goto(server.url + f"/jobs/{failed}")  # the application's error, in its words
+    expect(page.locator("#detail-error")).to_contain_text(
+        "the application's error: non-zero-exit (exit 7)", timeout=WAIT_MS)
+    page.goto(server.url + "/")
     page.select_option("#state-filter", "failed")
     expect(row(page, recovered)).to_have_count(0, timeout=WAIT_MS)
     expect(row(page, failed)).to_have_count(1)

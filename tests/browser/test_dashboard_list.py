@@ -130,6 +130,7 @@ def test_a_jobs_own_page_deep_link_back_button_and_logs_following(
 
     page.goto(server.url + f"/jobs/{first}")  # a deep link opens the job's page directly
     expect(page.locator("#detail-state")).to_have_text("succeeded", timeout=WAIT_MS)
+    expect(page.locator("#detail-error")).to_be_hidden()  # a success is no error
     expect(page.locator("#logs")).to_contain_text("done", timeout=WAIT_MS)
     expect(page.locator("#do-cancel")).to_be_disabled()
 
@@ -161,6 +162,7 @@ def test_a_held_job_says_what_to_do_and_give_up_asks_first(server: Server, page:
     page.goto(server.url + f"/jobs/{job}")
     expect(page.locator("#detail-state")).to_have_text("held", timeout=WAIT_MS)
     expect(page.locator("#hold-box")).to_be_visible()
+    expect(page.locator("#held-count")).to_have_text("1 held: waiting for you")
     expect(page.locator("#hold-commands")).to_have_text(
         f"dispatch resubmit {job}\ndispatch give-up {job}")
     expect(page.locator('#budgets tr[data-key="preempted, node-lost (resubmit)"] td')
@@ -180,3 +182,4 @@ def test_a_held_job_says_what_to_do_and_give_up_asks_first(server: Server, page:
     page.locator("#do-give-up").click()
     expect(page.locator("#detail-state")).to_have_text("failed", timeout=WAIT_MS)
     expect(page.locator("#hold-box")).to_be_hidden()
+    expect(page.locator("#held-count")).to_be_hidden(timeout=WAIT_MS)

@@ -205,10 +205,14 @@ function drawList(page) {
   $("older").disabled = !page.next;
   $("newer").disabled = listState.page === 0;
   $("page-info").textContent = "page " + (listState.page + 1);
-  const held = $("held-count");
-  held.hidden = page.held_count === 0;
-  held.textContent = page.held_count + " held: waiting for you";
+  drawHeldCount(page.held_count);
   showProblem([...problems].join("\n"));
+}
+
+function drawHeldCount(n) {
+  const held = $("held-count");
+  held.hidden = n === 0;
+  held.textContent = n + " held: waiting for you";
 }
 
 function drawSortMarks() {
@@ -300,7 +304,8 @@ function drawStatus(status, created) {
   if (status.settled === false && TERMINAL.has(status.state)) $("detail-cause").append(document.createTextNode(" (not yet committed)"));
   if (status.scheduler_problem) $("detail-cause").append(el("span", { class: "problem-inline" }, " scheduler: " + status.scheduler_problem));
   const c = status.cause;
-  const appError = c && (c.provenance === "application" || (c.exit_code !== undefined && c.exit_code !== null));
+  const appError = c && c.kind !== "none" &&
+    (c.provenance === "application" || (c.exit_code !== undefined && c.exit_code !== null));
   $("detail-error").hidden = !appError;
   if (appError) {
     $("detail-error").textContent = "the application's error: " + causeText(c) + (c.detail ? " — “" + c.detail + "”" : "");
@@ -570,8 +575,12 @@ async function tick() {
   ticking = true;
   again = false;
   try {
-    if (view.job) await refreshDetail();
-    else await refreshList();
+    if (view.job) {
+      await refreshDetail();
+      // the header's count of held jobs stays true on a job's page too (a 304 mostly)
+      const { body } = await poll("/api/jobs?limit=1");
+      drawHeldCount(body.held_count);
+    } else await refreshList();
     if (view.job) showProblem("");
     $("updated").textContent = "updated " + fmtClock(new Date().toISOString());
   } catch (e) {
