@@ -172,10 +172,11 @@ def test_a_job_appears_changes_state_shows_its_timeline_and_is_cancelled(
     page.locator("#do-cancel").click()
     expect(page.locator("#action-result")).to_contain_text("cancel requested",
                                                            timeout=WAIT_MS)
-    expect(row(page, job).locator(".state")).to_have_text("cancelled", timeout=WAIT_MS)
     expect(page.locator("#detail-state")).to_have_text("cancelled", timeout=WAIT_MS)
     expect(page.locator("#do-cancel")).to_be_disabled(timeout=WAIT_MS)
     expect(page.locator('#history li[data-type="CancelRequested"]')).to_have_count(1)
+    page.go_back()  # the list, where the job is cancelled too
+    expect(row(page, job).locator(".state")).to_have_text("cancelled", timeout=WAIT_MS)
 
     history = server.client.get(f"/api/jobs/{job}/history").json()
     cancels = [h for h in history if h["type"] == "CancelRequested"]
@@ -189,10 +190,13 @@ def test_timeline_of_a_recovered_job_and_the_state_filter(server: Server, page: 
     recovered = server.submit("recovered", FAIL_FIRST, policy=policy, nodes=2)
     failed = server.submit("failing", "import sys, time; time.sleep(1); sys.exit(7)")
     server.log_in(page)
-    page.goto(server.url + f"/#{recovered}")
     expect(row(page, recovered).locator(".state")).to_have_text("succeeded", timeout=WAIT_MS)
     expect(row(page, failed).locator(".state")).to_have_text("failed", timeout=WAIT_MS)
     expect(row(page, failed).locator("td.cause")).to_have_text("non-zero-exit (exit 7)")
+    # a recovered job keeps saying what it recovered from
+    expect(row(page, recovered).locator("td.cause")).to_have_text("none (exit 0)")
+    page.goto(server.url + f"/#{recovered}")  # an old link opens the job's page
+    expect(page).to_have_url(server.url + f"/jobs/{recovered}")
 
     first = page.locator('#timeline .tl-row[data-submission="1"] .tl-bar')
     second = page.locator('#timeline .tl-row[data-submission="2"] .tl-bar')
@@ -207,6 +211,10 @@ def test_timeline_of_a_recovered_job_and_the_state_filter(server: Server, page: 
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-recovered.png"), full_page=True)
 
+    page.goto(server.url + f"/jobs/{failed}")  # the application's error, in its words
+    expect(page.locator("#detail-error")).to_contain_text(
+        "the application's error: non-zero-exit (exit 7)", timeout=WAIT_MS)
+    page.goto(server.url + "/")
     page.select_option("#state-filter", "failed")
     expect(row(page, recovered)).to_have_count(0, timeout=WAIT_MS)
     expect(row(page, failed)).to_have_count(1)
@@ -220,7 +228,7 @@ def test_a_held_job_is_resubmitted_from_its_timeline(server: Server, page: Page)
     job = server.submit("held", body, policy={"rules": [{"on": ["unknown"], "action": "hold"}]})
     server.log_in(page)
     expect(page).to_have_url(server.url + "/")
-    page.evaluate(f"location.hash = '{job}'")  # a link to the job opens its timeline
+    page.goto(server.url + f"/jobs/{job}")  # a link to the job opens its page
     expect(page.locator("#detail-state")).to_have_text("held", timeout=WAIT_MS)
     expect(page.locator("#detail-cause")).to_contain_text("SIGSEGV")
     expect(page.locator("#timeline .tl-hold").first).to_be_visible()
@@ -237,7 +245,7 @@ def test_a_held_job_is_resubmitted_from_its_timeline(server: Server, page: Page)
     expect(page.locator("#action-result")).to_have_text("give-up not sent")
     assert len(asked) == 1 and asked[0].startswith("Give up") and job in asked[0]
     page.locator("#do-resubmit").click()  # resubmit asks nothing
-    expect(row(page, job).locator(".state")).to_have_text("succeeded", timeout=WAIT_MS)
+    expect(page.locator("#detail-state")).to_have_text("succeeded", timeout=WAIT_MS)
     expect(page.locator('#timeline .tl-row[data-submission="2"] .tl-bar')).to_have_attribute(
         "data-cause", "none", timeout=WAIT_MS)
     history = server.client.get(f"/api/jobs/{job}/history").json()

@@ -144,7 +144,9 @@ def test_tail_counts_an_unfinished_last_line_and_bad_values_are_refused(
             "except BadInput as e:\n"
             "    print('refused:', e)\n")
         assert api.returncode == 0, api.stderr
-        assert api.stdout.startswith("refused: logs:"), (call, api.stdout)
+        parameter = call.split("(")[1].split("=")[0]  # the error names what was wrong
+        assert api.stdout.startswith("refused:") and parameter in api.stdout, (call,
+                                                                              api.stdout)
 
 
 def test_logs_into_a_closed_pipe_exit_quietly(big: Dispatch) -> None:

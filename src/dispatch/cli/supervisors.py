@@ -11,7 +11,7 @@ import json
 import logging
 import signal
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import click
@@ -110,17 +110,37 @@ def once_summary(scopes: Sequence[str], reports: dict[str, TickReport],
             "scopes": per}
 
 
+IDLE_HIDDEN = timedelta(days=1)
+
+
+def recently_held(rows: Sequence[dict[str, Any]], now: datetime) -> list[dict[str, Any]]:
+    """The rows worth showing by default: a scope that is active, has live jobs, or was
+    held (acquired or ticked) within the last day. A scope nobody has held for a day and
+    with nothing to serve is history (``--all`` shows it)."""
+    def recent(r: dict[str, Any]) -> bool:
+        last = r.get("last_tick") or r.get("since")
+        if last is None:
+            return False
+        at = datetime.fromisoformat(last)
+        return now - (at if at.tzinfo else at.replace(tzinfo=UTC)) < IDLE_HIDDEN
+    return [r for r in rows if r["state"] == "active" or r["live_jobs"] or recent(r)]
+
+
 @click.command("supervisors")
+@click.option("--all", "show_all", is_flag=True,
+              help="Also the scopes nobody has held for a day and that have no live jobs.")
 @store_option
 @json_option
 @handle_errors
-def supervisors(store_url: str | None, as_json: bool) -> None:
+def supervisors(show_all: bool, store_url: str | None, as_json: bool) -> None:
     """Who is active for each scope, since when, the last tick and the lag."""
     from rich.console import Console
     from rich.table import Table
 
     with open_service(store_url) as service:
         rows = supervisors_rows(service.store)
+    if not show_all:
+        rows = recently_held(rows, datetime.now(UTC))
     if as_json:
         emit_json(rows)
         return

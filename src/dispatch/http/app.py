@@ -2,6 +2,9 @@
 service, mirroring the Python API.
 
     GET  /api/jobs[?all=1][&state=S]       status JSON of each job (as ``dispatch ls --json``)
+    GET  /api/jobs?limit=N[&after=C][&order=[-]COL][&state=S][&backend=B][&cause=K][&q=T]
+                                           one page: {"jobs", "next", "held", "held_count"}
+                                           (service/listing.py)
     GET  /api/jobs/{job}                   status JSON (as ``dispatch status --json``)
     GET  /api/jobs/{job}/history           as ``dispatch history --json``
     GET  /api/jobs/{job}/timeline          the dashboard's timeline (http/timeline.py)
@@ -16,6 +19,9 @@ service, mirroring the Python API.
     GET  /login[?token=T], POST /login     a token for a session cookie (http/login.py)
 
 Who may ask is http/auth.py's and http/guard.py's; the connection limits http/protocol.py's.
+
+The list and the job's reads answer with an ETag (http/etag.py) and 304 to a matching
+If-None-Match: a refresh of unchanged data costs one cheap query and no body.
 
 Errors are ``{"error": {"code", "exit_code", "message"}}`` (``views.error_json``) with the
 HTTP status of the CLI's exit code: 2 -> 400, 3 -> 404, 4 -> 503, 5 -> 500 (a record store
@@ -43,14 +49,17 @@ from starlette.staticfiles import StaticFiles
 
 from dispatch.api import follow_log_text
 from dispatch.backends.registry import Backends, make_backend
+from dispatch.backends.registry import names as backend_names
 from dispatch.core.spec import SpecError, parse_spec
 from dispatch.errors import DispatchError
 from dispatch.http.auth import Access, Tokens
+from dispatch.http.etag import job_etag, list_etag, not_modified, tagged
 from dispatch.http.guard import ACTOR, BODY, Guard
 from dispatch.http.login import login_routes
 from dispatch.http.metrics import RecordCollector, ServeMetrics
 from dispatch.http.timeline import timeline_json
 from dispatch.service import Service
+from dispatch.service.listing import PAGE_PARAMETERS, list_page, parse_list_request
 from dispatch.service.requests import whoami
 from dispatch.service.views import error_json, history_json, status_json
 from dispatch.stores.select import open_store
@@ -118,6 +127,9 @@ def _flag(request: Request, name: str) -> bool:
 def build_app(server: Server) -> Starlette:  # noqa: C901 - one small function per route
     @_handle
     def list_jobs(request: Request) -> Response:
+        params = dict(request.query_params)
+        if PAGE_PARAMETERS & params.keys():
+            return list_jobs_page(request, params)
         state = request.query_params.get("state")
         with server.service() as service:
             views = service.jobs(include_finished=_flag(request, "all"),
@@ -127,28 +139,43 @@ def build_app(server: Server) -> Starlette:  # noqa: C901 - one small function p
             rows = [r for r in rows if r.get("state") == state]
         return JSONResponse(rows)
 
+    def list_jobs_page(request: Request, params: dict[str, str]) -> Response:
+        req = parse_list_request(params, backend_names())
+        with server.service() as service:
+            etag = list_etag(service.store.stamp(), request.url.query)
+            if not_modified(request, etag):
+                return tagged(Response(status_code=304), etag)
+            return tagged(JSONResponse(list_page(service, req)), etag)
+
+    def _job_read(request: Request, body: Callable[[Service, str], Response]) -> Response:
+        """A read of one job, with its ETag (the job's version): 304 when unchanged."""
+        with server.service() as service:
+            job_id = service.resolve(request.path_params["job"])
+            etag = job_etag(job_id, service.store.version(job_id), request.url.path)
+            if not_modified(request, etag):
+                return tagged(Response(status_code=304), etag)
+            return tagged(body(service, job_id), etag)
+
     @_handle
     def get_job(request: Request) -> Response:
-        with server.service() as service:
-            view = service.view(request.path_params["job"])
-        body = status_json(view)
-        try:
-            view.checked()
-        except DispatchError as err:  # the status is shown, with the CLI's exit code's status
-            return JSONResponse(body, status_code=http_status(err))
-        return JSONResponse(body)
+        def body(service: Service, job_id: str) -> Response:
+            view = service.view(job_id)
+            try:
+                view.checked()
+            except DispatchError as err:  # the status, with the CLI's exit code's status
+                return JSONResponse(status_json(view), status_code=http_status(err))
+            return JSONResponse(status_json(view))
+        return _job_read(request, body)
 
     @_handle
     def job_history(request: Request) -> Response:
-        with server.service() as service:
-            return JSONResponse(history_json(service.history(request.path_params["job"])))
+        return _job_read(request, lambda service, job_id: JSONResponse(
+            history_json(service.history(job_id))))
 
     @_handle
     def job_timeline(request: Request) -> Response:
-        with server.service() as service:
-            job_id = service.resolve(request.path_params["job"])
-            events = service.store.read(job_id)
-            return JSONResponse({"job": job_id, **timeline_json(events, service.clock())})
+        return _job_read(request, lambda service, job_id: JSONResponse(
+            {"job": job_id, **timeline_json(service.store.read(job_id), service.clock())}))
 
     @_handle
     def job_logs(request: Request) -> Response:
@@ -230,6 +257,7 @@ def build_app(server: Server) -> Starlette:  # noqa: C901 - one small function p
     static = StaticFiles(directory=str(resources.files("dispatch.http").joinpath("static")))
     routes = [
         Route("/", dashboard),
+        Route("/jobs/{job}", dashboard),  # the job's page: the same page, which reads the URL
         Route("/login", login_page, methods=["GET"]),
         Route("/login", login_form, methods=["POST"]),
         Mount("/static", static, name="static"),

@@ -1,10 +1,12 @@
 """One process: the supervision loop in a thread, the HTTP server (uvicorn) in the main one.
 
-The loop is ``dispatch supervise``'s (dispatch.supervision): the scopes asked for (default:
-every backend this machine can reach), each ticked only while this process holds its lease,
-so a ``serve`` beside other ``serve`` or ``supervise`` processes on one store is a hot standby
-for the scopes another holds. Each pass is timed for ``/metrics``. Stopping the server
-(SIGINT/SIGTERM) stops the loop after its current tick and hands its leases back.
+The loop is ``dispatch supervise``'s (dispatch.supervision), over this machine's local
+backend, the scopes of the record's live jobs (looked at again every lease period, so a job
+submitted for another scope is served too) and the scopes asked for with --scope; a backend
+no live job uses is not probed. Each scope is ticked only while this process holds its
+lease, so a ``serve`` beside other ``serve`` or ``supervise`` processes on one store is a hot
+standby for the scopes another holds. Each pass is timed for ``/metrics``. SIGINT and
+SIGTERM stop the loop after its current tick, hand its leases back at once and exit 0.
 """
 
 from __future__ import annotations
@@ -14,18 +16,22 @@ import resource
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 import uvicorn
 
+from dispatch.backends.base import Backend
 from dispatch.errors import BadInput
 from dispatch.http.app import Server, build_app, make_server
 from dispatch.http.auth import Tokens, is_loopback, load_tokens
 from dispatch.http.listeners import listen
 from dispatch.http.protocol import MAX_CONNECTIONS, GuardedH11Protocol, QuietUvicornWarnings
 from dispatch.notify import Notifier
+from dispatch.stores.base import RecordStore
 from dispatch.supervision import (
     DEFAULT_LEASE_S,
+    ScopeError,
     Supervision,
     Unresolved,
     resolve_scopes,
@@ -37,6 +43,31 @@ log = logging.getLogger("dispatch.http")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8642
+
+
+def live_scopes(store: RecordStore) -> list[str]:
+    """The scopes of the record's unfinished jobs, as the record names them."""
+    return sorted({row.scope for row in store.list_jobs(live_only=True)})
+
+
+def scopes_to_serve(requested: Sequence[str], store: RecordStore,
+                    backend_for: Callable[[str], Backend]
+                    ) -> tuple[list[str], list[Unresolved]]:
+    """The --scope values and the local backend (a --scope this machine cannot serve is
+    refused: ScopeError), then each live job's scope this machine can serve (one of another
+    machine's cluster is left to its own supervisor)."""
+    resolved, unresolved = resolve_scopes([*requested, "local"], backend_for)
+    for scope in live_scopes(store):
+        if scope in resolved:
+            continue
+        try:
+            more, pending = resolve_scopes([scope], backend_for)
+        except ScopeError as err:
+            log.info("not serving %s: %s", scope, err)
+            continue
+        resolved += [s for s in more if s not in resolved]
+        unresolved += [u for u in pending if u not in unresolved]
+    return resolved, unresolved
 
 
 def combined(reports: dict[str, TickReport]) -> TickReport:
@@ -69,6 +100,7 @@ class SupervisorLoop:
         self.thread = threading.Thread(target=self._run, name="dispatch-supervisor",
                                        daemon=True)
         self.sup: Supervision | None = None
+        self.next_scope_look = time.monotonic() + lease_s
 
     def start(self) -> None:
         self.thread.start()
@@ -80,12 +112,39 @@ class SupervisorLoop:
         self.thread.join(timeout)
 
     def _observe(self, reports: dict[str, TickReport], seconds: float) -> None:
+        self._watch_scopes()
         if not reports:
             return
         report = combined(reports)
         self.server.metrics.observe(report, seconds)
         if self.on_tick is not None:
             self.on_tick(report)
+
+    def _watch_scopes(self) -> None:
+        """Every lease period: serve the scopes of live jobs recorded since (a job
+        submitted through this server or the CLI for a backend not served yet)."""
+        now = time.monotonic()
+        sup = self.sup
+        if sup is None or now < self.next_scope_look:
+            return
+        self.next_scope_look = now + self.lease_s
+        try:
+            with self.server.service() as service:
+                live = live_scopes(service.store)
+                for scope in live:
+                    if scope in sup.supervisors:
+                        continue
+                    try:
+                        resolved, _ = resolve_scopes([scope], service.backends)
+                    except ScopeError as err:  # another machine's cluster: not ours
+                        log.info("not serving %s: %s", scope, err)
+                        continue
+                    for s in resolved:
+                        if s not in sup.supervisors:
+                            sup._add(s)  # noqa: SLF001 - the loop's own thread, between passes
+                            log.info("serving %s too (a live job of it)", s)
+        except Exception:  # the next look tries again; serving what is served goes on
+            log.exception("cannot look for new scopes")
 
     def _run(self) -> None:
         try:
@@ -142,8 +201,9 @@ def serve(store_url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_P
     # A store that cannot be used (exit 5) or a --scope this machine cannot serve (exit 2)
     # stops us here, before anything listens.
     with server.service() as service:
-        resolved, unresolved = (resolve_scopes(scopes, service.backends) if supervise
-                                else ([], []))
+        resolved, unresolved = (
+            scopes_to_serve(scopes, service.store, service.backends) if supervise
+            else ([], []))
     for u in unresolved:
         print(f"note: {unresolved_note(u)}", file=sys.stderr)
     if supervise:
@@ -160,30 +220,33 @@ def serve(store_url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_P
     config = uvicorn.Config(build_app(server), log_level="warning", access_log=False,
                             lifespan="off", http=GuardedH11Protocol, timeout_keep_alive=5)
     logging.getLogger("uvicorn.error").addFilter(QuietUvicornWarnings())
-    # uvicorn re-raises the signal that stopped it once it is done: ours turns SIGTERM into
-    # an exception so the loop hands its leases back and the socket and token file go
-    # before the process ends by that signal
+    # uvicorn re-raises the signal that stopped it once it is done: ours turn SIGINT and
+    # SIGTERM into an exception, so the loop hands its leases back at once, the socket and
+    # token file go, and the process exits 0 (a stop asked for is not a failure)
     in_main = threading.current_thread() is threading.main_thread()  # where signals go
-    previous = signal.signal(signal.SIGTERM, _raise_stopped) if in_main else None
+    previous = ({sig: signal.signal(sig, _raise_stopped) for sig in STOP_SIGNALS}
+                if in_main else {})
     try:
         if supervise:
             loop.start()
         uvicorn.Server(config).run(sockets=[listeners.tcp, listeners.unix])
     except _Stopped:
         pass
-    else:
-        return
     finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
-        if supervise:
-            loop.stop()
-        listeners.close()
-    signal.raise_signal(signal.SIGTERM)
+        try:
+            if supervise:
+                loop.stop()
+            listeners.close()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class _Stopped(BaseException):
-    """SIGTERM arrived: stop serving (not an error)."""
+    """SIGINT or SIGTERM arrived: stop serving (not an error)."""
 
 
 def _raise_stopped(signum: int, frame: object) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from dispatch.core import events as ev
 from dispatch.core.codec import cause_json
 from dispatch.core.model import Cause
+from dispatch.core.policy import Rule
 
 
 def _t(at: datetime | None) -> str | None:
@@ -34,9 +35,11 @@ def timeline_json(events: Sequence[ev.Event], now: datetime) -> dict[str, Any]: 
     escalations: list[dict[str, Any]] = []
     outcome: dict[str, Any] | None = None
     created: datetime | None = None
+    rules: tuple[Rule, ...] = ()
     for e in events:
         if isinstance(e, ev.JobCreated):
             created = e.at
+            rules = e.spec.policy.rules
         elif isinstance(e, ev.SubmissionIntended):
             subs[e.submission] = {
                 "number": e.submission, "token": e.token, "ref": None, "gated": e.gated,
@@ -72,7 +75,9 @@ def timeline_json(events: Sequence[ev.Event], now: datetime) -> dict[str, Any]: 
             holds[-1].update(end=_t(e.at), released_by=e.actor, resubmit=e.resubmit)
         elif isinstance(e, ev.RecoveryStarted):
             marks.append({"at": _t(e.at), "kind": "recovery", "cause": _cause(e.cause),
-                          "text": f"{e.action.value} by rules[{e.rule}]"
+                          "text": f"{e.action.value} by "
+                                  + (f"the rule for {', '.join(rules[e.rule].on)}"
+                                     if e.rule < len(rules) else f"rule {e.rule + 1}")
                                   + (" (native)" if e.native else "")})
         elif isinstance(e, (ev.CancelRequested, ev.GiveUpRequested)):
             what = "cancel" if isinstance(e, ev.CancelRequested) else "give-up"
@@ -92,8 +97,42 @@ def timeline_json(events: Sequence[ev.Event], now: datetime) -> dict[str, Any]: 
                 start = s["executions"][-1]["end"] if s["executions"] else s["bound_at"]
                 s["executions"].append({"index": len(s["executions"]), "start": start,
                                         "end": None, "cause": None, "final": False})
-    return {
+    doc = {
         "start": _t(created), "end": end, "now": now.isoformat(),
         "submissions": [subs[n] for n in sorted(subs)], "holds": holds, "marks": marks,
         "escalations": escalations, "outcome": outcome,
     }
+    doc["durations"] = durations(doc)
+    return doc
+
+
+def _s(iso: str | None) -> float:
+    return datetime.fromisoformat(iso).timestamp() if iso else 0.0
+
+
+def _overlap(a: float, b: float, spans: list[tuple[float, float]]) -> float:
+    return sum(max(0.0, min(b, y) - max(a, x)) for x, y in spans)
+
+
+def durations(tl: dict[str, Any]) -> dict[str, float]:
+    """Seconds the job spent: ``queued`` (created until its first object was on the
+    scheduler), ``held``, ``recovering`` (an ended submission until the next one's object
+    was on the scheduler, holds left out), ``running`` (the rest: an object on the
+    scheduler, which includes its own queue there) and ``total`` (until the outcome, or
+    now). From the timeline alone."""
+    start, end = _s(tl["start"]), _s(tl["end"])
+    holds = [(_s(h["start"]), _s(h["end"] or tl["end"])) for h in tl["holds"]]
+    subs = tl["submissions"]
+    first_bound = _s(subs[0]["bound_at"]) if subs and subs[0]["bound_at"] else end
+    queued = max(0.0, first_bound - start) - _overlap(start, first_bound, holds)
+    recovering = 0.0
+    for prev, nxt in zip(subs, subs[1:], strict=False):
+        a = _s(prev["end"] or nxt["intended_at"])
+        b = _s(nxt["bound_at"]) if nxt["bound_at"] else end
+        recovering += max(0.0, b - a) - _overlap(a, b, holds)
+    held = _overlap(start, end, holds)
+    total = max(0.0, end - start)
+    running = max(0.0, total - queued - held - recovering)
+    return {k: round(v, 3) for k, v in (("queued", queued), ("running", running),
+                                       ("recovering", recovering), ("held", held),
+                                       ("total", total))}

@@ -36,6 +36,7 @@ from dispatch.core.codec import DecodeError, decode_event
 from dispatch.core.events import Event, JobCreated, OutcomeCommitted, Superseded
 from dispatch.core.record import check_record
 from dispatch.errors import NotFound, StateConflict, StoreUnusable
+from dispatch.stores.query import JobQuery
 
 if TYPE_CHECKING:
     from dispatch.stores.lease import LeaseBook
@@ -333,6 +334,15 @@ class RecordStore(abc.ABC):
                   scope: str | None = None) -> list[JobRow]:
         """Jobs ordered by creation; ``live_only`` leaves out jobs with a committed outcome;
         ``scope`` keeps the jobs of that scope only."""
+
+    @abc.abstractmethod
+    def query_jobs(self, query: JobQuery) -> list[JobRow]:
+        """One page of jobs: filtered, ordered and keyset-paged (stores/query.py)."""
+
+    @abc.abstractmethod
+    def stamp(self) -> tuple[int, int]:
+        """A cheap marker that changes whenever any job is created or appended to: the
+        number of jobs and the sum of their versions."""
 
     @abc.abstractmethod
     def read_many(self, job_ids: Sequence[str]) -> dict[str, list[Event]]:

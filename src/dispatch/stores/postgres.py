@@ -49,6 +49,7 @@ from dispatch.stores.base import (
 )
 from dispatch.stores.lease import PostgresLeases, check_fence_pg
 from dispatch.stores.postgres_schema import set_up
+from dispatch.stores.query import JobQuery, query_sql, stamp_sql
 from dispatch.stores.url import mask_password
 
 CONNECT_TIMEOUT_S = 10
@@ -403,21 +404,16 @@ class PostgresStore(RecordStore):
 
     def list_jobs(self, *, live_only: bool = False, name: str | None = None,
                   scope: str | None = None) -> list[JobRow]:
-        where, params = [], []
-        if live_only:
-            where.append("NOT terminal")
-        if name is not None:
-            where.append("name = %s")
-            params.append(name)
-        if scope is not None:
-            where.append("scope = %s")
-            params.append(scope)
-        sql = ("SELECT job_id, name, backend, terminal, version, created_at, scope"
-               " FROM dispatch_jobs")
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY created_us, job_id"
+        return self.query_jobs(JobQuery(terminal=False if live_only else None, name=name,
+                                        scope=scope))
+
+    def query_jobs(self, query: JobQuery) -> list[JobRow]:
+        sql, params = query_sql(query, "dispatch_jobs", "%s")
         return [_row(self.describe(), r) for r in self._query("list jobs", sql, params)]
+
+    def stamp(self) -> tuple[int, int]:
+        count, versions = self._query("look for changes", stamp_sql("dispatch_jobs"))[0]
+        return int(count), int(versions)
 
     def read_many(self, job_ids: Sequence[str]) -> dict[str, list[Event]]:
         out: dict[str, list[Event]] = {i: [] for i in job_ids}

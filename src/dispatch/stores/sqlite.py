@@ -46,6 +46,7 @@ from dispatch.stores.base import (
     sort_key_us,
 )
 from dispatch.stores.lease import SQLiteLeases, check_fence_sqlite
+from dispatch.stores.query import JobQuery, query_sql, stamp_sql
 
 BUSY_TIMEOUT_MS = 30_000
 """How long a writer waits for another process's write lock before giving up (StoreError).
@@ -429,22 +430,19 @@ class SQLiteStore(RecordStore):
 
     def list_jobs(self, *, live_only: bool = False, name: str | None = None,
                   scope: str | None = None) -> list[JobRow]:
-        where, params = [], []
-        if live_only:
-            where.append("terminal = 0")
-        if name is not None:
-            where.append("name = ?")
-            params.append(name)
-        if scope is not None:
-            where.append("scope = ?")
-            params.append(scope)
-        sql = "SELECT job_id, name, backend, terminal, version, created_at, scope FROM jobs"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY created_us, job_id"
+        return self.query_jobs(JobQuery(terminal=False if live_only else None, name=name,
+                                        scope=scope))
+
+    def query_jobs(self, query: JobQuery) -> list[JobRow]:
+        sql, params = query_sql(query, "jobs", "?")
         with self._guard("list jobs") as c:
             rows = c.execute(sql, params).fetchall()
         return [_row(self.describe(), r) for r in rows]
+
+    def stamp(self) -> tuple[int, int]:
+        with self._guard("look for changes") as c:
+            count, versions = c.execute(stamp_sql("jobs")).fetchone()
+        return int(count), int(versions)
 
     def read_many(self, job_ids: Sequence[str]) -> dict[str, list[Event]]:
         out: dict[str, list[Event]] = {i: [] for i in job_ids}

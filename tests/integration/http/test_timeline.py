@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from dispatch.core import events as ev
 from dispatch.core.model import Cause, CauseKind, Provenance, State
-from dispatch.core.policy import Action, Declarations
+from dispatch.core.policy import Action, Declarations, RecoveryPolicy, Rule
 from dispatch.core.spec import JobSpec
 from dispatch.http.timeline import timeline_json
 
@@ -17,9 +17,10 @@ def at(s: int) -> datetime:
     return T0 + timedelta(seconds=s)
 
 
-def created() -> ev.JobCreated:
-    return ev.JobCreated(seq=1, at=at(0), job_id="j", spec=JobSpec(name="n", command=("x",)),
-                         declarations=Declarations(backend="local"))
+def created(policy: RecoveryPolicy | None = None) -> ev.JobCreated:
+    return ev.JobCreated(seq=1, at=at(0), job_id="j", spec=JobSpec(
+        name="n", command=("x",), policy=policy or RecoveryPolicy()),
+        declarations=Declarations(backend="local"))
 
 
 LOST = Cause(kind=CauseKind.NODE_LOST, detail="n2 DOWN reason=gone", at=at(20))
@@ -29,7 +30,8 @@ OK = Cause(kind=CauseKind.NONE, provenance=Provenance.APPLICATION, exit_code=0, 
 
 def test_a_fenced_submission_then_a_recovered_one_then_success() -> None:
     events = [
-        created(),
+        created(RecoveryPolicy(rules=(Rule(on=(CauseKind.NODE_LOST, CauseKind.PREEMPTED),
+                                           action=Action.RESUBMIT, budget=3),))),
         ev.SubmissionIntended(seq=2, at=at(1), submission=1, token="j.1"),
         ev.SubmissionBound(seq=3, at=at(2), submission=1, ref="r1"),
         ev.StopRequested(seq=4, at=at(25), submission=1, ref="r1", cause=LOST),
@@ -55,7 +57,12 @@ def test_a_fenced_submission_then_a_recovered_one_then_success() -> None:
     assert two["gate_opened_at"] == at(33).isoformat()
     assert two["executions"][0]["cause"]["kind"] == "none"
     assert [m["kind"] for m in tl["marks"]] == ["recovery"]
+    # the rule by what it covers, not by its index
+    assert tl["marks"][0]["text"] == "resubmit by the rule for node-lost, preempted"
     assert tl["outcome"]["state"] == "succeeded"
+    # queued until the first object (0-2), recovering from its end to the next (30-32)
+    assert tl["durations"] == {"queued": 2.0, "running": 47.0, "recovering": 2.0,
+                               "held": 0.0, "total": 51.0}
 
 
 def test_a_running_requeued_object_and_a_hold_drawn_up_to_now() -> None:

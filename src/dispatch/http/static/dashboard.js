@@ -1,9 +1,10 @@
-// The dispatch dashboard: the job list and one job's timeline, polled from the JSON API.
-// Every word that came from a user or a scheduler is set as text (textContent, title),
-// never parsed as HTML.
+// The dispatch dashboard: a paged job list (/) and each job's page (/jobs/ID), polled from
+// the JSON API with ETags (an unchanged answer is a 304 and nothing is redrawn). Every word
+// that came from a user or a scheduler is set as text (textContent, title), never as HTML.
 "use strict";
 
 const POLL_MS = 2000;
+const LOG_LINES = 2000; // the logs pane keeps this many lines at most
 const CAUSE_COLOURS = {
   "none": "#16a34a", "preempted": "#f59e0b", "node-lost": "#7c3aed",
   "out-of-memory": "#dc2626", "time-limit": "#a16207", "non-zero-exit": "#e11d48",
@@ -12,9 +13,12 @@ const CAUSE_COLOURS = {
   "duplicate": "#334155", "unknown": "#111827",
 };
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+const NATURAL_DESC = new Set(["created"]); // the columns first sorted high to low
 
-let selected = null;
-let timer = null;
+let view = { job: null };       // the route: a job id, or null for the list
+let listState = { order: "created", desc: true, cursors: [null], page: 0, next: null };
+const tags = new Map();          // path -> [etag, body] of the last full answer
+let logStream = null;            // {controller, key} of the logs being read
 
 function $(id) { return document.getElementById(id); }
 
@@ -28,26 +32,67 @@ function el(tag, attrs, text) {
   return node;
 }
 
-async function api(path, options) {
-  // the session cookie (HttpOnly, SameSite=Strict) rides along by itself
-  const opts = Object.assign({ headers: {}, credentials: "same-origin" }, options || {});
-  if (opts.method === "POST") {
-    opts.headers["Content-Type"] = "application/json";
-    opts.body = opts.body || "{}";
-  }
+function pad(n) { return String(n).padStart(2, "0"); }
+
+// A time as local wall-clock time with its zone: 2026-12-02 05:14:03 UTC+01:00.
+function fmtTime(iso) {
+  if (!iso) return "-";
+  const d = new Date(iso);
+  const off = -d.getTimezoneOffset();
+  const zone = "UTC" + (off === 0 ? "" : (off > 0 ? "+" : "-") + pad(Math.floor(Math.abs(off) / 60)) +
+    ":" + pad(Math.abs(off) % 60));
+  return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " +
+    pad(d.getHours()) + ":" + pad(d.getMinutes()) + ":" + pad(d.getSeconds()) + " " + zone;
+}
+
+function fmtClock(iso) { return fmtTime(iso).slice(11); }
+
+function fmtDuration(seconds) {
+  const s = Math.round(seconds);
+  if (s < 60) return s + "s";
+  if (s < 3600) return Math.floor(s / 60) + "m " + pad(s % 60) + "s";
+  if (s < 86400) return Math.floor(s / 3600) + "h " + pad(Math.floor((s % 3600) / 60)) + "m";
+  return Math.floor(s / 86400) + "d " + Math.floor((s % 86400) / 3600) + "h";
+}
+
+async function send(path, options) {
+  const opts = Object.assign({ headers: {}, credentials: "same-origin", cache: "no-store" }, options || {});
   const resp = await fetch(path, opts);
   if (resp.status === 401) {
-    location.assign("/login");  // the session is gone (the server restarted): log in again
+    location.assign("/login"); // the session is gone (the server restarted): log in again
     throw new Error("not logged in");
   }
+  return resp;
+}
+
+async function errorOf(resp) {
+  let message = resp.status + " " + resp.statusText;
+  try {
+    const body = await resp.json();
+    if (body && body.error) message = body.error.message;
+  } catch (e) { /* not JSON */ }
+  const err = new Error(message);
+  err.status = resp.status;
+  return err;
+}
+
+// GET with the last ETag of this path: {changed, body}; a 304 is unchanged.
+async function poll(path, allowStatus) {
+  const known = tags.get(path);
+  const headers = known ? { "If-None-Match": known[0] } : {};
+  const resp = await send(path, { headers });
+  if (resp.status === 304 && known) return { changed: false, body: known[1] };
+  if (!resp.ok && !(allowStatus && allowStatus(resp.status))) throw await errorOf(resp);
   const body = await resp.json();
-  if (!resp.ok && body && body.error) {
-    const err = new Error(body.error.message);
-    err.body = body;
-    err.status = resp.status;
-    throw err;
-  }
-  return body;
+  const etag = resp.headers.get("ETag");
+  if (etag) tags.set(path, [etag, body]);
+  return { changed: true, body };
+}
+
+async function post(path) {
+  const resp = await send(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: "{}" });
+  if (!resp.ok) throw await errorOf(resp);
+  return resp.json();
 }
 
 function causeText(c) {
@@ -62,114 +107,351 @@ function causeTitle(c) {
   if (!c) return "";
   const parts = [causeText(c), "said by: " + (c.provenance || "scheduler")];
   if (c.detail) parts.push("“" + c.detail + "”");
-  if (c.at) parts.push(c.at);
+  if (c.note) parts.push(c.note);
+  if (c.at) parts.push(fmtTime(c.at));
   return parts.join("\n");
 }
 
-function age(iso) {
-  if (!iso) return "-";
-  const s = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
-  if (s < 60) return Math.floor(s) + "s";
-  if (s < 3600) return Math.floor(s / 60) + "m";
-  if (s < 86400) return Math.floor(s / 3600) + "h" + Math.floor((s % 3600) / 60) + "m";
-  return Math.floor(s / 86400) + "d";
+// The cause a row shows: the job's own, else the last one it recovered from.
+function shownCause(j) {
+  if (j.cause) return { cause: j.cause, recovered: false };
+  for (const t of [...(j.history || [])].reverse()) {
+    if (t.cause) return { cause: t.cause, recovered: true };
+  }
+  return { cause: null, recovered: false };
 }
 
+// A badge: the word always, the colour only beside it.
 function stateBadge(state, settled) {
   const b = el("span", { class: "state " + state }, state);
   if (settled === false && TERMINAL.has(state)) b.title = "not yet committed";
   return b;
 }
 
-async function refreshList() {
-  const filter = $("state-filter").value;
-  let path = "/api/jobs?all=1";
-  if (filter === "live") path = "/api/jobs";
-  else if (filter) path += "&state=" + encodeURIComponent(filter);
-  const rows = await api(path);
-  const tbody = document.querySelector("#jobs tbody");
-  tbody.replaceChildren();
+function causeBadge(c, recovered) {
+  const span = el("span", { class: "cause-badge", title: causeTitle(c) });
+  if (!c) { span.textContent = "-"; return span; }
+  span.append(el("i", { class: "swatch", style: { background: CAUSE_COLOURS[c.kind] || "#111" } }));
+  span.append(document.createTextNode((recovered ? "recovered from " : "") + causeText(c)));
+  return span;
+}
+
+// ---- the list ---------------------------------------------------------------------------
+
+function listQuery() {
+  const p = new URLSearchParams();
+  const q = $("q").value.trim();
+  if (q) p.set("q", q);
+  for (const [id, name] of [["state-filter", "state"], ["backend-filter", "backend"], ["cause-filter", "cause"]]) {
+    if ($(id).value) p.set(name, $(id).value);
+  }
+  return p;
+}
+
+function listPath() {
+  const p = listQuery();
+  p.set("limit", $("page-size").value);
+  p.set("order", (listState.desc ? "-" : "") + listState.order);
+  const cursor = listState.cursors[listState.page];
+  if (cursor) p.set("after", cursor);
+  return "/api/jobs?" + p.toString();
+}
+
+function jobRow(j, pinned) {
+  const tr = el("tr", { "data-job": j.job, class: pinned ? "pinned" : "" });
+  const idCell = el("td", { class: "id" });
+  idCell.append(el("a", { href: "/jobs/" + encodeURIComponent(j.job) }, j.job));
+  tr.append(idCell);
+  if (j.error) {
+    tr.append(el("td", { colspan: 6 }, "record unusable: " + j.error.message));
+    return tr;
+  }
+  tr.append(el("td", { class: "name" }, j.name));
+  const st = el("td", {});
+  st.append(stateBadge(j.state, j.settled));
+  if (j.state === "held") st.append(el("span", { class: "waits" }, " waits for you"));
+  tr.append(st);
+  const shown = shownCause(j);
+  const cause = el("td", { class: "cause" });
+  cause.append(causeBadge(shown.cause, shown.recovered));
+  tr.append(cause);
+  tr.append(el("td", { class: "num" }, j.submissions));
+  tr.append(el("td", { class: "time" }, fmtTime(j.created_at)));
+  tr.append(el("td", {}, j.backend));
+  tr.addEventListener("click", (e) => {
+    if (e.target.tagName === "A" && (e.ctrlKey || e.metaKey || e.shiftKey)) return;
+    e.preventDefault();
+    go("/jobs/" + encodeURIComponent(j.job));
+  });
+  return tr;
+}
+
+function drawList(page) {
+  const pinned = $("held-rows");
+  const rows = $("job-rows");
+  pinned.replaceChildren();
+  rows.replaceChildren();
+  const shownPinned = new Set();
+  if (listState.page === 0) {
+    for (const j of page.held) { pinned.append(jobRow(j, true)); shownPinned.add(j.job); }
+  }
   const problems = new Set();
-  for (const j of rows) {
-    const tr = el("tr", { "data-job": j.job });
-    if (j.job === selected) tr.classList.add("selected");
-    tr.append(el("td", { class: "id" }, j.job));
-    if (j.error) {
-      tr.append(el("td", { colspan: 7 }, "record unusable: " + j.error.message));
-      tbody.append(tr);
-      continue;
-    }
-    tr.append(el("td", {}, j.name));
-    const st = el("td", {});
-    st.append(stateBadge(j.state, j.settled));
-    tr.append(st);
-    tr.append(el("td", { title: causeTitle(j.cause), class: "cause" }, causeText(j.cause)));
-    tr.append(el("td", {}, j.submissions));
-    const budget = Object.entries(j.budget_used || {}).map(([r, n]) => r + ": " + n).join(", ");
-    tr.append(el("td", {}, budget || "-"));
-    tr.append(el("td", { title: j.created_at || "" }, age(j.created_at)));
-    tr.append(el("td", {}, j.backend));
+  for (const j of page.jobs) {
+    if (!shownPinned.has(j.job)) rows.append(jobRow(j, false));
     if (j.scheduler_problem) problems.add(j.backend + " " + j.scheduler + ": " + j.scheduler_problem);
-    tr.addEventListener("click", () => select(j.job));
-    tbody.append(tr);
   }
-  $("empty").hidden = rows.length > 0;
-  $("problem").hidden = problems.size === 0;
-  $("problem").textContent = [...problems].join("\n");
+  $("empty").hidden = page.jobs.length + shownPinned.size > 0;
+  listState.next = page.next;
+  $("older").disabled = !page.next;
+  $("newer").disabled = listState.page === 0;
+  $("page-info").textContent = "page " + (listState.page + 1);
+  drawHeldCount(page.held_count);
+  showProblem([...problems].join("\n"));
 }
 
-function select(jobId) {
-  selected = jobId;
-  if (decodeURIComponent(location.hash.slice(1)) !== jobId) {
-    history.replaceState(null, "", "#" + encodeURIComponent(jobId));
-  }
-  for (const tr of document.querySelectorAll("#jobs tbody tr")) {
-    tr.classList.toggle("selected", tr.dataset.job === jobId);
-  }
-  $("action-result").textContent = "";
-  refreshDetail();
+function drawHeldCount(n) {
+  const held = $("held-count");
+  held.hidden = n === 0;
+  held.textContent = n + " held: waiting for you";
 }
 
-async function refreshDetail() {
-  if (!selected) { $("detail").hidden = true; return; }
-  const jobId = selected;
-  const [status, tl, history] = await Promise.all([
-    api("/api/jobs/" + encodeURIComponent(jobId)).catch((e) => e.body || Promise.reject(e)),
-    api("/api/jobs/" + encodeURIComponent(jobId) + "/timeline"),
-    api("/api/jobs/" + encodeURIComponent(jobId) + "/history"),
-  ]);
-  if (jobId !== selected) return;
-  $("detail").hidden = false;
+function drawSortMarks() {
+  for (const th of document.querySelectorAll("#jobs th[data-sort]")) {
+    const on = th.dataset.sort === listState.order;
+    th.classList.toggle("sorted", on);
+    th.setAttribute("aria-sort", on ? (listState.desc ? "descending" : "ascending") : "none");
+    th.dataset.mark = on ? (listState.desc ? " ▼" : " ▲") : "";
+  }
+}
+
+let drawnPath = null; // the list drawn now: another page or query is drawn even from a 304
+async function refreshList() {
+  const path = listPath();
+  const { changed, body } = await poll(path);
+  if (changed || path !== drawnPath) {
+    drawList(body);
+    drawnPath = path;
+  }
+}
+
+function resetPages() {
+  listState.cursors = [null];
+  listState.page = 0;
+  // the filters belong in the address, so a list can be linked to (and reloads as it was)
+  const p = listQuery();
+  if (listState.order !== "created" || !listState.desc) p.set("order", (listState.desc ? "-" : "") + listState.order);
+  const url = "/" + (p.toString() ? "?" + p.toString() : "");
+  if (location.pathname + location.search !== url) history.replaceState(null, "", url);
+}
+
+function filtersFromUrl() {
+  const p = new URLSearchParams(location.search);
+  $("q").value = p.get("q") || "";
+  $("state-filter").value = p.get("state") || "";
+  $("backend-filter").value = p.get("backend") || "";
+  $("cause-filter").value = p.get("cause") || "";
+  const order = p.get("order");
+  if (order) {
+    listState.order = order.replace(/^-/, "");
+    listState.desc = order.startsWith("-");
+  }
+  drawSortMarks();
+}
+
+// ---- one job's page -------------------------------------------------------------------------
+
+function budgetLines(status, created) {
+  const rules = (((created || {}).spec || {}).policy || {}).rules || [];
+  const used = status.budget_used || {};
+  const out = [];
+  rules.forEach((r, i) => {
+    const n = used["rules[" + i + "]"] || 0;
+    if (r.budget === undefined || r.budget === null) {
+      if (n) out.push([r.on.join(", ") + " (" + r.action + ")", n + " used, no budget"]);
+      return;
+    }
+    out.push([r.on.join(", ") + " (" + r.action + ")", n + " of " + r.budget + " used"]);
+  });
+  return out;
+}
+
+function fillTable(id, rows) {
+  const body = document.querySelector("#" + id + " tbody");
+  body.replaceChildren();
+  for (const [k, v] of rows) {
+    const tr = el("tr", { "data-key": k });
+    tr.append(el("th", {}, k));
+    tr.append(el("td", {}, v));
+    body.append(tr);
+  }
+  if (!rows.length) {
+    const tr = el("tr", {});
+    tr.append(el("td", { class: "muted" }, "none"));
+    body.append(tr);
+  }
+}
+
+function drawStatus(status, created) {
+  const jobId = view.job;
   $("detail").dataset.job = jobId;
   $("detail-title").textContent = (status.name || "") + " · " + jobId;
+  document.title = (status.name || jobId) + " · dispatch";
   $("detail-state").className = "state " + status.state;
   $("detail-state").textContent = status.state;
-  $("detail-cause").textContent = "cause: " + causeText(status.cause) +
-    (status.cause && status.cause.detail ? " — “" + status.cause.detail + "”" : "") +
-    (status.settled === false && TERMINAL.has(status.state) ? " (not yet committed)" : "");
+  $("detail-cause").replaceChildren(document.createTextNode("cause: "));
+  $("detail-cause").append(causeBadge(status.cause, false));
+  if (status.cause && status.cause.detail) $("detail-cause").append(document.createTextNode(" — “" + status.cause.detail + "”"));
+  if (status.settled === false && TERMINAL.has(status.state)) $("detail-cause").append(document.createTextNode(" (not yet committed)"));
+  if (status.scheduler_problem) $("detail-cause").append(el("span", { class: "problem-inline" }, " scheduler: " + status.scheduler_problem));
+  const c = status.cause;
+  const appError = c && c.kind !== "none" &&
+    (c.provenance === "application" || (c.exit_code !== undefined && c.exit_code !== null));
+  $("detail-error").hidden = !appError;
+  if (appError) {
+    $("detail-error").textContent = "the application's error: " + causeText(c) + (c.detail ? " — “" + c.detail + "”" : "");
+  }
   const held = status.state === "held";
+  $("hold-box").hidden = !held;
+  if (held) {
+    $("hold-why").textContent = "The job is held (" + causeText(status.cause) + ") and does nothing until a person decides.";
+    $("hold-commands").textContent = "dispatch resubmit " + jobId + "\ndispatch give-up " + jobId;
+  }
   $("do-cancel").disabled = TERMINAL.has(status.state);
   $("do-resubmit").disabled = !held;
   $("do-give-up").disabled = !held;
-  drawTimeline(tl);
+  fillTable("budgets", budgetLines(status, created));
+  const segs = $("segments");
+  segs.replaceChildren();
+  for (const s of status.segments || []) segs.append(el("li", {}, s));
+  if (!(status.segments || []).length) segs.append(el("li", { class: "muted" }, "none"));
+}
+
+function drawTimelineFacts(tl) {
+  const d = tl.durations || {};
+  fillTable("durations", [["queued", fmtDuration(d.queued || 0)], ["running", fmtDuration(d.running || 0)],
+    ["recovering", fmtDuration(d.recovering || 0)], ["held", fmtDuration(d.held || 0)],
+    ["total", fmtDuration(d.total || 0) + (tl.outcome ? "" : " (as of " + fmtClock(tl.now) + ")")]]);
+  fillTable("times", [["created", fmtTime(tl.start)], ["ended", tl.outcome ? fmtTime(tl.outcome.at) : "not yet"]]);
   const esc = $("escalations");
   esc.replaceChildren();
-  for (const x of tl.escalations) {
-    esc.append(el("li", { title: causeTitle(x.cause) }, x.at.slice(11, 19) + "  " + x.message));
-  }
+  for (const x of tl.escalations) esc.append(el("li", { title: causeTitle(x.cause) }, fmtTime(x.at) + "  " + x.message));
   if (!tl.escalations.length) esc.append(el("li", { class: "muted" }, "none"));
-  const hist = $("history");
-  hist.replaceChildren();
-  for (const h of history) {
-    hist.append(el("li", { value: h.seq, "data-type": h.type }, h.at.slice(11, 19) + "  " + h.text));
+  const sel = $("log-submission");
+  const have = [...sel.options].map((o) => o.value).join(",");
+  const subs = tl.submissions.filter((s) => s.ref);
+  const want = subs.map((s) => String(s.number)).join(",");
+  if (have !== want) {
+    const chosen = sel.value;
+    sel.replaceChildren();
+    for (const s of subs) sel.append(el("option", { value: s.number }, s.number + " (" + s.ref + ")"));
+    sel.value = subs.some((s) => String(s.number) === chosen) ? chosen : (subs.length ? String(subs[subs.length - 1].number) : "");
+  }
+  startLogs();
+}
+
+function drawHistory(hist) {
+  const box = $("history");
+  box.replaceChildren();
+  for (const h of hist) {
+    const li = el("li", { value: h.seq, "data-type": h.type }, fmtTime(h.at) + "  " + h.text);
+    if (h.event && h.event.actor) li.append(el("span", { class: "actor" }, " · actor: " + h.event.actor));
+    box.append(li);
   }
 }
+
+async function refreshDetail() {
+  const jobId = view.job;
+  const base = "/api/jobs/" + encodeURIComponent(jobId);
+  const [status, tl, hist] = await Promise.all([
+    poll(base, (code) => code === 503), poll(base + "/timeline"), poll(base + "/history")]);
+  if (jobId !== view.job) return;
+  $("detail").hidden = false;
+  const created = hist.body.length ? hist.body[0].event : null;
+  if (status.changed || hist.changed || !$("detail-title").textContent) drawStatus(status.body, created);
+  const live = tl.body.outcome ? tl.body : Object.assign({}, tl.body, { end: new Date().toISOString() });
+  drawTimeline(live); // a live job's open bars grow up to now, between answers too
+  if (tl.changed || !$("durations").querySelector("tbody").childElementCount) drawTimelineFacts(tl.body);
+  if (hist.changed || !$("history").childElementCount) drawHistory(hist.body);
+}
+
+// ---- logs -----------------------------------------------------------------------------------
+
+function stopLogs() {
+  if (logStream) logStream.controller.abort();
+  logStream = null;
+}
+
+function startLogs() {
+  const sub = $("log-submission").value;
+  const follow = $("log-follow").checked;
+  const key = view.job + "/" + sub + "/" + follow;
+  if (!view.job || !sub) { $("log-status").textContent = "no output yet"; return; }
+  if (logStream && logStream.key === key) return;
+  stopLogs();
+  const controller = new AbortController();
+  logStream = { controller, key };
+  const pre = $("logs");
+  pre.textContent = "";
+  $("log-node").replaceChildren(el("option", { value: "" }, "all"));
+  const lines = [];
+  const path = "/api/jobs/" + encodeURIComponent(view.job) + "/logs?tail=500&submission=" + sub + (follow ? "&follow=1" : "");
+  $("log-status").textContent = follow ? "following…" : "";
+  readLogs(path, controller, lines, pre).then((ended) => {
+    if (logStream && logStream.controller === controller) {
+      $("log-status").textContent = ended ? "ended" : "";
+      if (follow) logStream.done = true;
+    }
+  }).catch((e) => {
+    if (e.name !== "AbortError") $("log-status").textContent = "logs: " + e.message;
+  });
+}
+
+async function readLogs(path, controller, lines, pre) {
+  const resp = await send(path, { signal: controller.signal });
+  if (!resp.ok) throw await errorOf(resp);
+  const reader = resp.body.getReader();
+  const decoder = new TextDecoder();
+  let partial = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    const chunk = partial + decoder.decode(value, { stream: true });
+    const parts = chunk.split("\n");
+    partial = parts.pop();
+    lines.push(...parts);
+    if (lines.length > LOG_LINES) lines.splice(0, lines.length - LOG_LINES); // bounded
+    showLogLines(lines, pre);
+  }
+  if (partial) { lines.push(partial); showLogLines(lines, pre); }
+  return true;
+}
+
+// A job of several nodes has each line prefixed "[node] ": the node filter shows one.
+const NODE_PREFIX = /^\[([^\]]+)\] /;
+function showLogLines(lines, pre) {
+  const sel = $("log-node");
+  const known = new Set([...sel.options].map((o) => o.value));
+  for (const line of lines.slice(-200)) {
+    const m = line.match(NODE_PREFIX);
+    if (m && !known.has(m[1])) { sel.append(el("option", { value: m[1] }, m[1])); known.add(m[1]); }
+  }
+  sel.parentElement.hidden = sel.options.length <= 1;
+  const node = sel.value;
+  const shown = node ? lines.filter((l) => l.startsWith("[" + node + "] ")) : lines;
+  const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+  pre.textContent = shown.join("\n");
+  if (atEnd) pre.scrollTop = pre.scrollHeight;
+  pre.lines = lines;
+}
+
+// ---- the timeline ---------------------------------------------------------------------------
 
 function drawTimeline(tl) {
   const box = $("timeline");
   box.replaceChildren();
   const t0 = Date.parse(tl.start);
   const t1 = Math.max(Date.parse(tl.end), t0 + 1000);
+  const end = tl.end;
   const pct = (iso) => (100 * (Date.parse(iso) - t0)) / (t1 - t0);
   const span = (a, b) => ({ left: pct(a) + "%", width: Math.max(0, pct(b) - pct(a)) + "%" });
 
@@ -179,24 +461,22 @@ function drawTimeline(tl) {
       "submission " + s.number));
     const track = el("div", { class: "tl-track" });
     for (const h of tl.holds) {
-      track.append(el("div", { class: "tl-hold", style: span(h.start, h.end || tl.end),
+      track.append(el("div", { class: "tl-hold", style: span(h.start, h.end || end),
         title: "hold: " + causeTitle(h.cause) + (h.released_by ? "\nreleased by " + h.released_by : "") }));
     }
     if (!s.executions.length) {
-      const end = s.end || tl.end;
       const bar = el("div", { class: "tl-bar" + (s.end ? "" : " open"),
-        style: span(s.intended_at, end), title: s.rejected ? "rejected: " + causeTitle(s.end_cause)
-          : "intended " + s.intended_at + (s.ref ? "" : "\nnot on a scheduler yet") });
+        style: span(s.intended_at, s.end || end), title: s.rejected ? "rejected: " + causeTitle(s.end_cause)
+          : "intended " + fmtTime(s.intended_at) + (s.ref ? "" : "\nnot on a scheduler yet") });
       if (s.end_cause) bar.style.borderRightColor = CAUSE_COLOURS[s.end_cause.kind] || "#111";
       track.append(bar);
     }
     for (const x of s.executions) {
-      const end = x.end || tl.end;
       const words = x.cause ? causeTitle(x.cause) : "running (no end recorded yet)";
-      const bar = el("div", { class: "tl-bar" + (x.end ? "" : " open"), style: span(x.start, end),
+      const bar = el("div", { class: "tl-bar" + (x.end ? "" : " open"), style: span(x.start, x.end || end),
         "data-cause": x.cause ? x.cause.kind : "",
         title: "submission " + s.number + ", execution " + x.index + (s.ref ? " (" + s.ref + ")" : "") +
-          "\n" + x.start + " → " + (x.end || "now") + "\n" + words });
+          "\n" + fmtTime(x.start) + " → " + (x.end ? fmtTime(x.end) : "now") + "\n" + words });
       if (x.cause) bar.style.borderRightColor = CAUSE_COLOURS[x.cause.kind] || "#111";
       track.append(bar);
     }
@@ -215,7 +495,7 @@ function drawTimeline(tl) {
   const axis = el("div", { class: "tl-axis" });
   for (let i = 0; i <= 4; i++) {
     const t = new Date(t0 + ((t1 - t0) * i) / 4);
-    axis.append(el("span", { style: { left: i * 25 + "%" } }, t.toISOString().slice(11, 19)));
+    axis.append(el("span", { style: { left: i * 25 + "%" } }, fmtClock(t.toISOString())));
   }
   box.append(axis);
   const legend = $("legend");
@@ -232,6 +512,8 @@ function drawTimeline(tl) {
   }
 }
 
+// ---- requests -------------------------------------------------------------------------------
+
 // the requests that end a job or its hold are asked twice
 const CONFIRM = {
   "cancel": "Cancel job {job}? Its processes are stopped and it ends cancelled.",
@@ -239,14 +521,15 @@ const CONFIRM = {
 };
 
 async function act(action) {
-  if (!selected) return;
+  const jobId = view.job;
+  if (!jobId) return;
   const out = $("action-result");
-  if (CONFIRM[action] && !window.confirm(CONFIRM[action].replace("{job}", selected))) {
+  if (CONFIRM[action] && !window.confirm(CONFIRM[action].replace("{job}", jobId))) {
     out.textContent = action + " not sent";
     return;
   }
   try {
-    await api("/api/jobs/" + encodeURIComponent(selected) + "/" + action, { method: "POST" });
+    await post("/api/jobs/" + encodeURIComponent(jobId) + "/" + action);
     out.textContent = action + " requested; the supervisor carries it out";
   } catch (e) {
     out.textContent = "refused: " + e.message;
@@ -254,31 +537,108 @@ async function act(action) {
   await tick();
 }
 
-async function tick() {
-  try {
-    await refreshList();
-    await refreshDetail();
-    $("updated").textContent = "updated " + new Date().toLocaleTimeString();
-    if ($("problem").textContent === "") $("problem").hidden = true;
-  } catch (e) {
-    $("problem").hidden = false;
-    $("problem").textContent = e.message;
+// ---- routing and polling --------------------------------------------------------------------
+
+function showProblem(text) {
+  $("problem").hidden = !text;
+  $("problem").textContent = text;
+}
+
+function route() {
+  const m = location.pathname.match(/^\/jobs\/([^/]+)$/);
+  const job = m ? decodeURIComponent(m[1]) : null;
+  if (job !== view.job) {
+    stopLogs();
+    $("logs").textContent = "";
+    $("log-submission").replaceChildren();
+    $("action-result").textContent = "";
+    $("detail-title").textContent = "";
+    for (const id of ["durations", "budgets", "times"]) document.querySelector("#" + id + " tbody").replaceChildren();
+    $("history").replaceChildren();
   }
+  view.job = job;
+  $("list-view").hidden = job !== null;
+  $("detail").hidden = true;
+  if (job === null) { document.title = "dispatch"; filtersFromUrl(); }
+  tick();
+}
+
+function go(url) {
+  history.pushState(null, "", url);
+  route();
+}
+
+let ticking = false;
+let again = false; // a tick asked for while one runs runs right after it
+async function tick() {
+  if (ticking) { again = true; return; }
+  ticking = true;
+  again = false;
+  try {
+    if (view.job) {
+      await refreshDetail();
+      // the header's count of held jobs stays true on a job's page too (a 304 mostly)
+      const { body } = await poll("/api/jobs?limit=1");
+      drawHeldCount(body.held_count);
+    } else await refreshList();
+    if (view.job) showProblem("");
+    $("updated").textContent = "updated " + fmtClock(new Date().toISOString());
+  } catch (e) {
+    showProblem(e.message);
+  } finally {
+    ticking = false;
+  }
+  if (again) tick();
 }
 
 function start() {
-  for (const b of document.querySelectorAll(".actions button")) {
-    b.addEventListener("click", () => act(b.dataset.action));
+  const causes = $("cause-filter");
+  for (const kind of Object.keys(CAUSE_COLOURS)) causes.append(el("option", {}, kind));
+  // an old link (/#JOB) opens the job's page
+  if (location.hash.length > 1) history.replaceState(null, "", "/jobs/" + location.hash.slice(1));
+  for (const b of document.querySelectorAll(".actions button")) b.addEventListener("click", () => act(b.dataset.action));
+  for (const id of ["state-filter", "backend-filter", "cause-filter", "page-size"]) {
+    $(id).addEventListener("change", () => { resetPages(); tick(); });
   }
-  $("state-filter").addEventListener("change", tick);
-  const fromHash = decodeURIComponent(location.hash.slice(1));
-  if (fromHash) selected = fromHash;
-  window.addEventListener("hashchange", () => {
-    const job = decodeURIComponent(location.hash.slice(1));
-    if (job && job !== selected) select(job);
+  let typing = null;
+  $("q").addEventListener("input", () => {
+    clearTimeout(typing);
+    typing = setTimeout(() => { resetPages(); tick(); }, 250);
   });
-  tick();
-  timer = setInterval(tick, POLL_MS);
+  $("filters").addEventListener("submit", (e) => e.preventDefault());
+  for (const th of document.querySelectorAll("#jobs th[data-sort]")) {
+    th.addEventListener("click", () => {
+      const col = th.dataset.sort;
+      if (listState.order === col) listState.desc = !listState.desc;
+      else { listState.order = col; listState.desc = NATURAL_DESC.has(col); }
+      drawSortMarks();
+      resetPages();
+      tick();
+    });
+  }
+  $("older").addEventListener("click", () => {
+    if (!listState.next) return;
+    listState.cursors[listState.page + 1] = listState.next;
+    listState.page += 1;
+    tick();
+  });
+  $("newer").addEventListener("click", () => {
+    if (listState.page === 0) return;
+    listState.page -= 1;
+    tick();
+  });
+  for (const a of [$("home"), $("back"), $("held-count")]) {
+    a.addEventListener("click", (e) => { e.preventDefault(); go(a.getAttribute("href")); });
+  }
+  $("log-submission").addEventListener("change", startLogs);
+  $("log-follow").addEventListener("change", startLogs);
+  $("log-node").addEventListener("change", () => showLogLines($("logs").lines || [], $("logs")));
+  window.addEventListener("popstate", route);
+  window.addEventListener("hashchange", () => {
+    if (location.hash.length > 1) { history.replaceState(null, "", "/jobs/" + location.hash.slice(1)); route(); }
+  });
+  route();
+  setInterval(tick, POLL_MS);
 }
 
 document.addEventListener("DOMContentLoaded", start);

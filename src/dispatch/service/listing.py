@@ -1,0 +1,211 @@
+"""The dashboard's job list: one page of jobs (filters, search, any column's order, keyset
+cursor) and the held jobs pinned above it.
+
+The store filters, orders and pages by what its jobs table holds (id, name, backend,
+creation: stores/query.py), so such a page reads only its own rows. A filter or order on
+what only the record says (state, cause, submissions) folds every job the store's filters
+keep and pages in memory, by the same kind of key; the store's ``terminal`` column narrows
+that set first when the state asked for is finished or not.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from dispatch.core.model import CauseKind, State
+from dispatch.errors import BadInput
+from dispatch.service import Service
+from dispatch.service.views import JobView, status_json
+from dispatch.stores.base import JobRow, sort_key_us
+from dispatch.stores.query import ORDERS, JobQuery, Key, Order
+
+Column = Literal["created", "name", "backend", "job", "state", "cause", "submissions"]
+COLUMNS: tuple[Column, ...] = (*ORDERS, "state", "cause", "submissions")
+MAX_LIMIT = 500
+MAX_PINNED = 100  # held jobs shown on top; the count says how many there are in all
+
+
+class BadParameter(BadInput):
+    """A query parameter that cannot be used: the message names it and what it takes."""
+
+    error_code = "bad-parameter"
+
+    def __init__(self, name: str, problem: str) -> None:
+        self.parameter = name
+        super().__init__(f"query parameter {name!r}: {problem}")
+
+
+@dataclass(frozen=True)
+class ListRequest:
+    """What a page asks for. ``order`` is a column, ``descending`` its direction (newest
+    first by default); ``after`` the cursor the previous page gave."""
+
+    order: Column = "created"
+    descending: bool = True
+    limit: int = 50
+    after: Key | None = None
+    state: State | None = None
+    live_only: bool = False
+    cause: CauseKind | None = None
+    backend: str | None = None
+    search: str | None = None
+
+    @property
+    def derived(self) -> bool:
+        """Whether the record must be folded to filter or order (the store cannot)."""
+        return (self.state is not None or self.cause is not None
+                or self.order not in ORDERS)
+
+
+def encode_cursor(order: Column, descending: bool, key: Key) -> str:
+    raw = json.dumps([order, descending, *key], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(text: str, order: Column, descending: bool) -> Key:
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        doc = json.loads(raw)
+    except ValueError:
+        raise BadParameter("after", "not a cursor this server gave (use the 'next' of the "
+                           "previous page)") from None
+    if (not isinstance(doc, list) or len(doc) < 3 or doc[0] != order or doc[1] != descending
+            or not all(isinstance(v, str | int) and not isinstance(v, bool) for v in doc[2:])):
+        raise BadParameter("after", "not a cursor of this order (a cursor belongs to the "
+                           "order and direction of the page that gave it)")
+    return tuple(doc[2:])
+
+
+def parse_list_request(params: dict[str, str], backends: Sequence[str]) -> ListRequest:
+    """A ListRequest from query parameters; BadParameter naming the first that is wrong."""
+    req = ListRequest()
+    if "order" in params:
+        raw = params["order"]
+        column = raw.removeprefix("-")
+        if column not in COLUMNS:
+            raise BadParameter("order", f"{raw!r} is not a column; one of "
+                               f"{', '.join(COLUMNS)} (a leading '-' for descending)")
+        req = replace(req, order=column, descending=raw.startswith("-"))
+    if "limit" in params:
+        try:
+            limit = int(params["limit"])
+        except ValueError:
+            limit = 0
+        if not 1 <= limit <= MAX_LIMIT:
+            raise BadParameter("limit", f"{params['limit']!r} is not a number from 1 to "
+                               f"{MAX_LIMIT}")
+        req = replace(req, limit=limit)
+    state = params.get("state")
+    if state == "live":
+        req = replace(req, live_only=True)
+    elif state:
+        try:
+            req = replace(req, state=State(state))
+        except ValueError:
+            raise BadParameter("state", f"{state!r} is not a state; one of live, "
+                               f"{', '.join(s.value for s in State)}") from None
+    cause = params.get("cause")
+    if cause:
+        try:
+            req = replace(req, cause=CauseKind(cause))
+        except ValueError:
+            raise BadParameter("cause", f"{cause!r} is not a cause; one of "
+                               f"{', '.join(c.value for c in CauseKind)}") from None
+    backend = params.get("backend")
+    if backend:
+        if backend not in backends:
+            raise BadParameter("backend", f"{backend!r} is not a backend; one of "
+                               f"{', '.join(backends)}")
+        req = replace(req, backend=backend)
+    search = params.get("q", "").strip()
+    if len(search) > 200:
+        raise BadParameter("q", "longer than 200 characters")
+    if search:
+        req = replace(req, search=search)
+    if "after" in params:
+        req = replace(req, after=decode_cursor(params["after"], req.order, req.descending))
+    return req
+
+
+def shown_cause(row: dict[str, Any]) -> str:
+    """The cause the list shows: the job's own, else the last one it recovered from."""
+    if row.get("cause"):
+        return str(row["cause"]["kind"])
+    for t in reversed(row.get("history") or []):
+        if t.get("cause"):
+            return str(t["cause"]["kind"])
+    return ""
+
+
+def _store_key(order: Column, row: JobRow) -> Key:
+    first: dict[str, str] = {"name": row.name, "backend": row.backend, "job": row.job_id}
+    tail = (sort_key_us(row.created_at), row.job_id)
+    return (first[order], *tail) if order in first else tail
+
+
+def _derived_key(order: Column, row: JobRow, doc: dict[str, Any]) -> Key:
+    if order in ORDERS:  # a store column, ordered here because a filter needed the record
+        return _store_key(order, row)
+    first: str | int = (doc.get("state", "") if order == "state" else shown_cause(doc)
+                        if order == "cause" else int(doc.get("submissions") or 0))
+    return (first, sort_key_us(row.created_at), row.job_id)
+
+
+def _matches(req: ListRequest, doc: dict[str, Any]) -> bool:
+    if req.state is not None and doc.get("state") != req.state.value:
+        return False
+    return req.cause is None or shown_cause(doc) == req.cause.value
+
+
+def _after(key: Key, cursor: Key, descending: bool) -> bool:
+    return key < cursor if descending else key > cursor
+
+
+def list_page(service: Service, req: ListRequest) -> dict[str, Any]:
+    """``{"jobs", "next", "held", "held_count"}``: one page of status JSON (the scheduler
+    asked for its live jobs), the cursor of the next page (None on the last), and the held
+    jobs (the record's word) with their count."""
+    terminal = (False if req.live_only else
+                None if req.state is None else req.state.terminal)
+    base = JobQuery(terminal=terminal, backend=req.backend, search=req.search)
+    if not req.derived:
+        order: Order = req.order  # type: ignore[assignment]  # a store column here
+        rows = service.store.query_jobs(replace(base, order=order, descending=req.descending,
+                                                after=req.after, limit=req.limit + 1))
+        page, more = rows[:req.limit], len(rows) > req.limit
+        keys = [_store_key(req.order, r) for r in page]
+        docs = [status_json(v) for v in service.views([r.job_id for r in page])]
+    else:
+        rows = service.store.query_jobs(base)
+        by_id = {v.job: status_json(v) for v in service.views([r.job_id for r in rows],
+                                                              ask_scheduler=False)}
+        keyed = sorted(((_derived_key(req.order, r, by_id[r.job_id]), r) for r in rows
+                        if r.job_id in by_id and _matches(req, by_id[r.job_id])),
+                       key=lambda kr: kr[0], reverse=req.descending)
+        if req.after is not None:
+            cursor = req.after
+            keyed = [(k, r) for k, r in keyed if _after(k, cursor, req.descending)]
+        chosen, more = keyed[:req.limit], len(keyed) > req.limit
+        keys = [k for k, _ in chosen]
+        asked = {v.job: status_json(v) for v in service.views([r.job_id for _, r in chosen])}
+        docs = [asked.get(r.job_id, by_id[r.job_id]) for _, r in chosen]
+    held = held_jobs(service)
+    return {"jobs": docs,
+            "next": encode_cursor(req.order, req.descending, keys[-1]) if more else None,
+            "held": held[:MAX_PINNED], "held_count": len(held)}
+
+
+def held_jobs(service: Service) -> list[dict[str, Any]]:
+    """The held jobs, newest first, as the record says (a hold is the record's own fact)."""
+    live = service.store.query_jobs(JobQuery(terminal=False, descending=True))
+    views: list[JobView] = service.views([r.job_id for r in live], ask_scheduler=False)
+    return [status_json(v) for v in views
+            if v.status is not None and v.status.state is State.HELD]
+
+
+# The parameters that ask for a page (the shape above) rather than the plain list.
+PAGE_PARAMETERS = frozenset({"limit", "after", "order", "q", "backend", "cause"})
