@@ -16,7 +16,6 @@ import resource
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 
 import uvicorn
@@ -100,7 +99,6 @@ class SupervisorLoop:
         self.thread = threading.Thread(target=self._run, name="dispatch-supervisor",
                                        daemon=True)
         self.sup: Supervision | None = None
-        self.next_scope_look = time.monotonic() + lease_s
 
     def start(self) -> None:
         self.thread.start()
@@ -112,7 +110,6 @@ class SupervisorLoop:
         self.thread.join(timeout)
 
     def _observe(self, reports: dict[str, TickReport], seconds: float) -> None:
-        self._watch_scopes()
         if not reports:
             return
         report = combined(reports)
@@ -120,14 +117,18 @@ class SupervisorLoop:
         if self.on_tick is not None:
             self.on_tick(report)
 
+    def _watch_scopes_until_stopped(self) -> None:
+        """Every lease period, on a thread of its own: asking a scheduler for its cluster
+        can take seconds (a stopped slurmctld), and no backend's tick may wait for it."""
+        while not self.stopping.wait(self.lease_s):
+            self._watch_scopes()
+
     def _watch_scopes(self) -> None:
-        """Every lease period: serve the scopes of live jobs recorded since (a job
-        submitted through this server or the CLI for a backend not served yet)."""
-        now = time.monotonic()
+        """Serve the scopes of live jobs recorded since (a job submitted through this
+        server or the CLI for a backend not served yet)."""
         sup = self.sup
-        if sup is None or now < self.next_scope_look:
+        if sup is None:
             return
-        self.next_scope_look = now + self.lease_s
         try:
             with self.server.service() as service:
                 live = live_scopes(service.store)
@@ -141,7 +142,7 @@ class SupervisorLoop:
                         continue
                     for s in resolved:
                         if s not in sup.supervisors:
-                            sup._add(s)  # noqa: SLF001 - the loop's own thread, between passes
+                            sup._add(s)  # noqa: SLF001 - under its scopes lock; picked up next pass
                             log.info("serving %s too (a live job of it)", s)
         except Exception:  # the next look tries again; serving what is served goes on
             log.exception("cannot look for new scopes")
@@ -155,6 +156,8 @@ class SupervisorLoop:
                                              unresolved=self.unresolved)
                 if self.stopping.is_set():
                     sup.stop()
+                threading.Thread(target=self._watch_scopes_until_stopped, daemon=True,
+                                 name="dispatch-serve-scopes").start()
                 sup.run(on_tick=self._observe)
         except Exception:  # the API keeps serving; the log says why nothing is supervised
             log.exception("the supervision loop stopped")
