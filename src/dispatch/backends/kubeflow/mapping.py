@@ -16,6 +16,7 @@ from typing import Any
 
 from dispatch.backends.kubeflow.objects import (
     GATE_ANNOTATION,
+    STOP_ANNOTATION,
     TOKEN_LABEL,
     as_int,
     as_list,
@@ -321,6 +322,21 @@ def report_trainjob(
             Cause(kind=CauseKind.RELEASED, detail=words("trainjob", resumed), at=at),
         )
     return live(State.PENDING, Cause(kind=CauseKind.NONE))
+
+
+# Who deleted a TrainJob when the API server says only that it is being deleted.
+SOMEONE_ELSE = "unknown"
+
+
+def deleted_by(tj: Mapping[str, Any]) -> str | None:
+    """None while the TrainJob is not being deleted; "dispatch" when it carries dispatch's
+    stop annotation (set before its own delete); else "unknown": someone other than dispatch
+    deleted it (the API server does not say who), a person's cancel (S14)."""
+    if not meta(tj).get("deletionTimestamp"):
+        return None
+    if as_map(meta(tj).get("annotations")).get(STOP_ANNOTATION) is not None:
+        return "dispatch"
+    return SOMEONE_ELSE
 
 
 def report_gone(ref: str, token: str | None, actor: str | None, now: datetime) -> ObjectReport:
