@@ -21,8 +21,10 @@ The imperative shell around ``mapping`` (pure) and ``manifest`` (pure). Choices,
   Terminating on a lost node; until the node is deleted or tainted out-of-service it stays.
 - The gate is ``spec.suspend``; ``open_gate`` merge-patches it to false.
 - A TrainJob we bound that the API server no longer has is reported cancelled, cause
-  cancelled, provenance actor; the actor is "dispatch" when this process deleted it, else
-  unknown (None).
+  cancelled, provenance actor. dispatch's stop annotates the TrainJob (``dispatch.io/stop``)
+  before deleting it (S14): the actor is "dispatch" when this process deleted it or saw it
+  deleting with that annotation, "unknown" when it was seen deleting without it (someone
+  else's delete: a person's cancel, final), else None (gone between two looks).
 - ``logs`` reads each pod's log through the API server (``podlogs``): incremental by
   timestamp, a pod not started or gone reads as empty.
 - ``lost_since`` is the earliest time the API server gives (taint timeAdded, Ready or

@@ -342,7 +342,9 @@ def deleted_by(tj: Mapping[str, Any]) -> str | None:
 def report_gone(ref: str, token: str | None, actor: str | None, now: datetime) -> ObjectReport:
     """A TrainJob we bound that the API server no longer has: cancelled (docs/scheduler-signals.md:
     "our TrainJob deleted by someone else"; actor None = unknown)."""
-    who = actor if actor is not None else "someone other than dispatch (actor unknown)"
+    who = actor if actor not in (None, SOMEONE_ELSE) else (
+        "someone other than dispatch (actor unknown)" if actor is None
+        else "someone other than dispatch, seen deleting it without dispatch's stop annotation")
     cause = Cause(
         kind=CauseKind.CANCELLED,
         provenance=Provenance.ACTOR,
