@@ -22,24 +22,26 @@ Tool = Callable[[Sequence[str]], Result]
 
 def stop(tool: Tool, ref: str, token: str | None) -> None:
     """Mark the job as dispatch's stop (its Comment), then scancel it: a cancel without the
-    mark is a person's, final even from our uid (S14). No scancel goes out unmarked while
-    the job lives: a refused mark raises. A ref whose token was never seen is not in squeue
-    (the tick looks before it stops): nothing there is left to mark."""
-    if token is not None and not mark_stop(tool, ref, token):
-        return  # it has ended already: nothing to stop
+    mark is a person's, final even from our uid (S14). No scancel goes out unmarked to a live
+    job: a refused mark raises. Slurm refuses the mark on a job that has ended (it is not
+    changed; the scancel is then a no-op) and, for an array, on each task that has ended
+    while it marks the live ones. A ref whose token was never seen is not in squeue (the
+    tick looks before it stops): nothing there is left to mark."""
+    if token is not None:
+        mark_stop(tool, ref, token)
     signal_end(tool, ["scancel", ref])
 
 
-def mark_stop(tool: Tool, ref: str, token: str) -> bool:
-    """Set the stop mark; False when Slurm says the job has ended already."""
+def mark_stop(tool: Tool, ref: str, token: str) -> None:
+    """Set the stop mark on what of the job still lives."""
     argv = mark_argv(ref, token)
     res = tool(argv)
     if res.returncode == 0:
-        return True
+        return
     if unreachable_words(res.stderr + res.stdout):
         raise SchedulerUnreachable(NAME, f"scontrol update: {res.words}")
     if any(w in res.words.lower() for w in ALREADY_ENDED_WORDS):
-        return False
+        return  # ended (every task, or some of an array's): nothing of it to mark
     raise SlurmCommandError(argv, res.words)
 
 

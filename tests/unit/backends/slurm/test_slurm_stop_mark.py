@@ -119,10 +119,13 @@ def test_a_person_cancel_through_dispatch_is_not_marked(tmp_path: Path) -> None:
     assert tools.calls == [("scancel", "812")]
 
 
-def test_a_job_that_has_ended_is_neither_marked_nor_cancelled(tmp_path: Path) -> None:
-    tools = Tools(scontrol=[ok("scontrol", "Job has already finished\n", 1)])
+def test_a_job_that_has_ended_is_not_marked_and_its_scancel_is_a_no_op(tmp_path: Path) -> None:
+    # (an array marks its live tasks and refuses the ended ones: the live ones are stopped)
+    tools = Tools(scontrol=[ok("scontrol", "Job has already finished\n", 1)],
+                  scancel=[ok("scancel", "scancel: error: Kill job error on job id 812: "
+                              "Job/step already completing or completed\n")])
     known(tools, tmp_path).stop("812")
-    assert [c[0] for c in tools.calls] == ["scontrol"]  # the end was someone else's
+    assert [c[0] for c in tools.calls] == ["scontrol", "scancel"]
 
 
 def test_no_unmarked_scancel_when_the_mark_is_refused(tmp_path: Path) -> None:
