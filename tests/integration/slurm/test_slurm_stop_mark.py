@@ -31,7 +31,10 @@ from dispatch.supervisor import Supervisor, utcnow
 pytestmark = pytest.mark.slurm
 
 WAIT_S = 120.0  # a bound for a hung run on a slow shared machine, never a timing assertion
-HOLD_ON_REQUEUE = {"rules": [{"on": ["requeued"], "action": "hold"}]}
+# The requeue rule makes the job requeueable (sbatch --requeue); a person's requeue then
+# meets the hold rule, which no native requeue may satisfy: dispatch stops the job.
+HOLD_ON_REQUEUE = {"rules": [{"on": ["preempted"], "action": "requeue", "budget": 1},
+                             {"on": ["requeued"], "action": "hold"}]}
 
 
 class PersonCancelsFirst(SlurmBackend):
@@ -44,8 +47,21 @@ class PersonCancelsFirst(SlurmBackend):
     def stop(self, ref: str) -> None:
         if not self.cancelled:
             self.cancelled = True
-            slurm("scancel", ref)  # the person, as root: "CANCELLED by 0", like our own
+            # The person, as root: "CANCELLED by 0", like our own; once Slurm has finished
+            # requeueing (a COMPLETING job refuses a scancel), so that theirs is what ends it.
+            wait_state(ref, "PENDING")
+            slurm("scancel", ref)
+            wait_state(ref, "CANCELLED")
         super().stop(ref)
+
+
+def wait_state(ref: str, state: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while (now := subprocess.run(["squeue", "-h", "-j", ref, "-t", "all", "-o", "%T"],
+                                 capture_output=True, text=True, timeout=30,
+                                 check=False).stdout.strip()) != state:
+        assert time.monotonic() < deadline, f"job {ref} never {state} (is {now!r})"
+        time.sleep(0.2)
 
 
 @pytest.fixture

@@ -453,8 +453,10 @@ ACCOUNTING_GRACE = timedelta(seconds=60)
 
 def _steps_settled(row: SacctRow, steps: Sequence[SacctRow]) -> bool:
     """Accounting has written the whole end: a job that started has its batch step, and no
-    step is still open."""
-    if row.start is not None and not any(s.step == "batch" for s in steps):
+    step is still open. A requeued job cancelled while pending again has a row with a Start
+    (= its End) but no nodes ("None assigned"): it never ran, so no batch step will come."""
+    ran = row.start is not None and row.nodes not in ("", "None assigned")
+    if ran and not any(s.step == "batch" for s in steps):
         return False
     return all(is_ended(s.state_word) for s in steps)
 

@@ -6,14 +6,15 @@ sends an unmarked scancel to a live job. No Slurm needed (recorded words, a tabl
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from dispatch.backends.slurm.backend import SlurmBackend
 from dispatch.backends.slurm.compact import parse_squeue_compact
-from dispatch.backends.slurm.mapping import Signal, classify
-from dispatch.backends.slurm.parse import SACCT_FIELDS, parse_sacct
+from dispatch.backends.slurm.mapping import Signal, classify, object_report
+from dispatch.backends.slurm.parse import SACCT_FIELDS, SqueueJob, group_sacct, parse_sacct
 from dispatch.backends.slurm.stop_mark import mark_argv, marked_comment, split_comment
 from dispatch.backends.slurm.tools import Result, SlurmCommandError
 from dispatch.core.model import CauseKind as K
@@ -138,3 +139,28 @@ def test_no_unmarked_scancel_when_the_mark_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SchedulerUnreachable):
         b.stop("812")
     assert [c[0] for c in tools.calls] == ["scontrol", "scontrol"]
+
+
+# Seen on the 22.05 testbed: a job requeued, then cancelled while pending again.
+REQUEUED_THEN_CANCELLED = "|".join(SACCT_FIELDS) + "\n" + "\n".join([
+    "75|75|REQUEUED|0:0||None|2026-12-02T04:23:10|2026-12-02T04:23:12|2026-12-02T04:23:15|n1|"
+    "low|j1.2",
+    "75.batch|75.batch|REQUEUED|0:0|||2026-12-02T04:23:12|2026-12-02T04:23:12|"
+    "2026-12-02T04:23:15|n1||",
+    "75|75|CANCELLED by 0|0:0||None|2026-12-02T04:23:10|2026-12-02T04:23:15|"
+    "2026-12-02T04:23:15|None assigned|low|j1.2",
+]) + "\n"
+
+
+def test_a_requeued_job_cancelled_while_pending_ends_with_accountings_words_at_once() -> None:
+    """Its last row has a Start but no nodes: it never ran, so no batch step is awaited, and
+    the end is accounting's "CANCELLED by 0" (the uid) at once, not squeue's bare CANCELLED a
+    minute later, which names no one."""
+    groups = group_sacct(parse_sacct(REQUEUED_THEN_CANCELLED))["75"]
+    end = datetime(2026, 12, 2, 4, 23, 15, tzinfo=UTC)
+    job = SqueueJob(job_id=75, state="CANCELLED", restarts=1, comment="j1.2",
+                    start_time=end, end_time=end)
+    report = object_report(ref="75", token="j1.2", job=job, groups=groups, nodes={},
+                           lost_since=None, now=end)
+    assert report is not None and report.state is S.CANCELLED
+    assert report.cause.actor == "0" and report.cause.detail.startswith("CANCELLED by 0")
