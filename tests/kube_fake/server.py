@@ -399,10 +399,11 @@ class FakeApiServer:
             raise KeyError(f"{kind} {namespace}/{name}")
         return self.put(merge_patch(current, patch))
 
-    def remove(self, kind: str, namespace: str, name: str) -> None:
-        """Someone else deletes an object, with its dependents (background)."""
+    def remove(self, kind: str, namespace: str, name: str, policy: str = "Background") -> None:
+        """Someone else deletes an object, with its dependents (``policy``: Background, or
+        Foreground as ``kubectl delete --cascade=foreground`` does)."""
         with self._lock:
-            self._delete(BY_KIND[kind], namespace, name, "Background")
+            self._delete(BY_KIND[kind], namespace, name, policy)
 
     def write_log(
         self,

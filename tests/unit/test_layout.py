@@ -23,6 +23,13 @@ def test_no_module_is_over_500_lines() -> None:
     assert too_long == {}
 
 
+def test_no_slurm_output_file_sits_in_the_repository_root() -> None:
+    """A job submitted without --output writes slurm-<id>.out where sbatch ran; tests and
+    benches give every job an output path under a temporary directory (tests/conftest.py
+    fails the test after which one appears)."""
+    assert sorted(p.name for p in REPO.glob("slurm-*.out")) == []
+
+
 def _anchors() -> set[str]:
     text = (REPO / "docs" / "semantics.md").read_text()
     return set(re.findall(r'<a id="([a-z0-9]+)"></a>', text))

@@ -265,7 +265,7 @@ def _record_ends(job: Job, plan: Plan, seen: _Seen, ends: _Ends, now: datetime,
         for index, cause, final in _ended_executions(o):
             if index in recorded:
                 continue
-            cause = _own_stop(s, cause)
+            cause = _own_stop(s, cause, plan.declarations.marks_stops)
             # An end that follows a published exclusion of its unit is that decision's.
             cause = attribute_end(job.segments, ref=r, reported=cause, now=now,
                                   array=job.spec.slurm.get("array") is not None)
@@ -281,7 +281,7 @@ def _record_ends(job: Job, plan: Plan, seen: _Seen, ends: _Ends, now: datetime,
         if o.ended and not closed:
             # The object ended after its last execution was recorded as run again (a requeue
             # we then stopped): no new execution carries the end, so record it on its own.
-            cause = _own_stop(s, o.cause)
+            cause = _own_stop(s, o.cause, plan.declarations.marks_stops)
             index = max(recorded, default=-1) + 1
             out.append(RecordEnd(submission=s.number, ref=r, execution=index, cause=cause,
                                  final=True))
@@ -384,20 +384,23 @@ def _current_submission(job: Job, cur: Submission, discovery: Discovery, seen: _
     return []
 
 
-def _own_stop(s: Submission, cause: Cause) -> Cause:
+def _own_stop(s: Submission, cause: Cause, marked: bool) -> Cause:
     """The cause an ended execution is recorded with: the reason of our own stop when the
     scheduler's cancel is that stop's effect, else the scheduler's cause as it is.
 
     A cancel that reached the scheduler is final whoever sent it (S14), even while our own
-    stop of that object is pending. It is our stop's effect only when the scheduler names no
-    actor, or names the supervisor: "dispatch" (the local and Kubeflow backends' word for
-    their own stop) or the actor recorded with the stop (``StopRequested.by``: the
-    supervisor's uid, as Slurm prints "CANCELLED by <uid>"). Any other actor is a person's
-    cancel: it is kept, and the job is committed cancelled, never recovered. A person using
-    the supervisor's own uid cannot be told apart on Slurm and is taken for the stop."""
+    stop of that object is pending. It is our stop's effect only when the backend cannot say
+    who cancelled (no actor), or names the supervisor: "dispatch" (the local backend's word
+    for its own stop; Slurm's and Kubeflow's for a cancel that carries dispatch's stop mark,
+    ``marked``: the backend marks its stops at the scheduler, Declarations.marks_stops).
+    Without marks, the actor recorded with the stop (``StopRequested.by``: the supervisor's
+    uid, as Slurm prints "CANCELLED by <uid>") also counts as ours; with them a uid never
+    does, so a person's scancel from the supervisor's own uid stays theirs. Any other actor
+    is a person's cancel: it is kept, and the job is committed cancelled, never recovered."""
     if s.stop_cause is None or cause.kind is not CauseKind.CANCELLED:
         return cause
-    if cause.actor is None or cause.actor in (SUPERVISOR, s.stop_by):
+    ours = (SUPERVISOR,) if marked else (SUPERVISOR, s.stop_by)
+    if cause.actor is None or cause.actor in ours:
         return s.stop_cause
     return cause
 

@@ -140,6 +140,10 @@ class Declarations(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     backend: str
     native_actions: frozenset[Action] = frozenset()
     node_loss_window: timedelta = timedelta(minutes=5)
+    # The backend marks its own stops at the scheduler (Slurm: the job's Comment; Kubeflow:
+    # a TrainJob annotation) and names "dispatch" for a cancel that carries the mark: a
+    # cancel from the supervisor's uid without it is a person's (S14, decide._own_stop).
+    marks_stops: bool = False
 
 
 class Plan(msgspec.Struct, frozen=True, kw_only=True):

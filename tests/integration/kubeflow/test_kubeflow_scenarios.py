@@ -172,6 +172,71 @@ def test_node_lost_failure_target_stuck_pods_terminating(
     assert ended.state is State.CANCELLED and ended.cause.actor == "dispatch"
 
 
+def _stuck_on_a_lost_node(fake: FakeApiServer, ns: str, pods: list[str]) -> None:
+    """n2 is lost and one pod stays Terminating there: a foreground delete of the TrainJob
+    keeps it (with a deletionTimestamp) until that node is released."""
+    fake.put(tr.node("n2", lost=True, since="2026-03-01T10:05:00Z"))
+    fake.unreachable.add("n2")
+    fake.update("Pod", ns, pods[1], {"metadata": {"deletionTimestamp": "2026-03-01T10:06:00Z"}})
+
+
+def test_our_stop_is_annotated_and_read_back_as_ours(
+    fake: FakeApiServer, backend: KubeflowBackend, running,  # type: ignore[no-untyped-def]
+    tmp_path: Path, clock: Clock,
+) -> None:
+    token, ns, name, pods = running
+    _stuck_on_a_lost_node(fake, ns, pods)
+    backend.stop(f"{ns}/{name}")
+    tj = fake.get("TrainJob", ns, name)
+    assert tj is not None and tj["metadata"]["annotations"]["dispatch.io/stop"]
+    # Another process (a supervisor started after ours stopped) reads the annotation.
+    (tmp_path / "other").mkdir()
+    other = make_backend(fake, tmp_path / "other", clock, informer=False)
+    try:
+        assert look(other, token).alive  # still deleting: not ended
+        fake.release_node("n2")
+        (ended,) = other.discover([token], [f"{ns}/{name}"]).objects
+    finally:
+        other.close()
+    assert ended.state is State.CANCELLED and ended.cause.actor == "dispatch"
+
+
+def test_a_persons_delete_during_our_stop_stays_theirs(
+    fake: FakeApiServer, backend: KubeflowBackend, running  # type: ignore[no-untyped-def]
+) -> None:
+    """S14, issue 21 item 15: someone deletes the TrainJob (foreground) while dispatch is about
+    to stop it; dispatch's stop then finds it deleting without its annotation, leaves it
+    unmarked, and the end is a cancel whose actor is not dispatch (a person's, final)."""
+    token, ns, name, pods = running
+    _stuck_on_a_lost_node(fake, ns, pods)
+    fake.remove("TrainJob", ns, name, policy="Foreground")
+    assert look(backend, token).alive  # deleting, held by the stuck pod
+    backend.stop(f"{ns}/{name}")  # the fence's stop, decided on an earlier look
+    tj = fake.get("TrainJob", ns, name)
+    assert tj is not None and "dispatch.io/stop" not in tj["metadata"].get("annotations", {})
+    fake.release_node("n2")
+    (ended,) = backend.discover([token], [f"{ns}/{name}"]).objects
+    assert ended.state is State.CANCELLED and ended.cause.kind is CauseKind.CANCELLED
+    assert ended.cause.actor == "unknown"
+
+
+def test_a_delete_between_our_look_and_our_mark_stays_theirs(
+    fake: FakeApiServer, backend: KubeflowBackend, running  # type: ignore[no-untyped-def]
+) -> None:
+    """The person's delete lands after dispatch's last look: the mark's answer shows the
+    deletion already under way, so the mark is taken back and the delete stays theirs."""
+    token, ns, name, pods = running
+    _stuck_on_a_lost_node(fake, ns, pods)
+    assert look(backend, token).alive
+    fake.remove("TrainJob", ns, name, policy="Foreground")
+    backend.stop(f"{ns}/{name}")
+    tj = fake.get("TrainJob", ns, name)
+    assert tj is not None and "dispatch.io/stop" not in tj["metadata"].get("annotations", {})
+    fake.release_node("n2")
+    (ended,) = backend.discover([token], [f"{ns}/{name}"]).objects
+    assert ended.cause.actor == "unknown"
+
+
 def test_suspend_and_resume(fake: FakeApiServer, backend: KubeflowBackend) -> None:
     token, ns, name = submit(backend, gated=True)
     stored = fake.get("TrainJob", ns, name)

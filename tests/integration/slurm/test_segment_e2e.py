@@ -156,23 +156,28 @@ def test_drained_array_task_is_excluded_at_its_next_rendezvous(cli: Dispatch,
         task1_nodes = hostnames(tasks["1"][1])
         assert len(task1_nodes) == 2 and not set(task1_nodes) & set(hostnames(tasks["0"][1]))
         out_dir = tmp_path / "state" / "dispatch" / "slurm"
-        logs = {t: next(out_dir.glob(f"*.{array}_{t}.out"), None) for t in ("0", "1")}
-        wait_until("both tasks training", lambda: all(
-            p is not None and p.exists() and "started" in p.read_text()
-            for p in (logs["0"], logs["1"])), timeout=180)
+
+        def training_logs() -> dict[str, Path] | None:
+            # Looked for on every poll: a task's output file appears when the task starts.
+            found = {t: next(out_dir.glob(f"*.{array}_{t}.out"), None) for t in ("0", "1")}
+            return {t: p for t, p in found.items() if p is not None} if all(
+                p is not None and "started" in p.read_text() for p in found.values()) else None
+
+        logs = wait_until("both tasks training", training_logs, timeout=180)
 
         drained = task1_nodes[1]
         subprocess.run(["scontrol", "update", f"nodename={drained}", "state=drain",
                         "reason=e2e"], check=True, timeout=30)
 
         # dispatch publishes for the array task, not for the array or task 0.
+        # The publisher writes the unit's file, then the job's state file (each atomically):
+        # wait for the state file's line itself, then read the unit's file it names.
         decision = segdir / f"segment_health_check.{array}.1"
-        wait_until(f"the decision {decision.name}", lambda: decision.exists()
-                   and decision.stat().st_size > 0, timeout=120)
+        state_file = segdir / f"segment_health_check.{array}.state"
+        wait_until(f"{state_file.name} to name task 1", lambda: state_file.exists()
+                   and state_file.read_text() == '["1"]\n', timeout=120)
         body = json.loads(decision.read_text())
         assert drained in json.dumps(body)
-        state_line = (segdir / f"segment_health_check.{array}.state").read_text()
-        assert state_line == '["1"]\n'
         # Only task 1's unit: nothing for task 0, nor for the array as a whole (on a fresh
         # cluster the array job id can itself be 1, so compare the whole listing).
         units = sorted(p.name for p in segdir.glob("segment_health_check.*")
@@ -189,7 +194,7 @@ def test_drained_array_task_is_excluded_at_its_next_rendezvous(cli: Dispatch,
         ended = wait_until("task 1 to end", task1_ended, timeout=240)
         assert ended["1"][0] == "FAILED", ended
         assert ended["0"][0] == "RUNNING", ended  # task 0 runs on
-        task1_log = logs["1"].read_text()  # type: ignore[union-attr]
+        task1_log = logs["1"].read_text()
         assert "simulated fault" in task1_log
         assert "SegmentExcludedError" in task1_log or "is excluded by segment health" in \
             task1_log, task1_log[-4000:]
@@ -201,7 +206,7 @@ def test_drained_array_task_is_excluded_at_its_next_rendezvous(cli: Dispatch,
         out, err = run.communicate(timeout=300)
         final = tasks_of(array)
         assert final["0"][0] == "COMPLETED" and final["1"][0] == "FAILED", final
-        task0_log = logs["0"].read_text()  # type: ignore[union-attr]
+        task0_log = logs["0"].read_text()
         assert task0_log.count("TRAINED") == 2 and "simulated fault" not in task0_log
 
         # `dispatch run` / `status --json`: the array failed because task 1 did, and task 1

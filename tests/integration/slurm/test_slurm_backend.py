@@ -162,7 +162,10 @@ def test_preempted_by_a_high_job(cluster: Cluster) -> None:
                                      "nodelist": "n1,n2"})
     a = cluster.wait(tok_a, ended, what="preemption")
     assert (a.state, a.cause.kind) == (S.FAILED, K.PREEMPTED)
-    b = cluster.wait(tok_b, lambda o: o.state is S.RECOVERING, what="requeue after preemption")
+    # RECOVERING comes from squeue, the ended execution's cause from accounting, which may
+    # lag it: wait for both, the things asserted on next.
+    b = cluster.wait(tok_b, lambda o: o.state is S.RECOVERING
+                     and any(e.ended for e in o.executions), what="requeue after preemption")
     assert b.cause.kind is K.PREEMPTED
     assert [e.cause.kind for e in b.executions if e.cause] == [K.PREEMPTED]
     h = cluster.wait(tok_h, ended, what="high job end")

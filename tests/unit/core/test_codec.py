@@ -40,10 +40,14 @@ def test_an_event_is_a_tagged_document_with_names() -> None:
 
 
 def test_declarations_encode_actions_and_window_by_name() -> None:
-    d = Declarations(backend="slurm", native_actions=frozenset({Action.REQUEUE}))
+    d = Declarations(backend="slurm", native_actions=frozenset({Action.REQUEUE}),
+                     marks_stops=True)
     assert json.loads(encode(d)) == {"backend": "slurm", "native_actions": ["requeue"],
-                                     "node_loss_window": "PT300S"}
+                                     "node_loss_window": "PT300S", "marks_stops": True}
     assert decode(encode(d), Declarations) == d
+    # A record written before backends marked their stops reads as not marking them.
+    old = b'{"backend":"slurm","native_actions":["requeue"],"node_loss_window":"PT300S"}'
+    assert decode(old, Declarations).marks_stops is False
 
 
 @pytest.mark.parametrize("raw, field, words", [

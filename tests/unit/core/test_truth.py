@@ -265,10 +265,12 @@ def test_a_rule_on_duplicate_never_spends_a_budget_nor_holds() -> None:
 # --- 8. A cancel that reached the scheduler is final ------------------------------------------
 
 
-def _stopped_past_native_budget(stop_by: str | None) -> Sim:
+def _stopped_past_native_budget(stop_by: str | None, *, marks_stops: bool = False) -> Sim:
     """A Slurm-like job requeued by the scheduler with no rule allowing it: stopped by us
-    (the stop recorded with ``stop_by``), a hold rule waiting on the cause."""
-    sim = Sim([rule([K.PREEMPTED], Action.HOLD)], declarations=SLURM)
+    (the stop recorded with ``stop_by``), a hold rule waiting on the cause. ``marks_stops``:
+    the backend marks its stops at the scheduler (the job's Comment on Slurm)."""
+    declarations = msgspec.structs.replace(SLURM, marks_stops=marks_stops)
+    sim = Sim([rule([K.PREEMPTED], Action.HOLD)], declarations=declarations)
     running_first(sim)
     requeued = obj(1, State.PENDING, executions=(Execution(index=0, cause=Cause(
         kind=K.PREEMPTED, detail="PREEMPTED")),))
@@ -306,6 +308,34 @@ def test_our_own_stops_cancel_ends_with_the_stops_reason(actor: str | None,
     gone = obj(1, State.CANCELLED, cause_=Cause(
         kind=K.CANCELLED, provenance=Provenance.ACTOR if actor else Provenance.SCHEDULER,
         actor=actor, detail="CANCELLED"))
+    d = sim.tick([gone])
+    assert kinds_of(d) == ["RecordEnd", "PlaceHold"]
+    assert sim.job.hold is not None and sim.job.hold.cause.kind is K.PREEMPTED
+
+
+def test_a_persons_cancel_from_the_supervisors_own_uid_is_final_when_stops_are_marked() -> None:
+    """Issue 21 item 15: a backend that marks its own stops names "dispatch" for a cancel
+    that carries the mark; a "CANCELLED by <our uid>" without it is a person's scancel run
+    as the supervisor's user, during our stop: final, never our stop's recovery hold."""
+    sim = _stopped_past_native_budget(stop_by="0", marks_stops=True)
+    gone = obj(1, State.CANCELLED, cause_=Cause(
+        kind=K.CANCELLED, provenance=Provenance.ACTOR, actor="0", detail="CANCELLED by 0"))
+    d = sim.tick([gone])
+    assert not only(d, PlaceHold) and not only(d, Submit)
+    assert sim.job.hold is None
+    assert sim.job.outcome is not None and sim.job.outcome.state is State.CANCELLED
+    assert sim.job.outcome.cause.actor == "0"
+
+
+@pytest.mark.parametrize("actor", [
+    pytest.param("dispatch", id="the-cancel-carries-our-mark"),
+    pytest.param(None, id="no-actor-said"),
+])
+def test_a_marked_stops_cancel_ends_with_the_stops_reason(actor: str | None) -> None:
+    sim = _stopped_past_native_budget(stop_by="0", marks_stops=True)
+    gone = obj(1, State.CANCELLED, cause_=Cause(
+        kind=K.CANCELLED, provenance=Provenance.ACTOR if actor else Provenance.SCHEDULER,
+        actor=actor, detail="CANCELLED by 0; Comment=dispatch-stop:j.1"))
     d = sim.tick([gone])
     assert kinds_of(d) == ["RecordEnd", "PlaceHold"]
     assert sim.job.hold is not None and sim.job.hold.cause.kind is K.PREEMPTED

@@ -21,8 +21,10 @@ The imperative shell around ``mapping`` (pure) and ``manifest`` (pure). Choices,
   Terminating on a lost node; until the node is deleted or tainted out-of-service it stays.
 - The gate is ``spec.suspend``; ``open_gate`` merge-patches it to false.
 - A TrainJob we bound that the API server no longer has is reported cancelled, cause
-  cancelled, provenance actor; the actor is "dispatch" when this process deleted it, else
-  unknown (None).
+  cancelled, provenance actor. dispatch's stop annotates the TrainJob (``dispatch.io/stop``)
+  before deleting it (S14): the actor is "dispatch" when this process deleted it or saw it
+  deleting with that annotation, "unknown" when it was seen deleting without it (someone
+  else's delete: a person's cancel, final), else None (gone between two looks).
 - ``logs`` reads each pod's log through the API server (``podlogs``): incremental by
   timestamp, a pod not started or gone reads as empty.
 - ``lost_since`` is the earliest time the API server gives (taint timeAdded, Ready or
@@ -54,13 +56,20 @@ from dispatch.backends.kubeflow.client import (
 )
 from dispatch.backends.kubeflow.informer import Informer, InformerSettings, Predicate, Watched
 from dispatch.backends.kubeflow.manifest import build_trainjob, parse_section
-from dispatch.backends.kubeflow.mapping import report_gone, report_trainjob
+from dispatch.backends.kubeflow.mapping import (
+    SOMEONE_ELSE,
+    deleted_by,
+    report_gone,
+    report_trainjob,
+)
 from dispatch.backends.kubeflow.objects import (
     GATE_ANNOTATION,
     JOBSET_NAME_LABEL,
     MANAGED_LABEL,
+    STOP_ANNOTATION,
     TOKEN_LABEL,
     labels,
+    meta,
     name_of,
 )
 from dispatch.backends.kubeflow.podlogs import PodLog, pod_logs
@@ -214,7 +223,10 @@ class KubeflowBackend:
         operator sets, because the runtime is the cluster's, not the spec's); requeue never."""
         native = frozenset({Action.RESTART}) if self._restart_native else frozenset()
         return Declarations(
-            backend=self.name, native_actions=native, node_loss_window=self._node_loss_window
+            backend=self.name,
+            native_actions=native,
+            node_loss_window=self._node_loss_window,
+            marks_stops=True,
         )
 
     def validate(self, spec: JobSpec) -> None:
@@ -279,6 +291,25 @@ class KubeflowBackend:
         self._expect(namespace, name, _deleting)
 
     def stop(self, ref: str) -> None:
+        """Annotate the TrainJob as dispatch's stop, then delete it: a deletion seen without
+        the annotation is a person's, final (S14). One another already deletes keeps their
+        name: the annotation is taken back and their delete stands."""
+        if self._deleted.get(ref) == SOMEONE_ELSE:
+            return  # seen deleted by someone else: their cancel, already under way
+        namespace, name = parse_ref(ref)
+        mark = {"metadata": {"annotations": {STOP_ANNOTATION: "stopped by dispatch"}}}
+        try:
+            marked = self.kube.merge_patch(TrainJobRes, namespace, name, mark)
+        except ApiAnswer as err:
+            if err.code == 404:
+                return  # gone already: nothing to stop
+            raise
+        if meta(marked).get("deletionTimestamp") and self._deleted.get(ref) != "dispatch":
+            # Someone else's delete came between our look and the mark: theirs stands.
+            unmark = {"metadata": {"annotations": {STOP_ANNOTATION: None}}}
+            self.kube.merge_patch(TrainJobRes, namespace, name, unmark)
+            self._deleted[ref] = SOMEONE_ELSE
+            return
         self._delete(ref, "dispatch")
 
     def cancel(self, ref: str) -> None:
@@ -324,6 +355,11 @@ class KubeflowBackend:
             seen_refs.add(ref)
             if isinstance(token, str):
                 self._tokens[ref] = token
+            who = deleted_by(tj)  # the API server's word beats what this process remembers
+            if who == "dispatch":
+                self._deleted[ref] = who
+            elif who is not None:
+                self._deleted.setdefault(ref, who)
             report = report_trainjob(
                 tj,
                 look.jobsets.get((ns, name)),

@@ -16,6 +16,7 @@ from typing import Any
 
 from dispatch.backends.kubeflow.objects import (
     GATE_ANNOTATION,
+    STOP_ANNOTATION,
     TOKEN_LABEL,
     as_int,
     as_list,
@@ -323,10 +324,27 @@ def report_trainjob(
     return live(State.PENDING, Cause(kind=CauseKind.NONE))
 
 
+# Who deleted a TrainJob when the API server says only that it is being deleted.
+SOMEONE_ELSE = "unknown"
+
+
+def deleted_by(tj: Mapping[str, Any]) -> str | None:
+    """None while the TrainJob is not being deleted; "dispatch" when it carries dispatch's
+    stop annotation (set before its own delete); else "unknown": someone other than dispatch
+    deleted it (the API server does not say who), a person's cancel (S14)."""
+    if not meta(tj).get("deletionTimestamp"):
+        return None
+    if as_map(meta(tj).get("annotations")).get(STOP_ANNOTATION) is not None:
+        return "dispatch"
+    return SOMEONE_ELSE
+
+
 def report_gone(ref: str, token: str | None, actor: str | None, now: datetime) -> ObjectReport:
     """A TrainJob we bound that the API server no longer has: cancelled (docs/scheduler-signals.md:
     "our TrainJob deleted by someone else"; actor None = unknown)."""
-    who = actor if actor is not None else "someone other than dispatch (actor unknown)"
+    who = actor if actor not in (None, SOMEONE_ELSE) else (
+        "someone other than dispatch (actor unknown)" if actor is None
+        else "someone other than dispatch, seen deleting it without dispatch's stop annotation")
     cause = Cause(
         kind=CauseKind.CANCELLED,
         provenance=Provenance.ACTOR,

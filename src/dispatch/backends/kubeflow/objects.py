@@ -11,6 +11,9 @@ from typing import Any
 TOKEN_LABEL = "dispatch.io/token"
 MANAGED_LABEL = "dispatch.io/managed"
 GATE_ANNOTATION = "dispatch.io/gate"
+# Set by dispatch on a TrainJob just before its own delete (a stop, S14): a deletion seen
+# without it is someone else's (mapping.deleted_by).
+STOP_ANNOTATION = "dispatch.io/stop"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 

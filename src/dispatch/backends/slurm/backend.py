@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from dispatch.backends.base import DryRun, Submission, SubmitRejected
-from dispatch.backends.slurm import mapping
+from dispatch.backends.slurm import ending, mapping
 from dispatch.backends.slurm.array_mapping import array_report
 from dispatch.backends.slurm.compact import parse_squeue_compact, squeue_argv
 from dispatch.backends.slurm.nodes import (
@@ -117,7 +117,7 @@ class SlurmBackend:
 
     def declarations(self) -> Declarations:
         return Declarations(backend=NAME, native_actions=frozenset({Action.REQUEUE}),
-                            node_loss_window=self.node_loss_window)
+                            node_loss_window=self.node_loss_window, marks_stops=True)
 
     # ------------------------------------------------------------------ tools
 
@@ -407,23 +407,10 @@ class SlurmBackend:
         return job_id
 
     def stop(self, ref: str) -> None:
-        self._signal_end(["scancel", ref])
+        ending.stop(self._tool, ref, self._token_of.get(ref))
 
     def cancel(self, ref: str) -> None:
-        self._signal_end(["scancel", ref])
-
-    def _signal_end(self, argv: list[str]) -> None:
-        res = self._tool(argv)
-        text = res.stderr + res.stdout
-        if res.returncode == 0 and not text.strip():
-            return
-        low = text.lower()
-        if unreachable_words(low):
-            raise SchedulerUnreachable(NAME, f"{argv[0]}: {res.words}")
-        if any(w in low for w in ALREADY_ENDED_WORDS):
-            return  # it has ended already: nothing to stop
-        if res.returncode != 0:
-            raise SlurmCommandError(argv, res.words)
+        ending.signal_end(self._tool, ["scancel", ref])
 
     def open_gate(self, ref: str) -> None:
         res = self._tool(["scontrol", "release", ref])

@@ -30,6 +30,7 @@ from dispatch.backends.slurm.parse import (
     parse_sacct_time,
     wait_status,
 )
+from dispatch.backends.slurm.stop_mark import split_comment
 
 # squeue -O fields in this order, each followed by "|" (an empty size: printed in full).
 # Comment is last: it is user text and may hold "|"; the line is split into the first
@@ -123,7 +124,7 @@ def _squeue_line(tool: str, line: str, where: str) -> SqueueJob:
     if requeue not in ("0", "1"):
         raise SlurmOutputError(tool, where, f"Requeue: not 0 or 1: {requeue!r}")
     reason, description = split_reason(v["Reason"].strip())
-    comment = v["Comment"]
+    comment, marked = split_comment("" if v["Comment"] == "(null)" else v["Comment"])
     nodes = v["NodeList"].strip()
     out = v["STDOUT"].strip()
     return SqueueJob(
@@ -132,7 +133,7 @@ def _squeue_line(tool: str, line: str, where: str) -> SqueueJob:
         derived_exit=_exit(tool, v["DerivedEC"].strip(), where, "DerivedEC"),
         restarts=_int(tool, v["RestartCnt"].strip(), where, "RestartCnt"),
         requeue=requeue == "1", nodes="" if nodes in _NOT_SET else nodes,
-        comment="" if comment == "(null)" else comment,
+        comment=comment, stop_marked=marked,
         partition=v["Partition"].strip(), array_job_id=array_job_id,
         array_task_id=array_task_id, array_task_string=array_task_string,
         submit_time=_time(tool, v["SubmitTime"].strip(), where, "SubmitTime"),

@@ -22,6 +22,8 @@ from dispatch.backends.slurm.parse import (
     SqueueJob,
     expand_nodelist,
 )
+from dispatch.backends.slurm.stop_mark import marked_comment
+from dispatch.core.decisions import SUPERVISOR
 from dispatch.core.model import (
     Cause,
     CauseKind,
@@ -47,6 +49,7 @@ class Signal(msgspec.Struct, frozen=True, kw_only=True):
     at: datetime | None = None
     eligible: bool = True  # False: the job has never been eligible (held since submission)
     squeue_exit: str = ""  # squeue's exit_code beside sacct's ExitCode (sacct drops 128)
+    stop_mark: str = ""  # the job's Comment, verbatim, when it carries dispatch's stop mark
     note: str = ""  # dispatch's own words about these (never in the detail)
 
     @property
@@ -125,6 +128,8 @@ def detail(sig: Signal) -> str:
     for step, state, code in sig.steps:
         if state.split(" ", 1)[0].upper() not in ("COMPLETED", "RUNNING", "PENDING"):
             parts.append(f"step {step} {state} {code}".rstrip())
+    if sig.stop_mark:
+        parts.append(f"Comment={sig.stop_mark}")
     return "; ".join(parts)
 
 
@@ -211,6 +216,10 @@ def classify(sig: Signal, *, preempt_mode: str = "REQUEUE",
     if word == "COMPLETED":
         return State.SUCCEEDED, none
     if word == "CANCELLED":
+        if sig.stop_mark:  # S14: dispatch marked the job before its scancel (stop_mark.py)
+            return State.CANCELLED, _cause(
+                CauseKind.CANCELLED, sig, provenance=Provenance.ACTOR, actor=SUPERVISOR,
+                note="dispatch's own stop: the job's Comment carries its stop mark")
         m = _CANCELLED_BY.match(sig.state.strip())
         if m:
             return State.CANCELLED, _cause(CauseKind.CANCELLED, sig, provenance=Provenance.ACTOR,
@@ -261,6 +270,7 @@ def signal_from_squeue(job: SqueueJob) -> Signal:
         nodes=job.nodes,
         at=job.end_time if ended else None,
         eligible=job.eligible_time is not None,
+        stop_mark=marked_comment(job.comment) if job.stop_marked else "",
     )
 
 
@@ -288,6 +298,7 @@ def signal_from_sacct(row: SacctRow, steps: Sequence[SacctRow] = (), *,
         at=row.end,
         squeue_exit=squeue_words,
         note=note,
+        stop_mark=marked_comment(row.comment) if row.stop_marked else "",
     )
 
 
@@ -442,8 +453,10 @@ ACCOUNTING_GRACE = timedelta(seconds=60)
 
 def _steps_settled(row: SacctRow, steps: Sequence[SacctRow]) -> bool:
     """Accounting has written the whole end: a job that started has its batch step, and no
-    step is still open."""
-    if row.start is not None and not any(s.step == "batch" for s in steps):
+    step is still open. A requeued job cancelled while pending again has a row with a Start
+    (= its End) but no nodes ("None assigned"): it never ran, so no batch step will come."""
+    ran = row.start is not None and row.nodes not in ("", "None assigned")
+    if ran and not any(s.step == "batch" for s in steps):
         return False
     return all(is_ended(s.state_word) for s in steps)
 

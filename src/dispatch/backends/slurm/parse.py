@@ -24,6 +24,7 @@ from dispatch.backends.slurm.ids import MAX_ARRAY_TASK_ID as MAX_ARRAY_TASK_ID
 from dispatch.backends.slurm.ids import array_task_of as array_task_of
 from dispatch.backends.slurm.ids import expand_array_tasks as expand_array_tasks
 from dispatch.backends.slurm.ids import expand_nodelist as expand_nodelist
+from dispatch.backends.slurm.stop_mark import split_comment
 from dispatch.errors import BackendError
 
 
@@ -67,7 +68,8 @@ class SqueueJob(msgspec.Struct, frozen=True, kw_only=True):
     restarts: int = 0
     requeue: bool | None = None
     nodes: str = ""
-    comment: str = ""
+    comment: str = ""  # the token; stop_marked: dispatch's stop mark was on it (stop_mark.py)
+    stop_marked: bool = False
     name: str = ""
     partition: str = ""
     array_job_id: int = 0
@@ -106,7 +108,8 @@ class SacctRow(msgspec.Struct, frozen=True, kw_only=True):
     end: datetime | None
     nodes: str
     partition: str
-    comment: str
+    comment: str  # the token (stop_mark.split_comment)
+    stop_marked: bool = False  # the Comment carries dispatch's stop mark (stop_mark.py)
 
     @property
     def base_id(self) -> str:
@@ -343,7 +346,8 @@ def _squeue_job(tool: str, raw: Any, where: str) -> SqueueJob:
         restarts=_number(tool, raw.get("restart_cnt", 0), where + ".restart_cnt") or 0,
         requeue=requeue if isinstance(requeue, bool) else None,
         nodes=s("nodes"),
-        comment=s("comment"),
+        comment=split_comment(s("comment"))[0],
+        stop_marked=split_comment(s("comment"))[1],
         name=s("name"),
         partition=s("partition"),
         array_job_id=_number(tool, raw.get("array_job_id", 0), where + ".array_job_id") or 0,
@@ -427,10 +431,11 @@ def _sacct_row(tool: str, line: str, fields: tuple[str, ...], where: str) -> Sac
         end = parse_sacct_time(v["End"])
     except ValueError as err:
         raise SlurmOutputError(tool, where, str(err)) from None
+    comment, marked = split_comment(v["Comment"])
     return SacctRow(job_id=job_id, raw_id=raw_id, step=step, state=state, exit=exit_,
                     derived_exit=derived, reason=v["Reason"].strip(), submit=submit,
                     start=start, end=end, nodes=v["NodeList"].strip(),
-                    partition=v["Partition"].strip(), comment=v["Comment"])
+                    partition=v["Partition"].strip(), comment=comment, stop_marked=marked)
 
 
 def group_sacct(rows: tuple[SacctRow, ...]) -> dict[str, list[tuple[SacctRow, list[SacctRow]]]]:

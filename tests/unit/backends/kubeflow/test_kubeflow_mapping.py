@@ -15,7 +15,11 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from dispatch.backends.kubeflow.mapping import report_gone, report_trainjob  # noqa: E402
+from dispatch.backends.kubeflow.mapping import (  # noqa: E402
+    deleted_by,
+    report_gone,
+    report_trainjob,
+)
 from dispatch.backends.kubeflow.objects import (  # noqa: E402
     JOBSET_NAME_LABEL,
     MANAGED_LABEL,
@@ -910,3 +914,19 @@ def test_a_message_with_quotes_and_a_newline_is_kept_verbatim() -> None:
     report = _kubelet_ended(said)
     assert f"message={said}" in report.cause.detail
     assert repr(said) not in report.cause.detail
+
+
+@pytest.mark.parametrize(("metadata", "who"), [
+    pytest.param({}, None, id="not-being-deleted"),
+    pytest.param({"annotations": {"dispatch.io/stop": "stopped by dispatch"}}, None,
+                 id="annotated-not-yet-deleted"),
+    pytest.param({"deletionTimestamp": "2026-03-01T10:06:00Z",
+                  "annotations": {"dispatch.io/stop": "stopped by dispatch"}}, "dispatch",
+                 id="our-stop"),
+    pytest.param({"deletionTimestamp": "2026-03-01T10:06:00Z"}, "unknown",
+                 id="someone-elses-delete"),
+    pytest.param({"deletionTimestamp": "2026-03-01T10:06:00Z", "annotations": "x"}, "unknown",
+                 id="annotations-of-the-wrong-type"),
+])
+def test_who_deleted_a_trainjob(metadata: dict[str, object], who: str | None) -> None:
+    assert deleted_by({"metadata": metadata}) == who

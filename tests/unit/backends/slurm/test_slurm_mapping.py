@@ -74,6 +74,8 @@ TABLE = [
     (sig("COMPLETED"), S.SUCCEEDED, K.NONE, P.SCHEDULER),
     (sig("CANCELLED by 1000"), S.CANCELLED, K.CANCELLED, P.ACTOR),
     (sig("CANCELLED"), S.CANCELLED, K.CANCELLED, P.SCHEDULER),
+    # dispatch's stop mark in the Comment (S14): the cancel is dispatch's own
+    (sig("CANCELLED by 0", stop_mark="dispatch-stop:j1.2"), S.CANCELLED, K.CANCELLED, P.ACTOR),
     (sig("FAILED", "NonZeroExitCode", exit=ExitStatus(code=3, text="3:0")), S.FAILED,
      K.NON_ZERO_EXIT, P.APPLICATION),
     (sig("FAILED", "JobLaunchFailure"), S.FAILED, K.LAUNCH_FAILED, P.SCHEDULER),
