@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -51,19 +52,28 @@ def wait_until(what: str, check: Callable[[], Any], timeout: float, every: float
     raise AssertionError(f"gave up waiting for {what} after {timeout:g}s; last: {last!r}")
 
 
+# Rendezvous ports are drawn below the kernel's ephemeral range (32768-60999 here) and above
+# the testbeds' own ports (the highest: 26819). A port the kernel hands out (bind to port 0)
+# is free now, but the job binds it minutes later (a resubmission reuses it), and meanwhile
+# any outgoing connection on the machine may be given it: seen on the 26.05 testbed, both
+# agents of a resubmitted array task found 127.0.0.1:55654 taken and timed out as clients.
+RDZV_PORTS = range(27000, 32700)
+
+
 def free_port_pair() -> int:
-    """A port p with p and p + 1 free on 127.0.0.1 (one rendezvous per array task)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = int(probe.getsockname()[1])
+    """A port p with p and p + 1 free on 127.0.0.1 (one rendezvous per array task), outside
+    the ephemeral range, so that no outgoing connection takes it before the job binds it."""
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(RDZV_PORTS.start, RDZV_PORTS.stop - 1)
         try:
-            with socket.socket() as second:
+            with socket.socket() as first, socket.socket() as second:
+                first.bind(("127.0.0.1", port))
                 second.bind(("127.0.0.1", port + 1))
             return port
         except OSError:
             continue
-    raise AssertionError("no two adjacent free ports on 127.0.0.1")
+    raise AssertionError(f"no two adjacent free ports on 127.0.0.1 in {RDZV_PORTS}")
 
 
 def entry_point_dir(root: Path) -> Path:

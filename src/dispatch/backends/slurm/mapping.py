@@ -284,9 +284,11 @@ def signal_from_sacct(row: SacctRow, steps: Sequence[SacctRow] = (), *,
     if squeue_exit is not None:  # squeue's wait status is exact; keep both words
         exit_ = msgspec.structs.replace(squeue_exit, text=row.exit.text)
         squeue_words = squeue_exit.text
-    elif exit_.code and not exit_.signal:
-        note = (f"sacct prints codes >= 128 less 128: exit code {exit_.code} or "
-                f"{exit_.code + 128}")
+    elif exit_.code and exit_.code < 128 and not exit_.signal:
+        # sacct up to 24.11 prints codes >= 128 less 128; 26.05 prints them as they are (a
+        # code >= 128 is therefore exact).
+        note = (f"sacct (up to Slurm 24.11) prints codes >= 128 less 128: exit code "
+                f"{exit_.code} or {exit_.code + 128}")
     return Signal(
         state=row.state,
         reason=row.reason if word == "PENDING" else "",

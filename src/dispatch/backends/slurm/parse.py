@@ -367,8 +367,9 @@ def _squeue_job(tool: str, raw: Any, where: str) -> SqueueJob:
 
 
 def parse_exit_pair(text: str) -> ExitStatus:
-    """sacct's ``code:signal``. 22.05 to 25.05 print codes >= 128 less 128 (exit 137 -> 9:0):
-    the code is kept as printed, the verbatim text says so; squeue is the better source."""
+    """sacct's ``code:signal``. 22.05 and 24.11 print codes >= 128 less 128 (exit 137 -> 9:0),
+    26.05 prints them as they are (137:0): the code is kept as printed, the verbatim text says
+    so; squeue is the better source."""
     text = text.strip()
     if not text:
         return ExitStatus(text="")

@@ -305,7 +305,7 @@ def test_a_job_neither_squeue_nor_accounting_knows_is_not_seen_never_ended(
     assert live is not None and live.state is S.RUNNING
 
 
-@pytest.mark.parametrize("version", ["22.05", "24.11"])
+@pytest.mark.parametrize("version", ["22.05", "24.11", "26.05"])
 def test_the_compact_tick_asks_for_our_users_jobs_and_only_our_running_jobs_nodes(
         tmp_path: Path, version: str) -> None:
     """The production path (queries="compact"): one squeue of the submitting user's jobs,
@@ -341,7 +341,7 @@ def _printed(path: Path) -> tuple[str, int]:
     return "\n".join(words) + "\n", int(rc.removeprefix("rc="))
 
 
-@pytest.mark.parametrize("version", ["22.05", "24.11"])
+@pytest.mark.parametrize("version", ["22.05", "24.11", "26.05"])
 def test_the_compact_tick_is_unreachable_on_the_controllers_real_words(
         tmp_path: Path, version: str) -> None:
     d = FIX / version

@@ -22,10 +22,10 @@ from dispatch.core.model import State as S
 
 FIX = Path(__file__).resolve().parents[3] / "fixtures" / "slurm"
 # The compact squeue lines: 22.05's from a capture on the shared testbed (DISPATCH_CAPTURE_SHARED,
-# without the disruptive scenarios), 24.11's from the full capture.
-DIRS = {"22.05": FIX / "22.05", "24.11": FIX / "24.11"}
+# without the disruptive scenarios), 24.11's and 26.05's from full captures.
+DIRS = {"22.05": FIX / "22.05", "24.11": FIX / "24.11", "26.05": FIX / "26.05"}
 # Node views: 22.05's from the first full capture (tests/fixtures/slurm/).
-NODE_DIRS = {"22.05": FIX, "24.11": FIX / "24.11"}
+NODE_DIRS = {"22.05": FIX, "24.11": FIX / "24.11", "26.05": FIX / "26.05"}
 
 
 def test_the_query_asks_for_one_user_in_every_state() -> None:
@@ -37,12 +37,12 @@ def test_the_query_asks_for_one_user_in_every_state() -> None:
 
 @pytest.mark.parametrize("version", sorted(DIRS))
 def test_exit_codes_of_both_versions(version: str) -> None:
-    """22.05 prints the raw wait status (exit 3 -> 768), 24.11 code:signal (3:0)."""
+    """22.05 prints the raw wait status (exit 3 -> 768), 24.11 and 26.05 code:signal (3:0)."""
     d = DIRS[version]
     exit3 = {j.comment: j for j in parse_squeue_compact((d / "exit3.squeue.txt").read_text())}
     job = exit3["cap.exit3.0"]
     assert job.exit is not None and (job.exit.code, job.exit.signal) == (3, None)
-    assert job.exit.text == {"22.05": "768", "24.11": "3:0"}[version]
+    assert job.exit.text == {"22.05": "768", "24.11": "3:0", "26.05": "3:0"}[version]
     e137 = {j.comment: j for j in parse_squeue_compact((d / "exit137.squeue.txt").read_text())}
     assert e137["cap.exit137.0"].exit.code == 137  # type: ignore[union-attr]
     oom = {j.comment: j for j in parse_squeue_compact((d / "oom.squeue.txt").read_text())}
@@ -102,8 +102,8 @@ def test_an_unknown_state_word_is_unknown_with_the_words() -> None:
 # ---------------------------------------------------------------------------------- nodes
 
 # (version, snapshot): scontrol show node -o and sinfo -O (NodeList, StateComplete, Reason)
-# taken at the same moment. (24.11's sinfo --json has no "nodes" list: sinfo.json there is
-# kept as printed, and only the 22.05 one is read by parse_sinfo_json.)
+# taken at the same moment. (24.11's and 26.05's sinfo --json have no "nodes" list: sinfo.json
+# there is kept as printed, and only the 22.05 one is read by parse_sinfo_json.)
 NODE_SNAPSHOTS = [(v, n) for v in sorted(NODE_DIRS)
                   for n in ("idle", "nodedown", "notresponding", "notresponding-down")]
 
@@ -132,7 +132,7 @@ def test_scontrol_nodes_read_like_sinfo(version: str, name: str) -> None:
 
 
 def test_a_node_that_stopped_answering_is_down_with_its_reason() -> None:
-    """Both versions: DOWN+NOT_RESPONDING, reason "Not responding" set by root (SlurmUser).
+    """Every version: DOWN+NOT_RESPONDING, reason "Not responding" set by root (SlurmUser).
     (In nodedown.* n2 is already back: ReturnToService=2 returns it as soon as its slurmd
     answers.)"""
     for version in sorted(NODE_DIRS):

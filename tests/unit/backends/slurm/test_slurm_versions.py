@@ -1,12 +1,13 @@
-"""The same real events on Slurm 22.05 and 24.11 give the same state and cause.
+"""The same real events on Slurm 22.05, 24.11 and 26.05 give the same state and cause.
 
-Every scenario of tests/fixtures/slurm/capture.sh was captured on both testbeds (22.05 in
-tests/fixtures/slurm/, 24.11 in tests/fixtures/slurm/24.11/). Jobs are found by their token
-(``--comment cap.<scenario>.0``), since job ids differ between captures. Where Slurm itself
-differs, VERSION_DIFFERENCES records what each version does and the tests pin both.
+Every scenario of tests/fixtures/slurm/capture.sh was captured on the three testbeds (22.05 in
+tests/fixtures/slurm/, 24.11 and 26.05 in tests/fixtures/slurm/24.11/ and .../26.05/). Jobs
+are found by their token (``--comment cap.<scenario>.0``), since job ids differ between
+captures. Where Slurm itself differs, VERSION_DIFFERENCES records what each version does and
+the tests pin both.
 
-For 24.11 each snapshot also holds the tick's compact query (``NAME.squeue.txt``, squeue -O)
-taken at the same moment as ``NAME.squeue.json``: both parse to the same report.
+For 24.11 and 26.05 each snapshot also holds the tick's compact query (``NAME.squeue.txt``,
+squeue -O) taken at the same moment as ``NAME.squeue.json``: both parse to the same report.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ FIX = Path(__file__).resolve().parents[3] / "fixtures" / "slurm"
 # 22.05: the first full capture; 22.05-compact: again on 2026-12-01 with the compact squeue
 # lines (first on the shared testbed, DISPATCH_CAPTURE_SHARED=1; then the disruptive scenarios
 # left out there, preemption, node failure, a frozen slurmd and a stopped controller, on a
-# testbed of its own); 24.11: the full capture with the compact lines.
-DIRS = {"22.05": FIX, "22.05-compact": FIX / "22.05", "24.11": FIX / "24.11"}
-COMPACT = ("22.05-compact", "24.11")
+# testbed of its own); 24.11 and 26.05: the full capture with the compact lines.
+DIRS = {"22.05": FIX, "22.05-compact": FIX / "22.05", "24.11": FIX / "24.11",
+        "26.05": FIX / "26.05"}
+COMPACT = ("22.05-compact", "24.11", "26.05")
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 Groups = dict[str, list[tuple[SacctRow, list[SacctRow]]]]
@@ -108,9 +110,9 @@ PAIRS = sorted({(v, c[0], c[1]) for v in COMPACT for c in SAME
                 if (DIRS[v] / f"{c[0]}.squeue.txt").exists()})
 
 
-def test_every_scenario_was_captured_on_both_versions() -> None:
+def test_every_scenario_was_captured_on_every_version() -> None:
     names = {c[0] for c in SAME}
-    for version in COMPACT:  # the tick's compact lines, every scenario, both versions
+    for version in COMPACT:  # the tick's compact lines, every scenario, every version
         assert {n for n in names if (DIRS[version] / f"{n}.squeue.txt").exists()} == names
     assert {n for n in names if (DIRS["22.05"] / f"{n}.squeue.json").exists()} == names
 
@@ -154,3 +156,19 @@ def test_compact_fields_match_json(version: str, name: str) -> None:
         assert (c.reason or c.description) in (j.reason, j.description)
         if j.exit is not None and c.exit is not None:
             assert (c.exit.code, c.exit.signal) == (j.exit.code, j.exit.signal)
+
+
+# Exit 137 once squeue forgot the job (accounting alone): 22.05 and 24.11 sacct print 9:0
+# (128 subtracted: the note says either may be meant), 26.05 prints 137:0 as it is.
+ACCOUNTING_137 = [("22.05", 9, "exit code 9 or 137"), ("24.11", 9, "exit code 9 or 137"),
+                  ("26.05", 137, "")]
+
+
+@pytest.mark.parametrize(("version", "code", "note"), ACCOUNTING_137)
+def test_exit_137_from_accounting_alone(version: str, code: int, note: str) -> None:
+    jobs, groups = load(version, "exit137")
+    ref = jobs["cap.exit137.0"].ref
+    r = object_report(ref=ref, token=None, job=None, groups=groups[ref], nodes={},
+                      lost_since=None, now=NOW)
+    assert (r.state, r.cause.kind, r.cause.exit_code) == (S.FAILED, K.NON_ZERO_EXIT, code)
+    assert (note in r.cause.note) if note else r.cause.note == "", r.cause.note
