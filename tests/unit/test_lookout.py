@@ -6,10 +6,13 @@ it), so the deadline is met for certain and released at will."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+
+import pytest
 
 from dispatch.backends.local import LocalBackend
 from dispatch.core.model import Discovery
@@ -18,6 +21,13 @@ from dispatch.core.spec import parse_spec
 from dispatch.discovery import OK, UNREACHABLE, Lookout
 from dispatch.service.requests import create_job
 from dispatch.stores.select import open_store
+
+
+@pytest.fixture(autouse=True)
+def no_runner_left_behind(tmp_path: Path) -> Iterator[None]:
+    """The submitted job's runner waits for a publish no later tick makes here: end it."""
+    yield
+    subprocess.run(["pkill", "-f", str(tmp_path / "local")], check=False)
 
 
 class HeldLocal(LocalBackend):
