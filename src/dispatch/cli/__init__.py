@@ -75,11 +75,17 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dispatch-jobs", prog_name="dispatch")
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+@click.option("--utc", is_flag=True, envvar="DISPATCH_UTC",
+              help="Show times in UTC (marked UTC); default: local time with its offset.")
 @click.pass_context
-def main(ctx: click.Context, debug: bool) -> None:
+def main(ctx: click.Context, debug: bool, utc: bool) -> None:
     """dispatch: every training job's state, the cause behind it, and recovery by cause."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    if utc:
+        from dispatch.cli import render
+
+        render.SHOW_UTC[0] = True
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
