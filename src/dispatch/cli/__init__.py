@@ -60,6 +60,24 @@ class LazyGroup(click.Group):
         except BrokenPipeError:
             _reader_left()
 
+    def resolve_command(self, ctx: click.Context, args: list[str]
+                        ) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click's, and an unknown command gets the closest ones (``dispatch lst``: did
+        you mean 'ls'?) and the list of every command."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as err:
+            name = click.utils.make_str(args[0]) if args else ""
+            if not name or self.get_command(ctx, name) is not None or name.startswith("-"):
+                raise
+            import difflib
+
+            names = self.list_commands(ctx)
+            near = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+            hint = f" Did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
+            raise click.UsageError(f"No such command {name!r}.{hint} Commands: "
+                                   f"{', '.join(names)}.", ctx) from None
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *COMMAND_MODULES})
 
