@@ -26,8 +26,8 @@ import click
 # Which module defines each command (its ``COMMANDS`` tuple); tests check they agree.
 COMMAND_MODULES: dict[str, str] = {
     **{name: "dispatch.cli.jobs" for name in (
-        "submit", "run", "status", "ls", "watch", "history", "cancel", "resubmit", "give-up",
-        "supersede", "logs")},
+        "submit", "run", "status", "cancel", "resubmit", "give-up", "supersede")},
+    **{name: "dispatch.cli.reading" for name in ("ls", "watch", "history", "logs")},
     **{name: "dispatch.cli.admin" for name in ("policy", "supervise", "local")},
     "segment": "dispatch.cli.segment",
     "serve": "dispatch.cli.serve",
@@ -66,7 +66,7 @@ class LazyGroup(click.Group):
         you mean 'ls'?) and the list of every command."""
         try:
             return super().resolve_command(ctx, args)
-        except click.UsageError as err:
+        except click.UsageError:
             name = click.utils.make_str(args[0]) if args else ""
             if not name or self.get_command(ctx, name) is not None or name.startswith("-"):
                 raise
