@@ -82,3 +82,11 @@ def test_spec_problems_is_a_typed_error_listing_each_place() -> None:
         parse_spec({"name": "x", "command": ["true"], "nodes": 0}, "job.yaml")
     assert not isinstance(one.value, SpecProblems)
     assert str(one.value) == "job.yaml: nodes: must be 1..100000, got 0"
+
+
+@pytest.mark.parametrize("command", [["status"], ["ls"], ["watch"], ["history"], ["logs"],
+                                     ["supervisors"], ["segment", "list"],
+                                     ["policy", "check"]])
+def test_every_read_command_takes_json(env: dict[str, str], command: list[str]) -> None:
+    code, out, _ = invoke(env, *command, "--help")
+    assert code == 0 and "--json" in out
