@@ -158,3 +158,21 @@ def test_ctrl_c_in_run_stops_supervising_not_the_job(dispatch: Dispatch) -> None
     dispatch("cancel", "keeps", check=True)
     dispatch.spawn("supervise", "--poll", "0.2")
     wait_until(lambda: dispatch.status("keeps")["state"] == "cancelled", "cancelled")
+
+
+def test_supersede_run_supervises_the_new_job_in_the_foreground(dispatch: Dispatch) -> None:
+    first = run_ok(dispatch, "again")
+    done = dispatch("supersede", "again", "--run", "--json", "--poll", "0.2", timeout=180)
+    assert done.returncode == 0, done.stderr
+    st = json.loads(done.stdout)
+    assert st["state"] == "succeeded" and st["supersedes"] == first
+    assert f"{st['job']} supersedes {first}" in done.stderr
+    assert dispatch.json("status", "again")["job"] == st["job"]
+
+
+def test_watch_json_prints_one_array_a_refresh(dispatch: Dispatch) -> None:
+    job = run_ok(dispatch, "wj")
+    done = dispatch("watch", "--all", "--json", "--count", "2", "--interval", "0.1",
+                    check=True)
+    refreshes = [json.loads(x) for x in done.stdout.splitlines()]
+    assert [[row["job"] for row in r] for r in refreshes] == [[job], [job]]

@@ -382,7 +382,7 @@ def supersede(job: str, foreground: bool, poll: float, with_logs: bool, store_ur
         old_id = service.resolve(job)  # before: once superseded, the name means the new job
         notifier = _notifier(escalation_webhook, escalation_command)
         new_id = service.supersede(old_id, notifier=notifier)
-        if not as_json:
+        if foreground or not as_json:  # with --run, on stderr: stdout is the job's
             click.echo(f"{new_id} supersedes {old_id}", err=foreground)
         if foreground:
             sys.exit(_foreground(service, new_id, store_url, poll=poll, with_logs=with_logs,
