@@ -90,3 +90,16 @@ def test_spec_problems_is_a_typed_error_listing_each_place() -> None:
 def test_every_read_command_takes_json(env: dict[str, str], command: list[str]) -> None:
     code, out, _ = invoke(env, *command, "--help")
     assert code == 0 and "--json" in out
+
+
+def test_utc_is_per_invocation(env: dict[str, str], tmp_path: Path) -> None:
+    """--utc in one invocation leaves the next (same process) in local time."""
+    from datetime import UTC, datetime
+
+    from dispatch.cli import render
+
+    at = datetime(2026, 12, 2, 4, 0, tzinfo=UTC)
+    invoke(env, "--utc", "ls")
+    assert render.when(at).endswith(" UTC")
+    invoke(env, "ls")
+    assert not render.when(at).endswith(" UTC")

@@ -101,10 +101,10 @@ def main(ctx: click.Context, debug: bool, utc: bool) -> None:
     """dispatch: every training job's state, the cause behind it, and recovery by cause."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
-    if utc:
+    if utc or "dispatch.cli.render" in sys.modules:  # one process may run many commands
         from dispatch.cli import render
 
-        render.SHOW_UTC[0] = True
+        render.SHOW_UTC[0] = utc
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
