@@ -117,8 +117,9 @@ def submit(spec: SpecLike, *, store: Store = None) -> Job:
 
 
 def get(job: str, *, store: Store = None) -> Job:
-    """The job with this id, or the one job carrying this name. ``NotFound`` when there is
-    none (or when several jobs carry the name)."""
+    """The job ``job`` means, as on the command line: an id, a unique id prefix (4
+    characters or more), or a name (the newest job of its supersede chain). ``NotFound``
+    when there is none, or when unrelated jobs share the name (the message lists them)."""
     ref = _job_ref(job)
     with _open(store) as service:
         job_id = service.resolve(ref)
