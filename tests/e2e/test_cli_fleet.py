@@ -76,6 +76,7 @@ def test_a_pipe_gets_whole_rows_and_plain_gets_tabs(dispatch: Dispatch) -> None:
     rows = piped.stdout.splitlines()
     assert len(rows) == 2, rows  # a header and one row: nothing wrapped
     assert job in rows[1] and name in rows[1] and "none (exit 0)" in rows[1]
+    assert all(row == row.rstrip() for row in rows)  # no padding after the last column
     plain = dispatch("ls", "--all", "--plain", check=True).stdout.splitlines()
     assert plain[0].split("\t") == ["JOB", "NAME", "STATE", "CAUSE", "SUBMISSIONS",
                                     "BUDGET USED", "AGE"]

@@ -234,7 +234,14 @@ def print_table(rows: Sequence[JobView], now: datetime, *, plain: bool = False) 
         sys.stdout.write("".join(x + "\n" for x in plain_rows(rows, now)))
         sys.stdout.flush()
         return
-    out().print(table(rows, now))
+    console_ = out()
+    if console_.is_terminal:
+        console_.print(table(rows, now))
+        return
+    with console_.capture() as captured:  # a pipe: no padding after a row's last word
+        console_.print(table(rows, now))
+    sys.stdout.write("".join(x.rstrip() + "\n" for x in captured.get().splitlines()))
+    sys.stdout.flush()
 
 
 def next_steps(job_id: str) -> list[Line]:
