@@ -20,21 +20,23 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from dispatch.backends.base import LogSource
 from dispatch.core import events as ev
 from dispatch.core.model import SchedulerUnreachable, Status
+from dispatch.core.record import Job as RecordJob
 from dispatch.core.spec import JobSpec, SpecError, parse_spec
 from dispatch.errors import BadInput
-from dispatch.logread import LogTail
+from dispatch.logread import LogTail, text_of
 from dispatch.service import Service
 from dispatch.service.views import cause_text
 
-__all__ = ["BadArgument", "HistoryLine", "Job", "get", "jobs", "submit"]
+__all__ = ["BadArgument", "HistoryLine", "Job", "LogLine", "get", "jobs", "submit"]
 
 Store = str | os.PathLike[str] | None
 SpecLike = str | os.PathLike[str] | Mapping[str, Any] | JobSpec
@@ -115,8 +117,9 @@ def submit(spec: SpecLike, *, store: Store = None) -> Job:
 
 
 def get(job: str, *, store: Store = None) -> Job:
-    """The job with this id, or the one job carrying this name. ``NotFound`` when there is
-    none (or when several jobs carry the name)."""
+    """The job ``job`` means, as on the command line: an id, a unique id prefix (4
+    characters or more), or a name (the newest job of its supersede chain). ``NotFound``
+    when there is none, or when unrelated jobs share the name (the message lists them)."""
     ref = _job_ref(job)
     with _open(store) as service:
         job_id = service.resolve(ref)
@@ -315,7 +318,9 @@ def follow_log_text(store: Store, job_id: str, *, submission: int | None = None,
                     follow: bool = False, poll: float = FOLLOW_POLL_S,
                     stop: threading.Event | None = None,
                     from_first: bool = False,
-                    tail: int | None = None) -> Generator[str, None, None]:
+                    tail: int | None = None,
+                    on_poll: Callable[[RecordJob], None] | None = None
+                    ) -> Generator[str, None, None]:
     """A job's output as text in pieces of whole lines, each line ending with ``\n`` (at most
     a few MiB a piece, whatever the log's size). Used by ``dispatch logs``, the HTTP API's log
     stream and ``dispatch run --logs``; ``follow_logs`` splits it into lines.
@@ -329,21 +334,64 @@ def follow_log_text(store: Store, job_id: str, *, submission: int | None = None,
     keeps its place. The last read, once the outcome is committed, raises it instead.
     ``stop``: once set, following ends after one more read (whole lines only).
     ``tail``: the first read gives only the last ``tail`` lines of each stream.
+    ``on_poll``: given the job as the record says it at each poll.
 
     ``BadInput`` at once for a ``submission`` or ``tail`` that is not a whole number."""
     _check_count("submission", submission, least=1)
     _check_count("tail", tail, least=0)
-    return _log_text(store, job_id, submission, follow, poll, stop, from_first, tail)
+    return _log_text(store, job_id, submission, follow, poll, stop, from_first, tail, on_poll)
+
+
+# (submission, stream or None for dispatch's own line, whole lines, one of several streams)
+Piece = tuple[int, str | None, bytes, bool]
+
+
+class LogLine(NamedTuple):
+    """One line of a job's output: its ``submission``, the stream (``node``: a node's log
+    file or a pod; None for dispatch's own ``== dispatch: submission N`` line) and the
+    ``line`` without its end."""
+
+    submission: int
+    node: str | None
+    line: str
+
+
+def follow_log_lines(store: Store, job_id: str, *, submission: int | None = None,
+                     follow: bool = False, poll: float = FOLLOW_POLL_S,
+                     stop: threading.Event | None = None, tail: int | None = None,
+                     on_poll: Callable[[RecordJob], None] | None = None
+                     ) -> Generator[LogLine, None, None]:
+    """``follow_log_text`` as ``LogLine``s, each saying where it came from (``dispatch logs
+    --json``); read in the same bounded pieces. ``on_poll`` is given the job as the record
+    says at each poll (``dispatch logs -f`` says so when it is held)."""
+    _check_count("submission", submission, least=1)
+    _check_count("tail", tail, least=0)
+    for n, node, data, _ in _log_pieces(store, job_id, submission, follow, poll, stop, False,
+                                        tail, on_poll):
+        for line in data.decode(errors="replace").splitlines():
+            yield LogLine(n, node, line)
 
 
 def _log_text(store: Store, job_id: str, submission: int | None, follow: bool, poll: float,
-              stop: threading.Event | None, from_first: bool,
-              tail: int | None) -> Generator[str, None, None]:
+              stop: threading.Event | None, from_first: bool, tail: int | None,
+              on_poll: Callable[[RecordJob], None] | None) -> Generator[str, None, None]:
+    for _, node, data, many in _log_pieces(store, job_id, submission, follow, poll, stop,
+                                           from_first, tail, on_poll):
+        yield text_of(data, f"[{node}] " if many else "")
+
+
+def _log_pieces(store: Store, job_id: str, submission: int | None, follow: bool, poll: float,
+                stop: threading.Event | None, from_first: bool, tail: int | None,
+                on_poll: Callable[[RecordJob], None] | None
+                ) -> Generator[Piece, None, None]:
+    """The follower's loop: a job's output in bounded pieces of whole lines."""
     reader = LogTail()
     current: int | None = None
     with _open(store) as service:
         while True:
             j = service.job(job_id)
+            if on_poll is not None:
+                on_poll(j)
             last = not follow or j.outcome is not None
             stopping = stop is not None and stop.is_set()
             numbers = [s.number for s in j.submissions if s.ref is not None]
@@ -356,14 +404,14 @@ def _log_text(store: Store, job_id: str, submission: int | None, follow: bool, p
                 for n in numbers:
                     if current is None or n <= current:
                         continue
-                    yield from reader.read(service.logs(job_id, current), final=True)
+                    yield from _read(reader, service.logs(job_id, current), current, True)
                     reader.tail = None
                     sub = j.submission(n)
                     why = f" after {cause_text(sub.cause)}" if sub and sub.cause else ""
-                    yield f"== dispatch: submission {n}{why}\n"
+                    yield n, None, f"== dispatch: submission {n}{why}\n".encode(), False
                     current = n
                 if current is not None:
-                    yield from reader.read(service.logs(job_id, current), final=last)
+                    yield from _read(reader, service.logs(job_id, current), current, last)
                     reader.tail = None
                 elif not follow:
                     service.logs(job_id, submission)  # raises NotFound: nothing to read yet
@@ -376,6 +424,13 @@ def _log_text(store: Store, job_id: str, submission: int | None, follow: bool, p
                 stop.wait(poll)
             else:
                 time.sleep(poll)
+
+
+def _read(reader: LogTail, sources: Sequence[LogSource], number: int,
+          final: bool) -> Iterator[Piece]:
+    many = len(sources) > 1  # the text then marks each line with its stream
+    for name, data in reader.pieces(sources, final=final):
+        yield number, name, data, many
 
 
 def _check_count(name: str, value: object, *, least: int) -> None:

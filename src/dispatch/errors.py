@@ -19,6 +19,10 @@ EXIT_UNREACHABLE = 4
 EXIT_STORE = 5
 EXIT_STATE = 6
 EXIT_CANCELLED = 130
+# `dispatch run` stopped supervising (Ctrl-C, SIGTERM) before the job's outcome: the job keeps
+# running and its record stays. EX_TEMPFAIL of sysexits.h: nothing failed, try again later
+# (`dispatch supervise` or `dispatch run` resumes it).
+EXIT_DETACHED = 75
 
 
 class DispatchError(Exception):

@@ -89,12 +89,20 @@ class LogTail:
         self.cursors: dict[str, str | None] = {}
 
     def read(self, sources: Sequence[LogSource], *, final: bool) -> Iterator[str]:
+        """Whole lines as text; with several streams each line led by ``[stream] ``."""
+        many = len(sources) > 1
+        for name, data in self.pieces(sources, final=final):
+            yield text_of(data, f"[{name}] " if many else "")
+
+    def pieces(self, sources: Sequence[LogSource], *,
+               final: bool) -> Iterator[tuple[str, bytes]]:
+        """(stream name, whole lines as bytes) in pieces of at most a few MiB: a file's name
+        (a node's log), or a reader's label (a pod)."""
         for src in sources:
-            prefix = f"[{src.name if isinstance(src, Path) else src.label}] " \
-                if len(sources) > 1 else ""
+            name = src.name if isinstance(src, Path) else src.label
             if isinstance(src, Path):
                 for data in self._file(src, final=final):
-                    yield text_of(data, prefix)
+                    yield name, data
                 continue
             cut = src.key not in self.cursors and self.tail is not None
             kept = b""  # with tail: the last lines so far, never more
@@ -107,9 +115,9 @@ class LogTail:
                     assert self.tail is not None
                     kept = last_lines(kept + got.data, self.tail)
                 elif got.data:
-                    yield text_of(got.data, prefix)
+                    yield name, got.data
             if kept:
-                yield text_of(kept, prefix)
+                yield name, kept
 
     def _file(self, f: Path, *, final: bool) -> Iterator[bytes]:
         try:

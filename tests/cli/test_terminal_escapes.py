@@ -91,7 +91,7 @@ def test_ls_and_watch_show_the_controls_made_visible(env: dict[str, str], job: s
 
     def stop(_seconds: float) -> None:  # watch draws once, then is "interrupted"
         raise KeyboardInterrupt
-    monkeypatch.setattr("dispatch.cli.jobs.time.sleep", stop)
+    monkeypatch.setattr("dispatch.cli.reading.time.sleep", stop)
     code, out, err = invoke(env, "watch", "--all")
     assert code == 0, err
     no_raw_controls(out.replace("\x1b[?25l", "").replace("\x1b[?25h", "")

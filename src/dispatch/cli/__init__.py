@@ -3,7 +3,8 @@
 Exit codes (``dispatch.errors``): 0 ok (run: succeeded); 1 run: the job failed; 2 bad input
 (spec, policy, usage); 3 no such job / ambiguous name; 4 the scheduler could not be reached
 (submit: the job is recorded all the same); 5 the record store could not be used; 6 the
-request does not fit the job's state; 130 cancelled; 141 stdout's reader went away. Errors
+request does not fit the job's state; 75 run: supervising stopped (Ctrl-C), the job keeps
+running; 130 cancelled; 141 stdout's reader went away. Errors
 name the file, key or job and never print a traceback unless --debug.
 
 Command modules are imported when their command runs (``LazyGroup``): ``dispatch status``
@@ -26,8 +27,8 @@ import click
 # Which module defines each command (its ``COMMANDS`` tuple); tests check they agree.
 COMMAND_MODULES: dict[str, str] = {
     **{name: "dispatch.cli.jobs" for name in (
-        "submit", "run", "status", "ls", "watch", "history", "cancel", "resubmit", "give-up",
-        "supersede", "logs")},
+        "submit", "run", "status", "cancel", "resubmit", "give-up", "supersede")},
+    **{name: "dispatch.cli.reading" for name in ("ls", "watch", "history", "logs")},
     **{name: "dispatch.cli.admin" for name in ("policy", "supervise", "local")},
     "segment": "dispatch.cli.segment",
     "serve": "dispatch.cli.serve",
@@ -60,6 +61,24 @@ class LazyGroup(click.Group):
         except BrokenPipeError:
             _reader_left()
 
+    def resolve_command(self, ctx: click.Context, args: list[str]
+                        ) -> tuple[str | None, click.Command | None, list[str]]:
+        """As click's, and an unknown command gets the closest ones (``dispatch lst``: did
+        you mean 'ls'?) and the list of every command."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError:
+            name = click.utils.make_str(args[0]) if args else ""
+            if not name or self.get_command(ctx, name) is not None or name.startswith("-"):
+                raise
+            import difflib
+
+            names = self.list_commands(ctx)
+            near = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+            hint = f" Did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
+            raise click.UsageError(f"No such command {name!r}.{hint} Commands: "
+                                   f"{', '.join(names)}.", ctx) from None
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *COMMAND_MODULES})
 
@@ -75,11 +94,17 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dispatch-jobs", prog_name="dispatch")
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+@click.option("--utc", is_flag=True, envvar="DISPATCH_UTC",
+              help="Show times in UTC (marked UTC); default: local time with its offset.")
 @click.pass_context
-def main(ctx: click.Context, debug: bool) -> None:
+def main(ctx: click.Context, debug: bool, utc: bool) -> None:
     """dispatch: every training job's state, the cause behind it, and recovery by cause."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+    if utc or "dispatch.cli.render" in sys.modules:  # one process may run many commands
+        from dispatch.cli import render
+
+        render.SHOW_UTC[0] = utc
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
 

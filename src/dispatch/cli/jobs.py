@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +25,7 @@ from dispatch.clock import utcnow
 from dispatch.core.model import State
 from dispatch.errors import (
     EXIT_CANCELLED,
+    EXIT_DETACHED,
     EXIT_FAILED,
     EXIT_UNREACHABLE,
     BadInput,
@@ -35,7 +35,6 @@ from dispatch.service.views import (
     SCHEDULER_UNREACHABLE,
     JobView,
     cause_text,
-    history_json,
     status_json,
 )
 
@@ -60,11 +59,18 @@ def load_spec(path: Path) -> JobSpec:
     return load(path)
 
 
-def show(view: JobView, as_json: bool) -> None:
+def show(view: JobView, as_json: bool, service: Service | None = None) -> None:
+    """The status; with ``service``, a job held for a person also gets the commands that
+    resolve its hold."""
     if as_json:
         emit_json(status_json(view))
-    else:
-        render.print_status(view)
+        return
+    extra: list[render.Line] = []
+    s = view.status
+    if service is not None and s is not None and s.state is State.HELD \
+            and service.job(s.job).hold is not None:
+        extra = render.next_steps(s.job)
+    render.print_status(view, extra)
 
 
 def _warn_unenforced(service: Service, spec: JobSpec, source: Path) -> None:
@@ -145,7 +151,8 @@ def run(spec_path: Path, poll: float, with_logs: bool, store_url: str | None, as
         escalation_webhook: str | None, escalation_command: str | None) -> None:
     """Submit SPEC and supervise it in the foreground until it is finished.
 
-    Exit 0 succeeded, 1 failed, 130 cancelled."""
+    Exit 0 succeeded, 1 failed, 130 cancelled; 75 when supervising stopped first (Ctrl-C,
+    SIGTERM): the job keeps running (`dispatch cancel JOB` stops it)."""
     if with_logs and as_json:
         raise BadInput("--logs and --json both want stdout (the job's output, the status "
                        "document): use one; `dispatch logs JOB -f` follows the output apart")
@@ -154,28 +161,42 @@ def run(spec_path: Path, poll: float, with_logs: bool, store_url: str | None, as
         _warn_unenforced(service, spec, spec_path)
         job_id = service.create(spec, str(spec_path))
         notifier = _notifier(escalation_webhook, escalation_command)
-        sup, scope = service.supervision_of(job_id, poll=poll, notifier=notifier)
-        install_stop(sup)
-        if not as_json:
-            render.err().print(f"job {job_id}: supervising (Ctrl-C stops supervising; the job's "
-                      f"record stays and `dispatch supervise` resumes it)")
-        pump = LogPump(store_url, job_id) if with_logs else None
-        job: Job | None = None
-        try:
-            job = _run_live(sup, scope, service, job_id, quiet=as_json, to_err=with_logs)
-        finally:
-            if pump is not None:  # after the outcome is committed: the output to its end
-                pump.finish(ended=job is not None and job.outcome is not None)
-        notifier.close()
-        if not as_json:
-            for e, text in service.history(job_id):
-                click.echo(render.history_line(e, text, "%H:%M:%S"), err=with_logs)
-        if with_logs:
-            for line in render.status_lines(service.view(job_id)):
-                render.err().print(line.text())
-        else:
-            show(service.view(job_id), as_json)
-    sys.exit(EXIT_CANCELLED if job.outcome is None else EXIT_BY_OUTCOME[job.outcome.state])
+        code = _foreground(service, job_id, store_url, poll=poll, with_logs=with_logs,
+                           as_json=as_json, notifier=notifier)
+    sys.exit(code)
+
+
+def _foreground(service: Service, job_id: str, store_url: str | None, *, poll: float,
+                with_logs: bool, as_json: bool, notifier: Notifier) -> int:
+    """Supervise a recorded job in the foreground until its outcome (``run``, ``supersede
+    --run``): its story and status printed at the end; the exit code to end with."""
+    sup, scope = service.supervision_of(job_id, poll=poll, notifier=notifier)
+    install_stop(sup)
+    if not as_json:
+        render.err().print(f"job {job_id}: supervising (Ctrl-C stops supervising; the job "
+                           "keeps running and `dispatch supervise` resumes it)")
+    pump = LogPump(store_url, job_id) if with_logs else None
+    job: Job | None = None
+    try:
+        job = _run_live(sup, scope, service, job_id, quiet=as_json, to_err=with_logs)
+    finally:
+        if pump is not None:  # after the outcome is committed: the output to its end
+            pump.finish(ended=job is not None and job.outcome is not None)
+    notifier.close()
+    if not as_json:
+        for e, text in service.history(job_id):
+            click.echo(render.history_line(e, text, "%H:%M:%S"), err=with_logs)
+    if with_logs:
+        for line in render.status_lines(service.view(job_id)):
+            render.err().print(line.text())
+    else:
+        show(service.view(job_id), as_json)
+    if job is None or job.outcome is None:
+        # Supervising stopped (Ctrl-C, SIGTERM); the job did not: say so, with its own code.
+        click.echo(f"stopped supervising; the job keeps running (`dispatch cancel {job_id}` "
+                   "stops it)", err=True)
+        return EXIT_DETACHED
+    return EXIT_BY_OUTCOME[job.outcome.state]
 
 
 class LogPump:
@@ -243,7 +264,7 @@ def _run_live(sup: Supervision, scope: str, service: Service, job_id: str,
             line = (f"{s.state.value} {render.visible(cause_text(s.cause))}" if s
                     else "record unusable")
             if not quiet and (not last or last[-1] != line):
-                click.echo(f"{utcnow():%H:%M:%S} {job_id} {line}", err=to_err)
+                click.echo(f"{render.when(utcnow(), '%H:%M:%S')} {job_id} {line}", err=to_err)
                 last.append(line)
         sup.serve_until(done, on_tick)
         return job
@@ -289,64 +310,13 @@ def status(job: str, no_record: bool, backend: str | None, store_url: str | None
         return
     with open_service(store_url) as service:
         view = service.view(job)
-        show(view, as_json)
+        show(view, as_json, service)
         try:
             view.checked()  # an unreachable scheduler or an untrusted record: its exit code
         except DispatchError as e:
             if not as_json:
                 raise
             sys.exit(e.exit_code)  # one JSON document: the status already says why
-
-
-@click.command("ls")
-@click.option("--all", "show_all", is_flag=True, help="Include finished jobs.")
-@click.option("--name", default=None, help="Only jobs with this name.")
-@store_option
-@json_option
-@handle_errors
-def ls(show_all: bool, name: str | None, store_url: str | None, as_json: bool) -> None:
-    """Jobs: state, cause, submissions, budget used, age."""
-    with open_service(store_url) as service:
-        rows = service.jobs(include_finished=show_all, name=name)
-    if as_json:
-        emit_json([status_json(v) for v in rows])
-        return
-    render.out().print(render.table(rows, utcnow()))
-
-
-@click.command()
-@click.option("--interval", type=SECONDS, default=2.0, show_default=True)
-@click.option("--all", "show_all", is_flag=True, help="Include finished jobs.")
-@store_option
-@handle_errors
-def watch(interval: float, show_all: bool, store_url: str | None) -> None:
-    """`ls`, refreshed in place until Ctrl-C."""
-    from rich.live import Live
-
-    with (open_service(store_url) as service,
-          Live(console=render.out(), refresh_per_second=2) as live):
-        try:
-            while True:
-                live.update(render.table(service.jobs(include_finished=show_all), utcnow()))
-                time.sleep(interval)
-        except KeyboardInterrupt:
-            return
-
-
-@click.command()
-@click.argument("job")
-@store_option
-@json_option
-@handle_errors
-def history(job: str, store_url: str | None, as_json: bool) -> None:
-    """The job's story: every committed event with its time, cause and the scheduler's words."""
-    with open_service(store_url) as service:
-        lines = service.history(job)
-    if as_json:
-        emit_json(history_json(lines))
-        return
-    for e, text in lines:
-        click.echo(render.history_line(e, text))
 
 
 def _request(what: str, job: str, store_url: str | None, as_json: bool) -> None:
@@ -390,68 +360,35 @@ def give_up(job: str, store_url: str | None, as_json: bool) -> None:
 
 @click.command()
 @click.argument("job")
+@click.option("--run", "foreground", is_flag=True,
+              help="Supervise the new job in the foreground as `dispatch run` does (its exit "
+                   "codes, its Ctrl-C).")
+@click.option("--poll", type=SECONDS, default=1.0, show_default=True,
+              help="With --run: seconds between ticks.")
+@click.option("--logs", "with_logs", is_flag=True,
+              help="With --run: print the job's output on stdout as it runs (as `run --logs`).")
 @store_option
 @json_option
 @notify_options
 @handle_errors
-def supersede(job: str, store_url: str | None, as_json: bool, escalation_webhook: str | None,
+def supersede(job: str, foreground: bool, poll: float, with_logs: bool, store_url: str | None,
+              as_json: bool, escalation_webhook: str | None,
               escalation_command: str | None) -> None:
-    """Run a finished job again as a new job that names the old one."""
+    """Run a finished job again as a new job that names the old one (JOB: an id, a unique
+    id prefix, or a name: the newest job of its supersede chain). Prints the new job."""
+    if with_logs and (as_json or not foreground):
+        raise BadInput("--logs goes with --run, and not with --json")
     with open_service(store_url) as service:
+        old_id = service.resolve(job)  # before: once superseded, the name means the new job
         notifier = _notifier(escalation_webhook, escalation_command)
-        new_id = service.supersede(job, notifier=notifier)
+        new_id = service.supersede(old_id, notifier=notifier)
+        if foreground or not as_json:  # with --run, on stderr: stdout is the job's
+            click.echo(f"{new_id} supersedes {old_id}", err=foreground)
+        if foreground:
+            sys.exit(_foreground(service, new_id, store_url, poll=poll, with_logs=with_logs,
+                                 as_json=as_json, notifier=notifier))
         notifier.close()
-        if not as_json:
-            click.echo(f"{new_id} supersedes {service.resolve(job)}")
         show(service.view(new_id), as_json)
 
 
-@click.command()
-@click.argument("job")
-@click.option("--follow", "-f", is_flag=True, help="Follow the job across submissions until "
-              "its outcome is committed; exit with the job's exit code.")
-@click.option("--submission", type=click.IntRange(min=1), default=None,
-              help="Read this submission's logs (default: the latest).")
-@click.option("--tail", "-n", type=click.IntRange(min=0), default=None, metavar="N",
-              help="Only the last N lines of each stream (read from the end of the file); "
-                   "with --follow, go on from there.")
-@store_option
-@handle_errors
-def logs(job: str, follow: bool, submission: int | None, tail: int | None,
-         store_url: str | None) -> None:
-    """Print the job's logs where the backend keeps them."""
-    from dispatch.api import follow_log_text
-
-    with open_service(store_url) as service:
-        job_id = service.resolve(job)
-    out = click.get_binary_stream("stdout")
-    try:
-        for text in follow_log_text(store_url, job_id, submission=submission, follow=follow,
-                                    tail=tail):
-            out.write(text.encode())
-            out.flush()
-    except KeyboardInterrupt:
-        sys.exit(EXIT_CANCELLED)
-    except BrokenPipeError:  # `dispatch logs J | head`: the reader has what it wanted
-        _quiet_stdout()
-        return
-    if follow:
-        with open_service(store_url) as service:
-            outcome = service.job(job_id).outcome
-        sys.exit(EXIT_BY_OUTCOME[outcome.state] if outcome is not None else 0)
-
-
-def _quiet_stdout() -> None:
-    """Point stdout at /dev/null, so that the flush at exit meets no closed pipe."""
-    import os
-
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):  # not a real file (an in-process runner)
-        pass
-    finally:
-        os.close(devnull)
-
-
-COMMANDS = (submit, run, status, ls, watch, history, cancel, resubmit, give_up, supersede, logs)
+COMMANDS = (submit, run, status, cancel, resubmit, give_up, supersede)

@@ -14,7 +14,7 @@ import os
 import re
 import sys
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NamedTuple
 
 from dispatch.core import events as ev
@@ -60,16 +60,38 @@ def visible(text: str, *, newlines: bool = False) -> str:
     return pattern.sub(_show, text) if pattern.search(text) else text
 
 
-def history_line(e: ev.Event, text: str, when: str = "%Y-%m-%d %H:%M:%S") -> str:
+# Times are shown in local time with their offset (``+01:00``), or in UTC marked ``UTC`` with
+# the global ``--utc`` (or DISPATCH_UTC=1): never a time without its zone.
+SHOW_UTC = [os.environ.get("DISPATCH_UTC", "") == "1"]
+
+
+def when(at: datetime, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
+    """``at`` as ``fmt`` followed by its zone: local time and its UTC offset, or UTC."""
+    if SHOW_UTC[0]:
+        return f"{at.astimezone(UTC).strftime(fmt)} UTC"
+    local = at.astimezone()
+    offset = local.strftime("%z")
+    return f"{local.strftime(fmt)} {offset[:3]}:{offset[3:]}"
+
+
+def history_line(e: ev.Event, text: str, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
     """One line of ``dispatch history`` (and of ``run``'s closing story): always one line."""
-    return f"{e.at.strftime(when)}  #{e.seq:<3} {visible(text)}"
+    return f"{when(e.at, fmt)}  #{e.seq:<3} {visible(text)}"
+
+
+# The width a table is laid out in when its output is not a terminal (a pipe, a file): wide
+# enough that no row is ever cut or wrapped (Rich would otherwise assume 80 columns).
+UNBOUNDED_WIDTH = 1 << 20
 
 
 @functools.cache
 def console(stderr: bool = False) -> Console:
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True, markup=False)
+    c = Console(stderr=stderr, highlight=False, soft_wrap=True, markup=False)
+    if not c.is_terminal and "COLUMNS" not in os.environ:
+        c.width = UNBOUNDED_WIDTH
+    return c
 
 
 def out() -> Console:
@@ -166,7 +188,7 @@ def table(rows: Sequence[JobView], now: datetime) -> Table:
         caption.append("FORECAST: what the plan will commit; not yet the state")
     t = Table(box=None, header_style="bold", pad_edge=False,
               caption="\n".join(caption) or None, caption_justify="left")
-    cols = ["JOB", "NAME", "STATE", "CAUSE", "SUBMISSIONS", "BUDGET USED", "AGE"]
+    cols = list(COLUMNS)
     for col in cols + (["FORECAST"] if forecasts else []):
         t.add_column(col)
     for v in rows:
@@ -183,8 +205,56 @@ def table(rows: Sequence[JobView], now: datetime) -> Table:
     return t
 
 
-def print_status(view: JobView) -> None:
-    lines = status_lines(view)
+COLUMNS = ("JOB", "NAME", "STATE", "CAUSE", "SUBMISSIONS", "BUDGET USED", "AGE")
+
+
+def plain_rows(rows: Sequence[JobView], now: datetime) -> list[str]:
+    """``ls --plain``: a header and one tab-separated line per job, nothing cut or padded
+    (tabs and newlines inside a value are shown as escapes, so a row stays one row)."""
+    def cell(text: str) -> str:
+        return visible(text).replace("\t", "\\t")
+
+    out = ["\t".join(COLUMNS)]
+    for v in rows:
+        s = v.status
+        if s is None:
+            out.append("\t".join([cell(v.job), "?", "error", cell(v.problem), "-", "-", "-"]))
+            continue
+        used = ", ".join(f"{k}={n}" for k, n in s.budget_used.items() if n) or "-"
+        out.append("\t".join([cell(s.job), cell(s.name), state_text(v).plain,
+                              cell(cause_text(s.cause)), str(s.submissions), used,
+                              age(s.created_at, now)]))
+    return out
+
+
+def print_table(rows: Sequence[JobView], now: datetime, *, plain: bool = False) -> None:
+    """``ls``: a table (as wide as its rows need when stdout is not a terminal), or with
+    ``plain`` tab-separated lines."""
+    if plain:
+        sys.stdout.write("".join(x + "\n" for x in plain_rows(rows, now)))
+        sys.stdout.flush()
+        return
+    console_ = out()
+    if console_.is_terminal:
+        console_.print(table(rows, now))
+        return
+    with console_.capture() as captured:  # a pipe: no padding after a row's last word
+        console_.print(table(rows, now))
+    sys.stdout.write("".join(x.rstrip() + "\n" for x in captured.get().splitlines()))
+    sys.stdout.flush()
+
+
+def next_steps(job_id: str) -> list[Line]:
+    """What resolves a recovery hold: the job waits for a person, these are the commands."""
+    return [line("  held for you: resolve it with one of", "magenta"),
+            line(visible(f"    dispatch resubmit {job_id}    # submit it again (no budget "
+                         "spent)")),
+            line(visible(f"    dispatch give-up {job_id}     # fail it (escalated)")),
+            line(visible(f"    dispatch cancel {job_id}      # or cancel it"))]
+
+
+def print_status(view: JobView, extra: Sequence[Line] = ()) -> None:
+    lines = status_lines(view) + list(extra)
     plain = [x.plain for x in lines]
     # Rich expands tabs to its tab stops (by cell width): such a line is left to Rich.
     if styles_stdout() or any("\t" in x for x in plain):
@@ -219,7 +289,7 @@ def status_lines(view: JobView) -> list[Line]:
                               f"objects: {', '.join(s.objects) or '-'}  scope: "
                               f"{s.scope or s.backend}")))
     for x in s.escalations:
-        first, *rest = _indented(f" {x.at:%Y-%m-%d %H:%M:%S} {x.message}")
+        first, *rest = _indented(f" {when(x.at)} {x.message}")
         lines.append(Line((("  escalation", "red"), first.plain)))
         lines += rest
     lines += [line(visible(f"  segment unavailable: {seg}")) for seg in s.segments]

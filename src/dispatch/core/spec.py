@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from dispatch.core.policy import PolicyError, RecoveryPolicy, Rule
+from dispatch.core.suggest import did_you_mean, explain
 from dispatch.errors import BadInput
 
 
@@ -24,6 +25,18 @@ class SpecError(BadInput, ValueError):
         self.message = message
         loc = f"{source}: {where}" if where else source
         super().__init__(f"{loc}: {message}")
+
+
+class SpecProblems(SpecError):
+    """A spec with several problems, every one reported at once: ``problems`` lists each as
+    ``place: what`` (``where`` and ``message`` are the first's)."""
+
+    def __init__(self, source: str, problems: list[tuple[str, str]]) -> None:
+        self.problems = [f"{where}: {message}" for where, message in problems]
+        Exception.__init__(self)
+        self.source = source
+        self.where, self.message = problems[0]
+        self.args = (f"{source}: {len(problems)} problems:\n  " + "\n  ".join(self.problems),)
 
 
 # Bounds a real job stays far inside; past them a number is a typo (or an attack on a
@@ -117,11 +130,13 @@ _SPEC_KEYS = set(JobSpec.__struct_fields__)
 
 
 def _msgspec_where(err: msgspec.ValidationError) -> tuple[str, str]:
-    """msgspec says '... - at `$.rules[0].on[1]`'; split that into (where, message)."""
+    """msgspec says '... - at `$.rules[0].on[1]`'; split that into (where, message), an
+    invalid word's message naming the valid values (and the closest)."""
     text = str(err)
     m = re.search(r" - at `\$\.?(.*)`$", text)
     if m:
-        return m.group(1) or "(top)", text[: m.start()]
+        where = m.group(1) or "(top)"
+        return where, explain(text[: m.start()], where)
     return "", text
 
 
@@ -148,8 +163,8 @@ def parse_policy(data: Any, source: str = "<policy>", prefix: str = "") -> Recov
                 decoded.append(msgspec.convert(raw, Rule, strict=True))
                 original.append(i)
             except msgspec.ValidationError as err:
-                where, message = _msgspec_where(err)
-                problems.append(f"{_join(prefix, f'rules[{i}]' + _dot(where))}: {message}")
+                for where, message in _rule_problems(raw, err):
+                    problems.append(f"{_join(prefix, f'rules[{i}]' + _dot(where))}: {message}")
     try:
         policy = msgspec.convert({**data, "rules": []}, RecoveryPolicy, strict=True)
     except msgspec.ValidationError as err:
@@ -167,6 +182,22 @@ def parse_policy(data: Any, source: str = "<policy>", prefix: str = "") -> Recov
     if problems:
         raise PolicyError(problems, where=source)
     return policy
+
+
+def _rule_problems(raw: Any, err: msgspec.ValidationError) -> list[tuple[str, str]]:
+    """Every bad field of a rule that did not decode (msgspec names only the first): each
+    field decoded on its own; the decoder's own first problem when no field alone is bad."""
+    found: list[tuple[str, str]] = []
+    if isinstance(raw, dict):
+        for field in msgspec.structs.fields(Rule):
+            if field.name in raw:
+                try:
+                    msgspec.convert(raw[field.name], field.type, strict=True)
+                except msgspec.ValidationError as field_err:
+                    where, message = _msgspec_where(field_err)
+                    where = _join(field.name, where)
+                    found.append((where, explain(message, where)))
+    return found or [_msgspec_where(err)]
 
 
 def _dot(where: str) -> str:
@@ -216,91 +247,162 @@ def check_text(data: Any, source: str = "<spec>") -> None:
 
 
 def parse_spec(data: Any, source: str = "<spec>") -> JobSpec:
+    """Decode and check a spec mapping. Every problem is reported at once (``SpecProblems``,
+    or the one ``SpecError``; a policy's own problems alone stay a ``PolicyError``), each with
+    its place; an unknown key gets the closest known one."""
     if not isinstance(data, dict):
         raise SpecError(source, "(top)", "a job spec is a mapping")
     check_text(data, source)
-    unknown = sorted(str(k) for k in data if k not in _SPEC_KEYS)
-    if unknown:
-        raise SpecError(
-            source, unknown[0], f"unknown key (known keys: {', '.join(sorted(_SPEC_KEYS))})"
-        )
-    raw = dict(data)
+    problems: list[tuple[str, str]] = []
+    known = ", ".join(sorted(_SPEC_KEYS))
+    raw = {}
+    for key in sorted(data, key=str):
+        if key in _SPEC_KEYS:
+            raw[key] = data[key]
+        else:
+            problems.append((str(key), f"unknown key{did_you_mean(str(key), _SPEC_KEYS)} "
+                                       f"(known keys: {known})"))
     for key, parse in (("time_limit", parse_duration), ("memory", parse_size),
                        ("max_output_bytes", parse_size)):
         if raw.get(key) is not None:
             try:
                 raw[key] = parse(raw[key])
             except ValueError as err:
-                raise SpecError(source, key, str(err)) from None
+                problems.append((key, str(err)))
+                del raw[key]
     if "command" in raw and isinstance(raw["command"], str):
-        raise SpecError(source, "command", "command is an argv list, e.g. [python, train.py]")
-    policy = parse_policy(raw.pop("policy", None), source, "policy")
+        problems.append(("command", "command is an argv list, e.g. [python, train.py]"))
+        del raw["command"]
+    policy: RecoveryPolicy | None = None
+    policy_error: PolicyError | None = None
     try:
-        spec = msgspec.convert(raw, JobSpec, strict=True)
-    except msgspec.ValidationError as err:
-        where, message = _msgspec_where(err)
-        raise SpecError(source, where, message) from None
-    spec = msgspec.structs.replace(spec, policy=policy)
-    check_spec(spec, source)
+        policy = parse_policy(raw.pop("policy", None), source, "policy")
+    except PolicyError as err:
+        policy_error = err
+        problems += [_split(p) for p in err.problems]
+    except SpecError as err:
+        problems.append((err.where, err.message))
+    for field in msgspec.structs.fields(JobSpec):  # each key on its own: none hides another
+        if field.name in raw:
+            try:
+                msgspec.convert(raw[field.name], field.type, strict=True)
+            except msgspec.ValidationError as err:
+                where, message = _msgspec_where(err)
+                problems.append((_join(field.name, where), message))
+                del raw[field.name]
+        elif field.required and field.name in data:
+            pass  # already reported above, with its own words
+        elif field.required:
+            problems.append(("(top)", f"Object missing required field `{field.name}`"))
+    if problems:
+        # The checks beyond types on what did decode, beside the problems found so far (a
+        # required key missing or bad is stood in for by a valid placeholder here; a bad
+        # key was taken out of ``raw``, so none is reported twice).
+        try:
+            partial = msgspec.convert({"name": "x", "command": ["x"], **raw}, JobSpec,
+                                      strict=True)
+            problems += [p for p in spec_problems(partial) if p[0].split(".")[0] in raw]
+        except msgspec.ValidationError:
+            pass
+    spec = None
+    if not problems:
+        try:
+            spec = msgspec.convert(raw, JobSpec, strict=True)
+        except msgspec.ValidationError as err:
+            where, message = _msgspec_where(err)
+            raise SpecError(source, where, message) from None
+        assert policy is not None
+        spec = msgspec.structs.replace(spec, policy=policy)
+        problems += spec_problems(spec)
+    if policy_error is not None and len(problems) == len(policy_error.problems):
+        raise policy_error
+    if len(problems) == 1:
+        raise SpecError(source, *problems[0])
+    if problems:
+        raise SpecProblems(source, problems)
+    assert spec is not None
     return spec
+
+
+def _split(problem: str) -> tuple[str, str]:
+    """``"policy.rules[0]: resubmit needs a budget"`` as (place, what)."""
+    where, _, message = problem.partition(": ")
+    return where, message
 
 
 def check_spec(spec: JobSpec, source: str = "<spec>") -> None:
     """What every spec must hold beyond its types, whether it came from a file, a request or
-    a ``JobSpec`` made in Python: refused with a SpecError naming the key."""
+    a ``JobSpec`` made in Python: refused with a SpecError naming the key (SpecProblems
+    naming each, when there are several)."""
     check_text(spec, source)
+    problems = spec_problems(spec)
+    if len(problems) == 1:
+        raise SpecError(source, *problems[0])
+    if problems:
+        raise SpecProblems(source, problems)
+
+
+def spec_problems(spec: JobSpec) -> list[tuple[str, str]]:
+    """Every problem of a typed spec beyond its types, as (place, what)."""
+    found: list[tuple[str, str]] = []
     if spec.backend not in BACKENDS:
         known = ", ".join(BACKENDS)
-        raise SpecError(source, "backend", f"unknown backend {spec.backend!r} ({known})")
+        found.append(("backend", f"unknown backend {spec.backend!r}"
+                                 f"{did_you_mean(spec.backend, BACKENDS)} ({known})"))
     if not spec.name.strip():
-        raise SpecError(source, "name", "must not be empty")
-    if not spec.command or any(not isinstance(a, str) or a == "" for a in spec.command):
-        raise SpecError(source, "command", "must be a non-empty argv list of non-empty strings")
+        found.append(("name", "must not be empty"))
+    command_ok = bool(spec.command) and all(isinstance(a, str) and a for a in spec.command)
+    if not command_ok:
+        found.append(("command", "must be a non-empty argv list of non-empty strings"))
     if not 1 <= spec.nodes <= MAX_NODES:
-        raise SpecError(source, "nodes", f"must be 1..{MAX_NODES}, got {spec.nodes}")
-    for i, arg in enumerate(spec.command):
+        found.append(("nodes", f"must be 1..{MAX_NODES}, got {spec.nodes}"))
+    for i, arg in enumerate(spec.command if command_ok else ()):
         if "\x00" in arg:
-            raise SpecError(source, f"command[{i}]", "holds a NUL byte (no argv can carry it)")
+            found.append((f"command[{i}]", "holds a NUL byte (no argv can carry it)"))
     for key, value in spec.env.items():
         if not key or "=" in key or _CONTROL.search(key):
-            raise SpecError(source, f"env.{key!r}", "an environment variable name may not be "
-                            "empty or hold '=' or a control character")
+            found.append((f"env.{key!r}", "an environment variable name may not be empty or "
+                                          "hold '=' or a control character"))
         if "\x00" in value:
-            raise SpecError(source, f"env.{key}", "holds a NUL byte (no environment can carry "
-                            "it)")
-    _check_env_from_host(spec, source)
+            found.append((f"env.{key}", "holds a NUL byte (no environment can carry it)"))
+    found += _env_from_host_problems(spec)
     if "\x00" in spec.name or "\n" in spec.name:
-        raise SpecError(source, "name", "must be one line without NUL bytes")
+        found.append(("name", "must be one line without NUL bytes"))
     control = _CONTROL.search(spec.name)
     if control:
-        raise SpecError(source, "name", f"holds the control character "
-                        f"U+{ord(control.group()):04X} (a terminal would act on it)")
+        found.append(("name", f"holds the control character U+{ord(control.group()):04X} "
+                              "(a terminal would act on it)"))
     if spec.max_output_bytes is not None and spec.backend != "local":
-        raise SpecError(source, "max_output_bytes", "only the local backend enforces it (Slurm "
-                        "and Kubernetes keep the output where they write it)")
+        found.append(("max_output_bytes", "only the local backend enforces it (Slurm and "
+                                          "Kubernetes keep the output where they write it)"))
     if spec.segment_health is not None:
         if spec.backend != "slurm":
-            raise SpecError(source, "segment_health",
-                            "segment health decisions name Slurm allocation units: "
-                            "only the slurm backend publishes them")
+            found.append(("segment_health", "segment health decisions name Slurm allocation "
+                                            "units: only the slurm backend publishes them"))
         if not spec.segment_health.dir.startswith("/"):
-            raise SpecError(source, "segment_health.dir", "must be an absolute path")
-        if spec.segment_health.launcher not in ("none", "ft_launcher", "torchrun"):
-            raise SpecError(
-                source, "segment_health.launcher", "must be none, ft_launcher or torchrun"
-            )
+            found.append(("segment_health.dir", "must be an absolute path"))
+        if spec.segment_health.launcher not in LAUNCHERS:
+            found.append(("segment_health.launcher",
+                          f"must be none, ft_launcher or torchrun"
+                          f"{did_you_mean(spec.segment_health.launcher, LAUNCHERS)}"))
+    return found
 
 
-def _check_env_from_host(spec: JobSpec, source: str) -> None:
+LAUNCHERS = ("none", "ft_launcher", "torchrun")
+
+
+def _env_from_host_problems(spec: JobSpec) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
     seen: set[str] = set()
     for i, name in enumerate(spec.env_from_host):
         where = f"env_from_host[{i}]"
         if not _ENV_NAME.match(name):
-            raise SpecError(source, where, f"{name!r} is not an environment variable name "
-                            "(letters, digits and _, not starting with a digit)")
+            found.append((where, f"{name!r} is not an environment variable name (letters, "
+                                 "digits and _, not starting with a digit)"))
         if name in seen:
-            raise SpecError(source, where, f"names {name} twice")
+            found.append((where, f"names {name} twice"))
         if name in spec.env:
-            raise SpecError(source, where, f"{name} is also in env: a variable takes its value "
-                            "from one place")
+            found.append((where, f"{name} is also in env: a variable takes its value from "
+                                 "one place"))
         seen.add(name)
+    return found

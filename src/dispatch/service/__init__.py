@@ -29,7 +29,7 @@ from dispatch.service.views import (
     SCHEDULER_OK,
     JobView,
 )
-from dispatch.stores.base import RecordStore
+from dispatch.stores.base import JobMatch, RecordStore
 from dispatch.stores.reading import fold_records
 from dispatch.stores.select import open_store
 
@@ -114,8 +114,23 @@ class Service:
 
     # ---- reading ------------------------------------------------------------------------
     def resolve(self, job: str) -> str:
-        """A job id, or the id of the one job carrying this name."""
-        return self.store.resolve(job)
+        """The job id ``job`` means: an id, a name (the newest job of its supersede chain)
+        or a unique id prefix (service/resolve.py). ``NotFound`` when none, or when
+        unrelated jobs share the name (``AmbiguousName``, listing them)."""
+        from dispatch.service.resolve import LISTED, choose
+
+        return choose(job, self.store.matches(job, LISTED + 1), self._describe)
+
+    def _describe(self, found: Sequence[JobMatch]) -> list[str]:
+        """Each candidate of an ambiguous reference: id, state, created (the record's word,
+        no scheduler asked)."""
+        views = {v.job: v for v in self.views([m.job_id for m in found], ask_scheduler=False)}
+        lines = []
+        for m in found:
+            v = views.get(m.job_id)
+            state = v.status.state.value if v is not None and v.status is not None else "?"
+            lines.append(f"{m.job_id}  {state:<10}  created {m.created_at.isoformat()}")
+        return lines
 
     def job(self, job: str) -> Job:
         """The job as its record says (folded), without asking any scheduler."""

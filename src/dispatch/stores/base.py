@@ -153,12 +153,16 @@ class JobNotFound(NotFound, LookupError):
 class AmbiguousName(NotFound, LookupError):
     """A name that several jobs carry; use one of their ids."""
 
-    def __init__(self, name: str, job_ids: Sequence[str]) -> None:
+    def __init__(self, name: str, job_ids: Sequence[str],
+                 described: Sequence[str] = (), what: str = "name") -> None:
         self.name = name
         self.job_ids = tuple(job_ids)
+        listed = "\n  ".join(described) if described else ", ".join(self.job_ids)
+        sep = "\n  " if described else " ("
+        end = "" if described else ")"
         super().__init__(
-            f"name {name!r} matches {len(self.job_ids)} jobs ({', '.join(self.job_ids)}); "
-            "use a job id"
+            f"{what} {name!r} matches {len(self.job_ids)} unrelated jobs; use a job id "
+            f"(or a longer prefix):{sep}{listed}{end}"
         )
 
 
@@ -173,6 +177,34 @@ class JobRow:
     version: int
     created_at: datetime
     scope: str = ""  # JobCreated.scope, else the backend's name
+
+
+@dataclass(frozen=True, slots=True)
+class JobMatch:
+    """A job a reference could mean (``RecordStore.matches``): ``how`` it matched (``id``,
+    ``name`` or ``prefix``); a name matches only the newest job of a supersede chain."""
+
+    job_id: str
+    name: str
+    created_at: datetime
+    terminal: bool
+    how: str
+
+
+# An id prefix needs this many characters: fewer would match most of a busy record.
+MIN_PREFIX = 4
+
+
+def match_row(where: str, r: tuple[object, ...]) -> JobMatch:
+    """A row of ``matches``: (job_id, name, created_at, terminal, how)."""
+    job_id, name, created_at, terminal, how = r
+    try:
+        at = datetime.fromisoformat(str(created_at))
+    except ValueError:
+        raise RecordDamaged(where, str(job_id), 1,
+                            f"created_at {created_at!r} is not a time") from None
+    return JobMatch(job_id=str(job_id), name=str(name), created_at=at,
+                    terminal=bool(terminal), how=str(how))
 
 
 def created_scope(created: JobCreated) -> str:
@@ -350,9 +382,11 @@ class RecordStore(abc.ABC):
         ids that do not exist."""
 
     @abc.abstractmethod
-    def resolve(self, job_or_name: str) -> str:
-        """A job id (returned as is when it exists) or a name carried by exactly one job;
-        JobNotFound when neither, AmbiguousName when several jobs carry the name."""
+    def matches(self, ref: str, limit: int = 21) -> list[JobMatch]:
+        """The jobs ``ref`` could mean, oldest first, at most ``limit``: the job with that id;
+        the jobs carrying that name that no job supersedes (the newest of each supersede
+        chain); the jobs whose id starts with ``ref`` when it has at least MIN_PREFIX
+        characters. Which one it means is the service's choice (service/resolve.py)."""
 
     @abc.abstractmethod
     def leases(self) -> LeaseBook:

@@ -29,12 +29,13 @@ from dispatch.core.codec import encode_event
 from dispatch.core.events import Event, JobCreated, Superseded
 from dispatch.stores import schema
 from dispatch.stores.base import (
+    MIN_PREFIX,
     AlreadySuperseded,
-    AmbiguousName,
     ConflictError,
     Fence,
     Fenced,
     JobExists,
+    JobMatch,
     JobNotFound,
     JobRow,
     RecordDamaged,
@@ -45,6 +46,7 @@ from dispatch.stores.base import (
     check_successor,
     created_scope,
     decode_record,
+    match_row,
     sort_key_us,
 )
 from dispatch.stores.lease import PostgresLeases, check_fence_pg
@@ -432,22 +434,19 @@ class PostgresStore(RecordStore):
             raise JobNotFound(missing)
         return out
 
-    def resolve(self, job_or_name: str) -> str:
-        what = f"resolve {job_or_name!r}"
-        rows = self._query(what, "SELECT 1 FROM dispatch_jobs WHERE job_id = %s", (job_or_name,))
-        if rows:
-            return job_or_name
+    def matches(self, ref: str, limit: int = 21) -> list[JobMatch]:
+        prefix = len(ref) >= MIN_PREFIX
         rows = self._query(
-            what,
-            "SELECT job_id FROM dispatch_jobs WHERE name = %s"
-            " ORDER BY created_us, job_id LIMIT 20",
-            (job_or_name,),
-        )
-        if not rows:
-            raise JobNotFound(job_or_name)
-        if len(rows) > 1:
-            raise AmbiguousName(job_or_name, [r[0] for r in rows])
-        return str(rows[0][0])
+            f"find {ref!r}",
+            "SELECT j.job_id, j.name, j.created_at, j.terminal,"
+            " CASE WHEN j.job_id = %s THEN 'id' WHEN j.name = %s THEN 'name' ELSE 'prefix' END"
+            " FROM dispatch_jobs j WHERE j.job_id = %s"
+            " OR (j.name = %s AND NOT EXISTS"
+            " (SELECT 1 FROM dispatch_jobs s WHERE s.supersedes = j.job_id))"
+            " OR (%s AND left(j.job_id, %s) = %s)"
+            " ORDER BY j.created_us, j.job_id LIMIT %s",
+            (ref, ref, ref, ref, prefix, len(ref), ref, limit))
+        return [match_row(self.describe(), r) for r in rows]
 
     def leases(self) -> PostgresLeases:
         return PostgresLeases(self._statement)

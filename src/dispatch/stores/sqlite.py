@@ -27,12 +27,13 @@ from dispatch.core.codec import encode_event
 from dispatch.core.events import Event, JobCreated, Superseded
 from dispatch.stores import schema
 from dispatch.stores.base import (
+    MIN_PREFIX,
     SCHEMA_VERSION,
     AlreadySuperseded,
-    AmbiguousName,
     ConflictError,
     Fence,
     JobExists,
+    JobMatch,
     JobNotFound,
     JobRow,
     RecordDamaged,
@@ -43,6 +44,7 @@ from dispatch.stores.base import (
     check_successor,
     created_scope,
     decode_record,
+    match_row,
     sort_key_us,
 )
 from dispatch.stores.lease import SQLiteLeases, check_fence_sqlite
@@ -462,19 +464,19 @@ class SQLiteStore(RecordStore):
             raise JobNotFound(missing)
         return out
 
-    def resolve(self, job_or_name: str) -> str:
-        with self._guard(f"resolve {job_or_name!r}") as c:
-            if c.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job_or_name,)).fetchone():
-                return job_or_name
+    def matches(self, ref: str, limit: int = 21) -> list[JobMatch]:
+        prefix = len(ref) >= MIN_PREFIX
+        with self._guard(f"find {ref!r}") as c:
             rows = c.execute(
-                "SELECT job_id FROM jobs WHERE name = ? ORDER BY created_us, job_id LIMIT 20",
-                (job_or_name,),
-            ).fetchall()
-        if not rows:
-            raise JobNotFound(job_or_name)
-        if len(rows) > 1:
-            raise AmbiguousName(job_or_name, [r[0] for r in rows])
-        return str(rows[0][0])
+                "SELECT j.job_id, j.name, j.created_at, j.terminal,"
+                " CASE WHEN j.job_id = ? THEN 'id' WHEN j.name = ? THEN 'name' ELSE 'prefix' END"
+                " FROM jobs j WHERE j.job_id = ?"
+                " OR (j.name = ? AND NOT EXISTS"
+                " (SELECT 1 FROM jobs s WHERE s.supersedes = j.job_id))"
+                " OR (? AND substr(j.job_id, 1, ?) = ?)"
+                " ORDER BY j.created_us, j.job_id LIMIT ?",
+                (ref, ref, ref, ref, prefix, len(ref), ref, limit)).fetchall()
+        return [match_row(self.describe(), r) for r in rows]
 
     def leases(self) -> SQLiteLeases:
         return SQLiteLeases(self._conn, self._lock, self.describe())

@@ -34,13 +34,18 @@ from tests.strategies import (
 )
 
 from dispatch.core.codec import DecodeError
-from dispatch.core.events import EscalationRaised, Event, JobCreated, OutcomeCommitted
+from dispatch.core.events import (
+    EscalationRaised,
+    Event,
+    JobCreated,
+    OutcomeCommitted,
+    Superseded,
+)
 from dispatch.core.model import Cause, CauseKind, State
 from dispatch.core.policy import Declarations
 from dispatch.core.spec import JobSpec
 from dispatch.stores.base import (
     SCHEMA_VERSION,
-    AmbiguousName,
     ConflictError,
     JobExists,
     JobNotFound,
@@ -435,22 +440,35 @@ def test_newer_schema_is_refused(store_url: str, backdoor: Backdoor) -> None:
 # -- listing, resolving, batched reads at scale ----------------------------------------------
 
 
-def test_resolve_by_id_and_unique_name_and_ambiguous(store: RecordStore) -> None:
+def test_matches_by_id_name_chain_tip_and_prefix(store: RecordStore) -> None:
     store.create_many([
         created("j1", name="solo"),
         created("j2", name="twin", at=T0 + timedelta(seconds=1)),
         created("j3", name="twin", at=T0 + timedelta(seconds=2)),
         created("j4", name="j1", at=T0 + timedelta(seconds=3)),  # a name equal to an id
+        created("abcd0001", name="x", at=T0 + timedelta(seconds=4)),
+        created("abcd0002", name="y", at=T0 + timedelta(seconds=5)),
     ])
-    assert store.resolve("j2") == "j2"
-    assert store.resolve("solo") == "j1"
-    assert store.resolve("j1") == "j1"  # an id wins over a name
-    with pytest.raises(AmbiguousName) as info:
-        store.resolve("twin")
-    assert info.value.job_ids == ("j2", "j3")
-    assert "j2" in str(info.value) and "j3" in str(info.value)
-    with pytest.raises(JobNotFound, match="nobody"):
-        store.resolve("nobody")
+
+    def found(ref: str) -> list[tuple[str, str]]:
+        return [(m.job_id, m.how) for m in store.matches(ref)]
+
+    assert found("j2") == [("j2", "id")]
+    assert found("solo") == [("j1", "name")]
+    assert found("j1") == [("j1", "id"), ("j4", "name")]  # the service prefers the id
+    assert found("twin") == [("j2", "name"), ("j3", "name")]
+    assert found("abcd") == [("abcd0001", "prefix"), ("abcd0002", "prefix")]
+    assert found("abcd0002") == [("abcd0002", "id")]
+    assert found("abc") == []  # a prefix needs 4 characters
+    assert found("nobody") == []
+    # A superseded job is no longer what its name means: its successor is.
+    version = store.version("j2")
+    successor = msgspec.structs.replace(
+        created("j5", name="twin", at=T0 + timedelta(seconds=6)), supersedes="j2")
+    store.create_successor(successor,
+                           Superseded(seq=version + 1, at=T0, by="j5"), version)
+    assert found("twin") == [("j3", "name"), ("j5", "name")]
+    assert [m.job_id for m in store.matches("twin", limit=1)] == ["j3"]
 
 
 def test_listing_and_read_many_at_10000_jobs(store: RecordStore) -> None:

@@ -99,7 +99,7 @@ def test_a_terminated_idle_connection_fails_one_call_then_reconnects(postgres_ur
     ops: list[tuple[str, Callable[[RecordStore], Any]]] = [
         ("read", lambda s: s.read("a")), ("read_many", lambda s: s.read_many(["a"])),
         ("version", lambda s: s.version("a")), ("list", lambda s: s.list_jobs()),
-        ("resolve", lambda s: s.resolve("a")), ("create", lambda s: s.create(created("b"))),
+        ("find", lambda s: s.matches("a")), ("create", lambda s: s.create(created("b"))),
         ("append", lambda s: s.append("a", esc(2), 1)),
     ]
     with open_store(postgres_url) as s:

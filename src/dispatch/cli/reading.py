@@ -1,0 +1,186 @@
+"""The read commands that list and follow: ls, watch, history, logs. Each reads the record
+(and the job's output) through the service and renders it; nothing here writes."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import click
+
+from dispatch.cli import render
+from dispatch.cli.common import (
+    SECONDS,
+    emit_json,
+    handle_errors,
+    json_option,
+    open_service,
+    store_option,
+)
+from dispatch.clock import utcnow
+from dispatch.errors import EXIT_CANCELLED
+from dispatch.service.views import cause_text, history_json, status_json
+
+if TYPE_CHECKING:
+    from dispatch.core.record import Job
+
+PLAIN_HELP = ("Tab-separated lines (a header, then one line per job), for scripts; on a "
+              "pipe the table is never cut or wrapped either way.")
+
+
+@click.command("ls")
+@click.option("--all", "show_all", is_flag=True, help="Include finished jobs.")
+@click.option("--name", default=None, help="Only jobs with this name.")
+@click.option("--plain", is_flag=True, help=PLAIN_HELP)
+@store_option
+@json_option
+@handle_errors
+def ls(show_all: bool, name: str | None, plain: bool, store_url: str | None,
+       as_json: bool) -> None:
+    """Jobs: state, cause, submissions, budget used, age."""
+    with open_service(store_url) as service:
+        rows = service.jobs(include_finished=show_all, name=name)
+    if as_json:
+        emit_json([status_json(v) for v in rows])
+        return
+    render.print_table(rows, utcnow(), plain=plain)
+
+
+@click.command()
+@click.option("--interval", type=SECONDS, default=2.0, show_default=True)
+@click.option("--all", "show_all", is_flag=True, help="Include finished jobs.")
+@click.option("--plain", is_flag=True, help=PLAIN_HELP)
+@click.option("--count", type=click.IntRange(min=1), default=None,
+              help="Stop after this many refreshes.")
+@store_option
+@json_option
+@handle_errors
+def watch(interval: float, show_all: bool, plain: bool, count: int | None,
+          store_url: str | None, as_json: bool) -> None:
+    """`ls`, refreshed in place until Ctrl-C. When stdout is not a terminal (a pipe, a
+    file), or with --plain or --json, each refresh is printed after the last (--json: one
+    JSON array a line), a blank line between tables."""
+    import itertools
+    import json
+
+    refreshes = itertools.count() if count is None else range(count)
+    with open_service(store_url) as service:
+        try:
+            if as_json or plain or not render.out().is_terminal:
+                for i in refreshes:
+                    if i:
+                        time.sleep(interval)
+                    rows = service.jobs(include_finished=show_all)
+                    if as_json:
+                        click.echo(json.dumps([status_json(v) for v in rows], default=str))
+                    else:
+                        if i:
+                            click.echo("")
+                        render.print_table(rows, utcnow(), plain=plain)
+                return
+            from rich.live import Live
+
+            with Live(console=render.out(), refresh_per_second=2) as live:
+                for i in refreshes:
+                    if i:
+                        time.sleep(interval)
+                    live.update(render.table(service.jobs(include_finished=show_all),
+                                             utcnow()))
+        except KeyboardInterrupt:
+            return
+
+
+@click.command()
+@click.argument("job")
+@store_option
+@json_option
+@handle_errors
+def history(job: str, store_url: str | None, as_json: bool) -> None:
+    """The job's story: every committed event with its time, cause and the scheduler's words."""
+    with open_service(store_url) as service:
+        lines = service.history(job)
+    if as_json:
+        emit_json(history_json(lines))
+        return
+    for e, text in lines:
+        click.echo(render.history_line(e, text))
+
+
+@click.command()
+@click.argument("job")
+@click.option("--follow", "-f", is_flag=True, help="Follow the job across submissions until "
+              "its outcome is committed; exit with the job's exit code.")
+@click.option("--submission", type=click.IntRange(min=1), default=None,
+              help="Read this submission's logs (default: the latest).")
+@click.option("--tail", "-n", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Only the last N lines of each stream (read from the end of the file); "
+                   "with --follow, go on from there.")
+@store_option
+@json_option
+@handle_errors
+def logs(job: str, follow: bool, submission: int | None, tail: int | None,
+         store_url: str | None, as_json: bool) -> None:
+    """Print the job's logs where the backend keeps them.
+
+    --json: one JSON object a line, {"submission", "node", "line"} (node: the stream, a
+    node's log file or a pod; null for dispatch's own line between submissions)."""
+    import json
+
+    from dispatch.api import follow_log_lines, follow_log_text
+
+    with open_service(store_url) as service:
+        job_id = service.resolve(job)
+    out = click.get_binary_stream("stdout")
+    said_held: list[bool] = []
+
+    def on_poll(j: Job) -> None:
+        # A job held for a person waits for them, not for the scheduler: say it once.
+        if j.hold is None:
+            said_held.clear()
+        elif not said_held:
+            said_held.append(True)
+            render.err().print(f"job {job_id} is held ({cause_text(j.hold.cause)}) and waits "
+                               f"for you: `dispatch resubmit {job_id}` or `dispatch give-up "
+                               f"{job_id}` (or `dispatch cancel {job_id}`); still following")
+    try:
+        if as_json:
+            for n, node, text in follow_log_lines(store_url, job_id, submission=submission,
+                                                  follow=follow, tail=tail,
+                                                  on_poll=on_poll if follow else None):
+                doc = {"submission": n, "node": node, "line": text}
+                out.write(json.dumps(doc, ensure_ascii=False).encode() + b"\n")
+                out.flush()
+        else:
+            for text in follow_log_text(store_url, job_id, submission=submission,
+                                        follow=follow, tail=tail,
+                                        on_poll=on_poll if follow else None):
+                out.write(text.encode())
+                out.flush()
+    except KeyboardInterrupt:
+        sys.exit(EXIT_CANCELLED)
+    except BrokenPipeError:  # `dispatch logs J | head`: the reader has what it wanted
+        _quiet_stdout()
+        return
+    if follow:
+        from dispatch.cli.jobs import EXIT_BY_OUTCOME
+
+        with open_service(store_url) as service:
+            outcome = service.job(job_id).outcome
+        sys.exit(EXIT_BY_OUTCOME[outcome.state] if outcome is not None else 0)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the flush at exit meets no closed pipe."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # not a real file (an in-process runner)
+        pass
+    finally:
+        os.close(devnull)
+
+
+COMMANDS = (ls, watch, history, logs)
