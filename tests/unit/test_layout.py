@@ -23,6 +23,15 @@ def test_no_module_is_over_500_lines() -> None:
     assert too_long == {}
 
 
+def test_test_modules_have_unique_names() -> None:
+    """tests/ has no __init__.py: pytest imports each test file by its base name, and two
+    files of one name fail the whole run's collection ("import file mismatch")."""
+    seen: dict[str, list[str]] = {}
+    for p in sorted((REPO / "tests").rglob("test_*.py")):
+        seen.setdefault(p.name, []).append(str(p.relative_to(REPO)))
+    assert {name: where for name, where in seen.items() if len(where) > 1} == {}
+
+
 def test_no_slurm_output_file_sits_in_the_repository_root() -> None:
     """A job submitted without --output writes slurm-<id>.out where sbatch ran; tests and
     benches give every job an output path under a temporary directory (tests/conftest.py
