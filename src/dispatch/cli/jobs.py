@@ -60,11 +60,11 @@ def load_spec(path: Path) -> JobSpec:
     return load(path)
 
 
-def show(view: JobView, as_json: bool) -> None:
+def show(view: JobView, as_json: bool, verbose: bool = False) -> None:
     if as_json:
         emit_json(status_json(view))
     else:
-        render.print_status(view)
+        render.print_status(view, verbose)
 
 
 def _warn_unenforced(service: Service, spec: JobSpec, source: Path) -> None:
@@ -262,11 +262,13 @@ def _run_live(sup: Supervision, scope: str, service: Service, job_id: str,
 @click.option("--no-record", is_flag=True,
               help="Ask only the scheduler: object-only, never terminal.")
 @click.option("--backend", default=None, help="With --no-record: which scheduler to ask.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Also the application error's traceback tail.")
 @store_option
 @json_option
 @handle_errors
 def status(job: str, no_record: bool, backend: str | None, store_url: str | None,
-           as_json: bool) -> None:
+           as_json: bool, verbose: bool) -> None:
     """A job's state and the cause behind it (JOB: id or unique name).
 
     Exits 4 when its scheduler cannot be asked (the record's last committed state is shown)."""
@@ -289,7 +291,7 @@ def status(job: str, no_record: bool, backend: str | None, store_url: str | None
         return
     with open_service(store_url) as service:
         view = service.view(job)
-        show(view, as_json)
+        show(view, as_json, verbose)
         try:
             view.checked()  # an unreachable scheduler or an untrusted record: its exit code
         except DispatchError as e:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 from datetime import UTC, datetime
 from enum import StrEnum
 
@@ -58,11 +57,18 @@ class AppError(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
     note: str = ""
 
 
+# Linux's signal numbers (x86-64 and arm64 agree on these), named without the signal module:
+# the core does no I/O and reads nothing of the machine it runs on.
+_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT",
+            7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV",
+            12: "SIGUSR2", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM", 16: "SIGSTKFLT",
+            17: "SIGCHLD", 18: "SIGCONT", 19: "SIGSTOP", 20: "SIGTSTP", 21: "SIGTTIN",
+            22: "SIGTTOU", 23: "SIGURG", 24: "SIGXCPU", 25: "SIGXFSZ", 26: "SIGVTALRM",
+            27: "SIGPROF", 28: "SIGWINCH", 29: "SIGIO", 30: "SIGPWR", 31: "SIGSYS"}
+
+
 def signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"SIG{signum}"
+    return _SIGNALS.get(signum, f"SIG{signum}")
 
 
 def killed_by(signum: int) -> str:
@@ -160,7 +166,8 @@ def from_error_file(parsed: ErrorFile, *, node: str, rank: int | None = None,
     when = at
     if parsed.timestamp is not None and 0 < parsed.timestamp < 1 << 34:
         when = datetime.fromtimestamp(parsed.timestamp, UTC)
-    code = exit_code if exit_code is not None else parsed.error_code
+    # The agent's copy knows the worker's own exit (errorCode): it wins over the launcher's.
+    code = parsed.error_code if parsed.error_code is not None else exit_code
     if code is not None and code < 0 and signum is None:
         signum, code = -code, None
     return AppError(source=ErrorSource.TORCHELASTIC_ERROR_FILE,
