@@ -22,6 +22,7 @@ from dispatch.backends.slurm.parse import (
     SqueueJob,
     expand_nodelist,
 )
+from dispatch.core.app_error import killed_by
 from dispatch.core.model import (
     Cause,
     CauseKind,
@@ -274,7 +275,15 @@ def signal_from_sacct(row: SacctRow, steps: Sequence[SacctRow] = (), *,
     if squeue_exit is not None:  # squeue's wait status is exact; keep both words
         exit_ = msgspec.structs.replace(squeue_exit, text=row.exit.text)
         squeue_words = squeue_exit.text
-    elif exit_.code and not exit_.signal:
+    killed = step_killed_by(steps, exit_) if exit_.code and not exit_.signal else None
+    if killed is not None:
+        # A step's task died by a signal (its row: 0:9) and the batch script passed srun's
+        # 128+signal on: the exit is exactly that, and the signal is the end's words.
+        step, signum = killed
+        exit_ = msgspec.structs.replace(exit_, code=128 + signum)
+        note = (f"step {step} was {killed_by(signum)} (its ExitCode 0:{signum}); the job's "
+                f"exit {128 + signum} is that death passed on by the batch script")
+    elif squeue_exit is None and exit_.code and not exit_.signal:
         note = (f"sacct prints codes >= 128 less 128: exit code {exit_.code} or "
                 f"{exit_.code + 128}")
     return Signal(
@@ -289,6 +298,17 @@ def signal_from_sacct(row: SacctRow, steps: Sequence[SacctRow] = (), *,
         squeue_exit=squeue_words,
         note=note,
     )
+
+
+def step_killed_by(steps: Sequence[SacctRow], exit_: ExitStatus) -> tuple[str, int] | None:
+    """(step, signal) when a step of the job was killed by the signal the job's exit code
+    carries (sacct's 9:0, which drops 128, or squeue's exact 137, beside a step's 0:9)."""
+    code = exit_.code or 0
+    for s in steps:
+        signum = s.exit.signal
+        if signum and s.step not in ("extern",) and code in (signum, 128 + signum):
+            return s.step or "?", signum
+    return None
 
 
 # --------------------------------------------------------------------------- executions
