@@ -182,8 +182,9 @@ def from_error_file(parsed: ErrorFile, *, node: str, rank: int | None = None,
 # "KeyboardInterrupt" is not one (no colon), nor "  File ...".
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|"
                         r"Warning|Failure|Fault)(?::\s.*|:)?$")
-# torchrun's own wrapper, printed after the child's traceback: never the application's words.
-_WRAPPER = "ChildFailedError"
+# torchrun's own wrapper, printed after the child's traceback, and its agent's reaction to
+# being stopped: never the application's words.
+_WRAPPERS = ("ChildFailedError", "SignalException")
 # torchrun's "Root Cause (first observed failure):" block.
 _ROOT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
 _ROOT_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
@@ -191,6 +192,7 @@ _ROOT_HOST = re.compile(r"^\s*host\s*:\s*(\S+)")
 _ROOT_TB = re.compile(r"^\s*traceback\s*:\s*(.*)$")
 # torchrun puts "[rank1]: " (or "[default0]:") before each line of a worker's output.
 _PREFIX = re.compile(r"^\[[\w.-]{1,40}\]:\s?")
+_TORCH_SIGNAL = re.compile(r"^Signal (\d+) \(\w+\) received by PID (\d+)$")
 _NO_TRACEBACK = "To enable traceback see"
 _BORDER = re.compile(r"^[=\-]{8,}$")
 
@@ -207,17 +209,17 @@ class TailReading(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None = None
 
 
-def reduce_output(text: str) -> TailReading:
+def reduce_output(text: str, host: str = "") -> TailReading:
     """The last Python exception line when there is one (torchrun's ChildFailedError
     wrapper excepted), with the lines before it; else the last non-empty line, with the
     lines before it. Bounded: MOST_LINES lines, MOST_BYTES bytes."""
     lines = [ln.rstrip("\r") for ln in text.splitlines()]
-    root = _root_cause(lines)
+    root = _root_cause(lines, host)
     told = root.pop("message", "")
     found = None
     for i in range(len(lines) - 1, -1, -1):
         stripped = _PREFIX.sub("", lines[i].strip())
-        if _WRAPPER not in stripped and _EXCEPTION.match(stripped):
+        if not any(w in stripped for w in _WRAPPERS) and _EXCEPTION.match(stripped):
             found = i
             break
     if found is not None:
@@ -225,8 +227,10 @@ def reduce_output(text: str) -> TailReading:
         before = [ln for ln in lines[:found] if ln.strip()]
     elif isinstance(told, str) and told and not told.startswith(_NO_TRACEBACK):
         # torchrun's words for a rank that left no traceback ("Signal 9 (SIGKILL) received
-        # by PID 123"); the lines before its block are the output's end.
-        message = told
+        # by PID 123", said here as every signal is); the lines before its block are the
+        # output's end.
+        m = _TORCH_SIGNAL.match(told)
+        message = f"{killed_by(int(m.group(1)))} (pid {m.group(2)})" if m else told
         before = [ln for ln in lines if ln.strip() and not _BORDER.match(ln.strip())]
     else:
         kept = [ln for ln in lines if ln.strip() and not _BORDER.match(ln.strip())]
@@ -237,17 +241,25 @@ def reduce_output(text: str) -> TailReading:
                        traceback_tail=bounded_tail(before), **root)  # type: ignore[arg-type]
 
 
-def _root_cause(lines: list[str]) -> dict[str, object]:
-    """Rank, local rank, host and exit code from torchrun's last "Root Cause" block."""
-    start = None
-    for i in range(len(lines) - 1, -1, -1):
-        if "Root Cause (first observed failure)" in lines[i]:
-            start = i
-            break
+def _root_cause(lines: list[str], host: str = "") -> dict[str, object]:
+    """Rank, local rank, host and exit code from torchrun's "Root Cause" block. One output may
+    hold every node's launcher: the last block of ``host`` when given, else the last block
+    that is not a launcher stopped by SIGTERM (the others' reaction), else the last."""
+    blocks = [_root_block(lines[i + 1:i + 12]) for i, ln in enumerate(lines)
+              if "Root Cause (first observed failure)" in ln]
+    if not blocks:
+        return {}
+    if host:
+        mine = [b for b in blocks if str(b.get("host", "")).split(".")[0] == host]
+        if mine:
+            return mine[-1]
+    causes = [b for b in blocks if b.get("exit_code") != -15]
+    return (causes or blocks)[-1]
+
+
+def _root_block(block: list[str]) -> dict[str, object]:
     out: dict[str, object] = {}
-    if start is None:
-        return out
-    for ln in lines[start + 1:start + 12]:
+    for ln in block:
         if (m := _ROOT_RANK.match(ln)) is not None:
             out["rank"], out["local_rank"] = int(m.group(1)), int(m.group(2))
         elif (m := _ROOT_EXIT.match(ln)) is not None:
@@ -259,13 +271,43 @@ def _root_cause(lines: list[str]) -> dict[str, object]:
     return out
 
 
+# srun's words for a task that failed: "srun: error: n2: task 1: Exited with exit code 1",
+# "srun: error: n2: task 1: Killed".
+_SRUN = re.compile(r"^srun: error: (\S+): tasks? (\d+)(?:-\d+)?: (.*)$")
+_SRUN_EXIT = re.compile(r"Exited with exit code (\d+)")
+_SRUN_SIGNALS = {"Killed": 9, "Terminated": 15, "Segmentation fault": 11, "Aborted": 6,
+                 "Bus error": 7, "Floating point exception": 8}
+
+
+class SrunFailure(msgspec.Struct, frozen=True, kw_only=True):
+    node: str
+    task: int
+    exit_code: int | None = None
+    signal: int | None = None
+
+
+def srun_failure(text: str) -> SrunFailure | None:
+    """The first task srun reports failed, with its node and how it ended."""
+    for ln in text.splitlines():
+        m = _SRUN.match(ln.strip())
+        if m is None:
+            continue
+        how = m.group(3)
+        code = _SRUN_EXIT.search(how)
+        signum = next((n for word, n in _SRUN_SIGNALS.items() if how.startswith(word)), None)
+        return SrunFailure(node=m.group(1), task=int(m.group(2)),
+                           exit_code=int(code.group(1)) if code else None, signal=signum)
+    return None
+
+
 def from_output(text: str, *, node: str, source: ErrorSource = ErrorSource.OUTPUT_TAIL,
                 rank: int | None = None, exit_code: int | None = None,
                 signum: int | None = None, at: datetime | None = None,
-                note: str = "") -> AppError:
+                note: str = "", host: str = "") -> AppError:
     """The AppError the end of a node's output (or a termination message) tells. What
-    torchrun's Root Cause block says of rank and exit wins over what the caller guessed."""
-    r = reduce_output(text)
+    torchrun's Root Cause block (of ``host``, when given) says of rank and exit wins over
+    what the caller guessed."""
+    r = reduce_output(text, host)
     code = r.exit_code if r.exit_code is not None else exit_code
     if code is not None and code < 0:
         signum, code = -code, None

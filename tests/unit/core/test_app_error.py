@@ -174,7 +174,8 @@ def test_torchruns_root_cause_for_a_signal() -> None:
         "[rank1]: FloatingPointError: loss is NaN\n", "")
     e = from_output(text, node="node2")
     assert e.signal == 9 and e.exit_code is None
-    assert e.message == "Signal 9 (SIGKILL) received by PID 4242"
+    assert e.message == "killed by signal 9 (SIGKILL) (pid 4242)"
+    assert one_line(e) == "rank 3 (local rank 1) on node2: killed by signal 9 (SIGKILL) (pid 4242)"
     assert (e.rank, e.local_rank) == (3, 1)
 
 
@@ -343,7 +344,7 @@ def test_an_older_execution_without_error_still_reads() -> None:
 @pytest.mark.parametrize(("name", "message", "exit_code", "signum"), [
     ("rec", "FloatingPointError: loss is NaN at step 7", 1, None),
     ("norec", "FloatingPointError: loss is NaN at step 7", 1, None),
-    ("kill", "Signal 9 (SIGKILL) received by PID 5206", None, 9),
+    ("kill", "killed by signal 9 (SIGKILL) (pid 5206)", None, 9),
 ])
 def test_real_torchrun_output_tails(name: str, message: str, exit_code: int | None,
                                     signum: int | None) -> None:

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from dispatch.backends.base import DryRun, Submission, SubmitRejected
-from dispatch.backends.slurm import mapping
+from dispatch.backends.slurm import app_errors, mapping
 from dispatch.backends.slurm.array_mapping import array_report
 from dispatch.backends.slurm.compact import parse_squeue_compact, squeue_argv
 from dispatch.backends.slurm.nodes import (
@@ -355,6 +355,8 @@ class SlurmBackend:
             was_held=ref in self._held, preempt_mode=self._preempt_mode)
         if report is None:
             return None
+        if report.ended and app_errors.wants_error(report):  # the application's own words
+            report = app_errors.with_error(report, next(iter(self.logs(ref)), None))
         if report.lost_since is not None:
             self._lost_since.setdefault(ref, report.lost_since)
         else:
