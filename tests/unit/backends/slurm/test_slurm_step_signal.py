@@ -8,6 +8,7 @@ a script's own ``exit 137`` with no killed step keeps the old "9 or 137" note.""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +67,19 @@ def test_object_report_from_accounting_says_signal_9() -> None:
     assert report.cause.exit_code == 137
     assert "step 0 was killed by signal 9 (SIGKILL)" in report.cause.note
     assert "step 0 FAILED 0:9" in report.cause.detail
+
+
+def test_captured_on_the_2205_testbed() -> None:
+    """tests/fixtures/slurm/22.05/step-sigkill.sacct.txt: `python -c os.kill(self, SIGKILL)`
+    under srun on the 22.05 testbed (2026-12-02): job 9:0, DerivedExitCode 0:9, step 0:9
+    (CANCELLED)."""
+    text = (Path(__file__).resolve().parents[3] / "fixtures" / "slurm" / "22.05"
+            / "step-sigkill.sacct.txt").read_text()
+    groups = group_sacct(parse_sacct(text))
+    (ref,) = groups
+    report = object_report(ref=ref, token=None, job=None, groups=groups[ref], nodes={},
+                           lost_since=None, now=NOW)
+    assert report.cause.kind is K.NON_ZERO_EXIT and report.cause.exit_code == 137
+    assert "killed by signal 9 (SIGKILL)" in report.cause.note
+    assert "9 or 137" not in report.cause.note
+    assert "ExitCode=9:0" in report.cause.detail
