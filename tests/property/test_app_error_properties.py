@@ -55,7 +55,8 @@ def test_an_error_never_changes_what_is_decided(data: st.DataObject, policy: Rec
         look = data.draw(core.chaotic_look(sim.job, sim.now))
         with_errors = decide(sim.job, look, sim.plan, sim.now)
         without = decide(sim.job, _without_errors(look), sim.plan, sim.now)
-        assert _classifying(with_errors) == without
+        # (an error already in the record rides on both sides' escalations: taken out of both)
+        assert _classifying(with_errors) == _classifying(without)
         before = sim.job
         sim.append(to_events(with_errors, before, sim.now))
         # the state and the cause a caller reads do not depend on the errors either

@@ -153,9 +153,9 @@ def _with_error(job: Job, out: list[Decision]) -> list[Decision]:
     error = recorded[-1] if recorded else job.error
     if error is None:
         return out
-    return [msgspec.structs.replace(d, error=error,
-                                    message=f"{d.message}; application error: "
-                                            f"{one_line(error)}")
+    said = one_line(error)
+    return [msgspec.structs.replace(d, error=error, message=f"{d.message}; application error: "
+                                    f"{said}" if said else d.message)
             if isinstance(d, Escalate) and d.error is None else d for d in out]
 
 
