@@ -69,11 +69,12 @@ def test_object_report_from_accounting_says_signal_9() -> None:
     assert "step 0 FAILED 0:9" in report.cause.detail
 
 
-def test_captured_on_the_2205_testbed() -> None:
-    """tests/fixtures/slurm/22.05/step-sigkill.sacct.txt: `python -c os.kill(self, SIGKILL)`
-    under srun on the 22.05 testbed (2026-12-02): job 9:0, DerivedExitCode 0:9, step 0:9
+@pytest.mark.parametrize("version", ["22.05", "24.11"])
+def test_captured_on_the_testbeds(version: str) -> None:
+    """tests/fixtures/slurm/<version>/step-sigkill.sacct.txt: `python -c os.kill(self,
+    SIGKILL)` under srun on each testbed (2026-12-02): job 9:0, DerivedExitCode 0:9, step 0:9
     (CANCELLED)."""
-    text = (Path(__file__).resolve().parents[3] / "fixtures" / "slurm" / "22.05"
+    text = (Path(__file__).resolve().parents[3] / "fixtures" / "slurm" / version
             / "step-sigkill.sacct.txt").read_text()
     groups = group_sacct(parse_sacct(text))
     (ref,) = groups
