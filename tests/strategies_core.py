@@ -15,6 +15,7 @@ import msgspec
 from hypothesis import strategies as st
 
 from dispatch.core import events as ev
+from dispatch.core.app_error import AppError, ErrorSource
 from dispatch.core.decide import Decision, decide, to_events
 from dispatch.core.model import (
     Cause,
@@ -151,11 +152,19 @@ causes = st.builds(
     detail=words, note=words, exit_code=st.none() | st.integers(-255, 255),
     at=st.none() | datetimes,
 )
+app_errors = st.builds(
+    AppError, source=st.sampled_from(ErrorSource), message=st.text(max_size=40),
+    rank=st.none() | st.integers(0, 4096), local_rank=st.none() | st.integers(0, 16),
+    node=words, exit_code=st.none() | st.integers(-255, 255),
+    signal=st.none() | st.integers(1, 64), traceback_tail=st.text(max_size=60),
+    at=st.none() | datetimes, note=words,
+)
 node_names = st.lists(st.sampled_from(["n1", "n2", "n3", "n4"]), max_size=3, unique=True).map(
     tuple)
 executions = st.builds(
     Execution, index=st.integers(0, 10), started_at=st.none() | datetimes,
     ended_at=st.none() | datetimes, cause=st.none() | causes, nodes=node_names,
+    error=st.none() | app_errors,
 )
 object_reports = st.builds(
     ObjectReport, ref=small_text, token=st.none() | small_text, state=states, cause=causes,
@@ -181,6 +190,7 @@ statuses = st.builds(
     objects=st.lists(small_text, max_size=3).map(tuple), settled=st.booleans(),
     forecast=st.none() | st.builds(Forecast, state=states, cause=st.none() | causes),
     scheduler_seen=st.booleans(), backend=small_text, created_at=st.none() | datetimes,
+    error=st.none() | app_errors,
 )
 rules = st.builds(
     Rule, on=st.lists(cause_kinds, max_size=4).map(tuple), action=actions,
@@ -216,6 +226,7 @@ MODEL_STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
     "Transition": transitions,
     "Escalation": escalations,
     "Status": statuses,
+    "AppError": app_errors,
     "Forecast": st.builds(Forecast, state=states, cause=st.none() | causes),
     "Rule": rules,
     "RecoveryPolicy": policies,
@@ -245,6 +256,9 @@ EVENT_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     ev.ExecutionEnded: st.builds(ev.ExecutionEnded, seq=_seq, at=datetimes, submission=_sub,
                                  ref=small_text, execution=st.integers(0, 10), cause=causes,
                                  final=st.booleans()),
+    ev.ApplicationErrorRecorded: st.builds(ev.ApplicationErrorRecorded, seq=_seq, at=datetimes,
+                                           submission=_sub, execution=st.integers(0, 10),
+                                           error=app_errors),
     ev.RecoveryStarted: st.builds(ev.RecoveryStarted, seq=_seq, at=datetimes,
                                   rule=st.integers(0, 5), action=actions, cause=causes,
                                   native=st.booleans()),

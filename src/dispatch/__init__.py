@@ -33,12 +33,12 @@ from dispatch.errors import (
 )
 
 if TYPE_CHECKING:
-    from dispatch.api import HistoryLine, Job, get, jobs, submit
+    from dispatch.api import HistoryLine, Job, JobFailed, get, jobs, submit
     from dispatch.core.record import fold
     from dispatch.core.status import project
 
 DISTRIBUTION = "dispatch-jobs"
-_API = frozenset({"HistoryLine", "Job", "get", "jobs", "submit"})
+_API = frozenset({"HistoryLine", "Job", "JobFailed", "get", "jobs", "submit"})
 
 
 def __getattr__(name: str) -> Any:
@@ -76,6 +76,7 @@ __all__ = [
     "Execution",
     "HistoryLine",
     "Job",
+    "JobFailed",
     "Level",
     "NotFound",
     "ObjectReport",

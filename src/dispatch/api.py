@@ -28,10 +28,10 @@ from typing import Any, NamedTuple
 
 from dispatch.backends.base import LogSource
 from dispatch.core import events as ev
-from dispatch.core.model import SchedulerUnreachable, Status
+from dispatch.core.model import SchedulerUnreachable, State, Status
 from dispatch.core.record import Job as RecordJob
 from dispatch.core.spec import JobSpec, SpecError, parse_spec
-from dispatch.errors import BadInput
+from dispatch.errors import EXIT_FAILED, BadInput, DispatchError
 from dispatch.logread import LogTail, text_of
 from dispatch.service import Service
 from dispatch.service.views import cause_text
@@ -133,6 +133,27 @@ def jobs(all: bool = False, *, store: Store = None) -> list[Job]:  # noqa: A002 
     return [Job(r.job_id, store=store) for r in rows]
 
 
+class JobFailed(DispatchError):
+    """``Job.wait(check=True)``: the job's committed outcome is failed. ``status`` is its
+    final Status; ``error`` the application's own error of its last end (its first failing
+    rank and words), when one was captured; the message carries both voices."""
+
+    exit_code = EXIT_FAILED
+    error_code = "job-failed"
+
+    def __init__(self, status: Status) -> None:
+        from dispatch.core.app_error import one_line
+
+        self.status = status
+        self.error = status.error
+        words = f"job {status.job} ({status.name}) failed: {cause_text(status.cause)}"
+        if status.cause is not None and status.cause.detail:
+            words += f" — {status.cause.detail}"
+        if status.error is not None:
+            words += f"; application error: {one_line(status.error)}"
+        super().__init__(words)
+
+
 class HistoryLine(NamedTuple):
     """One committed event of a job's story and its line of text (as ``dispatch history``
     prints it)."""
@@ -187,8 +208,10 @@ class Job:
         return view.status
 
     def wait(self, timeout: float | None = None, *, poll: float = WAIT_POLL_S,
-             supervise: bool = True) -> Status:
-        """Block until the job's outcome is committed; return its final Status.
+             supervise: bool = True, check: bool = False) -> Status:
+        """Block until the job's outcome is committed; return its final Status (whatever
+        the outcome; with ``check``, a failed one raises ``JobFailed`` carrying the status
+        and the application's error).
 
         With ``supervise`` (the default) this process supervises the job's scope while it
         waits, exactly as ``dispatch run`` does, under the scope's lease: when no supervisor
@@ -206,6 +229,12 @@ class Job:
 
         timeout = timeout_seconds(timeout, "Job.wait timeout")
         poll = poll_seconds(poll, "Job.wait poll")
+        final = self._wait(timeout, poll, supervise)
+        if check and final.state is State.FAILED:
+            raise JobFailed(final)
+        return final
+
+    def _wait(self, timeout: float | None, poll: float, supervise: bool) -> Status:
         deadline = None if timeout is None else time.monotonic() + timeout
         with _open(self.store) as service:
             if not supervise:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from dispatch.core.app_error import AppError, error_json
 from dispatch.core.codec import cause_json
 from dispatch.core.model import Cause
 from dispatch.core.record import Job
@@ -25,13 +26,16 @@ log = logging.getLogger("dispatch.escalation")
 
 
 def escalation_payload(job: Job, message: str, cause: Cause | None,
-                       at: datetime) -> dict[str, Any]:
+                       at: datetime, error: AppError | None = None) -> dict[str, Any]:
+    """``error``: the application's own error of the end escalated (its first failing rank
+    and words), apart from the cause (the scheduler's and dispatch's words)."""
     return {
         "job": job.id,
         "name": job.name,
         "backend": job.spec.backend,
         "message": message,
         "cause": cause_json(cause),
+        "error": error_json(error),
         "at": at.isoformat(),
     }
 
@@ -102,8 +106,9 @@ class Notifier:
         self.delivered: list[dict[str, Any]] = []
         self.failed: list[dict[str, Any]] = []
 
-    def escalate(self, job: Job, message: str, cause: Cause | None, at: datetime) -> None:
-        payload = escalation_payload(job, message, cause, at)
+    def escalate(self, job: Job, message: str, cause: Cause | None, at: datetime,
+                 error: AppError | None = None) -> None:
+        payload = escalation_payload(job, message, cause, at, error)
         log.error("ESCALATION job %s (%s): %s [%s]", job.id, job.name, message,
                   cause.kind.value if cause else "-")
         if self.webhook or self.command:

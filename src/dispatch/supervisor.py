@@ -174,7 +174,7 @@ class Supervisor:
                 elif isinstance(d, dc.PublishSegment):
                     self._publish_segment(job, d, report)
                 elif isinstance(d, dc.Escalate):
-                    self.notifier.escalate(job, d.message, d.cause, self.clock())
+                    self.notifier.escalate(job, d.message, d.cause, self.clock(), d.error)
                 elif isinstance(d, dc.Commit):
                     log.info("job %s (%s) committed %s: %s", job.id, job.name, d.state.value,
                              d.cause.kind.value)

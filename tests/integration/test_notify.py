@@ -62,6 +62,7 @@ def test_webhook_is_retried_with_backoff_until_delivered() -> None:
         "cause": {"kind": "out-of-memory", "provenance": "scheduler", "actor": None,
                   "detail": "OUT_OF_MEMORY", "note": "", "exit_code": None,
                   "at": "2026-11-30T00:00:00+00:00"},
+        "error": None,  # no application error captured for this end
         "at": NOW.isoformat()}]
     assert len(notifier.delivered) == 1 and not notifier.failed
 
@@ -82,6 +83,30 @@ def test_command_gets_the_escalation_on_stdin(tmp_path: Path) -> None:
     notifier.escalate(JOB, "rules[0] budget spent (1/1) on out-of-memory", CAUSE, NOW)
     notifier.close(timeout=30)
     assert json.loads(out.read_text())["message"].startswith("rules[0] budget spent")
+
+
+def test_the_escalation_command_gets_the_applications_error(tmp_path: Path) -> None:
+    """Issue 23: the payload carries the application's error apart from the cause."""
+    from dispatch.core.app_error import AppError, ErrorSource
+
+    out = tmp_path / "got.json"
+    argv = [sys.executable, "-c",
+            f"import sys; open({str(out)!r}, 'w').write(sys.stdin.read())"]
+    error = AppError(source=ErrorSource.TORCHELASTIC_ERROR_FILE, rank=1, node="node1",
+                     message="FloatingPointError: loss is NaN", exit_code=1,
+                     traceback_tail="Traceback (most recent call last):", at=NOW)
+    notifier = Notifier(command=argv)
+    notifier.escalate(JOB, "no rule covers non-zero-exit; application error: rank 1 on "
+                      "node1: FloatingPointError: loss is NaN", CAUSE, NOW, error)
+    notifier.close(timeout=30)
+    got = json.loads(out.read_text())
+    assert got["error"] == {
+        "rank": 1, "local_rank": None, "node": "node1", "exit_code": 1, "signal": None,
+        "signal_name": None, "message": "FloatingPointError: loss is NaN",
+        "traceback_tail": "Traceback (most recent call last):",
+        "source": "torchelastic-error-file", "at": NOW.isoformat(), "note": ""}
+    assert got["cause"]["kind"] == "out-of-memory"
+    assert "FloatingPointError" not in got["cause"]["detail"] + got["cause"]["note"]
 
 
 def test_escalations_from_many_threads_at_once_start_one_drain_and_all_are_delivered(

@@ -183,6 +183,8 @@ def materialize(
                     "labels": {
                         **job_labels,
                         "batch.kubernetes.io/job-name": job["metadata"]["name"],
+                        # an Indexed Job's pod carries its index (Kubernetes >= 1.28)
+                        "batch.kubernetes.io/job-completion-index": str(i),
                     },
                     "ownerReferences": [owner(job)],
                 },
@@ -224,14 +226,17 @@ def terminate(
     exit_code: int,
     at: str = T1,
     phase: str = "Failed",
+    message: str | None = None,
 ) -> None:
-    """The kubelet reports the container terminated."""
+    """The kubelet reports the container terminated (``message``: what the container left
+    as its termination message)."""
     current = fake.get("Pod", namespace, pod)
     assert current is not None
     statuses = current["status"]["containerStatuses"]
-    statuses[0]["state"] = {
-        "terminated": {"exitCode": exit_code, "reason": reason, "startedAt": T0, "finishedAt": at}
-    }
+    terminated = {"exitCode": exit_code, "reason": reason, "startedAt": T0, "finishedAt": at}
+    if message is not None:
+        terminated["message"] = message
+    statuses[0]["state"] = {"terminated": terminated}
     statuses[0]["ready"] = False
     fake.update("Pod", namespace, pod, {"status": {"phase": phase, "containerStatuses": statuses}})
 

@@ -59,9 +59,10 @@ def load_spec(path: Path) -> JobSpec:
     return load(path)
 
 
-def show(view: JobView, as_json: bool, service: Service | None = None) -> None:
-    """The status; with ``service``, a job held for a person also gets the commands that
-    resolve its hold."""
+def show(view: JobView, as_json: bool, service: Service | None = None,
+         verbose: bool = False) -> None:
+    """The status (``verbose``: the application's traceback tail too); with ``service``, a
+    job held for a person also gets the commands that resolve its hold."""
     if as_json:
         emit_json(status_json(view))
         return
@@ -70,7 +71,7 @@ def show(view: JobView, as_json: bool, service: Service | None = None) -> None:
     if service is not None and s is not None and s.state is State.HELD \
             and service.job(s.job).hold is not None:
         extra = render.next_steps(s.job)
-    render.print_status(view, extra)
+    render.print_status(view, extra, verbose)
 
 
 def _warn_unenforced(service: Service, spec: JobSpec, source: Path) -> None:
@@ -283,11 +284,13 @@ def _run_live(sup: Supervision, scope: str, service: Service, job_id: str,
 @click.option("--no-record", is_flag=True,
               help="Ask only the scheduler: object-only, never terminal.")
 @click.option("--backend", default=None, help="With --no-record: which scheduler to ask.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Also the application error's traceback tail.")
 @store_option
 @json_option
 @handle_errors
 def status(job: str, no_record: bool, backend: str | None, store_url: str | None,
-           as_json: bool) -> None:
+           as_json: bool, verbose: bool) -> None:
     """A job's state and the cause behind it (JOB: id or unique name).
 
     Exits 4 when its scheduler cannot be asked (the record's last committed state is shown)."""
@@ -310,7 +313,7 @@ def status(job: str, no_record: bool, backend: str | None, store_url: str | None
         return
     with open_service(store_url) as service:
         view = service.view(job)
-        show(view, as_json, service)
+        show(view, as_json, service, verbose)
         try:
             view.checked()  # an unreachable scheduler or an untrusted record: its exit code
         except DispatchError as e:

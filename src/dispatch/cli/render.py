@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
+    from dispatch.core.app_error import AppError
+
 STATE_STYLE = {
     State.PENDING: "yellow", State.HELD: "magenta", State.RUNNING: "cyan",
     State.RECOVERING: "bold yellow", State.SUCCEEDED: "green", State.FAILED: "bold red",
@@ -191,9 +193,16 @@ def table(rows: Sequence[JobView], now: datetime) -> Table:
     cols = list(COLUMNS)
     for col in cols + (["FORECAST"] if forecasts else []):
         t.add_column(col)
+    errors = any(v.status is not None and v.status.error is not None for v in rows)
+    if errors:  # the application's words, short; cut only on a terminal
+        cut = styles_stdout()
+        t.add_column("ERROR", no_wrap=cut, overflow="ellipsis" if cut else "fold",
+                     max_width=60 if cut else None)
     for v in rows:
         s = v.status
         extra = [Text(forecast_text(v), style="italic")] if forecasts else []
+        if errors:
+            extra.append(Text(error_short(s.error) if s is not None and s.error else ""))
         if s is None:
             t.add_row(Text(visible(v.job)), Text("?"), state_text(v), Text(visible(v.problem)),
                       "-", "-", "-", *extra)
@@ -253,8 +262,8 @@ def next_steps(job_id: str) -> list[Line]:
             line(visible(f"    dispatch cancel {job_id}      # or cancel it"))]
 
 
-def print_status(view: JobView, extra: Sequence[Line] = ()) -> None:
-    lines = status_lines(view) + list(extra)
+def print_status(view: JobView, extra: Sequence[Line] = (), verbose: bool = False) -> None:
+    lines = status_lines(view, verbose) + list(extra)
     plain = [x.plain for x in lines]
     # Rich expands tabs to its tab stops (by cell width): such a line is left to Rich.
     if styles_stdout() or any("\t" in x for x in plain):
@@ -265,9 +274,10 @@ def print_status(view: JobView, extra: Sequence[Line] = ()) -> None:
     sys.stdout.flush()
 
 
-def status_lines(view: JobView) -> list[Line]:
+def status_lines(view: JobView, verbose: bool = False) -> list[Line]:
     """The status as lines, every name and word made visible (``visible``); a scheduler's
-    detail, a note or an escalation that spans lines goes on indented lines of its own."""
+    detail, a note or an escalation that spans lines goes on indented lines of its own.
+    ``verbose``: the application error's traceback tail too."""
     s = view.status
     if s is None:
         return [line(visible(f"{view.job}: {view.problem}"), "bold red")]
@@ -282,6 +292,8 @@ def status_lines(view: JobView) -> list[Line]:
         lines += _indented(f"  provenance: {s.cause.provenance.value}"
                            + (f"  detail: {s.cause.detail}" if s.cause.detail else "")
                            + (f"  note: {s.cause.note}" if s.cause.note else ""))
+    if s.error is not None:
+        lines += error_lines(s.error, verbose)
     if s.forecast is not None:
         lines.append(line(visible(f"  forecast (not yet committed): {s.forecast.state.value}, "
                                   f"cause {cause_text(s.forecast.cause)}"), "italic"))
@@ -298,6 +310,27 @@ def status_lines(view: JobView) -> list[Line]:
     if s.superseded_by:
         lines.append(line(visible(f"  superseded by {s.superseded_by}")))
     return lines
+
+
+def error_short(e: AppError) -> str:
+    """The application's error in a list: its words only (where is in ``status``)."""
+    from dispatch.core.app_error import short
+
+    return short(e, width=10_000)
+
+
+def error_lines(e: AppError, verbose: bool) -> list[Line]:
+    """``error: rank 1 on node1: FloatingPointError: loss is NaN`` (the application's
+    words, from where), dispatch's note on reading them, and with ``verbose`` the traceback
+    tail, each line made visible."""
+    from dispatch.core.app_error import one_line
+
+    out = [Line((("  error", "red"), f": {one_line(e)}  ({e.source.value})"))]
+    if e.note:
+        out.append(line(visible(f"    note: {e.note}")))
+    if verbose and e.traceback_tail:
+        out += [line(f"    | {visible(t)}") for t in e.traceback_tail.split("\n")]
+    return out
 
 
 def _indented(text: str) -> list[Line]:

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 import msgspec
 
+from dispatch.core.app_error import AppError, one_line
 from dispatch.core.attribution import attribute_end, excluded_nodes
 from dispatch.core.decisions import (
     SUPERVISOR,
@@ -26,6 +27,7 @@ from dispatch.core.decisions import (
     PlaceHold,
     PublishSegment,
     RecordEnd,
+    RecordError,
     RetrySubmit,
     StartRecovery,
     Stop,
@@ -55,19 +57,21 @@ RESEND_AFTER = timedelta(seconds=30)
 
 
 
-def _ended_executions(obj: ObjectReport) -> list[tuple[int, Cause, bool]]:
-    """(index, cause, final) for every ended execution of an object, oldest first. The
-    object's own cause closes its last execution when the backend left that one open."""
-    out: list[tuple[int, Cause, bool]] = []
+def _ended_executions(obj: ObjectReport) -> list[tuple[int, Cause, bool, AppError | None]]:
+    """(index, cause, final, the application's error) for every ended execution of an
+    object, oldest first. The object's own cause closes its last execution when the backend
+    left that one open."""
+    out: list[tuple[int, Cause, bool, AppError | None]] = []
     n = len(obj.executions)
     for ex in obj.executions:
         if ex.cause is not None:
-            out.append((ex.index, ex.cause, obj.ended and ex is obj.executions[-1]))
+            out.append((ex.index, ex.cause, obj.ended and ex is obj.executions[-1], ex.error))
     if obj.ended:
         if n == 0:
-            out.append((0, obj.cause, True))
+            out.append((0, obj.cause, True, None))
         elif obj.executions[-1].cause is None:
-            out.append((obj.executions[-1].index, obj.cause, True))
+            last = obj.executions[-1]
+            out.append((last.index, obj.cause, True, last.error))
     return out
 
 
@@ -134,8 +138,25 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
     """
     out = _decide(job, discovery, plan, now, attempt_lease, resend_after)
     avoid = excluded_nodes(job.segments)
-    return [msgspec.structs.replace(d, exclude_nodes=avoid)
-            if avoid and isinstance(d, Submit) else d for d in out]
+    out = [msgspec.structs.replace(d, exclude_nodes=avoid)
+           if avoid and isinstance(d, Submit) else d for d in out]
+    return _with_error(job, out)
+
+
+def _with_error(job: Job, out: list[Decision]) -> list[Decision]:
+    """An escalation of an end carries the application's error of that end: recorded in
+    this batch, else the one the record holds for the latest end. The message quotes it,
+    labelled as the application's; the cause is untouched."""
+    if not any(isinstance(d, Escalate) for d in out):
+        return out
+    recorded = [d.error for d in out if isinstance(d, RecordError)]
+    error = recorded[-1] if recorded else job.error
+    if error is None:
+        return out
+    said = one_line(error)
+    return [msgspec.structs.replace(d, error=error, message=f"{d.message}; application error: "
+                                    f"{said}" if said else d.message)
+            if isinstance(d, Escalate) and d.error is None else d for d in out]
 
 
 @dataclass
@@ -262,7 +283,7 @@ def _record_ends(job: Job, plan: Plan, seen: _Seen, ends: _Ends, now: datetime,
             continue
         recorded = set(s.executions_recorded)
         closed = s.ended
-        for index, cause, final in _ended_executions(o):
+        for index, cause, final, error in _ended_executions(o):
             if index in recorded:
                 continue
             cause = _own_stop(s, cause, plan.declarations.marks_stops)
@@ -271,6 +292,9 @@ def _record_ends(job: Job, plan: Plan, seen: _Seen, ends: _Ends, now: datetime,
                                   array=job.spec.slurm.get("array") is not None)
             out.append(RecordEnd(submission=s.number, ref=r, execution=index, cause=cause,
                                  final=final and not s.ended))
+            if error is not None and not job.has_error(s.number, index):
+                # The application's words, beside the end and never in its cause.
+                out.append(RecordError(submission=s.number, execution=index, error=error))
             recorded.add(index)
             if final and not s.ended:
                 closed = True
@@ -444,6 +468,7 @@ __all__ = [
     "PlaceHold",
     "PublishSegment",
     "RecordEnd",
+    "RecordError",
     "RetrySubmit",
     "StartRecovery",
     "Stop",

@@ -13,6 +13,7 @@ from typing import assert_never
 import msgspec
 
 from dispatch.core import events as ev
+from dispatch.core.app_error import AppError
 from dispatch.core.model import Cause, State
 from dispatch.core.policy import Action
 from dispatch.core.record import Job
@@ -32,6 +33,15 @@ class RecordEnd(_Decision, frozen=True):
     execution: int
     cause: Cause
     final: bool
+
+
+class RecordError(_Decision, frozen=True):
+    """The application's own error for an ended execution, as the backend read it: record
+    it once beside the end (never changes the end's cause)."""
+
+    submission: int
+    execution: int
+    error: AppError
 
 
 class Bind(_Decision, frozen=True):
@@ -97,6 +107,7 @@ class PlaceHold(_Decision, frozen=True):
 class Escalate(_Decision, frozen=True):
     message: str
     cause: Cause | None
+    error: AppError | None = None  # the application's error of the end escalated
 
 
 class StopDuplicate(_Decision, frozen=True):
@@ -116,8 +127,8 @@ class PublishSegment(_Decision, frozen=True):
 
 
 Decision = (
-    RecordEnd | Bind | Submit | RetrySubmit | StartRecovery | Stop | CancelObject | OpenGate
-    | Commit | PlaceHold | Escalate | StopDuplicate | PublishSegment
+    RecordEnd | RecordError | Bind | Submit | RetrySubmit | StartRecovery | Stop | CancelObject
+    | OpenGate | Commit | PlaceHold | Escalate | StopDuplicate | PublishSegment
 )
 
 
@@ -140,6 +151,9 @@ def _event(d: Decision, seq: int, now: datetime, supervisor: str,
         case RecordEnd():
             return ev.ExecutionEnded(seq=seq, at=now, submission=d.submission, ref=d.ref,
                                      execution=d.execution, cause=d.cause, final=d.final)
+        case RecordError():
+            return ev.ApplicationErrorRecorded(seq=seq, at=now, submission=d.submission,
+                                               execution=d.execution, error=d.error)
         case Bind():
             return ev.SubmissionBound(seq=seq, at=now, submission=d.submission, ref=d.ref)
         case Submit():

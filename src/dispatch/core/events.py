@@ -11,6 +11,7 @@ from typing import Literal
 
 import msgspec
 
+from dispatch.core.app_error import AppError
 from dispatch.core.model import Cause, State
 from dispatch.core.policy import Action, Declarations
 from dispatch.core.spec import JobSpec
@@ -76,6 +77,21 @@ class ExecutionEnded(_Event, tag="execution-ended", frozen=True):
     execution: int
     cause: Cause
     final: bool = True  # the object itself ended (False: the scheduler runs it again)
+
+
+class ApplicationErrorRecorded(_Event, tag="application-error", frozen=True):
+    """The application's own error for one ended execution (its first failing rank and its
+    words), recorded once per (submission, execution). The third voice: it never changes
+    the execution's cause (DESIGN: "Three voices, never mixed").
+
+    ``format``: this event's own version. A record written by a later format is refused
+    on decode (exit 5), never misread; records written before this event existed read as
+    they always did."""
+
+    submission: int
+    execution: int
+    error: AppError
+    format: Literal[1] = 1
 
 
 class RecoveryStarted(_Event, tag="recovery-started", frozen=True):
@@ -188,6 +204,7 @@ Event = (
     | SubmissionBound
     | SubmissionRejected
     | ExecutionEnded
+    | ApplicationErrorRecorded
     | RecoveryStarted
     | HoldPlaced
     | HoldReleased
@@ -211,6 +228,7 @@ EVENT_TYPES: tuple[type[_Event], ...] = (
     SubmissionBound,
     SubmissionRejected,
     ExecutionEnded,
+    ApplicationErrorRecorded,
     RecoveryStarted,
     HoldPlaced,
     HoldReleased,

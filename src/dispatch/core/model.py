@@ -13,6 +13,7 @@ from functools import cached_property
 
 import msgspec
 
+from dispatch.core.app_error import AppError
 from dispatch.errors import Unreachable
 
 
@@ -104,6 +105,8 @@ class Execution(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
     """One run of one scheduler object. A requeued Slurm job has several executions.
 
     ``index`` counts from 0 within the object. ``cause`` is set once the execution ended.
+    ``error``: the application's own error for an ended execution (its first failing rank
+    and its words), when the backend could read one; never part of the cause.
     """
 
     index: int
@@ -111,6 +114,7 @@ class Execution(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
     ended_at: datetime | None = None
     cause: Cause | None = None
     nodes: tuple[str, ...] = ()
+    error: AppError | None = None
 
     @property
     def ended(self) -> bool:
@@ -275,3 +279,6 @@ class Status(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     segments: tuple[str, ...] = ()  # published segment-health decisions: "job.task: reason"
     created_at: datetime | None = None
     scope: str = ""  # the scope whose supervisor serves the job (JobCreated.scope)
+    # The application's own error for the job's latest end (the third voice, beside the
+    # cause's detail and note); None when none was captured or the job runs again.
+    error: AppError | None = None

@@ -15,6 +15,7 @@ from typing import assert_never
 import msgspec
 
 from dispatch.core import events as ev
+from dispatch.core.app_error import AppError
 from dispatch.core.model import Cause, CauseKind, Escalation, Provenance, State, Transition
 from dispatch.core.policy import Declarations
 from dispatch.core.spec import JobSpec
@@ -102,6 +103,15 @@ class SegmentDecision(msgspec.Struct, frozen=True, kw_only=True):
     source: str = ""  # node-unavailable | node-lost-fence | operator ("" in older records)
 
 
+class RecordedError(msgspec.Struct, frozen=True, kw_only=True):
+    """The application's error recorded for one execution (ApplicationErrorRecorded)."""
+
+    submission: int
+    execution: int
+    error: AppError
+    seq: int
+
+
 class Job(msgspec.Struct, frozen=True, kw_only=True):
     """A job as its record says it is at ``version``."""
 
@@ -126,10 +136,26 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     segments: tuple[SegmentDecision, ...] = ()
     recovered: bool = False  # taken back to run again at least once
     scope: str = ""  # JobCreated.scope, else the backend's name (records before scopes)
+    errors: tuple[RecordedError, ...] = ()  # the application's errors, one per execution
+    last_end: tuple[int, int] | None = None  # (submission, execution) of the latest end
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def error(self) -> AppError | None:
+        """The application's error for the job's latest recorded end, if one was captured."""
+        if self.last_end is None:
+            return None
+        for r in reversed(self.errors):
+            if (r.submission, r.execution) == self.last_end:
+                return r.error
+        return None
+
+    def has_error(self, submission: int, execution: int) -> bool:
+        return any(r.submission == submission and r.execution == execution
+                   for r in self.errors)
 
     @property
     def current(self) -> Submission | None:
@@ -199,6 +225,7 @@ class _Builder:
         "job_id", "spec", "declarations", "created_at", "version", "subs", "budget", "hold",
         "resubmit", "awaiting", "cancel", "give_up", "outcome", "escalations", "history",
         "supersedes", "superseded_by", "duplicates", "segments", "recovered", "scope",
+        "errors", "last_end",
     )
 
     def __init__(self, created: ev.JobCreated) -> None:
@@ -227,6 +254,8 @@ class _Builder:
         self.segments: dict[tuple[str, str], SegmentDecision] = {}
         self.recovered = False
         self.scope = created.scope or created.spec.backend
+        self.errors: list[RecordedError] = []
+        self.last_end: tuple[int, int] | None = None
 
     @classmethod
     def resume(cls, job: Job) -> _Builder:
@@ -243,6 +272,8 @@ class _Builder:
         b.segments = {(d.unit_job_id, d.task_id): d for d in job.segments}
         b.recovered = job.recovered
         b.scope = job.scope
+        b.errors = list(job.errors)
+        b.last_end = job.last_end
         return b
 
     def _sub(self, number: int) -> Submission | None:
@@ -299,6 +330,14 @@ class _Builder:
             if not e.final and self.outcome is None:
                 self.recovered = True  # the scheduler runs it again: taken back (S8)
             self._set(e.submission, s)
+            self.last_end = (e.submission, e.execution)
+        elif isinstance(e, ev.ApplicationErrorRecorded):
+            # Once per execution: a second one (two supervisors racing) is not a new story.
+            if not any(r.submission == e.submission and r.execution == e.execution
+                       for r in self.errors):
+                self.errors.append(RecordedError(submission=e.submission,
+                                                 execution=e.execution, error=e.error,
+                                                 seq=e.seq))
         elif isinstance(e, ev.RecoveryStarted):
             if self.outcome is not None:
                 return
@@ -382,5 +421,5 @@ class _Builder:
             history=tuple(self.history), supersedes=self.supersedes,
             superseded_by=self.superseded_by, duplicates_stopped=frozenset(self.duplicates),
             segments=tuple(self.segments.values()), recovered=self.recovered,
-            scope=self.scope,
+            scope=self.scope, errors=tuple(self.errors), last_end=self.last_end,
         )

@@ -34,6 +34,11 @@ _RAN_KINDS = frozenset({CauseKind.NONE, CauseKind.NON_ZERO_EXIT, CauseKind.OUT_O
                         CauseKind.TIME_LIMIT, CauseKind.PREEMPTED, CauseKind.NODE_LOST,
                         CauseKind.REQUEUED})
 
+# States in which the latest end's application error is the job's story (not once it runs
+# again, or succeeded after a recovery: then it is history's).
+_ERROR_SHOWN = frozenset({State.FAILED, State.HELD, State.RECOVERING, State.CANCELLED,
+                          State.UNKNOWN})
+
 
 def plan_of(job: Job) -> Plan:
     return Plan(policy=job.spec.policy, declarations=job.declarations)
@@ -67,6 +72,7 @@ def project(job: Job, discovery: Discovery | None, now: datetime) -> Status:
         backend=job.spec.backend,
         segments=tuple(f"{d.unit_job_id}.{d.task_id}: {d.reason}" for d in job.segments),
         created_at=job.created_at, scope=job.scope,
+        error=job.error if state in _ERROR_SHOWN else None,
     )
 
 

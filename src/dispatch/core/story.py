@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import assert_never
 
 from dispatch.core import events as ev
+from dispatch.core.app_error import one_line
 from dispatch.core.model import Cause
 
 
@@ -45,6 +46,11 @@ def line(e: ev.Event) -> str:  # noqa: C901 - one case per event type
         tail = "" if e.final else " (the scheduler runs it again)"
         return (f"object {e.ref} (submission {e.submission}) execution {e.execution} ended: "
                 f"{_cause(e.cause)}{tail}")
+    if isinstance(e, ev.ApplicationErrorRecorded):
+        err = e.error
+        tail = f" [dispatch: {err.note}]" if err.note else ""
+        return (f"application error (submission {e.submission} execution {e.execution}, "
+                f"from {err.source.value}): {one_line(err) or '(no words)'}{tail}")
     if isinstance(e, ev.RecoveryStarted):
         native = " by the backend" if e.native else ""
         return f"RECOVERING: rules[{e.rule}] {e.action.value}{native} on {_cause(e.cause)}"

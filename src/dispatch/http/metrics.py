@@ -162,6 +162,7 @@ class RecordCollector(Collector):
         outcomes: Counter[tuple[str, str]] = Counter()
         recoveries: Counter[str] = Counter()
         escalations: Counter[str] = Counter()
+        app_errors: Counter[str] = Counter()
         budget = GaugeMetricFamily("dispatch_budget_used",
                                    "Recoveries spent per policy rule, by unfinished job.",
                                    labels=["job", "name", "rule"])
@@ -177,6 +178,8 @@ class RecordCollector(Collector):
                     outcomes[(t.state.value, t.cause.kind.value)] += 1
             for x in s.escalations:
                 escalations[x.cause.kind.value if x.cause is not None else "none"] += 1
+            if s.settled and s.error is not None and s.cause is not None:
+                app_errors[s.cause.kind.value] += 1  # the kind only: never the words
             if not s.state.terminal:
                 for rule, n in s.budget_used.items():
                     budget.add_metric([s.job, s.name, rule], n)
@@ -196,6 +199,12 @@ class RecordCollector(Collector):
         family = CounterMetricFamily("dispatch_escalations", "Escalations raised, by cause "
                                      "kind.", labels=["cause"])
         for cause, n in sorted(escalations.items()):
+            family.add_metric([cause], n)
+        yield family
+        family = CounterMetricFamily("dispatch_application_errors", "Committed outcomes whose "
+                                     "end carries the application's own error (its first "
+                                     "failing rank's words), by cause kind.", labels=["cause"])
+        for cause, n in sorted(app_errors.items()):
             family.add_metric([cause], n)
         yield family
         yield budget

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dispatch.core import events as ev
+from dispatch.core.app_error import error_json as app_error_json
 from dispatch.core.codec import cause_json, to_builtins
 from dispatch.core.model import Cause, SchedulerUnreachable, Status
 from dispatch.errors import BackendError, DispatchError
@@ -73,6 +74,9 @@ def status_json(view: JobView) -> dict[str, Any]:
         return {"job": view.job_id, **error_json(view.error)}
     return {
         "job": s.job, "name": s.name, "state": s.state.value, "cause": cause_json(s.cause),
+        # The application's own error (the third voice); not "error", which every front end
+        # uses for a refused request or an unusable record.
+        "application_error": app_error_json(s.error),
         "level": s.level.value, "settled": s.settled, "backend": s.backend,
         "scope": s.scope or s.backend,
         "forecast": ({"state": s.forecast.state.value, "cause": cause_json(s.forecast.cause)}

@@ -43,6 +43,10 @@ def test_metrics_count_jobs_recoveries_outcomes_budget_and_calls(
     assert m[("dispatch_outcomes_total", (("cause", "non-zero-exit"), ("state", "failed")))] == 1
     assert m[("dispatch_recoveries_total", (("cause", "non-zero-exit"),))] == 1
     assert m[("dispatch_escalations_total", (("cause", "non-zero-exit"),))] >= 1
+    # issue 23: the failed job's end carries its application error; counted by kind only
+    assert m[("dispatch_application_errors_total", (("cause", "non-zero-exit"),))] == 1
+    assert all(k[1] == (("cause", "non-zero-exit"),) for k in m
+               if k[0] == "dispatch_application_errors_total")
     assert m[("dispatch_budget_used", (("job", sleepy), ("name", "sleepy"),
                                        ("rule", "rules[0]")))] == 0
     assert not any(k[0] == "dispatch_budget_used" and ("job", recovered) in k[1] for k in m)

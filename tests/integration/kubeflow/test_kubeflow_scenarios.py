@@ -90,6 +90,28 @@ def test_failure_with_an_exit_code(fake: FakeApiServer, backend: KubeflowBackend
     assert "FailedJobs" in report.cause.detail and pods[0] in report.cause.detail
 
 
+def test_the_failing_pods_termination_message_is_the_applications_error(  # type: ignore[no-untyped-def]
+        fake: FakeApiServer, backend: KubeflowBackend, running) -> None:
+    """Issue 23: the first failing container's terminated.message (node 1 fails first)
+    becomes the application's error, apart from the cause."""
+    token, ns, name, pods = running
+    tr.terminate(fake, ns, pods[1], reason="Error", exit_code=1, at=tr.T1, message=(
+        "Traceback (most recent call last):\n  File \"/w/train.py\", line 9, in main\n"
+        "FloatingPointError: loss is NaN at step 7\n"))
+    tr.terminate(fake, ns, pods[0], reason="Error", exit_code=143, at=tr.T2,
+                 message="torch.distributed.elastic.multiprocessing.api.SignalException: "
+                         "Process 7 got signal: 15")
+    fail(fake, ns, name)
+    report = look(backend, token)
+    assert report.state is State.FAILED and report.cause.kind is CauseKind.NON_ZERO_EXIT
+    error = report.executions[-1].error
+    assert error is not None
+    assert error.source.value == "termination-message"
+    assert (error.rank, error.node, error.exit_code) == (1, "n2", 1)
+    assert error.message == "FloatingPointError: loss is NaN at step 7"
+    assert 'File "/w/train.py", line 9' in error.traceback_tail
+
+
 def test_oomkilled(fake: FakeApiServer, backend: KubeflowBackend, running) -> None:  # type: ignore[no-untyped-def]
     token, ns, name, pods = running
     tr.terminate(fake, ns, pods[1], reason="OOMKilled", exit_code=137)

@@ -33,6 +33,7 @@ from dispatch.backends.kubeflow.objects import (
     true_condition,
     words,
 )
+from dispatch.backends.kubeflow.pod_errors import first_pod_error
 from dispatch.backends.kubeflow.pods import (
     DISRUPTION_KINDS,
     RANK_DEADLINE,
@@ -220,7 +221,9 @@ def report_trainjob(
 
     def ended(state: State, cause: Cause) -> ObjectReport:
         last = Execution(
-            index=restarts, started_at=started, ended_at=cause.at, cause=cause, nodes=cur_nodes
+            index=restarts, started_at=started, ended_at=cause.at, cause=cause, nodes=cur_nodes,
+            # the first failing container's own words (issue 23), beside the cause
+            error=first_pod_error(cur_pods) if state is State.FAILED else None,
         )
         return ObjectReport(
             ref=ref,

@@ -36,11 +36,18 @@ def request_ending(name: str, request: ControlRequest, lost: Sequence[str]) -> E
     return None
 
 
+def first_failed(nodes: Sequence[Node], now: datetime) -> Node | None:
+    """The node whose bad exit came first (by its end, then its index)."""
+    bad = sorted((n for n in nodes if n.exit_code not in (None, 0)),
+                 key=lambda n: (n.ended_at or now, n.index))
+    return bad[0] if bad else None
+
+
 def node_exit_ending(nodes: Sequence[Node], now: datetime) -> Ending | None:
     """What the nodes' exits say: the first bad exit ends the object (srun's
     --kill-on-bad-exit); all zero is success; None while nothing ends it."""
-    for node in sorted((n for n in nodes if n.exit_code not in (None, 0)),
-                       key=lambda n: (n.ended_at or now, n.index)):
+    first = first_failed(nodes, now)
+    for node in [first] if first is not None else []:
         code = node.exit_code
         assert code is not None
         if code > 0:

@@ -10,6 +10,7 @@ import subprocess
 from datetime import datetime
 from pathlib import Path
 
+from dispatch.app_capture import ERROR_FILE_VAR, capture
 from dispatch.backends.local.output import NodeOutput
 from dispatch.backends.local.procs import ProcStat, descendants, read_proc_stat
 from dispatch.backends.local.wire import (
@@ -21,6 +22,7 @@ from dispatch.backends.local.wire import (
     ObjectMeta,
     node_name,
 )
+from dispatch.core.app_error import AppError
 
 
 class Node:
@@ -62,7 +64,8 @@ class Node:
     def start(self, meta: ObjectMeta, env: dict[str, str], objdir: Path) -> None:
         """Start the node's process (raises OSError or ValueError when it cannot start); its
         output goes through a pipe the runner copies into ``node<i>.log`` (output.py)."""
-        node_env = {**env, **per_node_variables(self.index)}
+        node_env = {**env, **per_node_variables(self.index),
+                    ERROR_FILE_VAR: str(error_file(objdir, self.index))}
         output = NodeOutput(objdir / f"{self.name}.log", meta.max_output_bytes)
         try:
             proc = subprocess.Popen(  # noqa: S603 - an argv list, never a shell
@@ -79,6 +82,31 @@ class Node:
         self.pid = proc.pid
         st = read_proc_stat(proc.pid)
         self.start_ticks = st.start_ticks if st else None
+
+
+def error_file(objdir: Path, index: int) -> Path:
+    """Where torchelastic writes the node's error (TORCHELASTIC_ERROR_FILE): a file of
+    dispatch's own in the object's directory, one per submission and node."""
+    return objdir / f"{node_name(index)}.error.json"
+
+
+def node_error(objdir: Path, node: Node | None, started_at: datetime | None,
+               now: datetime) -> AppError | None:
+    """The failed node's own words: its torchelastic error file, else the end of its log
+    (app_capture.py); its rank is its index, as RANK says. None without a failed node, or
+    when they cannot be read (a courtesy: the end is written regardless)."""
+    if node is None:
+        return None
+    code = node.exit_code
+    try:
+        return capture(node=node.name, error_file=error_file(objdir, node.index),
+                       output=objdir / f"{node.name}.log", started_at=started_at,
+                       rank=node.index,
+                       exit_code=code if code is not None and code > 0 else None,
+                       signum=-code if code is not None and code < 0 else None,
+                       at=node.ended_at or now)
+    except (OSError, ValueError):
+        return None
 
 
 def per_node_variables(index: int) -> dict[str, str]:

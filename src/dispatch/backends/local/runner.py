@@ -44,6 +44,7 @@ from pathlib import Path
 import msgspec
 
 from dispatch.backends.local.endings import (
+    first_failed,
     launch_failed_ending,
     memory_ending,
     node_exit_ending,
@@ -58,6 +59,7 @@ from dispatch.backends.local.nodes import (
     describe_exit,
     free_port,
     node_environment,
+    node_error,
 )
 from dispatch.backends.local.output import NodeOutput
 from dispatch.backends.local.procs import (
@@ -122,6 +124,7 @@ class Runner:
         self.final: ObjectStatus | None = None
         self.away = False  # the root is away (see here())
         self.marked_deadline: float | None = None
+        self.failing: Node | None = None  # its bad exit or memory ended the object
 
     def log(self, message: str) -> None:
         # Straight to the file: a full disk loses the line, never the runner.
@@ -281,8 +284,9 @@ class Runner:
         until it is stopped (S11)."""
         if self.lost_since is not None or self.ending is not None:
             return
-        ending = node_exit_ending(self.nodes, utcnow())
+        ending = node_exit_ending(self.nodes, now := utcnow())
         if ending is not None:
+            self.failing = first_failed(self.nodes, now)
             self.begin_end(*ending, signal.SIGTERM)
 
     def check_time_limit(self) -> None:
@@ -306,6 +310,7 @@ class Runner:
             rss = sum(procs[p].rss_pages for p in tree if p in procs) * PAGE_SIZE
             if rss > limit:
                 kill_pids(tree, signal.SIGKILL)
+                self.failing = node
                 self.begin_end(*memory_ending(node.name, rss, limit, utcnow()), signal.SIGTERM)
                 return
 
@@ -317,9 +322,11 @@ class Runner:
             return self.publish_final()
         now = utcnow()
         executions: tuple[Execution, ...] = ()
-        if self.started_at is not None:
+        if self.started_at is not None:  # the failed node's own words go with the end
+            failed = self.failing if state is State.FAILED else None
             executions = (Execution(index=0, started_at=self.started_at, ended_at=now,
-                                    cause=cause, nodes=tuple(n.name for n in self.nodes)),)
+                                    cause=cause, nodes=tuple(n.name for n in self.nodes),
+                                    error=node_error(self.objdir, failed, self.started_at, now)),)
         self.final = ObjectStatus(
             ref=self.meta.ref, token=self.meta.token, state=state, cause=cause,
             executions=executions, nodes=tuple(n.status() for n in self.nodes),

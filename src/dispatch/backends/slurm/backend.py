@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from dispatch.backends.base import DryRun, Submission, SubmitRejected
-from dispatch.backends.slurm import ending, mapping
+from dispatch.backends.slurm import app_errors, ending, mapping, node_health
 from dispatch.backends.slurm.array_mapping import array_report
 from dispatch.backends.slurm.compact import parse_squeue_compact, squeue_argv
 from dispatch.backends.slurm.nodes import (
@@ -355,6 +355,8 @@ class SlurmBackend:
             was_held=ref in self._held, preempt_mode=self._preempt_mode)
         if report is None:
             return None
+        if report.ended and app_errors.wants_error(report):  # the application's own words
+            report = app_errors.with_error(report, next(iter(self.logs(ref)), None))
         if report.lost_since is not None:
             self._lost_since.setdefault(ref, report.lost_since)
         else:
@@ -443,7 +445,7 @@ class SlurmBackend:
         return dict(self._nodes)
 
     def unhealthy_nodes(self) -> dict[str, NodeInfo]:
-        return {n: i for n, i in self._nodes.items() if mapping.node_unhealthy(i)}
+        return {n: i for n, i in self._nodes.items() if node_health.node_unhealthy(i)}
 
 
 def _ref_key(ref: str) -> tuple[int, str]:

@@ -10,11 +10,12 @@ them: dispatch's own explanation goes in ``Cause.note``. A word we cannot map gi
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 import msgspec
 
+from dispatch.backends.slurm.node_health import lost_nodes, node_unhealthy, node_words
 from dispatch.backends.slurm.parse import (
     ExitStatus,
     NodeInfo,
@@ -23,6 +24,7 @@ from dispatch.backends.slurm.parse import (
     expand_nodelist,
 )
 from dispatch.backends.slurm.stop_mark import marked_comment
+from dispatch.core.app_error import killed_by
 from dispatch.core.decisions import SUPERVISOR
 from dispatch.core.model import (
     Cause,
@@ -284,7 +286,15 @@ def signal_from_sacct(row: SacctRow, steps: Sequence[SacctRow] = (), *,
     if squeue_exit is not None:  # squeue's wait status is exact; keep both words
         exit_ = msgspec.structs.replace(squeue_exit, text=row.exit.text)
         squeue_words = squeue_exit.text
-    elif exit_.code and exit_.code < 128 and not exit_.signal:
+    killed = step_killed_by(steps, exit_) if exit_.code and not exit_.signal else None
+    if killed is not None:
+        # A step's task died by a signal (its row: 0:9) and the batch script passed srun's
+        # 128+signal on: the exit is exactly that, and the signal is the end's words.
+        step, signum = killed
+        exit_ = msgspec.structs.replace(exit_, code=128 + signum)
+        note = (f"step {step} was {killed_by(signum)} (its ExitCode 0:{signum}); the job's "
+                f"exit {128 + signum} is that death passed on by the batch script")
+    elif squeue_exit is None and exit_.code and exit_.code < 128 and not exit_.signal:
         # sacct up to 24.11 prints codes >= 128 less 128; 26.05 prints them as they are (a
         # code >= 128 is therefore exact).
         note = (f"sacct (up to Slurm 24.11) prints codes >= 128 less 128: exit code "
@@ -302,6 +312,17 @@ def signal_from_sacct(row: SacctRow, steps: Sequence[SacctRow] = (), *,
         note=note,
         stop_mark=marked_comment(row.comment) if row.stop_marked else "",
     )
+
+
+def step_killed_by(steps: Sequence[SacctRow], exit_: ExitStatus) -> tuple[str, int] | None:
+    """(step, signal) when a step of the job was killed by the signal the job's exit code
+    carries (sacct's 9:0, which drops 128, or squeue's exact 137, beside a step's 0:9)."""
+    code = exit_.code or 0
+    for s in steps:
+        signum = s.exit.signal
+        if signum and s.step not in ("extern",) and code in (signum, 128 + signum):
+            return s.step or "?", signum
+    return None
 
 
 # --------------------------------------------------------------------------- executions
@@ -337,39 +358,6 @@ def _nodes(text: str) -> tuple[str, ...]:
         return expand_nodelist(text)
     except ValueError:
         return (text,)  # keep the words rather than guess at names
-
-
-# --------------------------------------------------------------------------- nodes
-
-
-LOST_STATES = frozenset({"DOWN", "FUTURE", "UNKNOWN"})
-LOST_FLAGS = frozenset({"NOT_RESPONDING", "FAIL", "FAILING", "POWERED_DOWN", "POWER_DOWN"})
-DRAIN_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED"})
-
-
-def node_lost(node: NodeInfo) -> bool:
-    """The node cannot be running its share of a job: DOWN, NOT_RESPONDING, FAIL."""
-    return node.state in LOST_STATES or bool(LOST_FLAGS & set(node.flags))
-
-
-def node_unhealthy(node: NodeInfo) -> bool:
-    """Lost, or drained / draining (for the segment health check: DRAIN evicts nothing)."""
-    return node_lost(node) or node.state == "DRAIN" or bool(DRAIN_FLAGS & set(node.flags))
-
-
-def lost_nodes(job_nodes: Iterable[str], nodes: Mapping[str, NodeInfo]) -> tuple[NodeInfo, ...]:
-    return tuple(nodes[n] for n in job_nodes if n in nodes and node_lost(nodes[n]))
-
-
-def node_words(node: NodeInfo) -> str:
-    words = f"{node.name} {node.words}"
-    if node.reason:
-        words += f" reason={node.reason}"
-        if node.reason_by:
-            words += f" by {node.reason_by}"
-        if node.reason_at is not None:
-            words += f" at {node.reason_at.isoformat()}"
-    return words
 
 
 # --------------------------------------------------------------------------- one object

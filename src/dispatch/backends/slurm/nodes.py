@@ -15,7 +15,7 @@ from collections.abc import Mapping, Set
 from datetime import datetime, timedelta
 from typing import Any
 
-from dispatch.backends.slurm.mapping import node_unhealthy
+from dispatch.backends.slurm.node_health import node_unhealthy
 from dispatch.backends.slurm.parse import (
     NodeInfo,
     SlurmOutputError,

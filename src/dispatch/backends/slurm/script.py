@@ -277,7 +277,7 @@ def shape_of(submission: Submission) -> LaunchShape | None:
         raise SpecError("<spec>", "segment_health", str(err)) from None
 
 
-def render_script(submission: Submission) -> str:
+def render_script(submission: Submission, error_prefix: str | None = None) -> str:
     spec = submission.spec
     lines = [
         "#!/bin/bash",
@@ -301,11 +301,36 @@ def render_script(submission: Submission) -> str:
     if shape is not None:  # the launch shape (H3): literals quoted, preamble from constants
         lines += [f"export {name}={shlex.quote(value)}" for name, value in shape.environment]
         lines += shape.preamble
-        lines.append("exec " + shlex.join(shape.srun_argv))
+        # The shape's launcher is the first word after srun's options (never an option).
+        at = next(i for i, w in enumerate(shape.srun_argv) if i > 0 and not w.startswith("-"))
+        lines.append("exec " + shlex.join(with_error_file(shape.srun_argv, error_prefix, at)))
         return "\n".join(lines) + "\n"
     srun = ["srun", "--kill-on-bad-exit=1", f"--nodes={spec.nodes}", "--ntasks-per-node=1"]
-    lines.append("exec " + " ".join(srun + [shlex.quote(a) for a in spec.command]))
+    lines.append("exec " + shlex.join(with_error_file((*srun, *spec.command), error_prefix,
+                                                      len(srun))))
     return "\n".join(lines) + "\n"
+
+
+# Each node's task sets TORCHELASTIC_ERROR_FILE to a file of dispatch's own before it runs the
+# command: one per job, execution (SLURM_RESTART_COUNT) and node (SLURM_NODEID), named from
+# the prefix given as $0. A constant script: the command's words are its arguments, never
+# part of it.
+NODE_ERROR_FILE = ('export TORCHELASTIC_ERROR_FILE="$0.${SLURM_JOB_ID}.r${SLURM_RESTART_COUNT:-0}'
+                   '.node${SLURM_NODEID}.error.json"; exec "$@"')
+
+
+def with_error_file(srun_argv: tuple[str, ...], prefix: str | None,
+                    at: int) -> tuple[str, ...]:
+    """``srun OPTIONS sh -c NODE_ERROR_FILE PREFIX COMMAND...``, the wrapper put at ``at``
+    (after srun's options); ``srun_argv`` unchanged without a prefix."""
+    if prefix is None:
+        return srun_argv
+    return (*srun_argv[:at], "/bin/sh", "-c", NODE_ERROR_FILE, prefix, *srun_argv[at:])
+
+
+def error_file_prefix(submission: Submission, out_dir: Path) -> str:
+    """Where the nodes' error files go: beside the output file, named by the token."""
+    return str(out_dir / _safe_name(submission.token))
 
 
 def sbatch_argv(submission: Submission, *, script: Path, out_dir: Path,
@@ -376,7 +401,9 @@ def render(submission: Submission, *, out_dir: Path | None = None,
     """(batch script text, sbatch argv). The argv's last word is where the script goes."""
     directory = output_dir(submission, out_dir)
     _validate_submission(submission)
-    script = render_script(submission)
+    # Arrays share one launcher line across tasks: their error files are not set (yet).
+    prefix = None if is_array(submission) else error_file_prefix(submission, directory)
+    script = render_script(submission, prefix)
     argv = sbatch_argv(submission, script=script_path(submission, directory), out_dir=directory,
                        requeue=requeue)
     return script, argv

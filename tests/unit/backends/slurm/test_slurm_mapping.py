@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatch.backends.slurm import mapping
+from dispatch.backends.slurm import mapping, node_health
 from dispatch.backends.slurm.array_mapping import array_report
 from dispatch.backends.slurm.mapping import Signal, classify, object_report
 from dispatch.backends.slurm.nodes import parse_sinfo_json
@@ -302,7 +302,7 @@ def test_synthetic_two_executions_then_running() -> None:
 def test_running_on_a_lost_node_is_node_lost_with_lost_since() -> None:
     jobs, _ = load("preempt-before")  # job 25 RUNNING on n1
     nodes = {n.name: n for n in parse_sinfo_json((FIX / "notresponding.sinfo.json").read_text())}
-    assert mapping.node_lost(nodes["n1"])
+    assert node_health.node_lost(nodes["n1"])
     report = object_report(ref="25", token=None, job=jobs["25"], groups=[], nodes=nodes,  # type: ignore[arg-type]
                            lost_since=None, now=NOW)
     assert report.state is S.RUNNING and report.cause.kind is K.NODE_LOST
@@ -324,9 +324,9 @@ def test_running_on_a_lost_node_is_node_lost_with_lost_since() -> None:
 
 def test_node_health_words() -> None:
     nodes = {n.name: n for n in parse_sinfo_json((FIX / "idle.sinfo.json").read_text())}
-    assert not any(mapping.node_unhealthy(n) for n in nodes.values())
+    assert not any(node_health.node_unhealthy(n) for n in nodes.values())
     drained = mapping.NodeInfo(name="n9", state="IDLE", flags=("DRAIN",))
-    assert mapping.node_unhealthy(drained) and not mapping.node_lost(drained)
+    assert node_health.node_unhealthy(drained) and not node_health.node_lost(drained)
 
 
 def test_gated_is_held_since_submission() -> None:
@@ -455,7 +455,7 @@ def test_a_lost_node_keeps_sinfos_words_in_detail_and_says_lost_in_the_note() ->
     assert report.cause.note == "node(s) lost under the running job: n1"
     assert "lost" not in report.cause.detail
     assert report.cause.detail.startswith("RUNNING; ")
-    assert report.cause.detail.endswith(mapping.node_words(nodes["n1"]))
+    assert report.cause.detail.endswith(node_health.node_words(nodes["n1"]))
 
 
 def test_squeues_exit_code_sits_beside_saccts_under_its_own_name() -> None:

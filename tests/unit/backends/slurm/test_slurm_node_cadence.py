@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatch.backends.slurm.backend import SlurmBackend
-from dispatch.backends.slurm.mapping import node_unhealthy
+from dispatch.backends.slurm.node_health import node_unhealthy
 from dispatch.backends.slurm.nodes import node_read_due, parse_scontrol_nodes
 from dispatch.backends.slurm.parse import NodeInfo
 from dispatch.backends.slurm.tools import Result

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from dispatch.backends.base import Submission
 from dispatch.backends.slurm.script import (
+    NODE_ERROR_FILE,
     dry_run,
     memory_option,
     render,
@@ -51,7 +52,8 @@ def test_argv_carries_token_gate_requeue_and_limits(tmp_path: Path) -> None:
     assert "--mail-type=END" in argv and "--no-kill" in argv
     assert f"--output={tmp_path}/j1.2.%j.out" in argv
     assert argv[-1] == str(tmp_path / "j1.2.sbatch")
-    assert "srun --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=1 python train.py" in script
+    assert ("srun --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=1 /bin/sh -c "
+            f"{shlex.quote(NODE_ERROR_FILE)} {tmp_path}/j1.2 python train.py") in script
 
 
 def test_requeue_only_with_a_backend_requeue_rule(tmp_path: Path) -> None:
@@ -125,7 +127,7 @@ def test_hostile_argv_reaches_srun_word_for_word(tmp_path: Path) -> None:
                        out_dir=tmp_path)
     got = run_script(script, tmp_path)
     assert got["argv"] == ["--kill-on-bad-exit=1", "--nodes=1", "--ntasks-per-node=1",
-                           *HOSTILE]
+                           "/bin/sh", "-c", NODE_ERROR_FILE, f"{tmp_path}/j1.2", *HOSTILE]
     assert got["GREETING"] == "it's $(id) `x`"
     assert "export DISPATCH_SUBMISSION=2" in script and "export DISPATCH_JOB_ID=j1" in script
 
@@ -137,18 +139,36 @@ def test_hostile_argv_reaches_srun_word_for_word(tmp_path: Path) -> None:
 def test_exec_line_quotes_any_argv(argv: list[str]) -> None:
     script, _ = dry_run(sub(command=tuple(argv)))
     exec_line = script[script.index("\nexec srun") + 1:]  # an argv word may hold newlines
-    # Everything after the srun options is the user's argv, word for word.
-    assert shlex.split(exec_line)[5:] == argv
+    # Everything after the srun options and the error-file wrapper is the user's argv, word
+    # for word.
+    assert shlex.split(exec_line)[5:9] == ["/bin/sh", "-c", NODE_ERROR_FILE,
+                                           shlex.split(exec_line)[8]]
+    assert shlex.split(exec_line)[9:] == argv
 
 
 def test_ft_launcher_gets_the_segment_health_dir(tmp_path: Path) -> None:
     s = sub(command=("ft_launcher", "train.py"),
             segment_health=SegmentHealthSpec(dir="/shared/sh", launcher="ft_launcher"))
     script, _ = render(s, out_dir=tmp_path)
-    assert ("exec srun --kill-on-bad-exit=1 --ntasks-per-node=1 --nodes=1 ft_launcher "
+    assert ("exec srun --kill-on-bad-exit=1 --ntasks-per-node=1 --nodes=1 /bin/sh -c "
+            f"{shlex.quote(NODE_ERROR_FILE)} {tmp_path}/j1.2 ft_launcher "
             "--ft-segment-health-check-dir /shared/sh --nnodes=1 --nproc-per-node=1 train.py"
             ) in script
     assert "export DISPATCH_SEGMENT_HEALTH_DIR=/shared/sh" in script
+
+
+def test_each_node_gets_its_own_error_file_and_the_argv_untouched(tmp_path: Path) -> None:
+    """Issue 23: the wrapper srun runs on each node names TORCHELASTIC_ERROR_FILE from the
+    job, the execution and the node, then execs the command with its words as they are."""
+    words = ["python3", "-c", "import os, sys; print(os.environ['TORCHELASTIC_ERROR_FILE']);"
+             " print(sys.argv[1:])", *HOSTILE]
+    done = subprocess.run(["/bin/sh", "-c", NODE_ERROR_FILE, f"{tmp_path}/j1.2", *words],
+                          env={**os.environ, "SLURM_JOB_ID": "77", "SLURM_NODEID": "1",
+                               "SLURM_RESTART_COUNT": "2"},
+                          capture_output=True, text=True, check=True, timeout=30)
+    path, argv = done.stdout.splitlines()[:2]
+    assert path == f"{tmp_path}/j1.2.77.r2.node1.error.json"
+    assert argv == repr(HOSTILE)
 
 
 def test_limits_round_up() -> None:
