@@ -188,11 +188,12 @@ def test_a_job_appears_changes_state_shows_its_timeline_and_is_cancelled(
 def test_timeline_of_a_recovered_job_and_the_state_filter(server: Server, page: Page) -> None:
     policy = {"rules": [{"on": ["non-zero-exit"], "action": "resubmit", "budget": 2}]}
     recovered = server.submit("recovered", FAIL_FIRST, policy=policy, nodes=2)
-    failed = server.submit("failing", "import sys, time; time.sleep(1); sys.exit(7)")
+    failed = server.submit("failing", "import time; time.sleep(1); "
+                                      "raise FloatingPointError('loss is NaN')")
     server.log_in(page)
     expect(row(page, recovered).locator(".state")).to_have_text("succeeded", timeout=WAIT_MS)
     expect(row(page, failed).locator(".state")).to_have_text("failed", timeout=WAIT_MS)
-    expect(row(page, failed).locator("td.cause")).to_have_text("non-zero-exit (exit 7)")
+    expect(row(page, failed).locator("td.cause")).to_have_text("non-zero-exit (exit 1)")
     # a recovered job keeps saying what it recovered from
     expect(row(page, recovered).locator("td.cause")).to_have_text("none (exit 0)")
     page.goto(server.url + f"/#{recovered}")  # an old link opens the job's page
@@ -212,8 +213,11 @@ def test_timeline_of_a_recovered_job_and_the_state_filter(server: Server, page: 
     page.screenshot(path=str(ARTIFACTS / "dashboard-recovered.png"), full_page=True)
 
     page.goto(server.url + f"/jobs/{failed}")  # the application's error, in its words
-    expect(page.locator("#detail-error")).to_contain_text(
-        "the application's error: non-zero-exit (exit 7)", timeout=WAIT_MS)
+    error = page.locator("#detail-error")
+    expect(error).to_contain_text("the application's error: ", timeout=WAIT_MS)
+    expect(error).to_contain_text("FloatingPointError: loss is NaN")
+    page.set_viewport_size({"width": 1280, "height": 800})
+    expect(error).to_be_in_viewport()  # seen without scrolling (issue 23)
     page.goto(server.url + "/")
     page.select_option("#state-filter", "failed")
     expect(row(page, recovered)).to_have_count(0, timeout=WAIT_MS)

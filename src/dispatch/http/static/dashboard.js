@@ -32,6 +32,22 @@ function el(tag, attrs, text) {
   return node;
 }
 
+// "rank 1 on node1: FloatingPointError: loss is NaN", as `dispatch status` says it.
+function appErrorText(e) {
+  let words = e.message || "";
+  if (e.signal !== null && e.signal !== undefined && !words.toLowerCase().includes("signal")) {
+    const killed = "killed by signal " + e.signal + (e.signal_name ? " (" + e.signal_name + ")" : "");
+    words = words ? words + " (" + killed + ")" : killed;
+  } else if (!words && e.exit_code !== null && e.exit_code !== undefined) {
+    words = "exited " + e.exit_code;
+  }
+  const parts = [];
+  if (e.rank !== null && e.rank !== undefined) parts.push("rank " + e.rank);
+  if (e.node) parts.push(parts.length ? "on " + e.node : e.node);
+  const head = parts.join(" ");
+  return (head && words ? head + ": " + words : head || words).split("\n").join(" ");
+}
+
 function pad(n) { return String(n).padStart(2, "0"); }
 
 // A time as local wall-clock time with its zone: 2026-12-02 05:14:03 UTC+01:00.
@@ -303,12 +319,20 @@ function drawStatus(status, created) {
   if (status.cause && status.cause.detail) $("detail-cause").append(document.createTextNode(" — “" + status.cause.detail + "”"));
   if (status.settled === false && TERMINAL.has(status.state)) $("detail-cause").append(document.createTextNode(" (not yet committed)"));
   if (status.scheduler_problem) $("detail-cause").append(el("span", { class: "problem-inline" }, " scheduler: " + status.scheduler_problem));
-  const c = status.cause;
-  const appError = c && c.kind !== "none" &&
-    (c.provenance === "application" || (c.exit_code !== undefined && c.exit_code !== null));
-  $("detail-error").hidden = !appError;
-  if (appError) {
-    $("detail-error").textContent = "the application's error: " + causeText(c) + (c.detail ? " — “" + c.detail + "”" : "");
+  // The third voice: the application's own error (first failing rank), never the
+  // scheduler's words (those are the cause's detail, above).
+  const ae = status.application_error;
+  $("detail-error").hidden = !ae;
+  if (ae) {
+    const lines = [el("strong", {}, "the application's error: "),
+      document.createTextNode(appErrorText(ae) + " (" + ae.source + ")")];
+    if (ae.note) lines.push(el("div", { class: "app-error-note" }, "note: " + ae.note));
+    if (ae.traceback_tail) {
+      const more = el("details", {});
+      more.append(el("summary", {}, "traceback (its end)"), el("pre", {}, ae.traceback_tail));
+      lines.push(more);
+    }
+    $("detail-error").replaceChildren(...lines);
   }
   const held = status.state === "held";
   $("hold-box").hidden = !held;
