@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -75,7 +76,10 @@ class PausingStore:
                 and self._go.exists()):
             self._paused = True
             say("pausing", job_id, fence.epoch, expected_version)
-            os.kill(os.getpid(), signal.SIGSTOP)
+            # Directed at this thread: the supervisor ticks on a thread of its own, and a
+            # process-directed SIGSTOP (os.kill) lets the sending thread run on for a moment
+            # (seen here: into the append, whose write lock then stayed held while stopped).
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
             say("resumed", job_id)
         try:
             version = self._store.append(job_id, events, expected_version, fence=fence)
