@@ -26,6 +26,7 @@ from dispatch.core.app_error import (
     parse_error_file,
     reduce_output,
 )
+from dispatch.files import read_at_most
 from dispatch.logread import last_lines_start
 
 ERROR_FILE_VAR = "TORCHELASTIC_ERROR_FILE"
@@ -65,15 +66,7 @@ def read_error_file(path: Path, *, started_at: datetime | None,
         if st.st_size > MOST_ERROR_FILE_BYTES:
             raise Ignored(f"{path} holds {st.st_size} bytes, more than the "
                           f"{MOST_ERROR_FILE_BYTES} an error file may")
-        chunks = []
-        left = MOST_ERROR_FILE_BYTES + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        return read_at_most(fd, MOST_ERROR_FILE_BYTES + 1)
     finally:
         os.close(fd)
 

@@ -76,3 +76,17 @@ def create_exclusive(path: Path | str, data: bytes, *, mode: int = 0o644) -> boo
         _unlink_quietly(tmp)
     fsync_dir(path.parent)
     return True
+
+
+def read_at_most(fd: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes from ``fd``'s position, in pieces of at most 64 KiB: a file
+    that grows, or lies about its size, costs no more than ``limit``."""
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 16))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)

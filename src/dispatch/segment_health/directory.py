@@ -30,6 +30,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from dispatch.files import read_at_most
 from dispatch.segment_health.artifact import SegmentHealthError, lock_filename
 
 # Every open in the shared directory: never follow the name, never block on a FIFO, never
@@ -169,15 +170,7 @@ class DecisionDirectory:
         except FileNotFoundError:
             return None
         try:
-            chunks: list[bytes] = []
-            left = limit
-            while left > 0:
-                chunk = os.read(fd, left)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                left -= len(chunk)
-            return b"".join(chunks)
+            return read_at_most(fd, limit)
         finally:
             os.close(fd)
 
