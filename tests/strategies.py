@@ -19,6 +19,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from dispatch.core import events as ev
+from dispatch.core.app_error import AppError, ErrorSource
 from dispatch.core.model import Cause, CauseKind, Provenance, State
 from dispatch.core.policy import Action, Declarations, Enforcer, RecoveryPolicy, Rule
 from dispatch.core.spec import JobSpec, SegmentHealthSpec
@@ -113,6 +114,13 @@ submissions = st.integers(min_value=1, max_value=50)
 opt_actor = st.none() | short_ids
 opt_cause = st.none() | causes()
 
+app_errors = st.builds(
+    AppError, source=st.sampled_from(ErrorSource), message=texts,
+    rank=st.none() | st.integers(0, 4096), local_rank=st.none() | st.integers(0, 16),
+    node=texts, exit_code=st.none() | st.integers(-255, 255),
+    signal=st.none() | st.integers(1, 64), traceback_tail=texts,
+    at=st.none() | times, note=texts)
+
 # One builder per event type but JobCreated; each takes the seq and gives a strategy.
 _BUILDERS: dict[type[Any], Callable[[int], st.SearchStrategy[Any]]] = {
     ev.SubmissionIntended: lambda s: st.builds(
@@ -129,6 +137,9 @@ _BUILDERS: dict[type[Any], Callable[[int], st.SearchStrategy[Any]]] = {
     ev.ExecutionEnded: lambda s: st.builds(
         ev.ExecutionEnded, seq=st.just(s), at=times, submission=submissions, ref=refs,
         execution=small_ints, cause=causes(), final=st.booleans()),
+    ev.ApplicationErrorRecorded: lambda s: st.builds(
+        ev.ApplicationErrorRecorded, seq=st.just(s), at=times, submission=submissions,
+        execution=small_ints, error=app_errors),
     ev.RecoveryStarted: lambda s: st.builds(
         ev.RecoveryStarted, seq=st.just(s), at=times, rule=st.integers(0, 10),
         action=st.sampled_from(Action), cause=causes(), native=st.booleans()),
