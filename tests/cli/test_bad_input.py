@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.cli.conftest import invoke
 
 from dispatch.cli import main
 from dispatch.core.spec import SpecError
@@ -43,18 +44,6 @@ BAD_SPECS: list[tuple[str, bytes, str]] = [
     ("backend.yaml", b'name: x\ncommand: ["true"]\nbackend: pbs\n', "unknown backend"),
     ("two-lines.yaml", b'name: "a\\nb"\ncommand: ["true"]\n', "one line"),
 ]
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    return {"DISPATCH_STORE": str(tmp_path / "record.sqlite3"),
-            "DISPATCH_LOCAL_ROOT": str(tmp_path / "local"),
-            "XDG_STATE_HOME": str(tmp_path / "state")}
-
-
-def invoke(env: dict[str, str], *args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, list(args), env=env)
-    return result.exit_code, result.stdout, result.stderr
 
 
 def recorded(env: dict[str, str]) -> int:

@@ -8,24 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from tests.cli.conftest import invoke
 
-from dispatch.cli import main
 from dispatch.core.model import CauseKind
 from dispatch.core.policy import Action
 from dispatch.core.spec import SpecError, SpecProblems, parse_spec
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    return {"DISPATCH_STORE": str(tmp_path / "record.sqlite3"),
-            "DISPATCH_LOCAL_ROOT": str(tmp_path / "local"),
-            "XDG_STATE_HOME": str(tmp_path / "state")}
-
-
-def invoke(env: dict[str, str], *args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, list(args), env=env)
-    return result.exit_code, result.stdout, result.stderr
 
 
 def test_a_mistyped_command_gets_the_closest_and_the_list(env: dict[str, str]) -> None:

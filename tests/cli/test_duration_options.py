@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tests.cli.conftest import world_env
 
 from dispatch.cli import main
 from dispatch.durations import LEASE_MAX_S
@@ -43,9 +44,7 @@ IDS = [" ".join(o[0]) for o in OPTIONS]
 def env(tmp_path: Path) -> dict[str, str]:
     spec = tmp_path / "ok.yaml"
     spec.write_text('name: ok\ncommand: ["true"]\n')
-    return {"DISPATCH_STORE": str(tmp_path / "record.sqlite3"),
-            "DISPATCH_LOCAL_ROOT": str(tmp_path / "local"),
-            "XDG_STATE_HOME": str(tmp_path / "state"), "SPEC": str(spec)}
+    return {**world_env(tmp_path), "SPEC": str(spec)}
 
 
 def _argv(env: dict[str, str], head: list[str], value: str) -> list[str]:

@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from tests.cli.conftest import invoke, world_env
 
 import dispatch
-from dispatch.cli import main, render
+from dispatch.cli import render
 from dispatch.core import events as ev
 from dispatch.core.model import Cause, CauseKind, Provenance, State
 from dispatch.core.policy import Declarations
@@ -32,10 +32,7 @@ RAW = ("\x1b", "\x07", "\r", "\x9b", "\x7f")
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    return {"DISPATCH_STORE": str(tmp_path / "record.sqlite3"),
-            "DISPATCH_LOCAL_ROOT": str(tmp_path / "local"),
-            "XDG_STATE_HOME": str(tmp_path / "state"), "NO_COLOR": "1",
-            "COLUMNS": "300"}
+    return {**world_env(tmp_path), "NO_COLOR": "1", "COLUMNS": "300"}
 
 
 @pytest.fixture
@@ -56,11 +53,6 @@ def job(env: dict[str, str]) -> str:
             ev.OutcomeCommitted(seq=5, at=T0, state=State.FAILED, cause=cause),
         ], 1)
     return "e5c0000001"
-
-
-def invoke(env: dict[str, str], *args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, list(args), env=env)
-    return result.exit_code, result.stdout, result.stderr
 
 
 def no_raw_controls(text: str) -> None:
