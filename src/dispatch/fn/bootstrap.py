@@ -13,16 +13,16 @@ rank 0, for its checkpoint and stores it before the process exits.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
 import sys
-import threading
 import time
 import traceback
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, TextIO
 
 from dispatch.fn.calls import (
     MOST_CALL_BYTES,
@@ -35,6 +35,7 @@ from dispatch.fn.calls import (
     decode_call,
     dumps_bounded,
     encode_call,
+    most_result_bytes,
     read_file,
     write_file,
 )
@@ -45,45 +46,64 @@ ERROR_FILE_VAR = "TORCHELASTIC_ERROR_FILE"  # as app_capture.py (not imported: i
 
 
 class Tee:
-    """Copies what this process (and its children) write to fd 1 and 2 into files, while it
-    still reaches the job's log: each fd is pointed at a pipe whose reader writes both."""
+    """Copies what the function writes to ``sys.stdout`` and ``sys.stderr`` into a file per
+    stream, while every write still reaches the job's log first, in order (a copy at the
+    Python level: what a subprocess or a C library writes to the descriptors directly is in
+    the job's log only)."""
 
-    def __init__(self, files: dict[int, Path]) -> None:
-        self.threads: list[threading.Thread] = []
-        self.saved: dict[int, int] = {}
-        for fd, path in files.items():
-            read, write = os.pipe()
-            self.saved[fd] = os.dup(fd)
-            copy = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-                           | os.O_CLOEXEC, 0o600)
-            os.dup2(write, fd)
-            os.close(write)
-            t = threading.Thread(target=self._pump, args=(read, self.saved[fd], copy),
-                                 daemon=True)
-            t.start()
-            self.threads.append(t)
+    def __init__(self, files: dict[str, Path]) -> None:
+        self.copies: list[tuple[str, TextIO, TextIO]] = []
+        for name, path in files.items():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+            copy = open(fd, "w", encoding="utf-8", errors="replace", buffering=1)  # noqa: SIM115
+            original = getattr(sys, name)
+            setattr(sys, name, _Both(original, copy))
+            self.copies.append((name, original, copy))
 
-    @staticmethod
-    def _pump(read: int, original: int, copy: int) -> None:
-        while chunk := os.read(read, 65536):
-            for out in (original, copy):
+    def close(self) -> None:
+        for name, original, copy in self.copies:
+            for stream in (original, copy):
                 try:
-                    os.write(out, chunk)
-                except OSError:
-                    pass  # a full disk loses the copy, never the job
-        os.close(copy)
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            setattr(sys, name, original)
+            copy.close()
+        self.copies = []
 
-    def close(self, wait: float = 5.0) -> None:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        for fd, original in self.saved.items():
-            os.dup2(original, fd)  # the pipe's last writer (ours) is gone: the reader ends
-        deadline = time.monotonic() + wait
-        for t in self.threads:
-            t.join(max(0.0, deadline - time.monotonic()))
+
+class _Both(io.TextIOBase):
+    """A text stream writing to ``first`` (the job's log), then to ``copy``."""
+
+    def __init__(self, first: TextIO, copy: TextIO) -> None:
+        self.first = first
+        self.copy = copy
+
+    def write(self, text: str) -> int:
+        n = self.first.write(text)
+        try:
+            self.copy.write(text)
+        except (OSError, ValueError):
+            pass  # a full disk loses the copy, never the job
+        return n
+
+    def flush(self) -> None:
+        self.first.flush()
+        try:
+            self.copy.flush()
+        except (OSError, ValueError):
+            pass
+
+    def fileno(self) -> int:
+        return self.first.fileno()
+
+    def isatty(self) -> bool:
+        return self.first.isatty()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self.first.encoding
 
 
 def remote_error(err: BaseException, rank: int) -> RemoteError:
@@ -153,8 +173,8 @@ def main(argv: list[str]) -> int:
     task = int(os.environ["SLURM_ARRAY_TASK_ID"]) if len(argv) == 3 else None
     submission = int(os.environ.get("DISPATCH_SUBMISSION") or 0)
     names = Names(Path(argv[1]), os.environ.get("DISPATCH_JOB_ID") or "0", task)
-    tee = Tee({1: names.output(submission, rank, "stdout"),
-               2: names.output(submission, rank, "stderr")})
+    tee = Tee({"stdout": names.output(submission, rank, "stdout"),
+               "stderr": names.output(submission, rank, "stderr")})
     try:
         return run(names, rank, submission, tee)
     finally:
@@ -184,9 +204,10 @@ def run(names: Names, rank: int, submission: int, tee: Tee) -> int:
         return _failed(names, submission, rank, err)
     if rank == 0:
         try:
-            data = dumps_bounded(value, MOST_RESULT_BYTES, "the return value")
+            data = dumps_bounded(value, most_result_bytes(), "the return value",
+                                 ResultTooLarge)
         except Exception as err:  # unpicklable or too large: the submitter must hear why
-            return _failed(names, submission, rank, ResultTooLarge(str(err)))
+            return _failed(names, submission, rank, err)
         write_file(names.result(submission), data)
     return 0
 
@@ -212,7 +233,7 @@ def _on_stop(names: Names, rank: int, call: Call, hook: Any, tee: Tee) -> Any:
             except BaseException:  # noqa: BLE001 - the stop goes on; say why there is none
                 print("dispatch.fn: stopped; the checkpoint failed:", file=sys.stderr)
                 traceback.print_exc()
-        tee.close(wait=2.0)
+        tee.close()
         os._exit(128 + signum)
 
     return handler

@@ -37,6 +37,11 @@ MOST_RESULT_BYTES = 256 * 1024**2
 # A remote exception's words and traceback, as kept (the end of a longer traceback).
 MOST_TRACEBACK_CHARS = 64 * 1024
 
+# A lower bound for one executor's calls or results, through the environment (a spec's env
+# reaches the node): never above the ones here.
+MOST_CALL_VAR = "DISPATCH_FN_MOST_CALL_BYTES"
+MOST_RESULT_VAR = "DISPATCH_FN_MOST_RESULT_BYTES"
+
 CALL = "call.pkl"
 FILE_MODE = 0o600
 FOLDER_MODE = 0o700
@@ -88,24 +93,39 @@ class RemoteError:
         return f"{self.type}: {self.message}" if self.message else self.type
 
 
-def dumps_bounded(value: object, most: int, what: str) -> bytes:
-    """``value`` cloudpickled; NotPicklable with the pickler's words, CallTooLarge past
-    ``most`` bytes."""
+def dumps_bounded(value: object, most: int, what: str,
+                  too_large: type[DispatchError] | None = None) -> bytes:
+    """``value`` cloudpickled; NotPicklable with the pickler's words, ``too_large``
+    (CallTooLarge by default) past ``most`` bytes."""
     try:
         data: bytes = cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as err:  # cloudpickle raises what the object's reducer raises
         raise NotPicklable(f"{what} cannot be pickled: {type(err).__name__}: {err}") from err
     if len(data) > most:
-        raise CallTooLarge(f"{what} pickles to {len(data)} bytes, more than the {most} a "
-                           "call may carry (pass a path to the data instead of the data)")
+        raise (too_large or CallTooLarge)(
+            f"{what} pickles to {len(data)} bytes, more than the {most} it may (pass a path "
+            "to the data instead of the data)")
     return data
+
+
+def _most(var: str, most: int) -> int:
+    text = os.environ.get(var, "")
+    return min(int(text), most) if text.isdigit() else most
+
+
+def most_call_bytes() -> int:
+    return _most(MOST_CALL_VAR, MOST_CALL_BYTES)
+
+
+def most_result_bytes() -> int:
+    return _most(MOST_RESULT_VAR, MOST_RESULT_BYTES)
 
 
 def encode_call(call: Call, sys_path: list[str] | None = None) -> bytes:
     """The bytes of call.pkl: the submitter's sys.path (so a function of a module the job can
     import is found by the same name), then the call, pickled apart so the path is set before
     the call is unpickled."""
-    inner = dumps_bounded(call, MOST_CALL_BYTES, "the call (function and arguments)")
+    inner = dumps_bounded(call, most_call_bytes(), "the call (function and arguments)")
     path = list(sys.path if sys_path is None else sys_path)
     return pickle.dumps({"sys_path": path, "call": inner}, protocol=pickle.HIGHEST_PROTOCOL)
 
