@@ -104,22 +104,25 @@ class FunctionJob:
         value. Raises ``FunctionFailed`` (a ``JobFailed``) when the job did not succeed,
         carrying the cause and the remote exception; ``TimeoutError`` after ``timeout``."""
         final = self.job.wait(timeout, poll=poll)
-        if final.state is not State.SUCCEEDED:
-            raise FunctionFailed(final, self._remote_error())
-        found, value = read_pickle(self._names().result(self._submission()),
-                                   MOST_RESULT_BYTES)
-        if not found:
-            raise ResultMissing(f"job {self.id} succeeded but its return value is not in "
-                                f"{self.folder}")
-        return value
+        if final.state is State.SUCCEEDED or self.task is not None:
+            # A task of an array returns its value even when another task failed the array.
+            found, value = read_pickle(self._names().result(self._submission()),
+                                       MOST_RESULT_BYTES)
+            if found:
+                return value
+            if final.state is State.SUCCEEDED:
+                raise ResultMissing(f"job {self.id} succeeded but its return value is not "
+                                    f"in {self.folder}")
+        raise FunctionFailed(final, self._remote_error())
 
     def exception(self, timeout: float | None = None, *,
                   poll: float = WAIT_POLL_S) -> FunctionFailed | None:
         """Wait as ``result`` does; the error ``result`` would raise, or None on success."""
-        final = self.job.wait(timeout, poll=poll)
-        if final.state is State.SUCCEEDED:
-            return None
-        return FunctionFailed(final, self._remote_error())
+        try:
+            self.result(timeout, poll=poll)
+        except FunctionFailed as err:
+            return err
+        return None
 
     def stdout(self, rank: int = 0) -> str | None:
         """What rank ``rank`` wrote to its stdout in the latest submission that ran it (None
