@@ -32,7 +32,6 @@ from dispatch.fn.checkpoint import checkpoint_hook
 from dispatch.fn.distributed import distributed_environment, first_host
 
 
-
 def test_submitit_names_map_onto_the_spec(tmp_path: Path) -> None:
     ex = dispatch.Executor(tmp_path, backend="slurm", nodes=2, timeout_min=90, mem_gb=1.5,
                            slurm_partition="low", gpus_per_node=1, cpus_per_task=2,
