@@ -205,7 +205,10 @@ class Executor:
         return self.folder / f"{self._name(fn)[:40]}-{secrets.token_hex(6)}"
 
     def _spec(self, folder: Path, name: str, array: str | None = None) -> JobSpec:
-        command = [sys.executable, "-m", "dispatch.fn", str(folder)]
+        # The submitter's Python where the nodes share this machine's paths; a pod runs its
+        # image's python (which must have dispatch installed).
+        python = "python" if self.backend == "kubeflow" else sys.executable
+        command = [python, "-m", "dispatch.fn", str(folder)]
         fields = copy.deepcopy(self._fields)
         if array is not None:
             command.append("--array")

@@ -153,3 +153,17 @@ def test_the_package_shows_the_executor() -> None:
                            "{'dispatch': dispatch}); print(c.complete('dispatch.Executo', 0))"],
                           capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == "dispatch.Executor("
+
+
+def test_on_kubeflow_the_pod_runs_its_images_python_and_knows_its_job(tmp_path: Path) -> None:
+    from dispatch.backends.base import Submission
+    from dispatch.backends.kubeflow.manifest import build_trainjob
+
+    ex = dispatch.Executor(tmp_path, backend="kubeflow", nodes=2,
+                           kubeflow={"runtime": "torch-distributed"})
+    spec = ex._spec(tmp_path / "c", "f")
+    assert spec.command == ("python", "-m", "dispatch.fn", str(tmp_path / "c"))
+    manifest = build_trainjob(Submission(job_id="j1", number=2, token="j1.2", spec=spec,
+                                         gated=False), "default")
+    env = {e["name"]: e["value"] for e in manifest["spec"]["trainer"]["env"]}
+    assert env["DISPATCH_JOB_ID"] == "j1" and env["DISPATCH_SUBMISSION"] == "2"
