@@ -140,6 +140,28 @@ def test_an_injected_preemption_resumes_from_the_checkpoint(env: Env) -> None:
     assert "resuming from the checkpoint" in (job.stderr() or "")
 
 
+def test_a_lost_node_resumes_from_rank_0s_checkpoint(env: Env) -> None:
+    marker = env.tmp / "at-3"
+    policy = {"rules": [{"on": ["node-lost"], "action": "resubmit", "budget": 1}]}
+    job = executor(env, nodes=2, policy=policy).submit(Counter(str(marker)), 7)
+    results: list[Any] = []
+    waiter = threading.Thread(target=lambda: results.append(job.result(timeout=WAIT_S,
+                                                                          poll=0.2)))
+    waiter.start()
+    deadline = time.monotonic() + WAIT_S
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marker.exists(), "the first submission never reached step 3"
+    with Service.open(env.store) as service:
+        service.backends("local").inject(job.id, "lose-node", 1)  # type: ignore[attr-defined]
+    waiter.join(WAIT_S)
+    # rank 1's node is lost; the supervisor stops the rest (SIGTERM), rank 0 checkpoints
+    assert results == [(3, 7, "2")]
+    st = job.job.record()
+    assert [t.cause.kind for t in st.history
+            if t.state is State.RECOVERING and t.cause is not None] == [CauseKind.NODE_LOST]
+
+
 def test_map_array_of_three_items(env: Env) -> None:
     jobs = executor(env).map_array(add, [1, 2, 3], [10, 20, 30])
     assert len(jobs) == 3 and len({j.id for j in jobs}) == 3
