@@ -24,6 +24,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, TextIO
 
+from dispatch.errors import DispatchError
 from dispatch.fn.calls import (
     MOST_CALL_BYTES,
     MOST_RESULT_BYTES,
@@ -32,6 +33,7 @@ from dispatch.fn.calls import (
     Names,
     RemoteError,
     ResultTooLarge,
+    check_folder,
     decode_call,
     dumps_bounded,
     encode_call,
@@ -156,7 +158,9 @@ def write_error(names: Names, submission: int, error: RemoteError) -> None:
 
 
 def load_call(names: Names) -> tuple[Call, bool]:
-    """The call to run and whether it is a stored checkpoint."""
+    """The call to run and whether it is a stored checkpoint (only from a folder of ours
+    alone: a pickle is code)."""
+    check_folder(names.folder)
     for path, resumed in ((names.checkpoint(), True), (names.call(), False)):
         data = read_file(path, MOST_CALL_BYTES + 1024**2)
         if data is not None:
@@ -173,6 +177,11 @@ def main(argv: list[str]) -> int:
     task = int(os.environ["SLURM_ARRAY_TASK_ID"]) if len(argv) == 3 else None
     submission = int(os.environ.get("DISPATCH_SUBMISSION") or 0)
     names = Names(Path(argv[1]), os.environ.get("DISPATCH_JOB_ID") or "0", task)
+    try:
+        check_folder(names.folder)  # before anything is written there or read from it
+    except DispatchError as err:
+        print(f"dispatch.fn: {err}", file=sys.stderr)
+        return 1
     tee = Tee({"stdout": names.output(submission, rank, "stdout"),
                "stderr": names.output(submission, rank, "stderr")})
     try:

@@ -229,3 +229,24 @@ def test_done_moves_the_job_on(env: Env) -> None:
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert job.result(timeout=WAIT_S) == 42
+
+
+def test_the_bootstrap_runs_nothing_from_a_folder_others_can_write(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from dispatch.fn.calls import Call, Names, encode_call, make_folder, write_file
+
+    folder = make_folder(tmp_path / "call")
+    write_file(Names(folder, "").call(), encode_call(Call(print, ("ran",))))
+    argv = [sys.executable, "-m", "dispatch.fn", str(folder)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "DISPATCH_"))}
+    ok = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    assert ok.returncode == 0 and ok.stdout == "ran\n"
+    os.chmod(folder, 0o777)
+    refused = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    assert refused.returncode == 1 and "ran" not in refused.stdout
+    assert "is not ours alone" in refused.stderr
+    usage = subprocess.run([sys.executable, "-m", "dispatch.fn"], capture_output=True,
+                           text=True, timeout=60)
+    assert usage.returncode == 2 and "usage: python -m dispatch.fn" in usage.stderr
