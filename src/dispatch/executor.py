@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from dispatch.api import BadArgument, Store, _store_url
 from dispatch.api import submit as submit_spec
@@ -36,6 +36,9 @@ from dispatch.fn.calls import Call, Names, encode_call, make_folder, write_file
 from dispatch.fn.job import FunctionJob
 
 __all__ = ["Executor"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # submitit's names with the same meaning, and the spec key (or slurm: key) each one sets.
 SLURM_KEYS = {
@@ -77,7 +80,7 @@ class Executor:
         self.store = store
         self._fields: dict[str, Any] = {"backend": backend}
         self._array_parallelism: int | None = None
-        self._batch: list[tuple[FunctionJob, str]] | None = None
+        self._batch: list[tuple[FunctionJob[Any], str]] | None = None
         self.update_parameters(**parameters)
 
     def __repr__(self) -> str:
@@ -124,7 +127,8 @@ class Executor:
         return parse_spec({"name": "fn", **fields, "command": ["python"]}, "<executor>")
 
     # ---- submitting ---------------------------------------------------------------------
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> FunctionJob:
+    def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
+               ) -> FunctionJob[R]:
         """Run ``fn(*args, **kwargs)`` as a job (on every node: rank 0's return value is the
         result). The call is pickled first: ``NotPicklable`` / ``CallTooLarge`` (both
         ``BadInput``) before anything is recorded. Inside ``batch()`` the job is recorded
@@ -134,7 +138,7 @@ class Executor:
         data = encode_call(Call(fn, args, kwargs))
         folder = make_folder(self._new_folder(fn))
         write_file(Names(folder, "").call(), data)
-        job = FunctionJob(folder)
+        job: FunctionJob[R] = FunctionJob(folder)
         name = self._name(fn)
         if self._batch is not None:
             self._batch.append((job, name))
@@ -142,8 +146,8 @@ class Executor:
         job._job = submit_spec(self._spec(folder, name), store=self.store)
         return job
 
-    def map_array(self, fn: Callable[..., Any], /, *iterables: Iterable[Any]) -> list[
-            FunctionJob]:
+    def map_array(self, fn: Callable[..., R], /, *iterables: Iterable[Any]
+                  ) -> list[FunctionJob[R]]:
         """``fn`` called on each item of the zipped iterables, one job each (as submitit's
         ``map_array``). On Slurm the calls are one job array (``slurm.array``, at most
         ``slurm_array_parallelism`` at once): one dispatch job, each handle one task of it.
@@ -169,10 +173,10 @@ class Executor:
         job = submit_spec(spec, store=self.store)
         return [FunctionJob(folder, i, job) for i in range(len(calls))]
 
-    def _submit_encoded(self, fn: Callable[..., Any], data: bytes) -> FunctionJob:
+    def _submit_encoded(self, fn: Callable[..., R], data: bytes) -> FunctionJob[R]:
         folder = make_folder(self._new_folder(fn))
         write_file(Names(folder, "").call(), data)
-        job = FunctionJob(folder)
+        job: FunctionJob[R] = FunctionJob(folder)
         assert self._batch is not None
         self._batch.append((job, self._name(fn)))
         return job

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 from dispatch.api import WAIT_POLL_S, HistoryLine, Job, JobFailed, _open
 from dispatch.core.model import State, Status
@@ -41,7 +41,10 @@ class ResultMissing(NotFound):
     """The job succeeded but its return value is not in the call folder (removed?)."""
 
 
-class FunctionJob:
+R = TypeVar("R")
+
+
+class FunctionJob(Generic[R]):
     """A submitted function's job. ``job`` is the ``dispatch.Job`` (id, store, every method of
     the Python API); inside ``Executor.batch()`` it exists only once the block has ended."""
 
@@ -99,7 +102,7 @@ class FunctionJob:
             return False
         return True
 
-    def result(self, timeout: float | None = None, *, poll: float = WAIT_POLL_S) -> Any:
+    def result(self, timeout: float | None = None, *, poll: float = WAIT_POLL_S) -> R:
         """Wait for the job (supervising it, as ``Job.wait``) and return rank 0's return
         value. Raises ``FunctionFailed`` (a ``JobFailed``) when the job did not succeed,
         carrying the cause and the remote exception; ``TimeoutError`` after ``timeout``."""
@@ -109,7 +112,7 @@ class FunctionJob:
             found, value = read_pickle(self._names().result(self._submission()),
                                        MOST_RESULT_BYTES)
             if found:
-                return value
+                return cast(R, value)
             if final.state is State.SUCCEEDED:
                 raise ResultMissing(f"job {self.id} succeeded but its return value is not "
                                     f"in {self.folder}")
