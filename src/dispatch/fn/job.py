@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast
+from typing import Generic, TypeVar, cast
 
 from dispatch.api import WAIT_POLL_S, HistoryLine, Job, JobFailed, _open
 from dispatch.core.model import State, Status
