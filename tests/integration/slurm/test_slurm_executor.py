@@ -148,3 +148,21 @@ def test_map_array_is_one_slurm_job_array(harness: Harness) -> None:
     assert [j.task for j in jobs] == [0, 1, 2]
     assert [j.result(timeout=WAIT_S, poll=1.0) for j in jobs] == [11, 22, 33]
     assert jobs[2].stdout() is not None and "adding 3 and 30" in (jobs[2].stdout() or "")
+
+
+def inverse(x: int) -> float:
+    return 1 / x
+
+
+def test_one_failing_task_of_an_array_keeps_the_others_values(harness: Harness) -> None:
+    jobs = harness.executor().map_array(inverse, [1, 0, 4])
+    harness.keep(*jobs)
+    assert jobs[0].result(timeout=WAIT_S, poll=1.0) == 1.0
+    assert jobs[2].result(timeout=WAIT_S, poll=1.0) == 0.25
+    with pytest.raises(dispatch.FunctionFailed) as caught:
+        jobs[1].result(timeout=WAIT_S, poll=1.0)
+    assert caught.value.status.state is State.FAILED  # the array failed: one task did
+    assert caught.value.remote is not None
+    assert caught.value.remote.type == "ZeroDivisionError"
+    assert isinstance(jobs[1].exception(), dispatch.FunctionFailed)
+    assert jobs[0].exception() is None
