@@ -1,6 +1,8 @@
 """dispatch: a state and the cause behind it for every training job, and recovery by cause.
 
-The Python API (``submit``, ``get``, ``jobs``, ``Job``; docs/python-api.md), ``fold``,
+The Python API (``submit``, ``get``, ``jobs``, ``Job``; docs/python-api.md), functions as
+jobs (``Executor``, ``Checkpointable``, ``Call``, ``FunctionJob``, ``FunctionFailed``;
+docs/coming-from-submitit.md), ``fold``,
 ``project`` and ``__version__`` are imported on first use, so that ``import dispatch`` (and
 every CLI command) stays quick.
 """
@@ -36,9 +38,17 @@ if TYPE_CHECKING:
     from dispatch.api import HistoryLine, Job, JobFailed, get, jobs, submit
     from dispatch.core.record import fold
     from dispatch.core.status import project
+    from dispatch.executor import Executor
+    from dispatch.fn.calls import Call
+    from dispatch.fn.checkpoint import Checkpointable
+    from dispatch.fn.job import FunctionFailed, FunctionJob
 
 DISTRIBUTION = "dispatch-jobs"
 _API = frozenset({"HistoryLine", "Job", "JobFailed", "get", "jobs", "submit"})
+# Functions as jobs: each name and the module it lives in.
+_FN = {"Executor": "dispatch.executor", "Call": "dispatch.fn.calls",
+       "Checkpointable": "dispatch.fn.checkpoint", "FunctionFailed": "dispatch.fn.job",
+       "FunctionJob": "dispatch.fn.job"}
 
 
 def __getattr__(name: str) -> Any:
@@ -50,6 +60,10 @@ def __getattr__(name: str) -> Any:
         from dispatch.core.status import project
 
         return project
+    if name in _FN:
+        from importlib import import_module
+
+        return getattr(import_module(_FN[name]), name)
     if name in _API:
         from dispatch import api
 
@@ -64,16 +78,26 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'dispatch' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    """The lazily imported names too, so tab completion and ``help(dispatch)`` show them."""
+    return sorted(set(globals()) | set(__all__))
+
+
 __all__ = [
     "Action",
     "BackendError",
     "BadInput",
+    "Call",
     "Cause",
+    "Checkpointable",
     "CauseKind",
     "Declarations",
     "Discovery",
     "DispatchError",
     "Execution",
+    "Executor",
+    "FunctionFailed",
+    "FunctionJob",
     "HistoryLine",
     "Job",
     "JobFailed",

@@ -1,5 +1,6 @@
-"""Issue 24: the docs stay true. Every fenced block in README.md and docs/python-api.md that
-follows a ``<!-- runnable -->`` line is run as written (sh: by bash, from the repository
+"""Issue 24: the docs stay true. Every fenced block in README.md, docs/python-api.md and
+docs/coming-from-submitit.md that follows a ``<!-- runnable -->`` line is run as written
+(sh: by bash, from the repository
 root, with this checkout's `dispatch` first on PATH; python: by this Python), each with a
 throwaway record store and local root, and must succeed. And what the docs say a printed
 value looks like is what the code prints."""
@@ -18,7 +19,7 @@ import dispatch
 from dispatch.core.model import CauseKind, State
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = ("README.md", "docs/python-api.md")
+DOCS = ("README.md", "docs/python-api.md", "docs/coming-from-submitit.md")
 RUNNABLE = re.compile(r"^<!-- runnable -->\n+```(\w+)[^\n]*\n(.*?)^```", re.M | re.S)
 
 

@@ -191,8 +191,11 @@ def build_trainjob(submission: Submission, default_namespace: str) -> dict[str, 
     trainer: dict[str, Any] = {"command": list(spec.command), "numNodes": spec.nodes}
     if section.image is not None:
         trainer["image"] = section.image
-    if spec.env:
-        trainer["env"] = [{"name": k, "value": v} for k, v in sorted(spec.env.items())]
+    # The same names the local and Slurm backends set, so a command (dispatch.fn's bootstrap)
+    # can tell its job and submission apart; dispatch's win over the spec's.
+    env = {**spec.env, "DISPATCH_JOB_ID": submission.job_id,
+           "DISPATCH_SUBMISSION": str(submission.number)}
+    trainer["env"] = [{"name": k, "value": v} for k, v in sorted(env.items())]
     if section.numProcPerNode is not None:
         trainer["numProcPerNode"] = section.numProcPerNode
     resources: dict[str, dict[str, str | int]] = {}

@@ -70,7 +70,9 @@ def test_full_spec_makes_a_valid_trainjob() -> None:
     assert spec["trainer"]["command"] == ["python", "train.py", "--lr", "3e-4"]
     assert spec["trainer"]["numNodes"] == 4
     assert spec["trainer"]["numProcPerNode"] == 8
-    assert spec["trainer"]["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
+    assert spec["trainer"]["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"},
+                                      {"name": "DISPATCH_JOB_ID", "value": "job-1"},
+                                      {"name": "DISPATCH_SUBMISSION", "value": "0"}]
     assert spec["trainer"]["resourcesPerNode"]["limits"] == {
         "nvidia.com/gpu": 8,
         "cpu": "32",

@@ -1,0 +1,259 @@
+"""A submitted call's folder: what the submitter writes there, what each node writes back.
+
+One folder per submitted call (``<executor folder>/<name>-<token>``, mode 0700), holding
+
+    call.pkl                          the call: sys.path, then the cloudpickled function and
+                                      arguments (map_array's item N: call.tN.pkl)
+    <job>.checkpoint.pkl              what a Checkpointable asked to resume with (rank 0)
+    <job>.s<N>.result.pkl             rank 0's return value, submission N
+    <job>.s<N>.r<R>.error.pkl         rank R's exception (type, message, traceback)
+    <job>.s<N>.r<R>.stdout|stderr     a copy of rank R's output
+
+Every file is 0600, written whole (dispatch.files.write_atomic: a fresh temp file opened
+O_EXCL|O_NOFOLLOW, then a rename) and read through an O_NOFOLLOW descriptor, bounded. The
+folder is ours alone (0700): a pickle there is trusted because nobody else can write it, so
+``read_pickle`` refuses a folder or file another user owns or others can write.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+
+from dispatch.errors import BadInput, DispatchError, NotFound
+from dispatch.files import read_at_most, write_atomic
+
+# A call (the function, its arguments and what it closes over) and a result travel through a
+# shared folder: past these sizes a data set was captured by mistake (pass a path instead).
+MOST_CALL_BYTES = 256 * 1024**2
+MOST_RESULT_BYTES = 256 * 1024**2
+# A remote exception's words and traceback, as kept (the end of a longer traceback).
+MOST_TRACEBACK_CHARS = 64 * 1024
+
+# A lower bound for one executor's calls or results, through the environment (a spec's env
+# reaches the node): never above the ones here.
+MOST_CALL_VAR = "DISPATCH_FN_MOST_CALL_BYTES"
+MOST_RESULT_VAR = "DISPATCH_FN_MOST_RESULT_BYTES"
+
+CALL = "call.pkl"
+FILE_MODE = 0o600
+FOLDER_MODE = 0o700
+
+
+class NotPicklable(BadInput, TypeError):
+    """The function or one of its arguments cannot be pickled (cloudpickle's words)."""
+
+
+class CallTooLarge(BadInput, ValueError):
+    """The pickled call is over ``MOST_CALL_BYTES``."""
+
+
+class ResultTooLarge(DispatchError):
+    """A rank's pickled return value is over the bound (raised in the node; the submitter
+    sees it as the remote exception)."""
+
+
+class UnsafeFolder(BadInput):
+    """A call folder or file that is not plainly ours (a link, another owner, writable by
+    others): nothing is read from it."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """A function and the arguments to call it with (what submitit calls a
+    DelayedSubmission): what ``Checkpointable.checkpoint`` returns to resume with."""
+
+    fn: Any
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] | None = None
+
+    def __call__(self) -> Any:
+        return self.fn(*self.args, **(self.kwargs or {}))
+
+
+@dataclass(frozen=True)
+class RemoteError:
+    """A rank's exception as it was raised in the job: its type's qualified name, its words,
+    its formatted traceback, and the exception itself when it could be pickled back."""
+
+    rank: int
+    type: str
+    message: str
+    traceback: str
+    exception: BaseException | None = None
+
+    def one_line(self) -> str:
+        return f"{self.type}: {self.message}" if self.message else self.type
+
+
+def dumps_bounded(value: object, most: int, what: str,
+                  too_large: type[DispatchError] | None = None) -> bytes:
+    """``value`` cloudpickled; NotPicklable with the pickler's words, ``too_large``
+    (CallTooLarge by default) past ``most`` bytes."""
+    try:
+        data: bytes = cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as err:  # cloudpickle raises what the object's reducer raises
+        raise NotPicklable(f"{what} cannot be pickled: {type(err).__name__}: {err}") from err
+    if len(data) > most:
+        raise (too_large or CallTooLarge)(
+            f"{what} pickles to {len(data)} bytes, more than the {most} it may (pass a path "
+            "to the data instead of the data)")
+    return data
+
+
+def _most(var: str, most: int) -> int:
+    text = os.environ.get(var, "")
+    return min(int(text), most) if text.isdigit() else most
+
+
+def most_call_bytes() -> int:
+    return _most(MOST_CALL_VAR, MOST_CALL_BYTES)
+
+
+def most_result_bytes() -> int:
+    return _most(MOST_RESULT_VAR, MOST_RESULT_BYTES)
+
+
+def encode_call(call: Call, sys_path: list[str] | None = None) -> bytes:
+    """The bytes of call.pkl: the submitter's sys.path (so a function of a module the job can
+    import is found by the same name), then the call, pickled apart so the path is set before
+    the call is unpickled."""
+    inner = dumps_bounded(call, most_call_bytes(), "the call (function and arguments)")
+    path = list(sys.path if sys_path is None else sys_path)
+    return pickle.dumps({"sys_path": path, "call": inner}, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def decode_call(data: bytes) -> Call:
+    outer = pickle.loads(data)
+    for entry in reversed(outer["sys_path"]):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    call = pickle.loads(outer["call"])
+    if not isinstance(call, Call):
+        raise TypeError(f"a call file holds a {type(call).__name__}, not a Call")
+    return call
+
+
+def make_folder(path: Path) -> Path:
+    """Create the call folder ``path`` (0700, parents as needed); refuse one that exists."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkdir(path, FOLDER_MODE)
+    os.chmod(path, FOLDER_MODE)  # whatever the umask
+    return path
+
+
+def check_folder(path: Path) -> None:
+    """Refuse a folder that is a link, not ours, or open to others."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise NotFound(f"call folder {path} does not exist") from None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise UnsafeFolder(f"call folder {path} is not a directory (a link?)")
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise UnsafeFolder(f"call folder {path} is not ours alone (owner uid {st.st_uid}, "
+                           f"mode {stat.S_IMODE(st.st_mode):o}; want 0700)")
+
+
+def write_file(path: Path, data: bytes) -> None:
+    write_atomic(path, data, mode=FILE_MODE)
+
+
+def read_file(path: Path, most: int) -> bytes | None:
+    """The bytes of ``path`` (None when absent), read without following a link; UnsafeFolder
+    for a link, another owner, a mode open to others; ResultTooLarge past ``most``."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        if err.errno == 40:  # ELOOP
+            raise UnsafeFolder(f"{path} is a symbolic link") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise UnsafeFolder(f"{path} is not a file of ours alone (mode "
+                               f"{stat.S_IMODE(st.st_mode):o}, owner uid {st.st_uid})")
+        data = read_at_most(fd, most + 1)
+    finally:
+        os.close(fd)
+    if len(data) > most:
+        raise ResultTooLarge(f"{path} holds more than {most} bytes")
+    return data
+
+
+def read_tail(path: Path, most: int) -> bytes | None:
+    """The last ``most`` bytes of ``path`` (None when absent), read as ``read_file`` reads."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        if err.errno == 40:  # ELOOP
+            raise UnsafeFolder(f"{path} is a symbolic link") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+            raise UnsafeFolder(f"{path} is not a file of ours")
+        os.lseek(fd, max(0, st.st_size - most), os.SEEK_SET)
+        return read_at_most(fd, most)
+    finally:
+        os.close(fd)
+
+
+def read_pickle(path: Path, most: int) -> tuple[bool, Any]:
+    """(True, the unpickled value) or (False, None) when there is no such file."""
+    check_folder(path.parent)
+    data = read_file(path, most)
+    if data is None:
+        return False, None
+    return True, pickle.loads(data)
+
+
+@dataclass(frozen=True)
+class Names:
+    """The file names of one job's submission in a call folder (``task``: a map_array item
+    run as one task of a Slurm array)."""
+
+    folder: Path
+    job: str
+    task: int | None = None
+
+    def _t(self) -> str:
+        return "" if self.task is None else f".t{self.task}"
+
+    def call(self) -> Path:
+        return self.folder / (CALL if self.task is None else f"call.t{self.task}.pkl")
+
+    def checkpoint(self) -> Path:
+        return self.folder / f"{self.job}{self._t()}.checkpoint.pkl"
+
+    def result(self, submission: int) -> Path:
+        return self.folder / f"{self.job}{self._t()}.s{submission}.result.pkl"
+
+    def error(self, submission: int, rank: int) -> Path:
+        return self.folder / f"{self.job}{self._t()}.s{submission}.r{rank}.error.pkl"
+
+    def errors(self, submission: int) -> list[Path]:
+        """The error files of a submission, lowest rank first."""
+        prefix = f"{self.job}{self._t()}.s{submission}.r"
+        found = []
+        for entry in os.listdir(self.folder):
+            if entry.startswith(prefix) and entry.endswith(".error.pkl"):
+                rank = entry[len(prefix):-len(".error.pkl")]
+                if rank.isdigit():
+                    found.append((int(rank), self.folder / entry))
+        return [p for _, p in sorted(found)]
+
+    def output(self, submission: int, rank: int, stream: str) -> Path:
+        return self.folder / f"{self.job}{self._t()}.s{submission}.r{rank}.{stream}"

@@ -1,0 +1,169 @@
+"""dispatch.Executor's parameters map onto the spec (issue 26), the call folder's files and
+bounds, the distributed environment the bootstrap derives, and the names the package shows."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import pydoc
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import dispatch
+from dispatch.core.spec import SpecError
+from dispatch.fn.calls import (
+    Call,
+    CallTooLarge,
+    Names,
+    NotPicklable,
+    UnsafeFolder,
+    decode_call,
+    encode_call,
+    make_folder,
+    read_pickle,
+    write_file,
+)
+from dispatch.fn.checkpoint import checkpoint_hook
+from dispatch.fn.distributed import distributed_environment, first_host
+
+
+def test_submitit_names_map_onto_the_spec(tmp_path: Path) -> None:
+    ex = dispatch.Executor(tmp_path, backend="slurm", nodes=2, timeout_min=90, mem_gb=1.5,
+                           slurm_partition="low", gpus_per_node=1, cpus_per_task=2,
+                           slurm_additional_parameters={"mail_type": "END"},
+                           tasks_per_node=1)
+    ex.update_parameters(slurm_exclusive=True,
+                         policy={"rules": [{"on": ["preempted"], "action": "resubmit",
+                                            "budget": 2}]})
+    spec = ex._spec(tmp_path / "call", "train")
+    assert spec.backend == "slurm" and spec.nodes == 2 and spec.name == "train"
+    assert spec.time_limit == 90 * 60 and spec.memory == int(1.5 * 1024**3)
+    assert spec.slurm == {"partition": "low", "gpus_per_node": 1, "cpus_per_task": 2,
+                          "extra": ["--mail-type=END"], "exclusive": True}
+    assert spec.policy.rules[0].budget == 2
+    assert spec.command == (sys.executable, "-m", "dispatch.fn", str(tmp_path / "call"))
+
+
+def test_an_unknown_name_is_refused_with_the_valid_ones(tmp_path: Path) -> None:
+    ex = dispatch.Executor(tmp_path)
+    with pytest.raises(dispatch.BadInput, match="unknown parameter 'timeout_mins'") as caught:
+        ex.update_parameters(timeout_mins=5)
+    assert "did you mean 'timeout_min'" in str(caught.value)
+    assert "slurm_partition" in str(caught.value)  # the valid names are listed
+
+
+def test_bad_values_are_refused_as_a_spec_refuses_them(tmp_path: Path) -> None:
+    ex = dispatch.Executor(tmp_path)
+    with pytest.raises(SpecError, match="nodes"):
+        ex.update_parameters(nodes=0)
+    with pytest.raises(dispatch.BadInput, match="one process per node"):
+        ex.update_parameters(tasks_per_node=4)
+    with pytest.raises(dispatch.BadInput, match="timeout_min"):
+        ex.update_parameters(timeout_min="soon")
+    with pytest.raises(SpecError, match="backend"):
+        dispatch.Executor(tmp_path, backend="slurmm")
+    with pytest.raises(dispatch.BadInput, match="policy"):
+        ex.update_parameters(policy={"rules": [{"on": ["preemted"], "action": "resubmit"}]})
+    assert ex.parameters == {"backend": "local"}  # nothing of a refused update stays
+
+
+def test_an_unpicklable_call_and_an_oversized_one(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    lock = threading.Lock()
+    with pytest.raises(NotPicklable, match="cannot be pickled: TypeError"):
+        encode_call(Call(lambda: lock))
+    monkeypatch.setenv("DISPATCH_FN_MOST_CALL_BYTES", "100")
+    with pytest.raises(CallTooLarge, match="more than the 100"):
+        encode_call(Call(len, (b"x" * 1000,)))
+    ex = dispatch.Executor(tmp_path / "runs")
+    with pytest.raises(dispatch.BadInput):
+        ex.submit(len, b"x" * 1000)
+    assert not (tmp_path / "runs").exists()  # nothing written before the call pickled
+
+
+def test_a_call_round_trips_with_the_submitters_path(tmp_path: Path) -> None:
+    call = decode_call(encode_call(Call(divmod, (7, 2)), sys_path=[str(tmp_path)]))
+    assert call() == (3, 1) and str(tmp_path) in sys.path
+    sys.path.remove(str(tmp_path))
+
+
+def test_call_files_are_private_and_links_are_refused(tmp_path: Path) -> None:
+    folder = make_folder(tmp_path / "calls" / "one")
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    names = Names(folder, "j1")
+    write_file(names.result(1), pickle.dumps(42))
+    assert stat.S_IMODE(os.stat(names.result(1)).st_mode) == 0o600
+    assert read_pickle(names.result(1), 100) == (True, 42)
+    assert read_pickle(names.result(2), 100) == (False, None)
+    (tmp_path / "elsewhere.pkl").write_bytes(pickle.dumps(1))
+    os.symlink(tmp_path / "elsewhere.pkl", names.result(3))
+    with pytest.raises(UnsafeFolder, match="symbolic link"):
+        read_pickle(names.result(3), 100)
+    os.chmod(folder, 0o755)
+    with pytest.raises(UnsafeFolder, match="not ours alone"):
+        read_pickle(names.result(1), 100)
+
+
+def test_the_distributed_environment_from_slurm() -> None:
+    env = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0",
+           "SLURM_JOB_NODELIST": "gpu[07-10],cpu1", "SLURM_JOB_ID": "12345",
+           "SLURM_NTASKS_PER_NODE": "1(x4)"}
+    assert distributed_environment(env) == {
+        "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "gpu07", "MASTER_PORT": str(20_000 + 12345)}
+    assert distributed_environment({"RANK": "1", "WORLD_SIZE": "2"}) == {}
+    assert distributed_environment({})["WORLD_SIZE"] == "1"
+    assert [first_host(x) for x in ("n1", "n[2-3]", "a,b", "r[1,4]x")] == ["n1", "n2", "a",
+                                                                          "r1x"]
+
+
+def test_checkpoint_hooks() -> None:
+    class Job(dispatch.Checkpointable):
+        def __call__(self, x: int) -> int:
+            return x
+
+    class Hooked:
+        def __call__(self) -> None:
+            pass
+
+        def __dispatch_checkpoint__(self) -> Call:
+            return Call(print)
+
+    job = Job()
+    hook = checkpoint_hook(job)
+    assert hook is not None and hook(5) == Call(job, (5,), {})
+    assert checkpoint_hook(Hooked()) is not None
+    assert checkpoint_hook(print) is None
+
+
+def test_the_package_shows_the_executor() -> None:
+    names = dir(dispatch)
+    for name in ("Executor", "Checkpointable", "Call", "FunctionJob", "FunctionFailed"):
+        assert name in names and name in dispatch.__all__
+    text = pydoc.render_doc(dispatch, renderer=pydoc.plaintext)
+    assert "class Executor" in text and "class Checkpointable" in text
+    # tab completion (rlcompleter, as the interactive interpreter uses it)
+    done = subprocess.run([sys.executable, "-c",
+                           "import rlcompleter, dispatch; c = rlcompleter.Completer("
+                           "{'dispatch': dispatch}); print(c.complete('dispatch.Executo', 0))"],
+                          capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.strip() == "dispatch.Executor("
+
+
+def test_on_kubeflow_the_pod_runs_its_images_python_and_knows_its_job(tmp_path: Path) -> None:
+    from dispatch.backends.base import Submission
+    from dispatch.backends.kubeflow.manifest import build_trainjob
+
+    ex = dispatch.Executor(tmp_path, backend="kubeflow", nodes=2,
+                           kubeflow={"runtime": "torch-distributed"})
+    spec = ex._spec(tmp_path / "c", "f")
+    assert spec.command == ("python", "-m", "dispatch.fn", str(tmp_path / "c"))
+    manifest = build_trainjob(Submission(job_id="j1", number=2, token="j1.2", spec=spec,
+                                         gated=False), "default")
+    env = {e["name"]: e["value"] for e in manifest["spec"]["trainer"]["env"]}
+    assert env["DISPATCH_JOB_ID"] == "j1" and env["DISPATCH_SUBMISSION"] == "2"
