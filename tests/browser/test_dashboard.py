@@ -28,6 +28,7 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--no-first-run", "--disable-sync"]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 WAIT_MS = 60_000  # upper bounds for a slow shared machine, never timing assertions
 
 FAIL_FIRST = ("import os, sys, time\n"
@@ -35,6 +36,14 @@ FAIL_FIRST = ("import os, sys, time\n"
               "print('submission', os.environ['DISPATCH_SUBMISSION'], flush=True)\n"
               "sys.exit(3 if os.environ['DISPATCH_SUBMISSION'] == '1' else 0)\n")
 SLEEP = "import time; time.sleep(300)"
+
+
+def screenshot(page: Page, name: str) -> None:
+    """With DISPATCH_SCREENSHOTS=1, the page as it is now saved to docs/images/NAME (the
+    docs' pictures are made by these tests, run with that variable set)."""
+    if os.environ.get("DISPATCH_SCREENSHOTS") == "1":
+        DOCS_IMAGES.mkdir(exist_ok=True)
+        page.screenshot(path=str(DOCS_IMAGES / name))
 
 
 class Server:
@@ -218,6 +227,7 @@ def test_timeline_of_a_recovered_job_and_the_state_filter(server: Server, page: 
     expect(error).to_contain_text("FloatingPointError: loss is NaN")
     page.set_viewport_size({"width": 1280, "height": 800})
     expect(error).to_be_in_viewport()  # seen without scrolling (issue 23)
+    screenshot(page, "dashboard-error.png")  # docs/why-it-failed.md
     page.goto(server.url + "/")
     page.select_option("#state-filter", "failed")
     expect(row(page, recovered)).to_have_count(0, timeout=WAIT_MS)
