@@ -335,7 +335,8 @@ def test_command_may_name_its_launcher_and_options(tmp_path: Path) -> None:
     s = array_sub(command=("/opt/bin/torchrun", "--max-restarts=1", "train.py", "a b"))
     got = run_with(render(s, out_dir=tmp_path)[0], tmp_path, SLURM_ARRAY_TASK_ID="0")
     assert got["argv"][3:] == [  # type: ignore[index]
-        "/bin/sh", "-c", ARRAY_TASK_ERROR_FILE, f"{tmp_path}/j1.2", "/opt/bin/torchrun", "--rdzv-backend=dispatch-segment-c10d", "--nnodes=2",
+        "/bin/sh", "-c", ARRAY_TASK_ERROR_FILE, f"{tmp_path}/j1.2",
+        "/opt/bin/torchrun", "--rdzv-backend=dispatch-segment-c10d", "--nnodes=2",
         "--nproc-per-node=1", "--max-restarts=1", "train.py", "a b"]
 
 
@@ -361,7 +362,8 @@ def test_ft_launcher_array_with_gpus(tmp_path: Path) -> None:
     assert "--array=0-3" in argv and "--no-requeue" in argv and "--gpus-per-node=8" in argv
     got = run_with(script, tmp_path, SLURM_ARRAY_TASK_ID="3")
     assert got["argv"][3:] == [  # type: ignore[index]
-        "/bin/sh", "-c", ARRAY_TASK_ERROR_FILE, f"{tmp_path}/j1.2", "ft_launcher", "--ft-segment-health-check-dir", "/shared/sh", "--nnodes=2",
+        "/bin/sh", "-c", ARRAY_TASK_ERROR_FILE, f"{tmp_path}/j1.2",
+        "ft_launcher", "--ft-segment-health-check-dir", "/shared/sh", "--nnodes=2",
         "--nproc-per-node=8", "train.py", "--steps", "5"]
 
 
