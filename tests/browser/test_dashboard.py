@@ -28,6 +28,7 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--no-first-run", "--disable-sync"]
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 WAIT_MS = 60_000  # upper bounds for a slow shared machine, never timing assertions
 
 FAIL_FIRST = ("import os, sys, time\n"
@@ -35,6 +36,23 @@ FAIL_FIRST = ("import os, sys, time\n"
               "print('submission', os.environ['DISPATCH_SUBMISSION'], flush=True)\n"
               "sys.exit(3 if os.environ['DISPATCH_SUBMISSION'] == '1' else 0)\n")
 SLEEP = "import time; time.sleep(300)"
+# Issue 23's case: rank 1 raises once rank 0 has started (rank 0 runs until it is killed).
+RANK1_RAISES = ("import os, pathlib, time\n"
+                "mark = pathlib.Path.cwd() / (os.environ['DISPATCH_OBJECT'] + '.rank0-started')\n"
+                "if os.environ['RANK'] == '0':\n"
+                "    mark.write_text('up'); print('rank 0 training', flush=True)\n"
+                "    time.sleep(120)\n"
+                "while not mark.exists(): time.sleep(0.05)\n"
+                "print('step 6 loss 0.1', flush=True)\n"
+                "raise FloatingPointError('loss is NaN at step 7')\n")
+
+
+def screenshot(page: Page, name: str) -> None:
+    """With DISPATCH_SCREENSHOTS=1, the page as it is now saved to docs/images/NAME (the
+    docs' pictures are made by these tests, run with that variable set)."""
+    if os.environ.get("DISPATCH_SCREENSHOTS") == "1":
+        DOCS_IMAGES.mkdir(exist_ok=True)
+        page.screenshot(path=str(DOCS_IMAGES / name))
 
 
 class Server:
@@ -188,8 +206,7 @@ def test_a_job_appears_changes_state_shows_its_timeline_and_is_cancelled(
 def test_timeline_of_a_recovered_job_and_the_state_filter(server: Server, page: Page) -> None:
     policy = {"rules": [{"on": ["non-zero-exit"], "action": "resubmit", "budget": 2}]}
     recovered = server.submit("recovered", FAIL_FIRST, policy=policy, nodes=2)
-    failed = server.submit("failing", "import time; time.sleep(1); "
-                                      "raise FloatingPointError('loss is NaN')")
+    failed = server.submit("failing", RANK1_RAISES, nodes=2)
     server.log_in(page)
     expect(row(page, recovered).locator(".state")).to_have_text("succeeded", timeout=WAIT_MS)
     expect(row(page, failed).locator(".state")).to_have_text("failed", timeout=WAIT_MS)
@@ -215,9 +232,13 @@ def test_timeline_of_a_recovered_job_and_the_state_filter(server: Server, page: 
     page.goto(server.url + f"/jobs/{failed}")  # the application's error, in its words
     error = page.locator("#detail-error")
     expect(error).to_contain_text("the application's error: ", timeout=WAIT_MS)
-    expect(error).to_contain_text("FloatingPointError: loss is NaN")
+    expect(error).to_contain_text("rank 1 on node1: FloatingPointError: loss is NaN at step 7")
+    api = server.client.get(f"/api/jobs/{failed}").json()["application_error"]
+    assert (api["rank"], api["node"], api["message"]) == (
+        1, "node1", "FloatingPointError: loss is NaN at step 7")
     page.set_viewport_size({"width": 1280, "height": 800})
     expect(error).to_be_in_viewport()  # seen without scrolling (issue 23)
+    screenshot(page, "dashboard-error.png")  # docs/why-it-failed.md
     page.goto(server.url + "/")
     page.select_option("#state-filter", "failed")
     expect(row(page, recovered)).to_have_count(0, timeout=WAIT_MS)

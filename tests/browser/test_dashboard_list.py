@@ -5,13 +5,9 @@ the list and a job's page are saved to docs/images/ (for docs/serve.md) at 1280x
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from playwright.sync_api import Dialog, Page, expect
-from test_dashboard import WAIT_MS, Server, row
+from test_dashboard import WAIT_MS, Server, row, screenshot
 
-DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 QUICK = "print('done')"
 TICKER = ("import time\n"
           "for i in range(100000):\n"
@@ -20,12 +16,6 @@ TICKER = ("import time\n"
 HOLD_ON_SEGV = ("import os, signal, time\nprint('loading the data; about to crash with SIGSEGV', "
                 "flush=True)\ntime.sleep(0.5)\n"
                 "os.kill(os.getpid(), signal.SIGSEGV)\n")
-
-
-def screenshot(page: Page, name: str) -> None:
-    if os.environ.get("DISPATCH_SCREENSHOTS") == "1":
-        DOCS_IMAGES.mkdir(exist_ok=True)
-        page.screenshot(path=str(DOCS_IMAGES / name))
 
 
 def ids_shown(page: Page) -> list[str]:

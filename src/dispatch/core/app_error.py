@@ -216,8 +216,13 @@ def reduce_output(text: str, host: str = "") -> TailReading:
     lines = [ln.rstrip("\r") for ln in text.splitlines()]
     root = _root_cause(lines, host)
     told = root.pop("message", "")
+    # The failing worker's traceback comes before its launcher's Root Cause block; what
+    # follows it is the other nodes' launchers reacting (a rendezvous store gone: their own
+    # RendezvousConnectionError), never the root cause.
+    at = root.pop("at", None)
+    end = at if isinstance(at, int) else len(lines)
     found = None
-    for i in range(len(lines) - 1, -1, -1):
+    for i in range(end - 1, -1, -1):
         stripped = _PREFIX.sub("", lines[i].strip())
         if not any(w in stripped for w in _WRAPPERS) and _EXCEPTION.match(stripped):
             found = i
@@ -244,8 +249,9 @@ def reduce_output(text: str, host: str = "") -> TailReading:
 def _root_cause(lines: list[str], host: str = "") -> dict[str, object]:
     """Rank, local rank, host and exit code from torchrun's "Root Cause" block. One output may
     hold every node's launcher: the last block of ``host`` when given, else the last block
-    that is not a launcher stopped by SIGTERM (the others' reaction), else the last."""
-    blocks = [_root_block(lines[i + 1:i + 12]) for i, ln in enumerate(lines)
+    that is not a launcher stopped by SIGTERM (the others' reaction), else the last. ``at``:
+    the index of the block's first line."""
+    blocks = [{**_root_block(lines[i + 1:i + 12]), "at": i} for i, ln in enumerate(lines)
               if "Root Cause (first observed failure)" in ln]
     if not blocks:
         return {}

@@ -354,3 +354,16 @@ def test_real_torchrun_output_tails(name: str, message: str, exit_code: int | No
         message, 1, 1, exit_code, signum)
     if name == "norec":
         assert 'raise FloatingPointError("loss is NaN at step 7")' in e.traceback_tail
+
+
+def test_another_launchers_words_after_the_root_cause_are_not_the_error() -> None:
+    """A real Slurm 22.05 output (one file for both nodes): rank 3 raised, then the other
+    node's torchrun lost its rendezvous store and printed RendezvousConnectionError last. The
+    worker's exception before the Root Cause block is the error, not that."""
+    text = (FIXTURES / "slurm-output-norec-store-lost.txt").read_text()
+    assert text.rstrip().splitlines()[-6].startswith(
+        "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError")
+    e = from_output(text, node="n2", host="n2")
+    assert (e.message, e.rank, e.local_rank, e.exit_code) == (
+        "FloatingPointError: loss is NaN at step 7", 3, 1, 1)
+    assert 'raise FloatingPointError("loss is NaN at step 7")' in e.traceback_tail

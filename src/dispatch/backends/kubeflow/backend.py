@@ -72,8 +72,11 @@ from dispatch.backends.kubeflow.objects import (
     meta,
     name_of,
 )
-from dispatch.backends.kubeflow.podlogs import PodLog, pod_logs
-from dispatch.core.model import CauseKind, Discovery, ObjectReport
+from dispatch.backends.kubeflow.pod_errors import error_of, first_failed_container
+from dispatch.backends.kubeflow.podlogs import PodLog, log_tail, pod_logs
+from dispatch.backends.kubeflow.pods import restart_attempt
+from dispatch.core.app_error import AppError
+from dispatch.core.model import CauseKind, Discovery, ObjectReport, SchedulerUnreachable, State
 from dispatch.core.policy import Action, Declarations
 from dispatch.core.spec import JobSpec
 from dispatch.errors import NotFound
@@ -188,6 +191,8 @@ class KubeflowBackend:
         self._tokens: dict[str, str] = {}  # ref -> token, for refs that disappear
         self._deleted: dict[str, str] = {}  # ref -> who in this process deleted it
         self._lost_seen: dict[str, datetime] = {}  # ref -> first seen lost
+        # (pod uid, container) -> the error its last log lines told: read once per container
+        self._log_errors: dict[tuple[str, str], AppError] = {}
         self._use_informer = informer
         self._informer_settings = informer_settings or InformerSettings()
         self._informer: Informer | None = None
@@ -368,6 +373,7 @@ class KubeflowBackend:
                 look.nodes,
                 now,
             )
+            report = self._with_log_error(ns, report, look.pods.get((ns, name), []))
             reports.append(self._remember_loss(report))
         for ref in sorted(wanted_refs - seen_refs):
             if parse_ref(ref)[0] in look.refused:
@@ -409,6 +415,31 @@ class KubeflowBackend:
             look.add(ns, tjs, jss, jobs, pods)
         look.nodes = view.objects.get(NODES, [])  # refused nodes: as with lists
         return look
+
+    def _with_log_error(self, ns: str, report: ObjectReport, pods: list[Any]) -> ObjectReport:
+        """A failed end whose first failing container left no termination message: its
+        error from the container's last log lines (issue 23), read once; the cause as it was."""
+        last = report.executions[-1] if report.executions else None
+        if report.state is not State.FAILED or last is None or last.error is not None:
+            return report
+        failed = first_failed_container(
+            [p for p in pods if restart_attempt(p) in (None, last.index)])
+        if failed is None:
+            return report
+        key = (failed.uid, failed.container)
+        error = self._log_errors.get(key)
+        if error is None:
+            try:
+                error = error_of(failed, log_tail(self.kube, ns, failed.pod,
+                                                  failed.container or None))
+            except SchedulerUnreachable:
+                return report  # asked again at the next look
+            except ApiAnswer as err:
+                error = msgspec.structs.replace(error_of(failed, None), note=(
+                    f"the log of pod {failed.pod} could not be read: {err}"))
+            self._log_errors[key] = error
+        return msgspec.structs.replace(report, executions=(
+            *report.executions[:-1], msgspec.structs.replace(last, error=error)))
 
     def _remember_loss(self, report: ObjectReport) -> ObjectReport:
         """Keep the first time a loss was seen, so a fallback ``now`` does not move it."""

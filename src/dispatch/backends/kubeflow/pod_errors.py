@@ -1,13 +1,17 @@
 """The application's own error at a TrainJob's failed end (issue 23): the first failing pod's
 container ``terminated.message`` (what the container wrote to its termination-message path,
 or its log's end under ``terminationMessagePolicy: FallbackToLogsOnError``, which a
-TrainingRuntime's pod template sets; the TrainJob API has no field for it). Pure."""
+TrainingRuntime's pod template sets; the TrainJob API has no field for it). A container that
+left no message: its last log lines (read by the backend, ``podlogs.log_tail``), reduced the
+same way as a Slurm or local node's output tail. Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
+
+import msgspec
 
 from dispatch.backends.kubeflow.objects import (
     as_int,
@@ -43,24 +47,66 @@ def _failed_terminations(pod: Any) -> list[tuple[datetime, Any, Any]]:
     return out
 
 
-def first_pod_error(pods: Sequence[Any]) -> AppError | None:
-    """The earliest failed container's termination message, with its pod's rank (the job
-    index's completion index) and node; None when no failed container left a message."""
+class FailedContainer(msgspec.Struct, frozen=True):
+    """The first container of a TrainJob's pods that ended badly, and where it ran."""
+
+    pod: str
+    container: str
+    uid: str
+    node: str
+    rank: int | None
+    exit_code: int | None
+    message: str
+    at: datetime | None
+
+
+def first_failed_container(pods: Sequence[Any]) -> FailedContainer | None:
+    """The earliest failed container (by its finishedAt, then the pod's name), with its pod's
+    rank (the job index's completion index) and node; None when none failed."""
     found = []
     for pod in pods:
         for at, cs, term in _failed_terminations(pod):
             found.append((at, name_of(pod), pod, cs, term))
-    for at, _, pod, _cs, term in sorted(found, key=lambda f: (f[0], f[1])):
-        message = as_str(term.get("message")) or ""
-        if not message.strip():
-            continue
-        code = as_int(term.get("exitCode"))
-        index = as_str(labels(pod).get(COMPLETION_INDEX_LABEL))
-        node = as_str(as_map(as_map(pod).get("spec")).get("nodeName")) or name_of(pod)
-        return from_output(
-            message, node=node, source=ErrorSource.TERMINATION_MESSAGE,
-            rank=int(index) if index is not None and index.isdigit() else None,
-            exit_code=code if code is not None and 0 < code <= 128 else None,
-            signum=code - 128 if code is not None and code > 128 else None,
-            at=None if at == datetime.max.replace(tzinfo=UTC) else at)
-    return None
+    if not found:
+        return None
+    at, name, pod, cs, term = min(found, key=lambda f: (f[0], f[1]))
+    index = as_str(labels(pod).get(COMPLETION_INDEX_LABEL))
+    return FailedContainer(
+        pod=name, container=as_str(as_map(cs).get("name")) or "",
+        uid=as_str(as_map(as_map(pod).get("metadata")).get("uid")) or "",
+        node=as_str(as_map(as_map(pod).get("spec")).get("nodeName")) or name,
+        rank=int(index) if index is not None and index.isdigit() else None,
+        exit_code=as_int(term.get("exitCode")), message=as_str(term.get("message")) or "",
+        at=None if at == datetime.max.replace(tzinfo=UTC) else at)
+
+
+def _exit_and_signal(code: int | None) -> tuple[int | None, int | None]:
+    if code is None or code <= 0:
+        return None, None
+    return (code, None) if code <= 128 else (None, code - 128)
+
+
+def first_pod_error(pods: Sequence[Any]) -> AppError | None:
+    """The first failed container's termination message as the application's error; None
+    when it left none (the backend then reads its last log lines: ``error_of``)."""
+    failed = first_failed_container(pods)
+    if failed is None or not failed.message.strip():
+        return None
+    return error_of(failed, None)
+
+
+def error_of(failed: FailedContainer, log_tail: str | None) -> AppError:
+    """The failed container's error: its termination message when it left one, else the
+    last lines of its log; neither: an error without words whose note says so (the cause is
+    the scheduler's either way)."""
+    code, signum = _exit_and_signal(failed.exit_code)
+    if failed.message.strip():
+        text, source, note = failed.message, ErrorSource.TERMINATION_MESSAGE, ""
+    elif log_tail and log_tail.strip():
+        text, source, note = log_tail, ErrorSource.OUTPUT_TAIL, ""
+    else:
+        text, source = "", ErrorSource.TERMINATION_MESSAGE
+        note = (f"container {failed.container} of pod {failed.pod} left no termination "
+                "message and no log lines")
+    return from_output(text, node=failed.node, source=source, rank=failed.rank,
+                       exit_code=code, signum=signum, at=failed.at, note=note)

@@ -221,3 +221,25 @@ def pod_logs(kube: KubeClient, namespace: str, pods: Iterable[Any]) -> list[PodL
         PodLog(kube, namespace, name_of(p), str(meta(p).get("uid") or ""), trainer_container(p))
         for p in sorted(pods, key=pod_order)
     ]
+
+
+# The end of a failed container's log read for its error (issue 23), as the output tail of a
+# Slurm or local node is: at most this many lines and bytes.
+TAIL_LINES = 20
+TAIL_BYTES = 4096
+
+
+def log_tail(kube: KubeClient, namespace: str, pod: str, container: str | None) -> str:
+    """The last lines of one container's log (``tailLines``, ``limitBytes``); empty when the
+    API server has none to give (400: no such container or not started; 404: the pod is gone).
+    SchedulerUnreachable passes through: the caller asks again at the next look."""
+    params = {"tailLines": str(TAIL_LINES), "limitBytes": str(TAIL_BYTES)}
+    if container:
+        params["container"] = container
+    try:
+        data = kube.pod_log(namespace, pod, params)
+    except ApiAnswer as err:
+        if err.code in (400, 404):
+            return ""
+        raise
+    return data[-TAIL_BYTES:].decode(errors="replace")

@@ -8,6 +8,7 @@ from datetime import datetime
 
 import msgspec
 
+from dispatch.core.app_error import AppError
 from dispatch.core.model import Cause, CauseKind, Execution, ObjectReport, State
 
 # --------------------------------------------------------------------------- arrays
@@ -40,6 +41,7 @@ def array_report(*, ref: str, token: str | None,
       cause, only when every task ended. A task ending while others run is not an ended
       execution of a live object: that would read as a requeue (decide's native recovery).
       Arrays are submitted with ``--no-requeue`` (seed 002), so tasks have one run each.
+      Its application error is the speaking task's own (read from that task's files).
     - nodes: every task's nodes; unhealthy_units: each live task's own (unit ``<array>_<task>``).
     """
     if not tasks:
@@ -63,7 +65,8 @@ def array_report(*, ref: str, token: str | None,
     lost_since = speaker.lost_since if cause.kind is CauseKind.NODE_LOST else None
     return ObjectReport(
         ref=ref, token=token or speaker.token, state=state, cause=cause,
-        executions=_array_execution(tasks, cause, ended=not live),
+        executions=_array_execution(tasks, cause, ended=not live,
+                                    error=_last_error(speaker) if not live else None),
         nodes=_union(n for _, r in tasks for n in r.nodes), lost_since=lost_since,
         gated=state is State.HELD and all(r.gated for _, r in live),
         unhealthy_units=tuple(u for _, r in live for u in r.unhealthy_units))
@@ -99,8 +102,13 @@ def _union(names: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def _last_error(report: ObjectReport) -> AppError | None:
+    """The speaking task's own application error (read from that task's files only)."""
+    return report.executions[-1].error if report.executions else None
+
+
 def _array_execution(tasks: Sequence[tuple[str, ObjectReport]], cause: Cause,
-                     ended: bool) -> tuple[Execution, ...]:
+                     ended: bool, error: AppError | None = None) -> tuple[Execution, ...]:
     runs = [e for _, r in tasks for e in r.executions]
     starts = [e.started_at for e in runs if e.started_at is not None]
     if not starts:
@@ -109,4 +117,4 @@ def _array_execution(tasks: Sequence[tuple[str, ObjectReport]], cause: Cause,
     return (Execution(index=0, started_at=min(starts),
                       ended_at=max(ends) if ended and ends else None,
                       cause=cause if ended else None,
-                      nodes=_union(n for e in runs for n in e.nodes)),)
+                      nodes=_union(n for e in runs for n in e.nodes), error=error),)

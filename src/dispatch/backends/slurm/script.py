@@ -303,11 +303,12 @@ def render_script(submission: Submission, error_prefix: str | None = None) -> st
         lines += shape.preamble
         # The shape's launcher is the first word after srun's options (never an option).
         at = next(i for i, w in enumerate(shape.srun_argv) if i > 0 and not w.startswith("-"))
-        lines.append("exec " + shlex.join(with_error_file(shape.srun_argv, error_prefix, at)))
+        lines.append("exec " + shlex.join(with_error_file(shape.srun_argv, error_prefix, at,
+                                                          array=is_array(submission))))
         return "\n".join(lines) + "\n"
     srun = ["srun", "--kill-on-bad-exit=1", f"--nodes={spec.nodes}", "--ntasks-per-node=1"]
     lines.append("exec " + shlex.join(with_error_file((*srun, *spec.command), error_prefix,
-                                                      len(srun))))
+                                                      len(srun), array=is_array(submission))))
     return "\n".join(lines) + "\n"
 
 
@@ -317,15 +318,23 @@ def render_script(submission: Submission, error_prefix: str | None = None) -> st
 # part of it.
 NODE_ERROR_FILE = ('export TORCHELASTIC_ERROR_FILE="$0.${SLURM_JOB_ID}.r${SLURM_RESTART_COUNT:-0}'
                    '.node${SLURM_NODEID}.error.json"; exec "$@"')
+# An array's tasks share the script, so the task's own file is named on the node from Slurm's
+# SLURM_ARRAY_JOB_ID and SLURM_ARRAY_TASK_ID, like its output file (``<token>.%A_%a.out``):
+# ``PREFIX.<array>_<task>.r0.node<id>.error.json``. Still a constant line.
+ARRAY_TASK_ERROR_FILE = ('export TORCHELASTIC_ERROR_FILE="$0.${SLURM_ARRAY_JOB_ID}_'
+                         '${SLURM_ARRAY_TASK_ID}.r${SLURM_RESTART_COUNT:-0}'
+                         '.node${SLURM_NODEID}.error.json"; exec "$@"')
 
 
 def with_error_file(srun_argv: tuple[str, ...], prefix: str | None,
-                    at: int) -> tuple[str, ...]:
-    """``srun OPTIONS sh -c NODE_ERROR_FILE PREFIX COMMAND...``, the wrapper put at ``at``
-    (after srun's options); ``srun_argv`` unchanged without a prefix."""
+                    at: int, *, array: bool = False) -> tuple[str, ...]:
+    """``srun OPTIONS sh -c NODE_ERROR_FILE PREFIX COMMAND...`` (ARRAY_TASK_ERROR_FILE for an
+    array), the wrapper put at ``at`` (after srun's options); ``srun_argv`` unchanged without
+    a prefix."""
     if prefix is None:
         return srun_argv
-    return (*srun_argv[:at], "/bin/sh", "-c", NODE_ERROR_FILE, prefix, *srun_argv[at:])
+    line = ARRAY_TASK_ERROR_FILE if array else NODE_ERROR_FILE
+    return (*srun_argv[:at], "/bin/sh", "-c", line, prefix, *srun_argv[at:])
 
 
 def error_file_prefix(submission: Submission, out_dir: Path) -> str:
@@ -401,9 +410,7 @@ def render(submission: Submission, *, out_dir: Path | None = None,
     """(batch script text, sbatch argv). The argv's last word is where the script goes."""
     directory = output_dir(submission, out_dir)
     _validate_submission(submission)
-    # Arrays share one launcher line across tasks: their error files are not set (yet).
-    prefix = None if is_array(submission) else error_file_prefix(submission, directory)
-    script = render_script(submission, prefix)
+    script = render_script(submission, error_file_prefix(submission, directory))
     argv = sbatch_argv(submission, script=script_path(submission, directory), out_dir=directory,
                        requeue=requeue)
     return script, argv

@@ -395,3 +395,26 @@ def test_array_logs_are_one_file_per_task(tmp_path: Path) -> None:
                         queries="json")
     b._arrays.add("100")
     assert [p.name for p in b.logs("100")] == ["tok.1.100_2.out", "tok.1.100_10.out"]
+
+
+def test_an_ended_arrays_error_is_the_speaking_tasks_own() -> None:
+    """Issue 23: each task's error was read from that task's own files; the array carries the
+    error of the task that speaks for it, never another task's, and none while live."""
+    from dispatch.core.app_error import AppError, ErrorSource
+
+    def failed(ref: str, words: str, end: int) -> ObjectReport:
+        t = task(ref, F, K.NON_ZERO_EXIT, start=1, end=end, nodes=("n1",))
+        err = AppError(source=ErrorSource.TORCHELASTIC_ERROR_FILE, message=words, node="n1")
+        ex = t.executions[0]
+        return ObjectReport(ref=t.ref, token=t.token, state=t.state, cause=t.cause,
+                            nodes=t.nodes, executions=(Execution(
+                                index=0, started_at=ex.started_at, ended_at=ex.ended_at,
+                                cause=ex.cause, nodes=ex.nodes, error=err),))
+
+    ended = agg(task("100_0", OK, end=3), failed("100_1", "ValueError: task 1", 4),
+                failed("100_2", "KeyError: task 2", 5))
+    (run,) = ended.executions
+    assert ended.cause.note.startswith("task 1 speaks")
+    assert run.error is not None and run.error.message == "ValueError: task 1"
+    live = agg(failed("100_0", "ValueError: task 0", 4), task("100_1", R, start=2))
+    assert live.executions[0].error is None

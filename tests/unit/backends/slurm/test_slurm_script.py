@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from dispatch.backends.base import Submission
 from dispatch.backends.slurm.script import (
+    ARRAY_TASK_ERROR_FILE,
     NODE_ERROR_FILE,
     dry_run,
     memory_option,
@@ -205,8 +206,27 @@ def test_array_argv_has_array_no_requeue_and_one_output_per_task(tmp_path: Path)
 def test_plain_array_without_launcher(tmp_path: Path) -> None:
     script, argv = render(sub(slurm={"array": "0-3%2"}), out_dir=tmp_path)
     assert "--array=0-3%2" in argv and "--no-requeue" in argv
-    assert "exec srun --kill-on-bad-exit=1 --nodes=1 --ntasks-per-node=1 python train.py" \
-        in script
+    assert ("exec srun --kill-on-bad-exit=1 --nodes=1 --ntasks-per-node=1 /bin/sh -c "
+            f"{shlex.quote(ARRAY_TASK_ERROR_FILE)} {tmp_path}/j1.2 python train.py") in script
+
+
+def test_each_array_task_gets_its_own_error_file(tmp_path: Path) -> None:
+    """Issue 23: an array's tasks share one script; the wrapper names each task's file on the
+    node from SLURM_ARRAY_JOB_ID and SLURM_ARRAY_TASK_ID, like its output file (%A_%a)."""
+    words = ["python3", "-c", "import os, sys; print(os.environ['TORCHELASTIC_ERROR_FILE']);"
+             " print(sys.argv[1:])", *HOSTILE]
+    seen = []
+    for task, raw_id in (("0", "90"), ("1", "91")):
+        done = subprocess.run(
+            ["/bin/sh", "-c", ARRAY_TASK_ERROR_FILE, f"{tmp_path}/j1.2", *words],
+            env={**os.environ, "SLURM_JOB_ID": raw_id, "SLURM_ARRAY_JOB_ID": "90",
+                 "SLURM_ARRAY_TASK_ID": task, "SLURM_NODEID": "1"},
+            capture_output=True, text=True, check=True, timeout=30)
+        path, argv = done.stdout.splitlines()[:2]
+        assert argv == repr(HOSTILE)
+        seen.append(path)
+    assert seen == [f"{tmp_path}/j1.2.90_0.r0.node1.error.json",
+                    f"{tmp_path}/j1.2.90_1.r0.node1.error.json"]
 
 
 def test_array_with_a_requeue_rule_is_refused(tmp_path: Path) -> None:
@@ -257,7 +277,8 @@ def test_torchrun_launch_shape_in_the_script(tmp_path: Path) -> None:
     assert "export DISPATCH_SEGMENT_DIR=/shared/sh" in script
     assert "export PET_RDZV_ENDPOINT=127.0.0.1:\"$((29610 + ${SLURM_ARRAY_TASK_ID:-0}))\"" \
         in script
-    assert ("exec srun --kill-on-bad-exit=1 --ntasks-per-node=1 --nodes=2 torchrun "
+    assert ("exec srun --kill-on-bad-exit=1 --ntasks-per-node=1 --nodes=2 /bin/sh -c "
+            f"{shlex.quote(ARRAY_TASK_ERROR_FILE)} {tmp_path}/j1.2 torchrun "
             "--rdzv-backend=dispatch-segment-c10d --nnodes=2 --nproc-per-node=1 "
             "train.py --steps 5") in script
 
@@ -296,6 +317,7 @@ def test_array_task_gets_its_own_port_and_rendezvous(tmp_path: Path) -> None:
     assert got["env"] == {"PET_RDZV_ENDPOINT": "127.0.0.1:29611", "PET_RDZV_ID": "4243",
                           "DISPATCH_SEGMENT_DIR": "/shared/sh", "PET_MAX_RESTARTS": "1"}
     assert got["argv"] == ["--kill-on-bad-exit=1", "--ntasks-per-node=1", "--nodes=2",
+                           "/bin/sh", "-c", ARRAY_TASK_ERROR_FILE, f"{tmp_path}/j1.2",
                            "torchrun", "--rdzv-backend=dispatch-segment-c10d", "--nnodes=2",
                            "--nproc-per-node=1", "train.py", "--steps", "5"]
 
@@ -313,6 +335,7 @@ def test_command_may_name_its_launcher_and_options(tmp_path: Path) -> None:
     s = array_sub(command=("/opt/bin/torchrun", "--max-restarts=1", "train.py", "a b"))
     got = run_with(render(s, out_dir=tmp_path)[0], tmp_path, SLURM_ARRAY_TASK_ID="0")
     assert got["argv"][3:] == [  # type: ignore[index]
+        "/bin/sh", "-c", ARRAY_TASK_ERROR_FILE, f"{tmp_path}/j1.2",
         "/opt/bin/torchrun", "--rdzv-backend=dispatch-segment-c10d", "--nnodes=2",
         "--nproc-per-node=1", "--max-restarts=1", "train.py", "a b"]
 
@@ -339,6 +362,7 @@ def test_ft_launcher_array_with_gpus(tmp_path: Path) -> None:
     assert "--array=0-3" in argv and "--no-requeue" in argv and "--gpus-per-node=8" in argv
     got = run_with(script, tmp_path, SLURM_ARRAY_TASK_ID="3")
     assert got["argv"][3:] == [  # type: ignore[index]
+        "/bin/sh", "-c", ARRAY_TASK_ERROR_FILE, f"{tmp_path}/j1.2",
         "ft_launcher", "--ft-segment-health-check-dir", "/shared/sh", "--nnodes=2",
         "--nproc-per-node=8", "train.py", "--steps", "5"]
 
@@ -352,4 +376,6 @@ def test_launch_shape_quotes_any_program(program: list[str]) -> None:
         program = ["train.py", *program]
     script, _ = dry_run(array_sub(command=tuple(program)))
     exec_line = script[script.index("\nexec srun") + 1:]
-    assert shlex.split(exec_line)[9:] == program
+    words = shlex.split(exec_line)
+    assert words[5:8] == ["/bin/sh", "-c", ARRAY_TASK_ERROR_FILE]  # then the prefix
+    assert words[13:] == program
