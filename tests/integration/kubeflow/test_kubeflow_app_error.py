@@ -143,3 +143,19 @@ def test_the_trainjob_api_has_no_termination_message_policy_for_dispatch_to_set(
            ["spec"]["properties"]["template"]["properties"]["spec"]["properties"])
     assert sorted(pod["containers"]["items"]["properties"]) == [
         "env", "name", "securityContext", "volumeMounts"]
+
+
+def test_the_log_errors_kept_are_bounded(  # type: ignore[no-untyped-def]
+        fake: FakeApiServer, backend: KubeflowBackend, failed,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long-lived supervisor sees failed pods without end: past the bound the oldest
+    container's error is dropped, and asked for again (same words) if that pod is looked at."""
+    import dispatch.backends.kubeflow.backend as kubeflow_backend
+    monkeypatch.setattr(kubeflow_backend, "LOG_ERRORS_KEPT", 0)
+    token, _ = failed(None, log=TRACEBACK)
+    fake.requests.clear()
+    first = look(backend, token).executions[-1].error
+    second = look(backend, token).executions[-1].error
+    assert first is not None and first == second
+    assert len(_log_requests(fake)) == 2
+    assert backend._log_errors == {}

@@ -97,6 +97,10 @@ def collections_of(namespace: str) -> tuple[Watched, Watched, Watched, Watched]:
     )
 
 
+# Failed containers whose log-read error is kept (insertion order; the oldest goes first).
+LOG_ERRORS_KEPT = 4096
+
+
 @dataclass
 class Look:
     """The raw objects of one discover(), however they were read."""
@@ -191,7 +195,8 @@ class KubeflowBackend:
         self._tokens: dict[str, str] = {}  # ref -> token, for refs that disappear
         self._deleted: dict[str, str] = {}  # ref -> who in this process deleted it
         self._lost_seen: dict[str, datetime] = {}  # ref -> first seen lost
-        # (pod uid, container) -> the error its last log lines told: read once per container
+        # (pod uid, container) -> the error its last log lines told: read once per container,
+        # the newest LOG_ERRORS_KEPT kept (a long-lived supervisor sees failed pods forever)
         self._log_errors: dict[tuple[str, str], AppError] = {}
         self._use_informer = informer
         self._informer_settings = informer_settings or InformerSettings()
@@ -438,6 +443,8 @@ class KubeflowBackend:
                 error = msgspec.structs.replace(error_of(failed, None), note=(
                     f"the log of pod {failed.pod} could not be read: {err}"))
             self._log_errors[key] = error
+            if len(self._log_errors) > LOG_ERRORS_KEPT:  # the oldest pod's is read no more
+                del self._log_errors[next(iter(self._log_errors))]
         return msgspec.structs.replace(report, executions=(
             *report.executions[:-1], msgspec.structs.replace(last, error=error)))
 
