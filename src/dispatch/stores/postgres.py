@@ -31,6 +31,7 @@ from dispatch.stores import schema
 from dispatch.stores.base import (
     MIN_PREFIX,
     AlreadySuperseded,
+    Change,
     ConflictError,
     Fence,
     Fenced,
@@ -48,6 +49,14 @@ from dispatch.stores.base import (
     decode_record,
     match_row,
     sort_key_us,
+)
+from dispatch.stores.changes import (
+    PG_LOOK_MARK,
+    PG_MARK,
+    PG_READ_AFTER,
+    change_rows,
+    changes_sql,
+    decode_tails,
 )
 from dispatch.stores.lease import PostgresLeases, check_fence_pg
 from dispatch.stores.postgres_schema import set_up
@@ -223,8 +232,8 @@ class PostgresStore(RecordStore):
                      bodies: Sequence[str]) -> None:
         cur.executemany(
             "INSERT INTO dispatch_jobs"
-            " (job_id, name, backend, created_at, created_us, version, supersedes, scope)"
-            " VALUES (%s, %s, %s, %s, %s, 1, %s, %s)",
+            " (job_id, name, backend, created_at, created_us, version, supersedes, scope,"
+            " changed) VALUES (%s, %s, %s, %s, %s, 1, %s, %s, " + PG_MARK + ")",
             [(e.job_id, e.spec.name, e.spec.backend, e.at.isoformat(), sort_key_us(e.at),
               e.supersedes, created_scope(e)) for e in created],
         )
@@ -285,7 +294,8 @@ class PostgresStore(RecordStore):
 
         def work(cur: Cursor) -> int:
             # The old job's row lock first: a concurrent supersede waits here, then conflicts.
-            cur.execute("UPDATE dispatch_jobs SET version = %s WHERE job_id = %s AND version = %s",
+            cur.execute("UPDATE dispatch_jobs SET version = %s, changed = " + PG_MARK +
+                        " WHERE job_id = %s AND version = %s",
                         (superseded.seq, old, expected_version))
             matched = cur.rowcount == 1
             cur.execute("SELECT job_id FROM dispatch_jobs WHERE supersedes = %s", (old,))
@@ -335,8 +345,8 @@ class PostgresStore(RecordStore):
             if fence is not None:
                 check_fence_pg(cur, job_id, fence)
             cur.execute(
-                "UPDATE dispatch_jobs SET version = %s, terminal = terminal OR %s"
-                " WHERE job_id = %s AND version = %s AND scope = coalesce(%s, scope)",
+                "UPDATE dispatch_jobs SET version = %s, terminal = terminal OR %s, changed = "
+                + PG_MARK + " WHERE job_id = %s AND version = %s AND scope = coalesce(%s, scope)",
                 (new_version, terminal, job_id, expected_version,
                  None if fence is None else fence.scope),
             )
@@ -433,6 +443,22 @@ class PostgresStore(RecordStore):
         if missing:
             raise JobNotFound(missing)
         return out
+
+    def changes(self, since: int | None, *, scope: str | None = None
+                ) -> tuple[list[Change], int | None]:
+        # The next mark first: a transaction still running now is at or above it.
+        mark = int(self._query("look for changed jobs", PG_LOOK_MARK)[0][0])
+        sql, params = changes_sql(since, scope, "dispatch_jobs", "%s", pg=True)
+        changes, _ = change_rows(self.describe(), self._query("look for changed jobs", sql,
+                                                              params), since)
+        return changes, mark
+
+    def read_after(self, versions: dict[str, int]) -> dict[str, list[Event]]:
+        if not versions:
+            return {}
+        rows = self._query(f"read {len(versions)} jobs", PG_READ_AFTER,
+                           (list(versions), list(versions.values())))
+        return decode_tails(self.describe(), rows, versions)
 
     def matches(self, ref: str, limit: int = 21) -> list[JobMatch]:
         prefix = len(ref) >= MIN_PREFIX

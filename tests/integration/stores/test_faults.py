@@ -399,4 +399,4 @@ def test_an_immutable_version_1_file_is_refused_not_half_migrated(tmp_path: Path
     assert Backdoor(f"sqlite://{path}").schema_version() == 1
     with open_store(str(path)) as s:  # writable again: migrated on open
         assert len(s.read("a")) == 1
-    assert Backdoor(f"sqlite://{path}").schema_version() == 3
+    assert Backdoor(f"sqlite://{path}").schema_version() == SCHEMA_VERSION
