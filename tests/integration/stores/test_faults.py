@@ -26,7 +26,7 @@ from dispatch.core.events import EscalationRaised, JobCreated
 from dispatch.core.policy import Declarations
 from dispatch.core.spec import JobSpec
 from dispatch.errors import StoreUnusable
-from dispatch.stores.base import SchemaTooNew
+from dispatch.stores.base import SCHEMA_VERSION, SchemaTooNew
 from dispatch.stores.select import open_store
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
