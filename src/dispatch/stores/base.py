@@ -222,6 +222,11 @@ def created_scope(created: JobCreated) -> str:
     return created.scope or created.spec.backend
 
 
+def outcome_of(events: Sequence[Event]) -> str | None:
+    """The state a batch commits (its first OutcomeCommitted's), else None."""
+    return next((e.state.value for e in events if isinstance(e, OutcomeCommitted)), None)
+
+
 def check_batch(job_id: str, events: Sequence[Event], expected_version: int) -> bool:
     """Validate a batch before any I/O; returns whether it commits an outcome.
 

@@ -48,6 +48,7 @@ from dispatch.stores.base import (
     created_scope,
     decode_record,
     match_row,
+    outcome_of,
     sort_key_us,
 )
 from dispatch.stores.changes import (
@@ -60,7 +61,7 @@ from dispatch.stores.changes import (
 )
 from dispatch.stores.lease import PostgresLeases, check_fence_pg
 from dispatch.stores.postgres_schema import set_up
-from dispatch.stores.query import JobQuery, query_sql, stamp_sql
+from dispatch.stores.query import JobQuery, matches_sql, query_sql, stamp_sql
 from dispatch.stores.url import mask_password
 
 CONNECT_TIMEOUT_S = 10
@@ -346,9 +347,10 @@ class PostgresStore(RecordStore):
                 check_fence_pg(cur, job_id, fence)
             cur.execute(
                 "UPDATE dispatch_jobs SET version = %s, terminal = terminal OR %s, changed = "
-                + PG_MARK + " WHERE job_id = %s AND version = %s AND scope = coalesce(%s, scope)",
-                (new_version, terminal, job_id, expected_version,
-                 None if fence is None else fence.scope),
+                + PG_MARK + ", outcome = coalesce(outcome, %s)"
+                " WHERE job_id = %s AND version = %s AND scope = coalesce(%s, scope)",
+                (new_version, terminal, outcome_of(events) if terminal else None, job_id,
+                 expected_version, None if fence is None else fence.scope),
             )
             if cur.rowcount != 1:
                 cur.execute("SELECT version, scope FROM dispatch_jobs WHERE job_id = %s",
@@ -461,18 +463,9 @@ class PostgresStore(RecordStore):
         return decode_tails(self.describe(), rows, versions)
 
     def matches(self, ref: str, limit: int = 21) -> list[JobMatch]:
-        prefix = len(ref) >= MIN_PREFIX
-        rows = self._query(
-            f"find {ref!r}",
-            "SELECT j.job_id, j.name, j.created_at, j.terminal,"
-            " CASE WHEN j.job_id = %s THEN 'id' WHEN j.name = %s THEN 'name' ELSE 'prefix' END"
-            " FROM dispatch_jobs j WHERE j.job_id = %s"
-            " OR (j.name = %s AND NOT EXISTS"
-            " (SELECT 1 FROM dispatch_jobs s WHERE s.supersedes = j.job_id))"
-            " OR (%s AND left(j.job_id, %s) = %s)"
-            " ORDER BY j.created_us, j.job_id LIMIT %s",
-            (ref, ref, ref, ref, prefix, len(ref), ref, limit))
-        return [match_row(self.describe(), r) for r in rows]
+        sql, params = matches_sql("dispatch_jobs", "%s", ref, limit, MIN_PREFIX)
+        return [match_row(self.describe(), r) for r in self._query(f"find {ref!r}", sql,
+                                                                   params)]
 
     def leases(self) -> PostgresLeases:
         return PostgresLeases(self._statement)

@@ -96,11 +96,15 @@ PG_V3 = [
 
 # Version 4 (issue 27): each job's change mark, indexed, so a tick asks "which jobs changed
 # since my last look" in one range scan (rows of older stores keep mark 0 / NULL: they are
-# read by the first look, which lists every live job); and the snapshot cache. Adding a
+# read by the first look, which lists every live job); each finished job's outcome state,
+# so a list filters finished jobs by state in SQL (NULL for jobs finished before version 4:
+# such a list folds those); and the snapshot cache. Adding a
 # column with a constant default and a table rewrites no event.
 SQLITE_V4 = [
     "ALTER TABLE jobs ADD COLUMN changed INTEGER NOT NULL DEFAULT 0",
     "CREATE INDEX jobs_by_changed ON jobs (changed)",
+    "ALTER TABLE jobs ADD COLUMN outcome TEXT",  # NULL: live, or finished before version 4
+    "CREATE INDEX jobs_by_outcome ON jobs (outcome, created_us, job_id)",
     """CREATE TABLE snapshots (
         job_id  TEXT PRIMARY KEY,
         version INTEGER NOT NULL,  -- the last seq folded into it
@@ -115,6 +119,10 @@ SQLITE_V4 = [
 PG_V4 = [
     "ALTER TABLE dispatch_jobs ADD COLUMN changed xid8",
     "CREATE INDEX dispatch_jobs_by_changed ON dispatch_jobs (changed)",
+    "ALTER TABLE dispatch_jobs ADD COLUMN outcome text",
+    "CREATE INDEX dispatch_jobs_by_outcome ON dispatch_jobs (outcome, created_us, job_id)",
+    # an id prefix (``matches``) as an index range whatever the database's collation
+    "CREATE INDEX dispatch_jobs_by_id_prefix ON dispatch_jobs (job_id text_pattern_ops)",
     """CREATE TABLE dispatch_snapshots (
         job_id  text PRIMARY KEY,
         version integer NOT NULL,

@@ -45,6 +45,7 @@ from dispatch.stores.base import (
     created_scope,
     decode_record,
     match_row,
+    outcome_of,
     sort_key_us,
 )
 from dispatch.stores.changes import (
@@ -55,7 +56,7 @@ from dispatch.stores.changes import (
     decode_tails,
 )
 from dispatch.stores.lease import SQLiteLeases, check_fence_sqlite
-from dispatch.stores.query import JobQuery, query_sql, stamp_sql
+from dispatch.stores.query import JobQuery, matches_sql, query_sql, stamp_sql
 from dispatch.stores.sqlite_file import default_path as default_path  # re-exported
 from dispatch.stores.sqlite_file import prepare_file, words
 
@@ -330,8 +331,8 @@ class SQLiteStore(RecordStore):
                 raise ConflictError(job_id, expected_version, None) from None
             c.execute(
                 "UPDATE jobs SET version = ?, terminal = max(terminal, ?), changed = "
-                + SQLITE_NEXT_MARK + " WHERE job_id = ?",
-                (new_version, int(terminal), job_id),
+                + SQLITE_NEXT_MARK + ", outcome = coalesce(outcome, ?) WHERE job_id = ?",
+                (new_version, int(terminal), outcome_of(events) if terminal else None, job_id),
             )
             c.execute("COMMIT")
         return new_version
@@ -425,17 +426,9 @@ class SQLiteStore(RecordStore):
         return decode_tails(self.describe(), rows, versions)
 
     def matches(self, ref: str, limit: int = 21) -> list[JobMatch]:
-        prefix = len(ref) >= MIN_PREFIX
+        sql, params = matches_sql("jobs", "?", ref, limit, MIN_PREFIX)
         with self._guard(f"find {ref!r}") as c:
-            rows = c.execute(
-                "SELECT j.job_id, j.name, j.created_at, j.terminal,"
-                " CASE WHEN j.job_id = ? THEN 'id' WHEN j.name = ? THEN 'name' ELSE 'prefix' END"
-                " FROM jobs j WHERE j.job_id = ?"
-                " OR (j.name = ? AND NOT EXISTS"
-                " (SELECT 1 FROM jobs s WHERE s.supersedes = j.job_id))"
-                " OR (? AND substr(j.job_id, 1, ?) = ?)"
-                " ORDER BY j.created_us, j.job_id LIMIT ?",
-                (ref, ref, ref, ref, prefix, len(ref), ref, limit)).fetchall()
+            rows = c.execute(sql, params).fetchall()
         return [match_row(self.describe(), r) for r in rows]
 
     def leases(self) -> SQLiteLeases:
