@@ -39,7 +39,12 @@ from dispatch.errors import NotFound, StateConflict, StoreUnusable
 from dispatch.stores.query import JobQuery
 
 if TYPE_CHECKING:
+    from dispatch.core.record import Job
     from dispatch.stores.lease import LeaseBook
+    from dispatch.stores.snapshot_sql import Stored
+
+# snapshot.encode: (the snapshot's body, its digest) of a Job and its last event's body.
+Encoder = Callable[["Job", bytes], tuple[bytes, str]]
 
 SCHEMA_VERSION = 4
 """The schema this build writes and reads. A store whose schema is newer is refused; an
@@ -427,6 +432,19 @@ class RecordStore(abc.ABC):
         """For each job, its events after seq ``versions[job]`` up to its version, in one
         query, checked whole and decoded strictly; RecordDamaged when a job's version is
         behind the seq given, JobNotFound naming the ids that do not exist."""
+
+    @abc.abstractmethod
+    def read_snapshots(self, job_ids: Sequence[str]) -> list[Stored]:
+        """The stored snapshots of these jobs (stores/snapshot.py), one query."""
+
+    @abc.abstractmethod
+    def write_snapshot(self, job: Job, format: int, encode: Encoder) -> None:
+        """Store ``job``'s snapshot (its own transaction; an older one never replaces a
+        newer one); nothing when the job has no event at ``job.version``."""
+
+    @abc.abstractmethod
+    def drop_snapshot(self, job_id: str) -> None:
+        """Forget the job's snapshot (always safe: the events are the truth)."""
 
     @abc.abstractmethod
     def matches(self, ref: str, limit: int = 21) -> list[JobMatch]:

@@ -18,19 +18,20 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from dispatch.core.codec import encode_event
 from dispatch.core.events import Event, JobCreated, Superseded
+from dispatch.core.record import Job
 from dispatch.stores import schema
+from dispatch.stores import snapshot_sql as snap
 from dispatch.stores.base import (
     MIN_PREFIX,
     SCHEMA_VERSION,
     AlreadySuperseded,
     Change,
     ConflictError,
+    Encoder,
     Fence,
     JobExists,
     JobMatch,
@@ -43,7 +44,6 @@ from dispatch.stores.base import (
     check_created,
     check_successor,
     created_scope,
-    decode_record,
     match_row,
     outcome_of,
     sort_key_us,
@@ -57,6 +57,8 @@ from dispatch.stores.changes import (
 )
 from dispatch.stores.lease import SQLiteLeases, check_fence_sqlite
 from dispatch.stores.query import JobQuery, matches_sql, query_sql, stamp_sql
+from dispatch.stores.reading import decode_rows, job_row
+from dispatch.stores.snapshot_sql import Stored, stored_rows
 from dispatch.stores.sqlite_file import default_path as default_path  # re-exported
 from dispatch.stores.sqlite_file import prepare_file, words
 
@@ -70,21 +72,6 @@ Appends are short, so waiting this long only happens when something is badly stu
 # committed one could mean a duplicate submission or a forgotten outcome: we use FULL, which
 # syncs the WAL at every commit. bench/bench_store.py measures the cost (bench/RESULTS.md).
 SYNCHRONOUS = "FULL"
-
-def _row(where: str, r: tuple[object, ...]) -> JobRow:
-    job_id, name, backend, terminal, version, created_at, scope = r
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise RecordDamaged(where, str(job_id), None, f"the job's version is {version!r}")
-    if not isinstance(scope, str) or not scope:
-        raise RecordDamaged(where, str(job_id), None, f"the job's scope is {scope!r}")
-    try:
-        at = datetime.fromisoformat(str(created_at))
-    except ValueError:
-        raise RecordDamaged(where, str(job_id), 1,
-                            f"created_at {created_at!r} is not a time") from None
-    return JobRow(job_id=str(job_id), name=str(name), backend=str(backend),
-                  terminal=bool(terminal), version=version, created_at=at, scope=scope)
-
 
 class SQLiteStore(RecordStore):
     def __init__(self, path: str | os.PathLike[str], *, create_parent: bool = False) -> None:
@@ -339,19 +326,6 @@ class SQLiteStore(RecordStore):
 
     # -- reads ----------------------------------------------------------------------------
 
-    def _records(self, rows: Sequence[tuple[str, Any, Any, Any]],
-                 out: dict[str, list[Event]]) -> None:
-        """Check and decode ``(job_id, version, seq, body)`` rows (seq order per job; a job
-        without events has one row with seq NULL) into ``out``."""
-        where = self.describe()
-        by_job: dict[str, tuple[Any, list[tuple[Any, Any]]]] = {}
-        for job_id, version, seq, body in rows:
-            entry = by_job.setdefault(job_id, (version, []))
-            if seq is not None:
-                entry[1].append((seq, body))
-        for job_id, (version, stored) in by_job.items():
-            out[job_id] = decode_record(where, job_id, version, stored)
-
     def read(self, job_id: str) -> list[Event]:
         # One statement, one snapshot: the version and the events agree unless damaged.
         with self._guard(f"read job {job_id}") as c:
@@ -362,7 +336,7 @@ class SQLiteStore(RecordStore):
         if not rows:
             raise JobNotFound(job_id)
         out: dict[str, list[Event]] = {}
-        self._records(rows, out)
+        decode_rows(self.describe(), rows, out)
         return out[job_id]
 
     def version(self, job_id: str) -> int:
@@ -383,7 +357,7 @@ class SQLiteStore(RecordStore):
         sql, params = query_sql(query, "jobs", "?")
         with self._guard("list jobs") as c:
             rows = c.execute(sql, params).fetchall()
-        return [_row(self.describe(), r) for r in rows]
+        return [job_row(self.describe(), r) for r in rows]
 
     def stamp(self) -> tuple[int, int]:
         with self._guard("look for changes") as c:
@@ -402,7 +376,7 @@ class SQLiteStore(RecordStore):
                 " WHERE j.job_id IN (SELECT value FROM json_each(?)) ORDER BY j.job_id, e.seq",
                 (json.dumps(list(out)),),
             ).fetchall()
-        self._records(rows, out)
+        decode_rows(self.describe(), rows, out)
         missing = [i for i, evs in out.items() if not evs]
         if missing:
             raise JobNotFound(missing)
@@ -424,6 +398,24 @@ class SQLiteStore(RecordStore):
         with self._guard(f"read {len(versions)} jobs") as c:
             rows = c.execute(SQLITE_READ_AFTER, (json.dumps(versions),)).fetchall()
         return decode_tails(self.describe(), rows, versions)
+
+    def read_snapshots(self, job_ids: Sequence[str]) -> list[Stored]:
+        with self._guard("read snapshots") as c:
+            return stored_rows(c.execute(snap.SQLITE_READ, (json.dumps(list(job_ids)),))
+                               .fetchall())
+
+    def write_snapshot(self, job: Job, format: int, encode: Encoder) -> None:
+        with self._guard(f"write the snapshot of job {job.id}") as c:
+            self._begin("snapshot")
+            row = c.execute(snap.SQLITE_EVENT, (job.id, job.version)).fetchone()
+            if row is not None:
+                body, digest = encode(job, snap.as_bytes(row[0]))
+                c.execute(snap.SQLITE_WRITE, (job.id, job.version, format, body, digest))
+            c.execute("COMMIT")
+
+    def drop_snapshot(self, job_id: str) -> None:
+        with self._guard(f"drop the snapshot of job {job_id}") as c:
+            c.execute(snap.SQLITE_DROP, (job_id,))
 
     def matches(self, ref: str, limit: int = 21) -> list[JobMatch]:
         sql, params = matches_sql("jobs", "?", ref, limit, MIN_PREFIX)
