@@ -40,12 +40,15 @@ def changes_sql(since: int | None, scope: str | None, table: str, mark: str,
     else:
         where.append(f"changed > {mark}")
         params.append(since)
-    if scope is not None:
-        where.append(f"scope = {mark}")
+    if scope is not None:  # SQLite: '+' keeps the planner on the change-mark index
+        where.append(f"{'' if pg or since is None else '+'}scope = {mark}")
         params.append(scope)
     changed = "0" if pg else "changed"
+    # The first look in creation order; later ones unordered, so that the planner walks the
+    # change-mark index and never the whole table in creation order.
+    order = " ORDER BY created_us, job_id" if since is None else ""
     return (f"SELECT job_id, version, terminal, {changed} FROM {table} WHERE "
-            + " AND ".join(where) + " ORDER BY created_us, job_id", params)
+            + " AND ".join(where) + order, params)
 
 
 def change_rows(where: str, rows: Sequence[tuple[Any, ...]], since: int | None

@@ -103,6 +103,7 @@ PG_V3 = [
 SQLITE_V4 = [
     "ALTER TABLE jobs ADD COLUMN changed INTEGER NOT NULL DEFAULT 0",
     "CREATE INDEX jobs_by_changed ON jobs (changed)",
+    "CREATE INDEX jobs_by_terminal ON jobs (terminal, created_us, job_id)",  # live lists
     "ALTER TABLE jobs ADD COLUMN outcome TEXT",  # NULL: live, or finished before version 4
     "CREATE INDEX jobs_by_outcome ON jobs (outcome, created_us, job_id)",
     """CREATE TABLE snapshots (
@@ -119,6 +120,7 @@ SQLITE_V4 = [
 PG_V4 = [
     "ALTER TABLE dispatch_jobs ADD COLUMN changed xid8",
     "CREATE INDEX dispatch_jobs_by_changed ON dispatch_jobs (changed)",
+    "CREATE INDEX dispatch_jobs_by_terminal ON dispatch_jobs (terminal, created_us, job_id)",
     "ALTER TABLE dispatch_jobs ADD COLUMN outcome text",
     "CREATE INDEX dispatch_jobs_by_outcome ON dispatch_jobs (outcome, created_us, job_id)",
     # an id prefix (``matches``) as an index range whatever the database's collation
