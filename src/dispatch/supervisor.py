@@ -1,6 +1,7 @@
 """The supervisor loop: the imperative shell around fold / decide (README: Design).
 
-Per tick: one batched read of every live job's record, one discover() per backend for all
+Per tick: one batched read of what changed in the live jobs' records since the last tick
+(stores/live.py: the jobs stay folded between ticks), one discover() per backend for all
 of them, then per job: fold, decide, append the decision events (intent before action,
 with optimistic concurrency), act on the backend, append the results. A supervisor that
 loses a race re-reads and re-decides; one that cannot reach its scheduler makes no
@@ -35,6 +36,7 @@ from dispatch.errors import DispatchError
 from dispatch.notify import Notifier
 from dispatch.stores.base import ConflictError, Fence, Fenced, RecordStore, append_fact
 from dispatch.stores.lease import LeaseLost
+from dispatch.stores.live import LiveFolds
 from dispatch.stores.reading import fold_records
 
 log = logging.getLogger("dispatch.supervisor")
@@ -89,18 +91,21 @@ class Supervisor:
         # Finished jobs of ours that may still have a live object (a stop asked for in the
         # tick that committed the outcome): ticked until the scheduler shows none alive.
         self.chasing: set[str] = set()
+        # The scope's live jobs, folded, kept between ticks: a tick reads what changed only.
+        self.live = LiveFolds(store, scope)
 
     # ---- one tick -------------------------------------------------------------------
     def tick(self, job_ids: Sequence[str] | None = None) -> TickReport:
         report = TickReport()
-        if job_ids is None:
-            job_ids = [row.job_id for row in
-                       self.store.list_jobs(live_only=True, scope=self.scope)]
-        job_ids = list(dict.fromkeys([*job_ids, *self.chasing]))
-        if not job_ids:
-            return report
         now = self.clock()
-        jobs, broken = fold_records(self.store, job_ids, now)
+        if job_ids is None:  # every live job of the scope, folded on from the last tick
+            jobs, broken = self.live.refresh(now)
+            chased, chase_broken = fold_records(
+                self.store, [j for j in self.chasing if j not in self.live.wanted], now)
+            jobs, broken = [*jobs, *chased], {**broken, **chase_broken}
+        else:
+            jobs, broken = fold_records(
+                self.store, list(dict.fromkeys([*job_ids, *self.chasing])), now)
         for job_id, err in broken.items():  # one bad record never stops the others
             report.errors.append(f"job {job_id}: {err}")
             log.error("job %s: its record cannot be used: %s", job_id, err)

@@ -19,6 +19,7 @@ from dispatch.cli.common import (
     store_option,
 )
 from dispatch.clock import utcnow
+from dispatch.core.model import State
 from dispatch.errors import EXIT_CANCELLED
 from dispatch.service.views import cause_text, history_json, status_json
 
@@ -32,19 +33,37 @@ PLAIN_HELP = ("Tab-separated lines (a header, then one line per job), for script
 @click.command("ls")
 @click.option("--all", "show_all", is_flag=True, help="Include finished jobs.")
 @click.option("--name", default=None, help="Only jobs with this name.")
+@click.option("--state", type=click.Choice([s.value for s in State]), default=None,
+              help="Only jobs in this state (a finished state implies --all).")
+@click.option("--backend", default=None, help="Only jobs of this backend.")
+@click.option("--since", default=None, metavar="TIME",
+              help="Only jobs created at or after TIME (ISO 8601, UTC unless it says).")
+@click.option("--limit", type=click.IntRange(min=1), default=100,
+              show_default=True, help="At most this many jobs: the newest.")
+@click.option("--before", default=None, metavar="CURSOR",
+              help="The page of older jobs that the previous page named.")
 @click.option("--plain", is_flag=True, help=PLAIN_HELP)
 @store_option
 @json_option
 @handle_errors
-def ls(show_all: bool, name: str | None, plain: bool, store_url: str | None,
-       as_json: bool) -> None:
-    """Jobs: state, cause, submissions, budget used, age."""
+def ls(show_all: bool, name: str | None, state: str | None, backend: str | None,
+       since: str | None, limit: int, before: str | None, plain: bool,
+       store_url: str | None, as_json: bool) -> None:
+    """Jobs: state, cause, submissions, budget used, age. The newest --limit jobs, oldest
+    first; when there are older ones, how to see them is said on stderr."""
+    from dispatch.service.pages import ls_page, parse_cursor, parse_since
+
     with open_service(store_url) as service:
-        rows = service.jobs(include_finished=show_all, name=name)
+        page = ls_page(service, finished=show_all, state=State(state) if state else None,
+                       backend=backend, name=name,
+                       since_us=parse_since(since) if since is not None else None,
+                       limit=limit, before=parse_cursor(before) if before else None)
     if as_json:
-        emit_json([status_json(v) for v in rows])
-        return
-    render.print_table(rows, utcnow(), plain=plain)
+        emit_json([status_json(v) for v in page.jobs])
+    else:
+        render.print_table(page.jobs, utcnow(), plain=plain)
+    if page.older is not None:
+        click.echo(f"older jobs: dispatch ls ... --before {page.older}", err=True)
 
 
 @click.command()

@@ -30,8 +30,8 @@ from dispatch.service.views import (
     JobView,
 )
 from dispatch.stores.base import JobMatch, RecordStore
-from dispatch.stores.reading import fold_records
 from dispatch.stores.select import open_store
+from dispatch.stores.snapshot import fold_with_snapshots
 
 # Imported where used, so that reading a finished job's status (the CLI's commonest call)
 # loads no supervisor, notifier, discovery or story code.
@@ -135,14 +135,17 @@ class Service:
     def job(self, job: str) -> Job:
         """The job as its record says (folded), without asking any scheduler."""
         job_id = self.resolve(job)
-        return fold(self.store.read(job_id), self.clock(), job_id=job_id)
+        jobs, errors = fold_with_snapshots(self.store, [job_id], self.clock())
+        if job_id in errors:
+            raise errors[job_id]
+        return jobs[0]
 
     def views(self, job_ids: Sequence[str], *, ask_scheduler: bool = True) -> list[JobView]:
         """Each job's Status, with one look per backend for all of them. A backend that
         cannot be asked marks its own jobs, and a record that cannot be trusted its own
         row; neither stops the others."""
         now = self.clock()
-        jobs, errors = fold_records(self.store, job_ids, now)
+        jobs, errors = fold_with_snapshots(self.store, job_ids, now)
         live = [j for j in jobs if j.outcome is None]
         looks: dict[str, Look] = {}
         if ask_scheduler and live:

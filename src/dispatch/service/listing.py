@@ -57,8 +57,8 @@ class ListRequest:
     @property
     def derived(self) -> bool:
         """Whether the record must be folded to filter or order (the store cannot)."""
-        return (self.state is not None or self.cause is not None
-                or self.order not in ORDERS)
+        return ((self.state is not None and not self.state.terminal)
+                or self.cause is not None or self.order not in ORDERS)
 
 
 def encode_cursor(order: Column, descending: bool, key: Key) -> str:
@@ -171,7 +171,10 @@ def list_page(service: Service, req: ListRequest) -> dict[str, Any]:
     jobs (the record's word) with their count."""
     terminal = (False if req.live_only else
                 None if req.state is None else req.state.terminal)
-    base = JobQuery(terminal=terminal, backend=req.backend, search=req.search)
+    # A finished state is the store's outcome column: filtered in SQL, not by folding.
+    outcome = req.state.value if req.state is not None and req.state.terminal else None
+    base = JobQuery(terminal=terminal, backend=req.backend, search=req.search,
+                    outcome=outcome)
     if not req.derived:
         order: Order = req.order  # type: ignore[assignment]  # a store column here
         rows = service.store.query_jobs(replace(base, order=order, descending=req.descending,
@@ -179,6 +182,8 @@ def list_page(service: Service, req: ListRequest) -> dict[str, Any]:
         page, more = rows[:req.limit], len(rows) > req.limit
         keys = [_store_key(req.order, r) for r in page]
         docs = [status_json(v) for v in service.views([r.job_id for r in page])]
+        if req.state is not None:  # jobs finished before the store kept outcomes
+            docs = [d for d in docs if _matches(req, d)]
     else:
         rows = service.store.query_jobs(base)
         by_id = {v.job: status_json(v) for v in service.views([r.job_id for r in rows],

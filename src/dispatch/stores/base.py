@@ -39,13 +39,19 @@ from dispatch.errors import NotFound, StateConflict, StoreUnusable
 from dispatch.stores.query import JobQuery
 
 if TYPE_CHECKING:
+    from dispatch.core.record import Job
     from dispatch.stores.lease import LeaseBook
+    from dispatch.stores.snapshot_sql import Stored
 
-SCHEMA_VERSION = 3
+# snapshot.encode: (the snapshot's body, its digest) of a Job and its last event's body.
+Encoder = Callable[["Job", bytes], tuple[bytes, str]]
+
+SCHEMA_VERSION = 4
 """The schema this build writes and reads. A store whose schema is newer is refused; an
 older one is migrated in place, step by step, under the store's write lock
 (stores/schema.py): 1 -> 2 one successor per job (``supersedes`` UNIQUE); 2 -> 3 each job's
-``scope`` and the supervisor leases (stores/lease.py)."""
+``scope`` and the supervisor leases (stores/lease.py); 3 -> 4 each job's change mark (for
+a tick that reads only what changed) and the snapshot cache (stores/snapshot.py)."""
 
 
 class StoreError(StoreUnusable):
@@ -180,6 +186,15 @@ class JobRow:
 
 
 @dataclass(frozen=True, slots=True)
+class Change:
+    """A job written to since a supervisor's last look (``RecordStore.changes``)."""
+
+    job_id: str
+    version: int
+    terminal: bool
+
+
+@dataclass(frozen=True, slots=True)
 class JobMatch:
     """A job a reference could mean (``RecordStore.matches``): ``how`` it matched (``id``,
     ``name`` or ``prefix``); a name matches only the newest job of a supersede chain."""
@@ -210,6 +225,11 @@ def match_row(where: str, r: tuple[object, ...]) -> JobMatch:
 def created_scope(created: JobCreated) -> str:
     """The scope column of a new job: its JobCreated's scope, else its backend's name."""
     return created.scope or created.spec.backend
+
+
+def outcome_of(events: Sequence[Event]) -> str | None:
+    """The state a batch commits (its first OutcomeCommitted's), else None."""
+    return next((e.state.value for e in events if isinstance(e, OutcomeCommitted)), None)
 
 
 def check_batch(job_id: str, events: Sequence[Event], expected_version: int) -> bool:
@@ -270,6 +290,24 @@ def decode_stored(where: str, body: bytes | str, job_id: str, seq: int) -> Event
     except DecodeError as err:
         raise DecodeError(f"{err.reason} (stored in {where})", field=err.field,
                           job_id=job_id, seq=seq) from None
+
+
+def decode_tail(where: str, job_id: str, after: int, version: object,
+                stored: Sequence[tuple[Any, bytes | str]]) -> list[Event]:
+    """A job's stored events after seq ``after``, checked whole (after+1 .. the job's
+    version, no gap) and decoded. RecordDamaged when the job's version is below ``after``
+    (the reader's state is ahead of the store: it must read the whole record again)."""
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise RecordDamaged(where, job_id, None, f"the job's version is {version!r}, "
+                            "not an integer")
+    if version < after:
+        raise RecordDamaged(where, job_id, None, f"the job's version is {version}, behind "
+                            f"seq {after} that was read before")
+    seqs = [s for s, _ in stored]
+    if seqs != list(range(after + 1, version + 1)):
+        raise RecordDamaged(where, job_id, after + 1, f"the events after seq {after} are "
+                            f"seqs {seqs[:5]}, not {after + 1}..{version}")
+    return [decode_stored(where, body, job_id, seq) for seq, body in stored]
 
 
 def decode_record(where: str, job_id: str, version: object,
@@ -380,6 +418,33 @@ class RecordStore(abc.ABC):
     def read_many(self, job_ids: Sequence[str]) -> dict[str, list[Event]]:
         """Records of many jobs in one query (a supervision tick); JobNotFound naming the
         ids that do not exist."""
+
+    @abc.abstractmethod
+    def changes(self, since: int | None, *, scope: str | None = None
+                ) -> tuple[list[Change], int | None]:
+        """(jobs changed since the mark ``since``, the mark to pass next time), one indexed
+        query. ``since`` None: every live job (the first look). A job may be reported again
+        though unchanged (the caller compares versions); a committed change is never missed.
+        ``scope`` keeps the jobs of that scope only."""
+
+    @abc.abstractmethod
+    def read_after(self, versions: dict[str, int]) -> dict[str, list[Event]]:
+        """For each job, its events after seq ``versions[job]`` up to its version, in one
+        query, checked whole and decoded strictly; RecordDamaged when a job's version is
+        behind the seq given, JobNotFound naming the ids that do not exist."""
+
+    @abc.abstractmethod
+    def read_snapshots(self, job_ids: Sequence[str]) -> list[Stored]:
+        """The stored snapshots of these jobs (stores/snapshot.py), one query."""
+
+    @abc.abstractmethod
+    def write_snapshot(self, job: Job, format: int, encode: Encoder) -> None:
+        """Store ``job``'s snapshot (its own transaction; an older one never replaces a
+        newer one); nothing when the job has no event at ``job.version``."""
+
+    @abc.abstractmethod
+    def drop_snapshot(self, job_id: str) -> None:
+        """Forget the job's snapshot (always safe: the events are the truth)."""
 
     @abc.abstractmethod
     def matches(self, ref: str, limit: int = 21) -> list[JobMatch]:

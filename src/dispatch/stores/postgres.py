@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import Any, TypeVar
 
 import psycopg
@@ -27,31 +26,44 @@ from psycopg.conninfo import conninfo_to_dict
 
 from dispatch.core.codec import encode_event
 from dispatch.core.events import Event, JobCreated, Superseded
+from dispatch.core.record import Job
 from dispatch.stores import schema
+from dispatch.stores import snapshot_sql as snap
 from dispatch.stores.base import (
     MIN_PREFIX,
     AlreadySuperseded,
+    Change,
     ConflictError,
+    Encoder,
     Fence,
     Fenced,
     JobExists,
     JobMatch,
     JobNotFound,
     JobRow,
-    RecordDamaged,
     RecordStore,
     StoreError,
     check_batch,
     check_created,
     check_successor,
     created_scope,
-    decode_record,
     match_row,
+    outcome_of,
     sort_key_us,
+)
+from dispatch.stores.changes import (
+    PG_LOOK_MARK,
+    PG_MARK,
+    PG_READ_AFTER,
+    change_rows,
+    changes_sql,
+    decode_tails,
 )
 from dispatch.stores.lease import PostgresLeases, check_fence_pg
 from dispatch.stores.postgres_schema import set_up
-from dispatch.stores.query import JobQuery, query_sql, stamp_sql
+from dispatch.stores.query import JobQuery, matches_sql, query_sql, stamp_sql
+from dispatch.stores.reading import decode_rows, job_row
+from dispatch.stores.snapshot_sql import Stored, stored_rows
 from dispatch.stores.url import mask_password
 
 CONNECT_TIMEOUT_S = 10
@@ -67,19 +79,6 @@ _RETRYABLE = (pg_errors.UniqueViolation, pg_errors.SerializationFailure,
 
 T = TypeVar("T")
 Cursor = psycopg.Cursor[Any]
-
-
-def _row(where: str, r: tuple[Any, ...]) -> JobRow:
-    job_id, name, backend, terminal, version, created_at, scope = r
-    if not isinstance(scope, str) or not scope:
-        raise RecordDamaged(where, str(job_id), None, f"the job's scope is {scope!r}")
-    try:
-        at = datetime.fromisoformat(str(created_at))
-    except ValueError:
-        raise RecordDamaged(where, str(job_id), 1,
-                            f"created_at {created_at!r} is not a time") from None
-    return JobRow(job_id=job_id, name=name, backend=backend, terminal=bool(terminal),
-                  version=version, created_at=at, scope=scope)
 
 
 def _hint(err: psycopg.Error) -> str:
@@ -223,8 +222,8 @@ class PostgresStore(RecordStore):
                      bodies: Sequence[str]) -> None:
         cur.executemany(
             "INSERT INTO dispatch_jobs"
-            " (job_id, name, backend, created_at, created_us, version, supersedes, scope)"
-            " VALUES (%s, %s, %s, %s, %s, 1, %s, %s)",
+            " (job_id, name, backend, created_at, created_us, version, supersedes, scope,"
+            " changed) VALUES (%s, %s, %s, %s, %s, 1, %s, %s, " + PG_MARK + ")",
             [(e.job_id, e.spec.name, e.spec.backend, e.at.isoformat(), sort_key_us(e.at),
               e.supersedes, created_scope(e)) for e in created],
         )
@@ -285,7 +284,8 @@ class PostgresStore(RecordStore):
 
         def work(cur: Cursor) -> int:
             # The old job's row lock first: a concurrent supersede waits here, then conflicts.
-            cur.execute("UPDATE dispatch_jobs SET version = %s WHERE job_id = %s AND version = %s",
+            cur.execute("UPDATE dispatch_jobs SET version = %s, changed = " + PG_MARK +
+                        " WHERE job_id = %s AND version = %s",
                         (superseded.seq, old, expected_version))
             matched = cur.rowcount == 1
             cur.execute("SELECT job_id FROM dispatch_jobs WHERE supersedes = %s", (old,))
@@ -335,10 +335,11 @@ class PostgresStore(RecordStore):
             if fence is not None:
                 check_fence_pg(cur, job_id, fence)
             cur.execute(
-                "UPDATE dispatch_jobs SET version = %s, terminal = terminal OR %s"
+                "UPDATE dispatch_jobs SET version = %s, terminal = terminal OR %s, changed = "
+                + PG_MARK + ", outcome = coalesce(outcome, %s)"
                 " WHERE job_id = %s AND version = %s AND scope = coalesce(%s, scope)",
-                (new_version, terminal, job_id, expected_version,
-                 None if fence is None else fence.scope),
+                (new_version, terminal, outcome_of(events) if terminal else None, job_id,
+                 expected_version, None if fence is None else fence.scope),
             )
             if cur.rowcount != 1:
                 cur.execute("SELECT version, scope FROM dispatch_jobs WHERE job_id = %s",
@@ -373,17 +374,6 @@ class PostgresStore(RecordStore):
             except psycopg.Error as err:
                 raise self._fail(what, err) from None
 
-    def _records(self, rows: Sequence[tuple[Any, ...]], out: dict[str, list[Event]]) -> None:
-        """Check and decode ``(job_id, version, seq, body)`` rows into ``out`` (see SQLite)."""
-        where = self.describe()
-        by_job: dict[str, tuple[Any, list[tuple[int, str]]]] = {}
-        for job_id, version, seq, body in rows:
-            entry = by_job.setdefault(job_id, (version, []))
-            if seq is not None:
-                entry[1].append((seq, body))
-        for job_id, (version, stored) in by_job.items():
-            out[job_id] = decode_record(where, job_id, version, stored)
-
     def read(self, job_id: str) -> list[Event]:
         # One statement, one snapshot: the version and the events agree unless damaged.
         rows = self._query(
@@ -394,7 +384,7 @@ class PostgresStore(RecordStore):
         if not rows:
             raise JobNotFound(job_id)
         out: dict[str, list[Event]] = {}
-        self._records(rows, out)
+        decode_rows(self.describe(), rows, out)
         return out[job_id]
 
     def version(self, job_id: str) -> int:
@@ -411,7 +401,7 @@ class PostgresStore(RecordStore):
 
     def query_jobs(self, query: JobQuery) -> list[JobRow]:
         sql, params = query_sql(query, "dispatch_jobs", "%s")
-        return [_row(self.describe(), r) for r in self._query("list jobs", sql, params)]
+        return [job_row(self.describe(), r) for r in self._query("list jobs", sql, params)]
 
     def stamp(self) -> tuple[int, int]:
         count, versions = self._query("look for changes", stamp_sql("dispatch_jobs"))[0]
@@ -428,25 +418,51 @@ class PostgresStore(RecordStore):
             " WHERE j.job_id = ANY(%s) ORDER BY j.job_id, e.seq",
             (list(out),),
         )
-        self._records(rows, out)
+        decode_rows(self.describe(), rows, out)
         missing = [i for i, evs in out.items() if not evs]
         if missing:
             raise JobNotFound(missing)
         return out
 
+    def changes(self, since: int | None, *, scope: str | None = None
+                ) -> tuple[list[Change], int | None]:
+        # The next mark first: a transaction still running now is at or above it.
+        mark = int(self._query("look for changed jobs", PG_LOOK_MARK)[0][0])
+        sql, params = changes_sql(since, scope, "dispatch_jobs", "%s", pg=True)
+        changes, _ = change_rows(self.describe(), self._query("look for changed jobs", sql,
+                                                              params), since)
+        return changes, mark
+
+    def read_after(self, versions: dict[str, int]) -> dict[str, list[Event]]:
+        if not versions:
+            return {}
+        rows = self._query(f"read {len(versions)} jobs", PG_READ_AFTER,
+                           (list(versions), list(versions.values())))
+        return decode_tails(self.describe(), rows, versions)
+
+    def read_snapshots(self, job_ids: Sequence[str]) -> list[Stored]:
+        return stored_rows(self._query("read snapshots", snap.PG_READ, (list(job_ids),)))
+
+    def write_snapshot(self, job: Job, format: int, encode: Encoder) -> None:
+        def work(cur: Cursor) -> None:
+            cur.execute(snap.PG_EVENT, (job.id, job.version))
+            row = cur.fetchone()
+            if row is not None:
+                body, digest = encode(job, str(row[0]).encode())
+                cur.execute(snap.PG_WRITE, (job.id, job.version, format, body.decode(), digest))
+        try:
+            self._write(f"snapshot of job {job.id}", work, lambda cur: True)
+        except psycopg.Error as err:
+            raise self._fail(f"snapshot of job {job.id}", err) from None
+
+    def drop_snapshot(self, job_id: str) -> None:
+        self._query(f"drop the snapshot of job {job_id}", snap.PG_DROP + " RETURNING 1",
+                    (job_id,))
+
     def matches(self, ref: str, limit: int = 21) -> list[JobMatch]:
-        prefix = len(ref) >= MIN_PREFIX
-        rows = self._query(
-            f"find {ref!r}",
-            "SELECT j.job_id, j.name, j.created_at, j.terminal,"
-            " CASE WHEN j.job_id = %s THEN 'id' WHEN j.name = %s THEN 'name' ELSE 'prefix' END"
-            " FROM dispatch_jobs j WHERE j.job_id = %s"
-            " OR (j.name = %s AND NOT EXISTS"
-            " (SELECT 1 FROM dispatch_jobs s WHERE s.supersedes = j.job_id))"
-            " OR (%s AND left(j.job_id, %s) = %s)"
-            " ORDER BY j.created_us, j.job_id LIMIT %s",
-            (ref, ref, ref, ref, prefix, len(ref), ref, limit))
-        return [match_row(self.describe(), r) for r in rows]
+        sql, params = matches_sql("dispatch_jobs", "%s", ref, limit, MIN_PREFIX)
+        return [match_row(self.describe(), r) for r in self._query(f"find {ref!r}", sql,
+                                                                   params)]
 
     def leases(self) -> PostgresLeases:
         return PostgresLeases(self._statement)

@@ -1,7 +1,8 @@
 """The PostgreSQL store's tables: created on first use, migrated step by step to
 SCHEMA_VERSION (1 -> 2: the supersedes column and its unique index; 2 -> 3: scopes and
-leases), inside one transaction under an advisory lock so that two processes starting at
-once never both create or migrate. The statements themselves are in stores/schema.py."""
+leases; 3 -> 4: change marks and snapshots), inside one transaction under an advisory lock
+so that two processes starting at once never both create or migrate. The statements
+themselves are in stores/schema.py."""
 
 from __future__ import annotations
 
@@ -68,6 +69,9 @@ def migrate(conn: psycopg.Connection[Any], where: str, found: int) -> None:
         conn.execute(schema.PG_V2_INDEX)
     if found < 3:
         for stmt in schema.PG_V3:
+            conn.execute(stmt)
+    if found < 4:
+        for stmt in schema.PG_V4:
             conn.execute(stmt)
     if found < SCHEMA_VERSION:
         conn.execute("UPDATE dispatch_schema SET version = %s", (SCHEMA_VERSION,))

@@ -22,14 +22,19 @@ Key = tuple[str | int, ...]
 @dataclass(frozen=True)
 class JobQuery:
     """Which jobs, in which order, from where. ``search``: a name containing it (any case)
-    or an id starting with it. ``after``: the key of the last row of the previous page (as
-    ``row_key`` makes it). ``terminal``: only finished (True) or unfinished (False) jobs."""
+    or an id starting with it. ``outcome``: finished jobs whose committed outcome is that
+    state (State value), and those finished before the store kept it (the caller looks).
+    ``since_us``: created at or after. ``after``: the key of the last row of the previous
+    page (as ``row_key`` makes it). ``terminal``: only finished (True) or unfinished (False)
+    jobs."""
 
     terminal: bool | None = None
     name: str | None = None
     scope: str | None = None
     backend: str | None = None
     search: str | None = None
+    outcome: str | None = None  # the committed outcome's state (a finished job's state)
+    since_us: int | None = None  # created at or after (base.sort_key_us)
     order: Order = "created"
     descending: bool = False
     after: Key | None = None
@@ -50,10 +55,17 @@ def query_sql(q: JobQuery, table: str, mark: str) -> tuple[str, list[object]]:
             where.append(f"terminal = {int(q.terminal)}")
         else:
             where.append("terminal" if q.terminal else "NOT terminal")
+    if q.since_us is not None:
+        where.append(f"created_us >= {mark}")
+        params.append(int(q.since_us))
     for column, value in (("name", q.name), ("scope", q.scope), ("backend", q.backend)):
         if value is not None:
             where.append(f"{column} = {mark}")
             params.append(value)
+    if q.outcome is not None:  # NULL: finished before schema 4; the caller reads those
+        where.append(f"(outcome = {mark} OR (outcome IS NULL AND "
+                     + ("terminal = 1))" if mark == "?" else "terminal))"))
+        params.append(q.outcome)
     if q.search:
         where.append(f"(lower(name) LIKE {mark} ESCAPE '\\' OR lower(job_id) LIKE {mark} "
                      "ESCAPE '\\')")
@@ -80,3 +92,28 @@ def stamp_sql(table: str) -> str:
     """A change marker for the whole table: the number of jobs and the sum of their versions
     (versions only grow, so any new event or job changes it)."""
     return f"SELECT count(*), coalesce(sum(version), 0) FROM {table}"
+
+
+def matches_sql(table: str, mark: str, ref: str, limit: int, min_prefix: int
+                ) -> tuple[str, list[object]]:
+    """``RecordStore.matches``: (job_id, name, created_at, terminal, how) rows. Each way a
+    reference can match is its own indexed lookup (the id, the name, an id prefix as an
+    index range: SQLite compares text bytewise, PostgreSQL's LIKE uses its pattern index),
+    so finding a job costs the same among a million as among ten."""
+    prefix = len(ref) >= min_prefix
+    sql = (f"SELECT j.job_id, j.name, j.created_at, j.terminal, CASE WHEN j.job_id = {mark}"
+           f" THEN 'id' WHEN j.name = {mark} THEN 'name' ELSE 'prefix' END FROM {table} j"
+           f" WHERE j.job_id IN (SELECT job_id FROM {table} WHERE job_id = {mark}"
+           f" UNION SELECT n.job_id FROM {table} n WHERE n.name = {mark} AND NOT EXISTS"
+           f" (SELECT 1 FROM {table} s WHERE s.supersedes = n.job_id)")
+    params: list[object] = [ref, ref, ref, ref]
+    if prefix and mark == "%s":
+        sql += f" UNION SELECT job_id FROM {table} WHERE job_id LIKE {mark} ESCAPE '\\'"
+        params.append(_like(ref) + "%")
+    elif prefix:  # [ref, the next string after every string starting with ref)
+        sql += (f" UNION SELECT job_id FROM {table} WHERE job_id >= {mark}"
+                f" AND job_id < {mark} AND substr(job_id, 1, {len(ref)}) = {mark}")
+        upper = ref[:-1] + chr(min(ord(ref[-1]) + 1, 0x10FFFF))
+        params += [ref, upper if upper != ref else ref + "\U0010ffff", ref]
+    sql += f") ORDER BY j.created_us, j.job_id LIMIT {int(limit)}"
+    return sql, params

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from dispatch.core.codec import DecodeError
 from dispatch.core.events import Event
 from dispatch.core.record import Job, RecordError, fold
 from dispatch.errors import DispatchError
-from dispatch.stores.base import RecordDamaged, RecordStore
+from dispatch.stores.base import JobRow, RecordDamaged, RecordStore, decode_record
 
 # A record that cannot be decoded or folded: that job's problem, not the store's.
 RECORD_ERRORS = (DecodeError, RecordError, RecordDamaged)
@@ -52,3 +53,31 @@ def fold_records(store: RecordStore, job_ids: Sequence[str], now: datetime
         except RECORD_ERRORS as err:
             errors[job_id] = err
     return jobs, errors
+
+
+def decode_rows(where: str, rows: Sequence[tuple[Any, ...]], out: dict[str, list[Event]]
+                ) -> None:
+    """Check and decode a store's ``(job_id, version, seq, body)`` rows (seq order per job;
+    a job without events has one row with seq NULL) into ``out``."""
+    by_job: dict[str, tuple[Any, list[tuple[Any, Any]]]] = {}
+    for job_id, version, seq, body in rows:
+        entry = by_job.setdefault(job_id, (version, []))
+        if seq is not None:
+            entry[1].append((seq, body))
+    for job_id, (version, stored) in by_job.items():
+        out[job_id] = decode_record(where, job_id, version, stored)
+
+
+def job_row(where: str, r: tuple[object, ...]) -> JobRow:
+    job_id, name, backend, terminal, version, created_at, scope = r
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise RecordDamaged(where, str(job_id), None, f"the job's version is {version!r}")
+    if not isinstance(scope, str) or not scope:
+        raise RecordDamaged(where, str(job_id), None, f"the job's scope is {scope!r}")
+    try:
+        at = datetime.fromisoformat(str(created_at))
+    except ValueError:
+        raise RecordDamaged(where, str(job_id), 1,
+                            f"created_at {created_at!r} is not a time") from None
+    return JobRow(job_id=str(job_id), name=str(name), backend=str(backend),
+                  terminal=bool(terminal), version=version, created_at=at, scope=scope)

@@ -69,8 +69,8 @@ PG_V1 = [
 # The tables of version 1 (every step needs them) and of the current version.
 SQLITE_TABLES = ("schema", "jobs", "events")
 PG_TABLES = ("dispatch_schema", "dispatch_jobs", "dispatch_events")
-SQLITE_TABLES_NOW = (*SQLITE_TABLES, "leases")
-PG_TABLES_NOW = (*PG_TABLES, "dispatch_leases")
+SQLITE_TABLES_NOW = (*SQLITE_TABLES, "leases", "snapshots")
+PG_TABLES_NOW = (*PG_TABLES, "dispatch_leases", "dispatch_snapshots")
 
 # Version 2: one successor per job. The statements run after the backfill's column exists.
 SQLITE_V2_COLUMN = "ALTER TABLE jobs ADD COLUMN supersedes TEXT"
@@ -91,6 +91,47 @@ PG_V3 = [
     "UPDATE dispatch_jobs SET scope = backend",
     "CREATE INDEX dispatch_jobs_by_scope ON dispatch_jobs (scope, terminal)",
     PG_DDL,
+]
+
+
+# Version 4 (issue 27): each job's change mark, indexed, so a tick asks "which jobs changed
+# since my last look" in one range scan (rows of older stores keep mark 0 / NULL: they are
+# read by the first look, which lists every live job); each finished job's outcome state,
+# so a list filters finished jobs by state in SQL (NULL for jobs finished before version 4:
+# such a list folds those); and the snapshot cache. Adding a
+# column with a constant default and a table rewrites no event.
+SQLITE_V4 = [
+    "ALTER TABLE jobs ADD COLUMN changed INTEGER NOT NULL DEFAULT 0",
+    "CREATE INDEX jobs_by_changed ON jobs (changed)",
+    "CREATE INDEX jobs_by_terminal ON jobs (terminal, created_us, job_id)",  # live lists
+    "ALTER TABLE jobs ADD COLUMN outcome TEXT",  # NULL: live, or finished before version 4
+    "CREATE INDEX jobs_by_outcome ON jobs (outcome, created_us, job_id)",
+    """CREATE TABLE snapshots (
+        job_id  TEXT PRIMARY KEY,
+        version INTEGER NOT NULL,  -- the last seq folded into it
+        format  INTEGER NOT NULL,  -- snapshot.FORMAT; another one is discarded
+        body    BLOB NOT NULL,     -- the folded Job (msgspec JSON)
+        digest  TEXT NOT NULL      -- sha256 of body and of the event at seq ``version``
+    ) WITHOUT ROWID""",
+]
+# PostgreSQL: the mark is the writing transaction's id (xid8, never wraps); a reader's next
+# mark is the oldest transaction still running when it looked (pg_snapshot_xmin), so a
+# transaction that commits later, whatever its id, is seen by the next look.
+PG_V4 = [
+    "ALTER TABLE dispatch_jobs ADD COLUMN changed xid8",
+    "CREATE INDEX dispatch_jobs_by_changed ON dispatch_jobs (changed)",
+    "CREATE INDEX dispatch_jobs_by_terminal ON dispatch_jobs (terminal, created_us, job_id)",
+    "ALTER TABLE dispatch_jobs ADD COLUMN outcome text",
+    "CREATE INDEX dispatch_jobs_by_outcome ON dispatch_jobs (outcome, created_us, job_id)",
+    # an id prefix (``matches``) as an index range whatever the database's collation
+    "CREATE INDEX dispatch_jobs_by_id_prefix ON dispatch_jobs (job_id text_pattern_ops)",
+    """CREATE TABLE dispatch_snapshots (
+        job_id  text PRIMARY KEY,
+        version integer NOT NULL,
+        format  integer NOT NULL,
+        body    text NOT NULL,
+        digest  text NOT NULL
+    )""",
 ]
 
 

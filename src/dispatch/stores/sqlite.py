@@ -14,23 +14,24 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import stat
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from dispatch.core.codec import encode_event
 from dispatch.core.events import Event, JobCreated, Superseded
+from dispatch.core.record import Job
 from dispatch.stores import schema
+from dispatch.stores import snapshot_sql as snap
 from dispatch.stores.base import (
     MIN_PREFIX,
     SCHEMA_VERSION,
     AlreadySuperseded,
+    Change,
     ConflictError,
+    Encoder,
     Fence,
     JobExists,
     JobMatch,
@@ -43,12 +44,23 @@ from dispatch.stores.base import (
     check_created,
     check_successor,
     created_scope,
-    decode_record,
     match_row,
+    outcome_of,
     sort_key_us,
 )
+from dispatch.stores.changes import (
+    SQLITE_NEXT_MARK,
+    SQLITE_READ_AFTER,
+    change_rows,
+    changes_sql,
+    decode_tails,
+)
 from dispatch.stores.lease import SQLiteLeases, check_fence_sqlite
-from dispatch.stores.query import JobQuery, query_sql, stamp_sql
+from dispatch.stores.query import JobQuery, matches_sql, query_sql, stamp_sql
+from dispatch.stores.reading import decode_rows, job_row
+from dispatch.stores.snapshot_sql import Stored, stored_rows
+from dispatch.stores.sqlite_file import default_path as default_path  # re-exported
+from dispatch.stores.sqlite_file import prepare_file, words
 
 BUSY_TIMEOUT_MS = 30_000
 """How long a writer waits for another process's write lock before giving up (StoreError).
@@ -61,65 +73,13 @@ Appends are short, so waiting this long only happens when something is badly stu
 # syncs the WAL at every commit. bench/bench_store.py measures the cost (bench/RESULTS.md).
 SYNCHRONOUS = "FULL"
 
-# What a sqlite3 error code means for the person reading the message.
-_HINTS = {
-    "SQLITE_FULL": "the disk is full",
-    "SQLITE_READONLY": "the file, its directory or its -wal/-shm files are read-only",
-    "SQLITE_CORRUPT": "the file is damaged",
-    "SQLITE_NOTADB": "the file is not a SQLite database",
-    "SQLITE_CANTOPEN": "the file or its -wal/-shm files cannot be opened",
-    "SQLITE_IOERR": "an I/O error",
-    "SQLITE_PERM": "permission denied",
-}
-
-
-def default_path(env: Mapping[str, str] = os.environ) -> Path:
-    """$XDG_STATE_HOME/dispatch/record.sqlite3, else ~/.local/state/dispatch/record.sqlite3.
-
-    A relative XDG_STATE_HOME is ignored, as the XDG spec says.
-    """
-    state = env.get("XDG_STATE_HOME", "")
-    if state and os.path.isabs(state):
-        base = Path(state)
-    else:
-        home = env.get("HOME") or os.path.expanduser("~")
-        base = Path(home) / ".local" / "state"
-    return base / "dispatch" / "record.sqlite3"
-
-
-def _words(err: sqlite3.Error, directory: Path | None = None) -> str:
-    name = getattr(err, "sqlite_errorname", "") or ""
-    hint = next((h for code, h in _HINTS.items() if name.startswith(code)), None)
-    if (directory is not None and name.startswith(("SQLITE_CANTOPEN", "SQLITE_READONLY"))
-            and not os.access(directory, os.W_OK)):
-        # WAL keeps its -wal and -shm files beside the database: the directory must be
-        # writable too (a read-only mount, a directory made immutable).
-        hint = f"directory {directory} is not writable (read-only or immutable)"
-    return f"{err} ({hint})" if hint else str(err)
-
-
-def _row(where: str, r: tuple[object, ...]) -> JobRow:
-    job_id, name, backend, terminal, version, created_at, scope = r
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise RecordDamaged(where, str(job_id), None, f"the job's version is {version!r}")
-    if not isinstance(scope, str) or not scope:
-        raise RecordDamaged(where, str(job_id), None, f"the job's scope is {scope!r}")
-    try:
-        at = datetime.fromisoformat(str(created_at))
-    except ValueError:
-        raise RecordDamaged(where, str(job_id), 1,
-                            f"created_at {created_at!r} is not a time") from None
-    return JobRow(job_id=str(job_id), name=str(name), backend=str(backend),
-                  terminal=bool(terminal), version=version, created_at=at, scope=scope)
-
-
 class SQLiteStore(RecordStore):
     def __init__(self, path: str | os.PathLike[str], *, create_parent: bool = False) -> None:
         """Open (creating when missing) the store file at ``path``. Its directory must exist
         unless ``create_parent`` (the default location only): a typo is refused, not made."""
         self.path = Path(path)
         self._lock = threading.RLock()
-        self._prepare_file(create_parent)
+        prepare_file(self.path, self.describe(), create_parent)
         try:
             # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
             self._conn = sqlite3.connect(
@@ -133,40 +93,6 @@ class SQLiteStore(RecordStore):
         except BaseException:
             self._conn.close()
             raise
-
-    def _prepare_file(self, create_parent: bool) -> None:
-        """Create the directory (0700, default location only) and the file (0600) when
-        missing: records name commands, environments and hosts, which are nobody else's
-        business. Existing ones are left as they are; anything but a file is refused."""
-        parent = self.path.parent
-        try:
-            if not parent.exists():
-                if not create_parent:
-                    raise StoreError(
-                        f"{self.describe()}: directory {parent} does not exist "
-                        "(dispatch creates only its default store's directory; create it, or "
-                        "check the path)")
-                os.makedirs(parent, mode=0o700, exist_ok=True)
-            elif not parent.is_dir():
-                raise StoreError(f"{self.describe()}: {parent} is not a directory")
-            try:
-                mode = os.stat(self.path).st_mode
-            except FileNotFoundError:
-                mode = None
-            if mode is not None and not stat.S_ISREG(mode):
-                kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
-                raise StoreError(f"{self.describe()} is {kind}")
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-            except FileExistsError:
-                return
-            try:
-                os.fchmod(fd, 0o600)
-            finally:
-                os.close(fd)
-        except OSError as err:
-            raise StoreError(f"cannot create record store {self.describe()}: "
-                             f"{err.strerror or err}") from None
 
     def _open_retrying(self) -> None:
         # Opening a WAL file while another connection recovers or checkpoints it on close
@@ -194,7 +120,7 @@ class SQLiteStore(RecordStore):
             except sqlite3.Error as err:
                 self._rollback()
                 raise StoreError(
-                    f"{self.describe()}: {what}: {_words(err, self.path.parent)}") from None
+                    f"{self.describe()}: {what}: {words(err, self.path.parent)}") from None
             except UnicodeDecodeError as err:
                 # sqlite3 decodes TEXT as UTF-8 itself: a damaged page fails here, not in SQLite.
                 self._rollback()
@@ -266,6 +192,9 @@ class SQLiteStore(RecordStore):
         if found < 3:
             for stmt in schema.SQLITE_V3:
                 c.execute(stmt)
+        if found < 4:
+            for stmt in schema.SQLITE_V4:
+                c.execute(stmt)
         if found < SCHEMA_VERSION:
             c.execute("UPDATE schema SET version = ?", (SCHEMA_VERSION,))
 
@@ -275,8 +204,8 @@ class SQLiteStore(RecordStore):
         c = self._conn
         c.executemany(
             "INSERT INTO jobs"
-            " (job_id, name, backend, created_at, created_us, version, supersedes, scope)"
-            " VALUES (?, ?, ?, ?, ?, 1, ?, ?)",
+            " (job_id, name, backend, created_at, created_us, version, supersedes, scope,"
+            " changed) VALUES (?, ?, ?, ?, ?, 1, ?, ?, " + SQLITE_NEXT_MARK + ")",
             ((e.job_id, e.spec.name, e.spec.backend, e.at.isoformat(), sort_key_us(e.at),
               e.supersedes, created_scope(e)) for e in created),
         )
@@ -337,7 +266,8 @@ class SQLiteStore(RecordStore):
                 raise self._refused_insert(err, [created]) from None
             c.execute("INSERT INTO events (job_id, seq, body) VALUES (?, ?, ?)",
                       (old, superseded.seq, encode_event(superseded)))
-            c.execute("UPDATE jobs SET version = ? WHERE job_id = ?", (superseded.seq, old))
+            c.execute("UPDATE jobs SET version = ?, changed = " + SQLITE_NEXT_MARK +
+                      " WHERE job_id = ?", (superseded.seq, old))
             c.execute("COMMIT")
         return superseded.seq
 
@@ -354,7 +284,7 @@ class SQLiteStore(RecordStore):
             self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as err:
             raise StoreError(f"{self.describe()}: cannot start a write ({what}): "
-                             f"{_words(err, self.path.parent)}") from None
+                             f"{words(err, self.path.parent)}") from None
 
     def _rollback(self) -> None:
         try:
@@ -387,26 +317,14 @@ class SQLiteStore(RecordStore):
                 # The unique (job_id, seq) key caught a writer the version check did not.
                 raise ConflictError(job_id, expected_version, None) from None
             c.execute(
-                "UPDATE jobs SET version = ?, terminal = max(terminal, ?) WHERE job_id = ?",
-                (new_version, int(terminal), job_id),
+                "UPDATE jobs SET version = ?, terminal = max(terminal, ?), changed = "
+                + SQLITE_NEXT_MARK + ", outcome = coalesce(outcome, ?) WHERE job_id = ?",
+                (new_version, int(terminal), outcome_of(events) if terminal else None, job_id),
             )
             c.execute("COMMIT")
         return new_version
 
     # -- reads ----------------------------------------------------------------------------
-
-    def _records(self, rows: Sequence[tuple[str, Any, Any, Any]],
-                 out: dict[str, list[Event]]) -> None:
-        """Check and decode ``(job_id, version, seq, body)`` rows (seq order per job; a job
-        without events has one row with seq NULL) into ``out``."""
-        where = self.describe()
-        by_job: dict[str, tuple[Any, list[tuple[Any, Any]]]] = {}
-        for job_id, version, seq, body in rows:
-            entry = by_job.setdefault(job_id, (version, []))
-            if seq is not None:
-                entry[1].append((seq, body))
-        for job_id, (version, stored) in by_job.items():
-            out[job_id] = decode_record(where, job_id, version, stored)
 
     def read(self, job_id: str) -> list[Event]:
         # One statement, one snapshot: the version and the events agree unless damaged.
@@ -418,7 +336,7 @@ class SQLiteStore(RecordStore):
         if not rows:
             raise JobNotFound(job_id)
         out: dict[str, list[Event]] = {}
-        self._records(rows, out)
+        decode_rows(self.describe(), rows, out)
         return out[job_id]
 
     def version(self, job_id: str) -> int:
@@ -439,7 +357,7 @@ class SQLiteStore(RecordStore):
         sql, params = query_sql(query, "jobs", "?")
         with self._guard("list jobs") as c:
             rows = c.execute(sql, params).fetchall()
-        return [_row(self.describe(), r) for r in rows]
+        return [job_row(self.describe(), r) for r in rows]
 
     def stamp(self) -> tuple[int, int]:
         with self._guard("look for changes") as c:
@@ -458,24 +376,51 @@ class SQLiteStore(RecordStore):
                 " WHERE j.job_id IN (SELECT value FROM json_each(?)) ORDER BY j.job_id, e.seq",
                 (json.dumps(list(out)),),
             ).fetchall()
-        self._records(rows, out)
+        decode_rows(self.describe(), rows, out)
         missing = [i for i, evs in out.items() if not evs]
         if missing:
             raise JobNotFound(missing)
         return out
 
+    def changes(self, since: int | None, *, scope: str | None = None
+                ) -> tuple[list[Change], int | None]:
+        sql, params = changes_sql(since, scope, "jobs", "?", pg=False)
+        with self._guard("look for changed jobs") as c:
+            rows = c.execute(sql, params).fetchall()
+            if since is None:  # the first look: its mark is the store's current one
+                top = c.execute("SELECT coalesce(max(changed), 0) FROM jobs").fetchone()[0]
+        changes, seen = change_rows(self.describe(), rows, since)
+        return changes, (max(seen, int(top)) if since is None else seen)
+
+    def read_after(self, versions: dict[str, int]) -> dict[str, list[Event]]:
+        if not versions:
+            return {}
+        with self._guard(f"read {len(versions)} jobs") as c:
+            rows = c.execute(SQLITE_READ_AFTER, (json.dumps(versions),)).fetchall()
+        return decode_tails(self.describe(), rows, versions)
+
+    def read_snapshots(self, job_ids: Sequence[str]) -> list[Stored]:
+        with self._guard("read snapshots") as c:
+            return stored_rows(c.execute(snap.SQLITE_READ, (json.dumps(list(job_ids)),))
+                               .fetchall())
+
+    def write_snapshot(self, job: Job, format: int, encode: Encoder) -> None:
+        with self._guard(f"write the snapshot of job {job.id}") as c:
+            self._begin("snapshot")
+            row = c.execute(snap.SQLITE_EVENT, (job.id, job.version)).fetchone()
+            if row is not None:
+                body, digest = encode(job, snap.as_bytes(row[0]))
+                c.execute(snap.SQLITE_WRITE, (job.id, job.version, format, body, digest))
+            c.execute("COMMIT")
+
+    def drop_snapshot(self, job_id: str) -> None:
+        with self._guard(f"drop the snapshot of job {job_id}") as c:
+            c.execute(snap.SQLITE_DROP, (job_id,))
+
     def matches(self, ref: str, limit: int = 21) -> list[JobMatch]:
-        prefix = len(ref) >= MIN_PREFIX
+        sql, params = matches_sql("jobs", "?", ref, limit, MIN_PREFIX)
         with self._guard(f"find {ref!r}") as c:
-            rows = c.execute(
-                "SELECT j.job_id, j.name, j.created_at, j.terminal,"
-                " CASE WHEN j.job_id = ? THEN 'id' WHEN j.name = ? THEN 'name' ELSE 'prefix' END"
-                " FROM jobs j WHERE j.job_id = ?"
-                " OR (j.name = ? AND NOT EXISTS"
-                " (SELECT 1 FROM jobs s WHERE s.supersedes = j.job_id))"
-                " OR (? AND substr(j.job_id, 1, ?) = ?)"
-                " ORDER BY j.created_us, j.job_id LIMIT ?",
-                (ref, ref, ref, ref, prefix, len(ref), ref, limit)).fetchall()
+            rows = c.execute(sql, params).fetchall()
         return [match_row(self.describe(), r) for r in rows]
 
     def leases(self) -> SQLiteLeases:
@@ -486,4 +431,4 @@ class SQLiteStore(RecordStore):
             try:
                 self._conn.close()
             except sqlite3.Error as err:
-                raise StoreError(f"{self.describe()}: close: {_words(err)}") from None
+                raise StoreError(f"{self.describe()}: close: {words(err)}") from None

@@ -26,7 +26,7 @@ from dispatch.core.events import EscalationRaised, JobCreated
 from dispatch.core.policy import Declarations
 from dispatch.core.spec import JobSpec
 from dispatch.errors import StoreUnusable
-from dispatch.stores.base import SchemaTooNew
+from dispatch.stores.base import SCHEMA_VERSION, SchemaTooNew
 from dispatch.stores.select import open_store
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -399,4 +399,4 @@ def test_an_immutable_version_1_file_is_refused_not_half_migrated(tmp_path: Path
     assert Backdoor(f"sqlite://{path}").schema_version() == 1
     with open_store(str(path)) as s:  # writable again: migrated on open
         assert len(s.read("a")) == 1
-    assert Backdoor(f"sqlite://{path}").schema_version() == 3
+    assert Backdoor(f"sqlite://{path}").schema_version() == SCHEMA_VERSION

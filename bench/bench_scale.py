@@ -1,0 +1,353 @@
+"""Scale benchmark (issue 27; a benchmark, not a test: nothing here asserts a time).
+
+    python bench/bench_scale.py                          # SQLite and a throwaway PostgreSQL
+    python bench/bench_scale.py --no-postgres            # SQLite only
+    python bench/bench_scale.py --live 1000 --finished 100000 --live 10000
+    python bench/bench_scale.py --smoke                  # tiny sizes: does it run at all
+
+For each store, each number of live jobs and each number of finished jobs, a store is
+filled (in a child process, so that loading does not count in the peak RSS) and measured in
+another child process:
+
+- steady tick: ``Supervisor.tick()`` when nothing changed, CPU of this process (all threads)
+  less the CPU the scheduler stand-in spent answering discover();
+- 1 % ended: a tick in which 1 % of the live jobs' objects ended (each commits an outcome),
+  and the cost per changed job: (that tick - a steady tick) / changed jobs;
+- ``ls`` first page (``ls --all``: the newest 100 jobs, ``service.pages.ls_page``), and
+  ``status JOB`` (``Service.view``) of a finished and of a live job: wall time, median;
+- serve's list refresh: the dashboard's first page (``service.listing.list_page``);
+- P1 with snapshots: 2,000 jobs of 40 events (half of them finished), each with its
+  snapshot, folded and projected through the snapshots, against decoding their records in
+  memory and against reading and decoding them (``read_many``);
+- peak RSS of the measuring process.
+
+The scheduler is **StandInScheduler**, an in-process stand-in for this benchmark only: it
+answers discover() from a dict of its objects (no Slurm, no processes), so a tick's cost
+is dispatch's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
+
+from dispatch.backends.base import Submission  # noqa: E402
+from dispatch.core import events as ev  # noqa: E402
+from dispatch.core.codec import decode_event, encode_event  # noqa: E402
+from dispatch.core.model import Cause, CauseKind, Discovery, Execution, ObjectReport, State  # noqa: E402
+from dispatch.core.policy import Declarations  # noqa: E402
+from dispatch.core.spec import JobSpec  # noqa: E402
+from dispatch.core.status import project  # noqa: E402
+from dispatch.stores.base import RecordStore, sort_key_us  # noqa: E402
+from dispatch.stores.select import open_store  # noqa: E402
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+BACKEND = "local"  # the name the jobs carry; every name is answered by the stand-in
+
+
+class StandInScheduler:
+    """A stand-in scheduler for this benchmark only: objects live in a dict, discover()
+    answers from it, submit() adds a running object. Counts the CPU it spends answering."""
+
+    name = BACKEND
+
+    def __init__(self) -> None:
+        self.objects: dict[str, ObjectReport] = {}
+        self.cpu = 0.0
+        self.n = 0
+
+    def declarations(self) -> Declarations:
+        return Declarations(backend=BACKEND)
+
+    def validate(self, spec: JobSpec) -> None:
+        return None
+
+    def ready(self) -> None:
+        return None
+
+    def submit(self, submission: Submission) -> str:
+        self.n += 1
+        ref = f"obj{self.n}"
+        self.objects[ref] = running(ref, f"{submission.job_id}.{submission.number}")
+        return ref
+
+    def discover(self, tokens: Iterable[str], refs: Iterable[str]) -> Discovery:
+        start = time.thread_time()
+        wanted = set(refs)
+        objs = tuple(o for r, o in self.objects.items() if r in wanted)
+        self.cpu += time.thread_time() - start
+        return Discovery(at=datetime.now(UTC), objects=objs)
+
+    def end(self, ref: str) -> None:
+        o = self.objects[ref]
+        now = datetime.now(UTC)
+        done = Cause(kind=CauseKind.NONE, at=now)
+        self.objects[ref] = ObjectReport(
+            ref=ref, token=o.token, state=State.SUCCEEDED, cause=done,
+            executions=(Execution(index=0, started_at=T0, ended_at=now, cause=done),))
+
+    def stop(self, ref: str) -> None:
+        self.end(ref)
+
+    def cancel(self, ref: str) -> None:
+        self.end(ref)
+
+    def open_gate(self, ref: str) -> None:
+        return None
+
+    def logs(self, ref: str) -> Sequence[Any]:
+        return []
+
+    def close(self) -> None:
+        return None
+
+
+def running(ref: str, token: str) -> ObjectReport:
+    return ObjectReport(ref=ref, token=token, state=State.RUNNING,
+                        cause=Cause(kind=CauseKind.NONE),
+                        executions=(Execution(index=0, started_at=T0),))
+
+
+def created(job_id: str, i: int) -> ev.JobCreated:
+    return ev.JobCreated(
+        seq=1, at=T0 + timedelta(seconds=i), job_id=job_id,
+        spec=JobSpec(name=f"sweep-{i % 1000}", command=("python", "train.py", "--lr", "3e-4"),
+                     backend=BACKEND, nodes=1),
+        declarations=Declarations(backend=BACKEND))
+
+
+# ---- filling a store ------------------------------------------------------------------
+
+def fill(url: str, live: int, finished: int) -> None:
+    """``finished`` jobs (created, outcome) written in bulk, then ``live`` jobs created."""
+    with open_store(url) as store:
+        bulk_finished(store, finished)
+        for start in range(0, live, 5000):
+            store.create_many([created(f"live{i:07d}", finished + i)
+                               for i in range(start, min(live, start + 5000))])
+
+
+def bulk_finished(store: RecordStore, n: int) -> None:
+    """Finished jobs inserted as the store would hold them, in large transactions (loading
+    a million records one append at a time is not what this benchmark measures)."""
+    pg = type(store).__name__ == "PostgresStore"
+    jobs_t, events_t, mark = (("dispatch_jobs", "dispatch_events", "%s") if pg
+                              else ("jobs", "events", "?"))
+    cols = "job_id, name, backend, created_at, created_us, version, terminal, scope, outcome"
+    jobs_sql = (f"INSERT INTO {jobs_t} ({cols}) VALUES ({', '.join([mark] * 9)})")
+    events_sql = f"INSERT INTO {events_t} (job_id, seq, body) VALUES ({mark}, {mark}, {mark})"
+    for start in range(0, n, 20000):
+        jobs, events = [], []
+        for i in range(start, min(n, start + 20000)):
+            c = created(f"done{i:07d}", i)
+            end = ev.OutcomeCommitted(seq=2, at=c.at, state=State.SUCCEEDED,
+                                      cause=Cause(kind=CauseKind.NONE))
+            jobs.append((c.job_id, c.spec.name, BACKEND, c.at.isoformat(), sort_key_us(c.at),
+                         2, True if pg else 1, BACKEND, "succeeded"))
+            for e in (c, end):
+                body = encode_event(e)
+                events.append((c.job_id, e.seq, body.decode() if pg else body))
+        if pg:
+            with store._db.cursor() as cur, store._db.transaction():  # type: ignore[attr-defined]
+                cur.executemany(jobs_sql, jobs)
+                cur.executemany(events_sql, events)
+        else:
+            c_ = store._conn  # type: ignore[attr-defined]
+            c_.execute("BEGIN IMMEDIATE")
+            c_.executemany(jobs_sql, jobs)
+            c_.executemany(events_sql, events)
+            c_.execute("COMMIT")
+
+
+# ---- measuring ------------------------------------------------------------------------
+
+def cpu_of_tick(sup: Any, standin: StandInScheduler) -> tuple[float, int]:
+    before_sched = standin.cpu
+    start = time.process_time()
+    report = sup.tick()
+    cpu = time.process_time() - start - (standin.cpu - before_sched)
+    return cpu, report.appended
+
+
+def wall(fn: Any, n: int = 7) -> float:
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure(url: str, live: int) -> dict[str, Any]:
+    from dispatch.service import Service
+    from dispatch.service.listing import ListRequest, list_page
+    from dispatch.service.pages import ls_page
+    from dispatch.supervisor import Supervisor
+
+    standin = StandInScheduler()
+    out: dict[str, Any] = {}
+    with open_store(url) as store:
+        sup = Supervisor(store, lambda name: standin, name="bench")  # type: ignore[arg-type]
+        for _ in range(3):  # submit, bind, see running: then nothing changes
+            sup.tick()
+        steady = []
+        for _ in range(5):
+            cpu, appended = cpu_of_tick(sup, standin)
+            assert appended == 0, f"a steady tick appended {appended} events"
+            steady.append(cpu)
+        out["steady_ms"] = statistics.median(steady) * 1000
+        refs = list(standin.objects)
+        changed = max(1, live // 100)
+        for ref in refs[:changed]:
+            standin.end(ref)
+        cpu, appended = cpu_of_tick(sup, standin)
+        out["ended_ms"] = cpu * 1000
+        out["per_changed_us"] = (cpu - statistics.median(steady)) / changed * 1e6
+        out["changed"] = changed
+        service = Service(store)
+        service.backends = lambda name: standin  # type: ignore[assignment,method-assign]
+        out["ls_ms"] = wall(lambda: ls_page(service, finished=True, limit=100)) * 1000
+        done = store.query_jobs(__import__("dispatch.stores.query", fromlist=["JobQuery"])
+                                .JobQuery(terminal=True, limit=1, descending=True))
+        if done:
+            out["status_done_ms"] = wall(lambda: service.view(done[0].job_id)) * 1000
+        live_id = sup.live.folded and next(iter(sup.live.folded))
+        if live_id:
+            out["status_live_ms"] = wall(lambda: service.view(live_id)) * 1000
+        out["serve_list_ms"] = wall(lambda: list_page(service, ListRequest()), 3) * 1000
+    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
+def p1(url: str, jobs: int) -> dict[str, Any]:
+    """P1 with snapshots: fold + project through the snapshots vs decoding the records."""
+    from bench.bench_store import created as rich_created
+    from bench.bench_store import story
+
+    from dispatch.stores import snapshot
+
+    with open_store(url) as store:
+        ids = [f"p1-{i:06d}" for i in range(jobs)]
+        store.create_many([rich_created(j, i) for i, j in enumerate(ids)])
+        for i, j in enumerate(ids):
+            store.append(j, story(j, i), 1)
+        snapshot.fold_with_snapshots(store, ids, T0)  # writes them (due at the outcome / K)
+        bodies = store.read_many(ids)
+        raw = [(j, e.seq, encode_event(e)) for j in ids for e in bodies[j]]
+
+        def decode_only() -> Any:
+            return [decode_event(body, job_id=j, seq=seq) for j, seq, body in raw]
+
+        def through_snapshots() -> Any:
+            folded, _ = snapshot.fold_with_snapshots(store, ids, T0)
+            return [project(job, None, T0) for job in folded]
+
+        d = best(decode_only)
+        r = best(lambda: store.read_many(ids))
+        s = best(through_snapshots)
+    return {"decode_s": d, "read_s": r, "snap_s": s, "ratio": s / d, "ratio_read": s / r}
+
+
+def best(fn: Any, repeat: int = 3) -> float:
+    """Best of ``repeat``, as bench_store.py measures P1: what earlier steps keep is frozen
+    out of the cyclic GC, so each step pays for the objects it makes."""
+    times = []
+    for _ in range(repeat):
+        gc.collect()
+        gc.freeze()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+# ---- driver ---------------------------------------------------------------------------
+
+def child(args: list[str]) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, *args]
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed:\n{res.stderr[-3000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1]) if res.stdout.strip() else {}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--live", type=int, action="append")
+    ap.add_argument("--finished", type=int, action="append")
+    ap.add_argument("--no-postgres", action="store_true")
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--p1-jobs", type=int, default=2000)
+    ap.add_argument("--fill", nargs=3)  # url live finished (a child)
+    ap.add_argument("--measure", nargs=2)  # url live (a child)
+    ap.add_argument("--p1", nargs=2)  # url jobs (a child)
+    a = ap.parse_args()
+    if a.fill:
+        fill(a.fill[0], int(a.fill[1]), int(a.fill[2]))
+        return
+    if a.measure:
+        print(json.dumps(measure(a.measure[0], int(a.measure[1]))))
+        return
+    if a.p1:
+        print(json.dumps(p1(a.p1[0], int(a.p1[1]))))
+        return
+    lives = a.live or ([20, 200] if a.smoke else [1000, 10000])
+    finisheds = a.finished or ([100] if a.smoke else [100_000])
+    p1_jobs = 50 if a.smoke else a.p1_jobs
+    stores: list[tuple[str, Any]] = [("SQLite", None)]
+    cluster = None
+    if not a.no_postgres:
+        from tests.conftest_pg import ThrowawayPostgres  # durable: fsync on
+
+        cluster = ThrowawayPostgres(fast=False).start()
+        stores.append(("PostgreSQL", cluster))
+    print(f"bench_scale on {os.cpu_count()} CPUs, python {sys.version.split()[0]}")
+    print("| store | live | finished | steady tick CPU | 1% ended tick | per changed job "
+          "| ls first page | status (finished) | status (live) | serve list | peak RSS |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    try:
+        for store_name, pg in stores:
+            for finished in finisheds:
+                for live in lives:
+                    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+                        url = (f"sqlite://{tmp}/r.sqlite3" if pg is None
+                               else pg.new_database())
+                        child(["--fill", url, str(live), str(finished)])
+                        r = child(["--measure", url, str(live)])
+                    print(f"| {store_name} | {live:,} | {finished:,} | {r['steady_ms']:.1f} ms "
+                          f"| {r['ended_ms']:.1f} ms ({r['changed']} ended) "
+                          f"| {r['per_changed_us']:.0f} µs | {r['ls_ms']:.1f} ms "
+                          f"| {r.get('status_done_ms', 0):.1f} ms "
+                          f"| {r.get('status_live_ms', 0):.1f} ms | {r['serve_list_ms']:.0f} ms "
+                          f"| {r['peak_rss_mb']:.0f} MB |", flush=True)
+            with tempfile.TemporaryDirectory(prefix="bench-scale-p1-") as tmp:
+                url = f"sqlite://{tmp}/r.sqlite3" if pg is None else pg.new_database()
+                r = child(["--p1", url, str(p1_jobs)])
+            print(f"\nP1 with snapshots ({store_name}, {p1_jobs:,} jobs x 40 events): "
+                  f"decoding the records (in memory) {r['decode_s']:.3f} s, reading and "
+                  f"decoding them (read_many) {r['read_s']:.3f} s, status through the "
+                  f"snapshots (read, fold on, project) {r['snap_s']:.3f} s = "
+                  f"**{r['ratio']:.2f}x** decode, **{r['ratio_read']:.2f}x** read_many\n",
+                  flush=True)
+    finally:
+        if cluster is not None:
+            cluster.stop()
+
+
+if __name__ == "__main__":
+    main()

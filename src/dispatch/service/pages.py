@@ -1,0 +1,80 @@
+"""``ls``'s pages: the newest jobs first, filtered in the store (finished or not, backend,
+name, created since, a finished job's outcome) and keyset-paged on (creation time, id), so a
+page reads its own rows and records only, however many jobs the store holds (issue 27).
+
+A state the store cannot filter on (a live job's state: pending, running, held, ...) is
+checked on each row's record; the store is then read page after page until the page is full
+or the jobs run out, never all at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from dispatch.core.model import State
+from dispatch.errors import BadInput
+from dispatch.service import Service
+from dispatch.service.views import JobView
+from dispatch.stores.base import sort_key_us
+from dispatch.stores.query import JobQuery
+
+DEFAULT_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class Page:
+    """The jobs of one page, oldest first, and the cursor of the next (older) page."""
+
+    jobs: list[JobView]
+    older: str | None
+
+
+def parse_cursor(text: str) -> tuple[int, str]:
+    """``--before``'s cursor (``<created µs>:<job id>``, as the previous page printed)."""
+    us, sep, job_id = text.partition(":")
+    if not sep or not job_id or not us.isdigit():
+        raise BadInput(f"--before {text!r}: not a cursor that ls printed "
+                       "(it looks like 1767225600000000:a1b2c3)")
+    return int(us), job_id
+
+
+def parse_since(text: str) -> int:
+    """``--since``: an ISO 8601 date or time (UTC unless it names its zone)."""
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise BadInput(f"--since {text!r}: not an ISO 8601 date or time "
+                       "(e.g. 2026-12-01 or 2026-12-01T08:00)") from None
+    return sort_key_us(at if at.tzinfo else at.replace(tzinfo=UTC))
+
+
+def ls_page(service: Service, *, finished: bool, state: State | None = None,
+            backend: str | None = None, name: str | None = None, since_us: int | None = None,
+            limit: int = DEFAULT_LIMIT, before: tuple[int, str] | None = None) -> Page:
+    if state is not None:
+        finished = finished or state.terminal
+    query = JobQuery(terminal=None if finished else False, backend=backend, name=name,
+                     since_us=since_us, descending=True, after=before, limit=limit + 1)
+    if state is not None:
+        query = replace(query, terminal=state.terminal,
+                        outcome=state.value if state.terminal else None)
+    chosen: list[JobView] = []
+    keys: list[tuple[int, str]] = []
+    while len(chosen) <= limit:
+        rows = service.store.query_jobs(query)
+        views = {v.job: v for v in service.views([r.job_id for r in rows])}
+        for row in rows:
+            view = views.get(row.job_id)
+            if view is None or (state is not None and (
+                    view.status is None or view.status.state is not state)):
+                continue
+            chosen.append(view)
+            keys.append((sort_key_us(row.created_at), row.job_id))
+        if len(rows) <= limit:
+            break
+        query = replace(query, after=(sort_key_us(rows[-1].created_at), rows[-1].job_id))
+    more = len(chosen) > limit
+    chosen, keys = chosen[:limit], keys[:limit]
+    older = f"{keys[-1][0]}:{keys[-1][1]}" if more else None
+    return Page(jobs=list(reversed(chosen)), older=older)

@@ -1,0 +1,55 @@
+"""The snapshot table's statements for both stores, and its rows (stores/snapshot.py says
+what a snapshot is and when it is trusted). Pure: SQL text and row shaping."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A snapshot row, with the stored body of the event at its seq (None: no such event)."""
+
+    job_id: str
+    version: int
+    format: int
+    body: bytes
+    digest: str
+    event_body: bytes | None
+
+
+def as_bytes(v: object) -> bytes:
+    """A stored body as bytes (SQLite may hold a body as TEXT or BLOB; PostgreSQL text)."""
+    return v if isinstance(v, bytes) else str(v).encode()
+
+
+def stored_rows(rows: Sequence[tuple[Any, ...]]) -> list[Stored]:
+    return [Stored(job_id=str(j), version=int(v), format=int(f), body=as_bytes(b),
+                   digest=str(d), event_body=None if e is None else as_bytes(e))
+            for j, v, f, b, d, e in rows]
+
+
+SQLITE_READ = (
+    "SELECT s.job_id, s.version, s.format, s.body, s.digest, e.body FROM snapshots s"
+    " LEFT JOIN events e ON e.job_id = s.job_id AND e.seq = s.version"
+    " WHERE s.job_id IN (SELECT value FROM json_each(?))")
+PG_READ = (
+    "SELECT s.job_id, s.version, s.format, s.body, s.digest, e.body FROM dispatch_snapshots s"
+    " LEFT JOIN dispatch_events e ON e.job_id = s.job_id AND e.seq = s.version"
+    " WHERE s.job_id = ANY(%s)")
+SQLITE_EVENT = "SELECT body FROM events WHERE job_id = ? AND seq = ?"
+PG_EVENT = "SELECT body FROM dispatch_events WHERE job_id = %s AND seq = %s"
+# A newer snapshot is never replaced by an older one (two readers writing at once).
+SQLITE_WRITE = (
+    "INSERT INTO snapshots (job_id, version, format, body, digest) VALUES (?, ?, ?, ?, ?)"
+    " ON CONFLICT (job_id) DO UPDATE SET version = excluded.version, format = excluded.format,"
+    " body = excluded.body, digest = excluded.digest WHERE excluded.version >= version")
+PG_WRITE = (
+    "INSERT INTO dispatch_snapshots (job_id, version, format, body, digest)"
+    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (job_id) DO UPDATE SET"
+    " version = excluded.version, format = excluded.format, body = excluded.body,"
+    " digest = excluded.digest WHERE excluded.version >= dispatch_snapshots.version")
+SQLITE_DROP = "DELETE FROM snapshots WHERE job_id = ?"
+PG_DROP = "DELETE FROM dispatch_snapshots WHERE job_id = %s"

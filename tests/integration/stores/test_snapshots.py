@@ -1,0 +1,177 @@
+"""Snapshots (issue 27): a cache beside the events. A snapshot plus the events after it is
+the whole fold; one that disagrees with the events (another format, an edited or torn
+body, events rewritten under it, a seq the record does not reach) is discarded and rebuilt,
+never trusted; and a reader killed while writing one changes nothing anybody reads."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.integration.stores.helpers import ROOT, Backdoor, child_env
+from tests.strategies import records
+
+from dispatch.core.events import EscalationRaised, JobCreated, OutcomeCommitted
+from dispatch.core.model import Cause, CauseKind, State
+from dispatch.core.policy import Declarations
+from dispatch.core.record import RecordError, fold
+from dispatch.core.spec import JobSpec
+from dispatch.stores import snapshot
+from dispatch.stores.base import RecordStore
+from dispatch.stores.sqlite import SQLiteStore
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def created(job_id: str) -> JobCreated:
+    return JobCreated(seq=1, at=T0, job_id=job_id,
+                      spec=JobSpec(name=job_id, command=("true",), backend="local"),
+                      declarations=Declarations(backend="local"))
+
+
+def notes(first: int, n: int) -> list[EscalationRaised]:
+    return [EscalationRaised(seq=first + i, at=T0, message=f"note {first + i}")
+            for i in range(n)]
+
+
+def ended(seq: int) -> OutcomeCommitted:
+    return OutcomeCommitted(seq=seq, at=T0, state=State.SUCCEEDED,
+                            cause=Cause(kind=CauseKind.NONE))
+
+
+def finished_job(store: RecordStore, job_id: str = "a", n: int = 5) -> None:
+    store.create(created(job_id))
+    store.append(job_id, [*notes(2, n), ended(n + 2)], 1)
+
+
+def folded(store: RecordStore, job_id: str = "a"):  # noqa: ANN201
+    jobs, errors = snapshot.fold_with_snapshots(store, [job_id], T0)
+    assert errors == {}
+    return jobs[0]
+
+
+def test_a_snapshot_is_written_at_the_outcome_and_used(store: RecordStore) -> None:
+    finished_job(store)
+    assert store.read_snapshots(["a"]) == []
+    first = folded(store)
+    [s] = store.read_snapshots(["a"])
+    assert s.version == 7 and snapshot.decode(s) == first == fold(store.read("a"), T0)
+    assert folded(store) == first
+
+
+def test_every_k_events_a_snapshot_and_the_events_after_it(store: RecordStore) -> None:
+    store.create(created("a"))
+    store.append("a", notes(2, snapshot.EVERY), 1)
+    folded(store)
+    [s] = store.read_snapshots(["a"])
+    assert s.version == snapshot.EVERY + 1
+    store.append("a", notes(s.version + 1, 3), s.version)
+    assert folded(store) == fold(store.read("a"), T0)
+    assert store.read_snapshots(["a"])[0].version == s.version  # 3 more: not due yet
+
+
+@pytest.mark.parametrize("damage", ["format", "body", "torn", "events", "ahead", "other"])
+def test_a_snapshot_that_disagrees_is_discarded_and_rebuilt(
+        store: RecordStore, backdoor: Backdoor, damage: str) -> None:
+    finished_job(store)
+    finished_job(store, "b")
+    truth = fold(store.read("a"), T0)
+    folded(store)
+    folded(store, "b")
+    sql = {
+        "format": ("UPDATE snapshots SET format = 99",
+                   "UPDATE dispatch_snapshots SET format = 99"),
+        "body": ("UPDATE snapshots SET body = replace(body, 'note', 'NOTE')",
+                 "UPDATE dispatch_snapshots SET body = replace(body, 'note', 'NOTE')"),
+        "torn": ("UPDATE snapshots SET body = substr(body, 1, 40)",
+                 "UPDATE dispatch_snapshots SET body = substr(body, 1, 40)"),
+        "events": ("UPDATE events SET body = replace(body, 'succeeded', 'failed')"
+                   " WHERE seq = 7",
+                   "UPDATE dispatch_events SET body = replace(body, 'succeeded', 'failed')"
+                   " WHERE seq = 7"),
+        "ahead": ("UPDATE snapshots SET version = 70",
+                  "UPDATE dispatch_snapshots SET version = 70"),
+        # another job's snapshot under this job's id, digest and all
+        "other": ("UPDATE snapshots SET body = (SELECT body FROM snapshots WHERE job_id = 'b'),"
+                  " digest = (SELECT digest FROM snapshots WHERE job_id = 'b')"
+                  " WHERE job_id = 'a'",
+                  "UPDATE dispatch_snapshots SET body = (SELECT body FROM dispatch_snapshots"
+                  " WHERE job_id = 'b'), digest = (SELECT digest FROM dispatch_snapshots"
+                  " WHERE job_id = 'b') WHERE job_id = 'a'"),
+    }[damage]
+    backdoor.execute(*sql)
+    [bad] = [s for s in store.read_snapshots(["a"])]
+    assert snapshot.decode(bad) is None  # never trusted
+    again = folded(store)
+    assert again == fold(store.read("a"), T0)  # the events' word, whatever the snapshot said
+    if damage != "events":
+        assert again == truth
+    [rebuilt] = store.read_snapshots(["a"])
+    assert snapshot.decode(rebuilt) == again  # and a good one written in its place
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(record=records(job_id="a", max_events=20), data=st.data())
+def test_a_snapshot_plus_the_events_after_it_is_the_whole_fold(
+        tmp_path_factory: pytest.TempPathFactory, record: list, data: st.DataObject) -> None:
+    split = data.draw(st.integers(min_value=1, max_value=len(record)), label="split")
+    try:
+        whole = fold(record, T0)
+    except RecordError:
+        return
+    with SQLiteStore(tmp_path_factory.mktemp("snap") / "r.sqlite3") as store:
+        store.create(record[0])
+        if split > 1:
+            store.append("a", record[1:split], 1)
+        store.write_snapshot(fold(record[:split], T0), snapshot.FORMAT, snapshot.encode)
+        assert store.read_snapshots(["a"])[0].version == split
+        if split < len(record):
+            store.append("a", record[split:], split)
+        assert folded(store) == whole
+
+
+CHILD = """
+import sys
+from datetime import UTC, datetime
+from dispatch.stores import snapshot
+from dispatch.stores.sqlite import SQLiteStore
+store = SQLiteStore(sys.argv[1])
+ids = sys.argv[2:]
+print("ready", flush=True)
+while True:  # drop and rewrite the snapshots as fast as it can, until killed
+    for job_id in ids:
+        store.drop_snapshot(job_id)
+    snapshot.fold_with_snapshots(store, ids, datetime.now(UTC))
+"""
+
+
+def test_kill_9_while_snapshots_are_written_changes_nothing_read(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite3"
+    ids = [f"j{i}" for i in range(8)]
+    with SQLiteStore(path) as store:
+        for job_id in ids:
+            finished_job(store, job_id, n=40)
+        truth = {j: fold(store.read(j), T0) for j in ids}
+    for round_ in range(5):
+        child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), *ids],
+                                 stdout=subprocess.PIPE, text=True, env=child_env(), cwd=ROOT)
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        time.sleep(0.05 * (round_ + 1))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        with SQLiteStore(path) as store:
+            jobs, errors = snapshot.fold_with_snapshots(store, ids, T0)
+            assert errors == {} and {j.id: j for j in jobs} == truth
+    with SQLiteStore(path) as store:  # a torn snapshot (a body cut short): rebuilt
+        store._conn.execute("UPDATE snapshots SET body = substr(body, 1, 17)")
+        jobs, _ = snapshot.fold_with_snapshots(store, ids, T0)
+        assert {j.id: j for j in jobs} == truth
+        assert all(snapshot.decode(s) == truth[s.job_id] for s in store.read_snapshots(ids))

@@ -1,0 +1,20 @@
+"""bench/bench_scale.py runs end to end at tiny sizes (SQLite): it fills a store, ticks
+against its stand-in scheduler and prints its table. No time is asserted."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_scale_runs_at_tiny_sizes() -> None:
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_scale.py"), "--smoke", "--no-postgres"],
+        capture_output=True, text=True, timeout=600, check=False, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = [line for line in res.stdout.splitlines() if line.startswith("| SQLite |")]
+    assert [r.split("|")[2].strip() for r in rows] == ["20", "200"]
+    assert "P1 with snapshots (SQLite" in res.stdout
