@@ -25,10 +25,10 @@ import msgspec
 
 from dispatch.backends.base import Backend, Submission, SubmitRejected
 from dispatch.clock import Clock, utcnow
-from dispatch.core.observe import observe
 from dispatch.core import decide as dc
 from dispatch.core import events as ev
 from dispatch.core.model import Cause, CauseKind, Discovery, Provenance, SchedulerUnreachable
+from dispatch.core.observe import observe
 from dispatch.core.record import Job, SegmentDecision, fold
 from dispatch.core.status import plan_of
 from dispatch.discovery import OK, UNREACHABLE, Lookout, by_backend

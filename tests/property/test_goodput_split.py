@@ -7,9 +7,9 @@ from datetime import timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.strategies import records, times
 
 from dispatch.core.goodput import ZERO, Phase, job_time, split
-from tests.strategies import records, times
 
 RECORDS = records(max_events=25)
 

@@ -145,7 +145,8 @@ class PublishSegment(_Decision, frozen=True):
 
 
 Decision = (
-    RecordEnd | RecordError | RecordStart | RecordCheckpoint | Bind | Submit | RetrySubmit | StartRecovery | Stop | CancelObject
+    RecordEnd | RecordError | RecordStart | RecordCheckpoint | Bind | Submit | RetrySubmit
+    | StartRecovery | Stop | CancelObject
     | OpenGate | Commit | PlaceHold | Escalate | StopDuplicate | PublishSegment
 )
 

@@ -31,9 +31,9 @@ def observe(job: Job, discovery: Discovery | None) -> list[Decision]:
             mine.setdefault(parsed[1], o)
     out: list[Decision] = []
     for s in job.submissions:
-        o = _object_of(s, mine, discovery)
-        if o is not None:
-            out += _runs(job, s, o)
+        found = _object_of(s, mine, discovery)
+        if found is not None:
+            out += _runs(job, s, found)
     return out
 
 

@@ -23,6 +23,8 @@ from dispatch.backends.local.wire import (
     node_name,
 )
 from dispatch.core.app_error import AppError
+from dispatch.core.progress import PROGRESS_FILE_VAR, Progress, latest
+from dispatch.progress_capture import read_progress
 
 
 class Node:
@@ -65,7 +67,8 @@ class Node:
         """Start the node's process (raises OSError or ValueError when it cannot start); its
         output goes through a pipe the runner copies into ``node<i>.log`` (output.py)."""
         node_env = {**env, **per_node_variables(self.index),
-                    ERROR_FILE_VAR: str(error_file(objdir, self.index))}
+                    ERROR_FILE_VAR: str(error_file(objdir, self.index)),
+                    PROGRESS_FILE_VAR: str(progress_file(objdir, self.index))}
         output = NodeOutput(objdir / f"{self.name}.log", meta.max_output_bytes)
         try:
             proc = subprocess.Popen(  # noqa: S603 - an argv list, never a shell
@@ -88,6 +91,20 @@ def error_file(objdir: Path, index: int) -> Path:
     """Where torchelastic writes the node's error (TORCHELASTIC_ERROR_FILE): a file of
     dispatch's own in the object's directory, one per submission and node."""
     return objdir / f"{node_name(index)}.error.json"
+
+
+def progress_file(objdir: Path, index: int) -> Path:
+    """Where the node's training appends its progress (DISPATCH_PROGRESS_FILE, G3): a file
+    of dispatch's own in the object's directory, one per submission and node."""
+    return objdir / f"{node_name(index)}.progress.jsonl"
+
+
+def nodes_progress(objdir: Path, nodes: list[Node], started_at: datetime | None,
+                   now: datetime) -> Progress | None:
+    """The execution's latest checkpoint over its nodes' progress files (None: none read)."""
+    found = latest([read_progress(progress_file(objdir, n.index), started=started_at,
+                                  now=now) for n in nodes])
+    return found if found.checkpoint is not None or found.note else None
 
 
 def node_error(objdir: Path, node: Node | None, started_at: datetime | None,
