@@ -8,66 +8,18 @@ from datetime import timedelta
 
 import msgspec
 import pytest
-from tests.strategies_core import T0, Sim, ended, obj, rule
+from tests.goodput_stories import preempted_once, run, sim_with, tick
+from tests.strategies_core import T0, ended, obj
 
 from dispatch.core import events as ev
 from dispatch.core.codec import DecodeError, decode_event, encode_event
-from dispatch.core.decide import decide, to_events
 from dispatch.core.goodput import Phase, job_time, split
-from dispatch.core.model import CauseKind, Execution, ObjectReport, State
-from dispatch.core.observe import observe
-from dispatch.core.policy import Action
-from dispatch.core.progress import Checkpoint, Progress
+from dispatch.core.model import CauseKind, State
 from dispatch.core.record import fold
 
 
-def _sim(nodes: int) -> Sim:
-    sim = Sim([rule([CauseKind.PREEMPTED], Action.RESUBMIT, budget=1)])
-    created = sim.record[0]
-    assert isinstance(created, ev.JobCreated)
-    sim.record[0] = msgspec.structs.replace(
-        created, spec=msgspec.structs.replace(created.spec, nodes=nodes))
-    sim.job = fold(sim.record, T0)
-    return sim
-
-
-def _tick(sim: Sim, seconds: float, objects: list[ObjectReport]) -> list[str]:
-    """One supervisor tick at T0 + seconds: observe() then decide(), appended together."""
-    sim.now = T0 + timedelta(seconds=seconds)
-    d = sim.discovery(objects)
-    decisions = observe(sim.job, d) + decide(sim.job, d, sim.plan, sim.now)
-    sim.append(to_events(decisions, sim.job, sim.now))
-    return [type(x).__name__ for x in decisions]
-
-
-def _run(index: int, started: float, nodes: int, checkpoint: tuple[int, float] | None = None
-         ) -> Execution:
-    progress = None if checkpoint is None else Progress(checkpoint=Checkpoint(
-        step=checkpoint[0], written=T0 + timedelta(seconds=checkpoint[1])))
-    return Execution(index=index, started_at=T0 + timedelta(seconds=started),
-                     nodes=tuple(f"n{i}" for i in range(nodes)), progress=progress)
-
-
-def _preempted_once(nodes: int) -> Sim:
-    sim = _sim(nodes)
-    _tick(sim, 0, [])  # submission 1 intended
-    assert _tick(sim, 10, [obj(1, State.RUNNING, executions=(_run(0, 5, nodes),))]) == [
-        "RecordStart", "Bind"]
-    assert _tick(sim, 70, [obj(1, State.RUNNING, executions=(
-        _run(0, 5, nodes, (3, 65)),))]) == ["RecordCheckpoint"]
-    # The same checkpoint seen again is not recorded twice.
-    assert _tick(sim, 80, [obj(1, State.RUNNING, executions=(
-        _run(0, 5, nodes, (3, 65)),))]) == []
-    assert "RecordEnd" in _tick(sim, 100, [ended(1, CauseKind.PREEMPTED)])
-    _tick(sim, 130, [ended(1, CauseKind.PREEMPTED),
-                     obj(2, State.RUNNING, executions=(_run(0, 120, nodes),))])
-    assert "Commit" in _tick(sim, 200, [ended(1, CauseKind.PREEMPTED),
-                                        ended(2, CauseKind.NONE)])
-    return sim
-
-
 def test_g1_g3_g4_one_preemption_after_a_checkpoint() -> None:
-    sim = _preempted_once(1)
+    sim = preempted_once(1)
     jt = job_time(sim.record, T0 + timedelta(days=9))  # settled: ``now`` does not matter
     s = split(jt)
     sec = timedelta(seconds=1)
@@ -82,18 +34,18 @@ def test_g1_g3_g4_one_preemption_after_a_checkpoint() -> None:
 
 
 def test_g2_a_64_node_preemption_costs_64_times_a_1_node_one() -> None:
-    one = split(job_time(_preempted_once(1).record, T0))
-    many = split(job_time(_preempted_once(64).record, T0))
+    one = split(job_time(preempted_once(1).record, T0))
+    many = split(job_time(preempted_once(64).record, T0))
     assert many.badput()[CauseKind.PREEMPTED] == 64 * one.badput()[CauseKind.PREEMPTED]
     assert many.node_wall == 64 * one.node_wall and many.wall == one.wall
     assert many.goodput() == one.goodput()
 
 
 def test_without_progress_reports_nothing_is_counted_lost() -> None:
-    sim = _sim(2)
-    _tick(sim, 0, [])
-    _tick(sim, 10, [obj(1, State.RUNNING, executions=(_run(0, 5, 2),))])
-    _tick(sim, 100, [ended(1, CauseKind.PREEMPTED)])
+    sim = sim_with(2)
+    tick(sim, 0, [])
+    tick(sim, 10, [obj(1, State.RUNNING, executions=(run(0, 5, 2),))])
+    tick(sim, 100, [ended(1, CauseKind.PREEMPTED)])
     s = split(job_time(sim.record, T0 + timedelta(seconds=150)))
     assert s.lost == {} and s.wall == timedelta(seconds=150)
     # Not settled: recovering runs on to ``now``, and is not counted as closed.
@@ -102,7 +54,7 @@ def test_without_progress_reports_nothing_is_counted_lost() -> None:
 
 
 def test_a_fenced_end_charges_the_fence_wait_to_node_lost() -> None:
-    sim = _preempted_once(1)
+    sim = preempted_once(1)
     rec = list(sim.record)
     # Rewrite the preemption as a fenced node loss (window 60s for local, see LOCAL).
     window = rec[0].declarations.node_loss_window  # type: ignore[union-attr]
@@ -131,7 +83,7 @@ def test_the_new_events_round_trip_and_a_later_format_is_refused(event: ev.Event
 
 def test_a_record_without_the_new_events_still_splits() -> None:
     """Records written before starts were recorded: their time before an end is queued."""
-    sim = _preempted_once(1)
+    sim = preempted_once(1)
     old = [e for e in sim.record
            if not isinstance(e, ev.ExecutionStarted | ev.CheckpointRecorded)]
     old = [msgspec.structs.replace(e, seq=i) for i, e in enumerate(old, start=1)]
