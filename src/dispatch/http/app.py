@@ -54,6 +54,7 @@ from dispatch.core.spec import SpecError, parse_spec
 from dispatch.errors import DispatchError
 from dispatch.http.auth import Access, Tokens
 from dispatch.http.etag import job_etag, list_etag, not_modified, tagged
+from dispatch.http.goodput_metrics import GoodputCollector
 from dispatch.http.guard import ACTOR, BODY, Guard
 from dispatch.http.login import login_routes
 from dispatch.http.metrics import RecordCollector, ServeMetrics
@@ -331,6 +332,7 @@ def make_server(store_url: str | None, tokens: Tokens, *, loopback_bind: bool = 
                     metrics=metrics, registry=registry, local_user=local_user,
                     loopback_bind=loopback_bind)
     registry.register(RecordCollector(server.service))
+    registry.register(GoodputCollector(server.service))
     return server
 
 
