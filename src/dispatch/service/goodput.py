@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from dispatch.core.goodput import ZERO, By, JobTime, Phase, Split, fleet, job_time
+from dispatch.core.goodput import ZERO, By, JobTime, Phase, Split, fleet, job_time, split
 from dispatch.core.record import fold
 from dispatch.errors import BadInput, DispatchError
 from dispatch.stores.base import RecordStore
@@ -92,3 +92,34 @@ def goodput_line(s: Split) -> str:
     if bad:
         text += "; badput " + ", ".join(f"{c} {hours(v):.2f} node-h" for v, c in bad[:3])
     return text
+
+
+def job_goodput_json(jt: JobTime) -> dict[str, Any]:
+    """The dashboard's job page: the split, and its pieces and lost work as intervals."""
+    return {
+        "split": split_json(split(jt)),
+        "phases": [{"start": x.start.isoformat(), "end": x.end.isoformat(),
+                    "phase": x.phase.value, "cause": x.cause.value, "nodes": x.nodes}
+                   for x in jt.segments],
+        "lost": [{"start": x.start.isoformat(), "end": x.end.isoformat(),
+                  "cause": x.cause.value, "nodes": x.nodes} for x in jt.lost],
+    }
+
+
+def badput_by_day(jobs: Sequence[JobTime], now: datetime, days: int) -> list[dict[str, Any]]:
+    """The fleet's badput by cause for each of the last ``days`` UTC days (the last one up to
+    ``now``), in node-hours: the dashboard's chart."""
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    out = []
+    for k in range(days - 1, -1, -1):
+        low = today - timedelta(days=k)
+        high = min(low + timedelta(days=1), now)
+        total = Split()
+        for part in fleet(jobs, None, since=low, until=high).values():
+            total.add(part)
+        out.append({"day": low.date().isoformat(),
+                    "badput": {c.value: round(hours(v), 6)
+                               for c, v in sorted(total.badput().items()) if v > ZERO},
+                    "goodput": total.goodput()})
+    return out
+
