@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,12 @@ from tests.e2e.conftest import Dispatch
 
 pytestmark = pytest.mark.slurm
 
-LONG_THEN_OK = ["bash", "-c", 'if [ "$DISPATCH_SUBMISSION" = 1 ]; then sleep 300; fi; sleep 2']
+# Submission 1 checkpoints step 3 (a JSON line in the node's DISPATCH_PROGRESS_FILE, no
+# dispatch import) and runs on until preempted; submission 2 runs 2 s and succeeds.
+LONG_THEN_OK = ["bash", "-c",
+                'if [ "$DISPATCH_SUBMISSION" = 1 ]; then '
+                'printf \'{"step": 3, "checkpoint": true, "time": %s}\\n\' "$(date +%s.%N)" '
+                '>> "$DISPATCH_PROGRESS_FILE"; sleep 300; fi; sleep 2']
 
 
 @pytest.fixture
@@ -43,6 +49,9 @@ def test_a_real_preemption_is_preempted_badput_in_node_hours(cli: Dispatch) -> N
     from tests.e2e.conftest import wait_until
     wait_until(lambda: "execution 0 running on 2 node(s)" in cli("history", "gp").stdout,
                "the start never reached the record", timeout=60)
+    wait_until(lambda: "checkpoint at step 3" in cli("history", "gp").stdout,
+               "the checkpoint never reached the record", timeout=60)
+    time.sleep(2)  # some work after the checkpoint, lost to the preemption
     high = slurm("sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "--exclusive", "-w",
                  "n1", "--wrap", "sleep 2").strip()
     out, err = proc.communicate(timeout=240)
@@ -62,5 +71,12 @@ def test_a_real_preemption_is_preempted_badput_in_node_hours(cli: Dispatch) -> N
     badput = {b["cause"]: b["node_seconds"] for b in group["badput"]}
     assert badput["preempted"] >= recovering["node_seconds"]
     assert abs(sum(p["seconds"] for p in group["parts"]) - group["wall_seconds"]) < 1e-5
+    # G3 on Slurm: the run since the checkpoint is lost work charged to the preemption.
+    (lost,) = group["lost_work"]
+    assert lost["cause"] == "preempted" and lost["seconds"] >= 2
+    assert lost["seconds"] <= running["seconds"]
+    assert lost["node_seconds"] == pytest.approx(2 * lost["seconds"])
+    assert badput["preempted"] == pytest.approx(recovering["node_seconds"]
+                                                + lost["node_seconds"])
     table = cli("goodput", "gp", check=True).stdout
     assert "preempted" in table and "node-hours" in table
