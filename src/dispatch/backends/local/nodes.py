@@ -3,6 +3,7 @@ one is started (an argv list, never a shell; each node leads its own session).""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -25,6 +26,8 @@ from dispatch.backends.local.wire import (
 from dispatch.core.app_error import AppError
 from dispatch.core.progress import PROGRESS_FILE_VAR, Progress, latest
 from dispatch.progress_capture import read_progress
+
+log = logging.getLogger("dispatch.local")
 
 
 class Node:
@@ -99,12 +102,21 @@ def progress_file(objdir: Path, index: int) -> Path:
     return objdir / f"{node_name(index)}.progress.jsonl"
 
 
-def nodes_progress(objdir: Path, nodes: list[Node], started_at: datetime | None,
+def nodes_progress(objdir: Path, count: int, started_at: datetime | None,
                    now: datetime) -> Progress | None:
-    """The execution's latest checkpoint over its nodes' progress files (None: none read)."""
-    found = latest([read_progress(progress_file(objdir, n.index), started=started_at,
-                                  now=now) for n in nodes])
+    """The execution's latest checkpoint over its ``count`` nodes' progress files (G3); None
+    when none holds one. A file that is ignored is logged once, with dispatch's note."""
+    found = latest([read_progress(progress_file(objdir, i), started=started_at, now=now)
+                    for i in range(count)])
+    if found.note and found.note not in _SAID:
+        if len(_SAID) > 1000:
+            _SAID.clear()
+        _SAID.add(found.note)
+        log.warning("%s", found.note)
     return found if found.checkpoint is not None or found.note else None
+
+
+_SAID: set[str] = set()  # notes already logged (bounded)
 
 
 def node_error(objdir: Path, node: Node | None, started_at: datetime | None,

@@ -60,7 +60,6 @@ from dispatch.backends.local.nodes import (
     free_port,
     node_environment,
     node_error,
-    nodes_progress,
 )
 from dispatch.backends.local.output import NodeOutput
 from dispatch.backends.local.procs import (
@@ -90,7 +89,6 @@ from dispatch.backends.local.wire import (
     utcnow,
 )
 from dispatch.core.model import Cause, CauseKind, Execution, State
-from dispatch.core.progress import Progress
 from dispatch.files import write_atomic
 
 HEARTBEAT_S = 30.0
@@ -127,7 +125,6 @@ class Runner:
         self.away = False  # the root is away (see here())
         self.marked_deadline: float | None = None
         self.failing: Node | None = None  # its bad exit or memory ended the object
-        self.progress_note = ""  # the last note about an ignored progress file, logged once
 
     def log(self, message: str) -> None:
         # Straight to the file: a full disk loses the line, never the runner.
@@ -145,8 +142,7 @@ class Runner:
             return self.final
         if self.started_at is not None:
             executions = (Execution(index=0, started_at=self.started_at,
-                                    nodes=tuple(n.name for n in self.nodes),
-                                    progress=self.progress(now)),)
+                                    nodes=tuple(n.name for n in self.nodes)),)
         if self.gated or self.started_at is None:
             state, cause = State.PENDING, Cause(kind=CauseKind.NONE)
         else:
@@ -158,14 +154,6 @@ class Runner:
             lost_since=self.lost_since, gated=self.gated, master_port=self.master_port,
             runner_pid=os.getpid(), ending=self.ending[1] if self.ending else None,
             updated_at=now, heartbeat_at=now)
-
-    def progress(self, now: datetime) -> Progress | None:
-        """The training's latest checkpoint (G3); a file ignored is said once in the log."""
-        found = nodes_progress(self.objdir, self.nodes, self.started_at, now)
-        if found is not None and found.note and found.note != self.progress_note:
-            self.progress_note = found.note
-            self.log(found.note)
-        return found
 
     def write_status(self, force_heartbeat: bool = False) -> None:
         now = utcnow()
@@ -338,8 +326,7 @@ class Runner:
             failed = self.failing if state is State.FAILED else None
             executions = (Execution(index=0, started_at=self.started_at, ended_at=now,
                                     cause=cause, nodes=tuple(n.name for n in self.nodes),
-                                    error=node_error(self.objdir, failed, self.started_at, now),
-                                    progress=self.progress(now)),)
+                                    error=node_error(self.objdir, failed, self.started_at, now)),)
         self.final = ObjectStatus(
             ref=self.meta.ref, token=self.meta.token, state=state, cause=cause,
             executions=executions, nodes=tuple(n.status() for n in self.nodes),

@@ -30,7 +30,8 @@ def with_progress(report: ObjectReport, out_file: Path | None, now: datetime) ->
                                         ".node*.progress.jsonl"))
     if not paths:
         return report
-    found = latest([read_progress(p, started=last.started_at, now=now) for p in paths])
+    seen = last.ended_at or now  # a checkpoint is never after its execution's end
+    found = latest([read_progress(p, started=last.started_at, now=seen) for p in paths])
     if found.checkpoint is None and not found.note:
         return report
     return msgspec.structs.replace(report, executions=(
