@@ -18,13 +18,14 @@ from dispatch.core.record import fold
 
 
 def sim_with(nodes: int, job_id: str = "j", at: datetime = T0, backend: str = "local",
-             actor: str | None = None) -> Sim:
+             actor: str | None = None, gpus_per_node: int | None = None) -> Sim:
     sim = Sim([rule([CauseKind.PREEMPTED], Action.RESUBMIT, budget=1)], job_id=job_id, at=at)
     created = sim.record[0]
     assert isinstance(created, ev.JobCreated)
     sim.record[0] = msgspec.structs.replace(
-        created, actor=actor, spec=msgspec.structs.replace(created.spec, nodes=nodes,
-                                                           backend=backend))
+        created, actor=actor, spec=msgspec.structs.replace(
+            created.spec, nodes=nodes, backend=backend,
+            slurm={"gpus_per_node": gpus_per_node} if gpus_per_node else {}))
     sim.job = fold(sim.record, at)
     return sim
 
@@ -48,10 +49,10 @@ def run(index: int, started: float, nodes: int, checkpoint: tuple[int, float] | 
 
 
 def preempted_once(nodes: int, job_id: str = "j", at: datetime = T0, backend: str = "local",
-                   actor: str | None = None) -> Sim:
+                   actor: str | None = None, gpus_per_node: int | None = None) -> Sim:
     """Queued 5s, runs 95s (checkpoint at 65s), preempted at 100s, recovering 20s, runs 80s,
     succeeds at 200s: running 175s, recovering (preempted) 20s, lost work 35s."""
-    sim = sim_with(nodes, job_id, at, backend, actor)
+    sim = sim_with(nodes, job_id, at, backend, actor, gpus_per_node)
     o = {"job": job_id}
     tick(sim, 0, [], at)
     assert tick(sim, 10, [obj(1, State.RUNNING, executions=(run(0, 5, nodes, at=at),), **o)],

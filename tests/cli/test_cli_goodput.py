@@ -23,9 +23,10 @@ def env(tmp_path: Path) -> dict[str, str]:
            "DISPATCH_LOCAL_ROOT": str(tmp_path / "local"),
            "XDG_STATE_HOME": str(tmp_path / "state")}
     with SQLiteStore(Path(env["DISPATCH_STORE"])) as store:
-        for job_id, nodes, backend, actor in (("small", 1, "local", "ann"),
-                                              ("big", 64, "slurm", "bob")):
-            record = preempted_once(nodes, job_id=job_id, backend=backend, actor=actor).record
+        for job_id, nodes, backend, actor, gpus in (("small", 1, "local", "ann", None),
+                                                    ("big", 64, "slurm", "bob", 8)):
+            record = preempted_once(nodes, job_id=job_id, backend=backend, actor=actor,
+                                    gpus_per_node=gpus).record
             created = record[0]
             assert isinstance(created, ev.JobCreated)
             store.create(created)
@@ -46,10 +47,18 @@ def test_one_job_as_json_has_the_exact_split(env: dict[str, str]) -> None:
     parts = {(p["phase"], p["cause"]): p["node_seconds"] for p in group["parts"]}
     assert parts == {("queued", "none"): 5 * 64, ("running", "none"): 175 * 64,
                      ("recovering", "preempted"): 20 * 64}
+    # G2: GPU-time where the spec gives GPUs per node (8 here).
     assert group["lost_work"] == [{"cause": "preempted", "seconds": 35,
-                                   "node_seconds": 35 * 64}]
+                                   "node_seconds": 35 * 64, "gpu_seconds": 35 * 64 * 8}]
+    gpus = {(p["phase"], p["cause"]): p["gpu_seconds"] for p in group["parts"]}
+    assert gpus[("recovering", "preempted")] == 20 * 64 * 8
     assert group["badput"] == [{"cause": "preempted", "node_seconds": 55 * 64}]
     assert group["goodput"] == pytest.approx(140 / 200)
+
+
+def test_a_job_without_gpus_per_node_has_no_gpu_time(env: dict[str, str]) -> None:
+    (group,) = json.loads(invoke(env, "goodput", "small", "--json")[1])["groups"]
+    assert all(p["gpu_seconds"] == 0 for p in group["parts"])
 
 
 def test_the_fleet_by_backend_and_user(env: dict[str, str]) -> None:

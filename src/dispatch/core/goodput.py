@@ -65,6 +65,7 @@ class JobTime:
     # How many segments the record's events closed: the rest (at most one) runs to ``now``
     # and may still change phase, so counters (/metrics) leave it out.
     closed: int = 0
+    gpus_per_node: int = 0  # the spec's slurm.gpus_per_node; 0: the spec does not say
 
 
 def _clamp(t: datetime, low: datetime, high: datetime) -> datetime:
@@ -147,9 +148,11 @@ def job_time(record: Sequence[ev.Event], now: datetime) -> JobTime:
     closed = len(cut.segments)
     if not settled:
         cut.move(now, cut.phase, cut.cause, cut.nodes)
+    gpus = created.spec.slurm.get("gpus_per_node")
     return JobTime(job_id=created.job_id, backend=created.spec.backend,
                    user=created.actor or "", start=created.at, end=cut.at, settled=settled,
-                   segments=tuple(cut.segments), lost=tuple(cut.lost), closed=closed)
+                   segments=tuple(cut.segments), lost=tuple(cut.lost), closed=closed,
+                   gpus_per_node=gpus if type(gpus) is int and gpus > 0 else 0)
 
 
 def _apply(cut: _Cutter, e: ev.Event, current: int) -> None:  # noqa: C901 - one per event
@@ -212,6 +215,9 @@ class Split:
     node_parts: dict[tuple[Phase, CauseKind], timedelta] = field(default_factory=dict)
     lost: dict[CauseKind, timedelta] = field(default_factory=dict)
     node_lost: dict[CauseKind, timedelta] = field(default_factory=dict)
+    # GPU-time (G2, where the spec gives GPUs per node): node-time times GPUs per node.
+    gpu_parts: dict[tuple[Phase, CauseKind], timedelta] = field(default_factory=dict)
+    gpu_lost: dict[CauseKind, timedelta] = field(default_factory=dict)
 
     def phase(self, phase: Phase, *, nodes: bool = True) -> timedelta:
         parts = self.node_parts if nodes else self.parts
@@ -242,10 +248,12 @@ class Split:
         self.jobs += other.jobs
         self.wall += other.wall
         self.node_wall += other.node_wall
-        for mine, theirs in ((self.parts, other.parts), (self.node_parts, other.node_parts)):
+        for mine, theirs in ((self.parts, other.parts), (self.node_parts, other.node_parts),
+                             (self.gpu_parts, other.gpu_parts)):
             for k, v in theirs.items():
                 mine[k] = mine.get(k, ZERO) + v
-        for mine_l, theirs_l in ((self.lost, other.lost), (self.node_lost, other.node_lost)):
+        for mine_l, theirs_l in ((self.lost, other.lost), (self.node_lost, other.node_lost),
+                                 (self.gpu_lost, other.gpu_lost)):
             for c, v in theirs_l.items():
                 mine_l[c] = mine_l.get(c, ZERO) + v
 
@@ -268,11 +276,17 @@ def split(jt: JobTime, since: datetime | None = None,
             out.node_parts[key] = out.node_parts.get(key, ZERO) + d * s.nodes
             out.wall += d
             out.node_wall += d * s.nodes
+            if jt.gpus_per_node:
+                out.gpu_parts[key] = out.gpu_parts.get(key, ZERO) + d * s.nodes \
+                    * jt.gpus_per_node
     for s in jt.lost:
         d = _clip(s, since, until)
         if d:
             out.lost[s.cause] = out.lost.get(s.cause, ZERO) + d
             out.node_lost[s.cause] = out.node_lost.get(s.cause, ZERO) + d * s.nodes
+            if jt.gpus_per_node:
+                out.gpu_lost[s.cause] = out.gpu_lost.get(s.cause, ZERO) + d * s.nodes \
+                    * jt.gpus_per_node
     return out
 
 

@@ -59,7 +59,8 @@ def split_json(s: Split) -> dict[str, Any]:
     """One split as JSON: seconds and node-seconds per phase and cause, lost work and badput
     by cause, goodput (node-time and plain)."""
     parts = [{"phase": p.value, "cause": c.value, "seconds": v.total_seconds(),
-              "node_seconds": s.node_parts[(p, c)].total_seconds()}
+              "node_seconds": s.node_parts[(p, c)].total_seconds(),
+              "gpu_seconds": s.gpu_parts.get((p, c), ZERO).total_seconds()}
              for (p, c), v in sorted(s.parts.items(), key=lambda kv: (kv[0][0], kv[0][1]))]
     return {
         "jobs": s.jobs,
@@ -67,7 +68,8 @@ def split_json(s: Split) -> dict[str, Any]:
         "node_seconds": s.node_wall.total_seconds(),
         "parts": parts,
         "lost_work": [{"cause": c.value, "seconds": v.total_seconds(),
-                       "node_seconds": s.node_lost[c].total_seconds()}
+                       "node_seconds": s.node_lost[c].total_seconds(),
+                       "gpu_seconds": s.gpu_lost.get(c, ZERO).total_seconds()}
                       for c, v in sorted(s.lost.items())],
         "badput": [{"cause": c.value, "node_seconds": v.total_seconds()}
                    for c, v in sorted(s.badput().items()) if v > ZERO],
