@@ -140,6 +140,12 @@ _BUILDERS: dict[type[Any], Callable[[int], st.SearchStrategy[Any]]] = {
     ev.ApplicationErrorRecorded: lambda s: st.builds(
         ev.ApplicationErrorRecorded, seq=st.just(s), at=times, submission=submissions,
         execution=small_ints, error=app_errors),
+    ev.ExecutionStarted: lambda s: st.builds(
+        ev.ExecutionStarted, seq=st.just(s), at=times, submission=submissions,
+        execution=small_ints, started=st.none() | times, nodes=st.integers(1, 64)),
+    ev.CheckpointRecorded: lambda s: st.builds(
+        ev.CheckpointRecorded, seq=st.just(s), at=times, submission=submissions,
+        execution=small_ints, step=small_ints, written=times),
     ev.RecoveryStarted: lambda s: st.builds(
         ev.RecoveryStarted, seq=st.just(s), at=times, rule=st.integers(0, 10),
         action=st.sampled_from(Action), cause=causes(), native=st.booleans()),

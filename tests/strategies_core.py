@@ -34,6 +34,7 @@ from dispatch.core.model import (
     token_for,
 )
 from dispatch.core.policy import Action, Declarations, Enforcer, Plan, RecoveryPolicy, Rule
+from dispatch.core.progress import Checkpoint, Progress
 from dispatch.core.record import Job, advance, fold
 from dispatch.core.spec import JobSpec, SegmentHealthSpec
 from dispatch.core.status import project
@@ -161,10 +162,14 @@ app_errors = st.builds(
 )
 node_names = st.lists(st.sampled_from(["n1", "n2", "n3", "n4"]), max_size=3, unique=True).map(
     tuple)
+progresses = st.builds(
+    Progress, checkpoint=st.none() | st.builds(Checkpoint, step=st.integers(0, 10**9),
+                                               written=datetimes),
+    note=words)
 executions = st.builds(
     Execution, index=st.integers(0, 10), started_at=st.none() | datetimes,
     ended_at=st.none() | datetimes, cause=st.none() | causes, nodes=node_names,
-    error=st.none() | app_errors,
+    error=st.none() | app_errors, progress=st.none() | progresses,
 )
 object_reports = st.builds(
     ObjectReport, ref=small_text, token=st.none() | small_text, state=states, cause=causes,
@@ -259,6 +264,12 @@ EVENT_STRATEGIES: dict[type[Any], st.SearchStrategy[Any]] = {
     ev.ApplicationErrorRecorded: st.builds(ev.ApplicationErrorRecorded, seq=_seq, at=datetimes,
                                            submission=_sub, execution=st.integers(0, 10),
                                            error=app_errors),
+    ev.ExecutionStarted: st.builds(ev.ExecutionStarted, seq=_seq, at=datetimes,
+                                   submission=_sub, execution=st.integers(0, 10),
+                                   started=st.none() | datetimes, nodes=st.integers(1, 64)),
+    ev.CheckpointRecorded: st.builds(ev.CheckpointRecorded, seq=_seq, at=datetimes,
+                                     submission=_sub, execution=st.integers(0, 10),
+                                     step=st.integers(0, 10**9), written=datetimes),
     ev.RecoveryStarted: st.builds(ev.RecoveryStarted, seq=_seq, at=datetimes,
                                   rule=st.integers(0, 5), action=actions, cause=causes,
                                   native=st.booleans()),

@@ -29,6 +29,7 @@ from dispatch.clock import Clock, utcnow
 from dispatch.core import decide as dc
 from dispatch.core import events as ev
 from dispatch.core.model import Cause, CauseKind, Discovery, Provenance, SchedulerUnreachable
+from dispatch.core.observe import observe
 from dispatch.core.record import Job, SegmentDecision, fold
 from dispatch.core.status import plan_of
 from dispatch.discovery import OK, UNREACHABLE, Lookout, by_backend
@@ -140,9 +141,10 @@ class Supervisor:
             return
         for _ in range(attempts):
             now = self.clock()
-            decisions = dc.decide(job, discovery, plan_of(job), now,
-                                  attempt_lease=self.attempt_lease,
-                                  resend_after=self.resend_after)
+            # observe(): starts and checkpoints, for goodput (G1, G3); decide(): the rest.
+            decisions = observe(job, discovery) + dc.decide(
+                job, discovery, plan_of(job), now, attempt_lease=self.attempt_lease,
+                resend_after=self.resend_after)
             if not decisions:
                 return
             if backend is None and any(isinstance(d, _NEEDS_BACKEND) for d in decisions):

@@ -31,6 +31,7 @@ COMMAND_MODULES: dict[str, str] = {
     **{name: "dispatch.cli.reading" for name in ("ls", "watch", "history", "logs")},
     **{name: "dispatch.cli.admin" for name in ("policy", "supervise", "local")},
     "segment": "dispatch.cli.segment",
+    "goodput": "dispatch.cli.goodput",
     "serve": "dispatch.cli.serve",
     "supervisors": "dispatch.cli.supervisors",
 }

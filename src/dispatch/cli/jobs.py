@@ -71,7 +71,21 @@ def show(view: JobView, as_json: bool, service: Service | None = None,
     if service is not None and s is not None and s.state is State.HELD \
             and service.job(s.job).hold is not None:
         extra = render.next_steps(s.job)
+    if service is not None and s is not None and view.error is None:
+        extra = [*extra, *_goodput_line(service, s.job)]
     render.print_status(view, extra, verbose)
+
+
+def _goodput_line(service: Service, job_id: str) -> list[render.Line]:
+    """G4 for this job, from its record: goodput and its costliest causes."""
+    from dispatch.clock import utcnow
+    from dispatch.core.goodput import split
+    from dispatch.service.goodput import goodput_line, job_times
+
+    found, _ = job_times(service.store, [job_id], utcnow())
+    if not found:
+        return []
+    return [render.line(render.visible(f"  {goodput_line(split(found[0]))}"))]
 
 
 def _warn_unenforced(service: Service, spec: JobSpec, source: Path) -> None:

@@ -44,6 +44,24 @@ class RecordError(_Decision, frozen=True):
     error: AppError
 
 
+class RecordStart(_Decision, frozen=True):
+    """The scheduler shows an execution running that the record has not seen run (G1)."""
+
+    submission: int
+    execution: int
+    started: datetime | None
+    nodes: int
+
+
+class RecordCheckpoint(_Decision, frozen=True):
+    """The training reported a later durable checkpoint than the record holds (G3)."""
+
+    submission: int
+    execution: int
+    step: int
+    written: datetime
+
+
 class Bind(_Decision, frozen=True):
     """The object carrying the submission's token is found: remember its ref."""
 
@@ -127,7 +145,8 @@ class PublishSegment(_Decision, frozen=True):
 
 
 Decision = (
-    RecordEnd | RecordError | Bind | Submit | RetrySubmit | StartRecovery | Stop | CancelObject
+    RecordEnd | RecordError | RecordStart | RecordCheckpoint | Bind | Submit | RetrySubmit
+    | StartRecovery | Stop | CancelObject
     | OpenGate | Commit | PlaceHold | Escalate | StopDuplicate | PublishSegment
 )
 
@@ -154,6 +173,14 @@ def _event(d: Decision, seq: int, now: datetime, supervisor: str,
         case RecordError():
             return ev.ApplicationErrorRecorded(seq=seq, at=now, submission=d.submission,
                                                execution=d.execution, error=d.error)
+        case RecordStart():
+            return ev.ExecutionStarted(seq=seq, at=now, submission=d.submission,
+                                       execution=d.execution, started=d.started,
+                                       nodes=d.nodes)
+        case RecordCheckpoint():
+            return ev.CheckpointRecorded(seq=seq, at=now, submission=d.submission,
+                                         execution=d.execution, step=d.step,
+                                         written=d.written)
         case Bind():
             return ev.SubmissionBound(seq=seq, at=now, submission=d.submission, ref=d.ref)
         case Submit():

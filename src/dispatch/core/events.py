@@ -94,6 +94,33 @@ class ApplicationErrorRecorded(_Event, tag="application-error", frozen=True):
     format: Literal[1] = 1
 
 
+class ExecutionStarted(_Event, tag="execution-started", frozen=True):
+    """The scheduler showed an execution of a submission's object running (G1: the end of
+    its queued time). ``started``: when the scheduler says it started, if it says; ``nodes``:
+    the nodes it holds (G2 weights its time by them). Recorded once per execution.
+
+    ``format``: this event's own version; a later format is refused on decode (exit 5).
+    Records written before this event existed read as they always did."""
+
+    submission: int
+    execution: int
+    started: datetime | None = None
+    nodes: int = 1
+    format: Literal[1] = 1
+
+
+class CheckpointRecorded(_Event, tag="checkpoint", frozen=True):
+    """The training reported a durable checkpoint (DISPATCH_PROGRESS_FILE, G3): its step and
+    when it was written, clamped into the execution's run. The record keeps it so that
+    goodput never needs the file again. ``format`` as ExecutionStarted's."""
+
+    submission: int
+    execution: int
+    step: int
+    written: datetime
+    format: Literal[1] = 1
+
+
 class RecoveryStarted(_Event, tag="recovery-started", frozen=True):
     """A rule took the job back to run again; spends one unit of the rule's budget."""
 
@@ -205,6 +232,8 @@ Event = (
     | SubmissionRejected
     | ExecutionEnded
     | ApplicationErrorRecorded
+    | ExecutionStarted
+    | CheckpointRecorded
     | RecoveryStarted
     | HoldPlaced
     | HoldReleased
@@ -229,6 +258,8 @@ EVENT_TYPES: tuple[type[_Event], ...] = (
     SubmissionRejected,
     ExecutionEnded,
     ApplicationErrorRecorded,
+    ExecutionStarted,
+    CheckpointRecorded,
     RecoveryStarted,
     HoldPlaced,
     HoldReleased,

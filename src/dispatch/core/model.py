@@ -14,6 +14,7 @@ from functools import cached_property
 import msgspec
 
 from dispatch.core.app_error import AppError
+from dispatch.core.progress import Progress
 from dispatch.errors import Unreachable
 
 
@@ -115,6 +116,8 @@ class Execution(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
     cause: Cause | None = None
     nodes: tuple[str, ...] = ()
     error: AppError | None = None
+    # What the training reported through DISPATCH_PROGRESS_FILE (G3), when the backend read it.
+    progress: Progress | None = None
 
     @property
     def ended(self) -> bool:

@@ -77,6 +77,8 @@ class Submission(msgspec.Struct, frozen=True, kw_only=True):
     stop_by: str | None = None  # the actor the scheduler names for our stop (Slurm: a uid)
     cancel_sent_at: datetime | None = None
     exclude_nodes: tuple[str, ...] = ()  # nodes the scheduler was asked to avoid
+    executions_started: frozenset[int] = frozenset()  # ExecutionStarted recorded (G1)
+    checkpoint: tuple[int, int] | None = None  # (execution, step) of the latest checkpoint
 
 
 class Hold(msgspec.Struct, frozen=True, kw_only=True):
@@ -338,6 +340,16 @@ class _Builder:
                 self.errors.append(RecordedError(submission=e.submission,
                                                  execution=e.execution, error=e.error,
                                                  seq=e.seq))
+        elif isinstance(e, ev.ExecutionStarted):
+            s = self._sub(e.submission)
+            if s is not None:
+                self._set(e.submission, replace(
+                    s, executions_started=s.executions_started | {e.execution}))
+        elif isinstance(e, ev.CheckpointRecorded):
+            s = self._sub(e.submission)
+            if s is not None and (s.checkpoint is None
+                                  or (e.execution, e.step) > s.checkpoint):
+                self._set(e.submission, replace(s, checkpoint=(e.execution, e.step)))
         elif isinstance(e, ev.RecoveryStarted):
             if self.outcome is not None:
                 return

@@ -51,6 +51,13 @@ def line(e: ev.Event) -> str:  # noqa: C901 - one case per event type
         tail = f" [dispatch: {err.note}]" if err.note else ""
         return (f"application error (submission {e.submission} execution {e.execution}, "
                 f"from {err.source.value}): {one_line(err) or '(no words)'}{tail}")
+    if isinstance(e, ev.ExecutionStarted):
+        when = f" (the scheduler says since {e.started.isoformat()})" if e.started else ""
+        return (f"submission {e.submission} execution {e.execution} running on "
+                f"{e.nodes} node(s){when}")
+    if isinstance(e, ev.CheckpointRecorded):
+        return (f"checkpoint at step {e.step} (submission {e.submission} execution "
+                f"{e.execution}, written {e.written.isoformat()})")
     if isinstance(e, ev.RecoveryStarted):
         native = " by the backend" if e.native else ""
         return f"RECOVERING: rules[{e.rule}] {e.action.value}{native} on {_cause(e.cause)}"

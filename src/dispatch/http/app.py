@@ -8,6 +8,7 @@ service, mirroring the Python API.
     GET  /api/jobs/{job}                   status JSON (as ``dispatch status --json``)
     GET  /api/jobs/{job}/history           as ``dispatch history --json``
     GET  /api/jobs/{job}/timeline          the dashboard's timeline (http/timeline.py)
+    GET  /api/goodput?days=N               the fleet's badput by cause per day (G4)
     GET  /api/jobs/{job}/logs[?follow=1][&submission=N]   text, streamed while following
     POST /api/jobs                         a spec as JSON -> 201 and the new job's status
     POST /api/jobs/{job}/cancel|resubmit|give-up          -> the job's status
@@ -36,6 +37,7 @@ import json
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from importlib import resources
 from typing import Any
 
@@ -51,9 +53,10 @@ from dispatch.api import follow_log_text
 from dispatch.backends.registry import Backends, make_backend
 from dispatch.backends.registry import names as backend_names
 from dispatch.core.spec import SpecError, parse_spec
-from dispatch.errors import DispatchError
+from dispatch.errors import BadInput, DispatchError
 from dispatch.http.auth import Access, Tokens
 from dispatch.http.etag import job_etag, list_etag, not_modified, tagged
+from dispatch.http.goodput_metrics import GoodputCollector
 from dispatch.http.guard import ACTOR, BODY, Guard
 from dispatch.http.login import login_routes
 from dispatch.http.metrics import RecordCollector, ServeMetrics
@@ -178,6 +181,25 @@ def build_app(server: Server) -> Starlette:  # noqa: C901 - one small function p
             {"job": job_id, **timeline_json(service.store.read(job_id), service.clock())}))
 
     @_handle
+    def fleet_goodput(request: Request) -> Response:
+        """Badput by cause per day over the last ``days`` (1..90, default 14): the fleet
+        chart; and the whole span's split."""
+        from dispatch.core.goodput import fleet
+        from dispatch.service.goodput import badput_by_day, fleet_times, split_json
+
+        raw = request.query_params.get("days", "14")
+        if not raw.isdigit() or not 1 <= int(raw) <= 90:
+            raise BadInput(f"days: {raw!r} must be a whole number from 1 to 90")
+        days = int(raw)
+        with server.service() as service:
+            now = service.clock()
+            found, errors = fleet_times(service.store, now)
+        whole = fleet(found, None, since=now - timedelta(days=days), until=now).get("")
+        return JSONResponse({"days": badput_by_day(found, now, days),
+                             "split": split_json(whole) if whole is not None else None,
+                             "unreadable": sorted(errors)})
+
+    @_handle
     def job_logs(request: Request) -> Response:
         """The job's output as text, streamed in pieces (never held whole: a log of any size
         takes a few MiB here); ``tail=N``: the last N lines of each stream only."""
@@ -268,6 +290,7 @@ def build_app(server: Server) -> Starlette:  # noqa: C901 - one small function p
         Route("/api/jobs/{job}", get_job, methods=["GET"]),
         Route("/api/jobs/{job}/history", job_history, methods=["GET"]),
         Route("/api/jobs/{job}/timeline", job_timeline, methods=["GET"]),
+        Route("/api/goodput", fleet_goodput, methods=["GET"]),
         Route("/api/jobs/{job}/logs", job_logs, methods=["GET"]),
         Route("/api/jobs/{job}/cancel", _person("cancel"), methods=["POST"]),
         Route("/api/jobs/{job}/resubmit", _person("resubmit"), methods=["POST"]),
@@ -331,6 +354,7 @@ def make_server(store_url: str | None, tokens: Tokens, *, loopback_bind: bool = 
                     metrics=metrics, registry=registry, local_user=local_user,
                     loopback_bind=loopback_bind)
     registry.register(RecordCollector(server.service))
+    registry.register(GoodputCollector(server.service))
     return server
 
 

@@ -15,8 +15,10 @@ from typing import Any
 
 from dispatch.core import events as ev
 from dispatch.core.codec import cause_json
+from dispatch.core.goodput import job_time
 from dispatch.core.model import Cause
 from dispatch.core.policy import Rule
+from dispatch.service.goodput import job_goodput_json
 
 
 def _t(at: datetime | None) -> str | None:
@@ -103,6 +105,9 @@ def timeline_json(events: Sequence[ev.Event], now: datetime) -> dict[str, Any]: 
         "escalations": escalations, "outcome": outcome,
     }
     doc["durations"] = durations(doc)
+    if events and isinstance(events[0], ev.JobCreated):
+        # G1-G4: the exact split, its pieces and the lost work (service/goodput.py).
+        doc["goodput"] = job_goodput_json(job_time(events, now))
     return doc
 
 

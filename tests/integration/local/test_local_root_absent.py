@@ -52,8 +52,9 @@ def test_an_absent_root_records_nothing_and_supervision_resumes(tmp_path: Path) 
     sup = Supervisor(store, lambda _name: backend)
 
     def running() -> bool:
+        """Running, and its start in the record (G1): nothing new is left to record."""
         cur = fold(store.read(job_id), utcnow()).current
-        if cur is None or cur.ref is None:
+        if cur is None or cur.ref is None or 0 not in cur.executions_started:
             return False
         seen = backend.discover([], [cur.ref]).get(cur.ref)
         return seen is not None and seen.state is State.RUNNING

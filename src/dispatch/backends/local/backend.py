@@ -396,7 +396,7 @@ class LocalBackend:
             return ended
         status = self.disk.read_status(ref)
         if isinstance(status, ObjectStatus) and status.final:
-            return self._remember_end(ref, from_status(status))
+            return self._remember_end(ref, from_status(status, self.objects_dir / ref))
         if self._runner_alive(ref):
             if status is None:
                 # The runner is starting and has not written its first status yet.
@@ -404,11 +404,11 @@ class LocalBackend:
                                     cause=Cause(kind=CauseKind.NONE), gated=meta.gated)
             if isinstance(status, str):
                 return unreadable(ref, meta.token, f"status.json unreadable: {status}")
-            return from_status(status)
+            return from_status(status, self.objects_dir / ref)
         # The runner is gone. It may have written its final status since we read it.
         status = self.disk.read_status(ref)
         if isinstance(status, ObjectStatus) and status.final:
-            return self._remember_end(ref, from_status(status))
+            return self._remember_end(ref, from_status(status, self.objects_dir / ref))
         verdict = self.disk.read_status(ref, VANISHED)
         if isinstance(verdict, ObjectStatus):
             return self._remember_end(ref, from_status(verdict))

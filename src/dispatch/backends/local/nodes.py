@@ -3,6 +3,7 @@ one is started (an argv list, never a shell; each node leads its own session).""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -23,6 +24,10 @@ from dispatch.backends.local.wire import (
     node_name,
 )
 from dispatch.core.app_error import AppError
+from dispatch.core.progress import PROGRESS_FILE_VAR, Progress, latest
+from dispatch.progress_capture import read_progress
+
+log = logging.getLogger("dispatch.local")
 
 
 class Node:
@@ -65,7 +70,8 @@ class Node:
         """Start the node's process (raises OSError or ValueError when it cannot start); its
         output goes through a pipe the runner copies into ``node<i>.log`` (output.py)."""
         node_env = {**env, **per_node_variables(self.index),
-                    ERROR_FILE_VAR: str(error_file(objdir, self.index))}
+                    ERROR_FILE_VAR: str(error_file(objdir, self.index)),
+                    PROGRESS_FILE_VAR: str(progress_file(objdir, self.index))}
         output = NodeOutput(objdir / f"{self.name}.log", meta.max_output_bytes)
         try:
             proc = subprocess.Popen(  # noqa: S603 - an argv list, never a shell
@@ -88,6 +94,29 @@ def error_file(objdir: Path, index: int) -> Path:
     """Where torchelastic writes the node's error (TORCHELASTIC_ERROR_FILE): a file of
     dispatch's own in the object's directory, one per submission and node."""
     return objdir / f"{node_name(index)}.error.json"
+
+
+def progress_file(objdir: Path, index: int) -> Path:
+    """Where the node's training appends its progress (DISPATCH_PROGRESS_FILE, G3): a file
+    of dispatch's own in the object's directory, one per submission and node."""
+    return objdir / f"{node_name(index)}.progress.jsonl"
+
+
+def nodes_progress(objdir: Path, count: int, started_at: datetime | None,
+                   now: datetime) -> Progress | None:
+    """The execution's latest checkpoint over its ``count`` nodes' progress files (G3); None
+    when none holds one. A file that is ignored is logged once, with dispatch's note."""
+    found = latest([read_progress(progress_file(objdir, i), started=started_at, now=now)
+                    for i in range(count)])
+    if found.note and found.note not in _SAID:
+        if len(_SAID) > 1000:
+            _SAID.clear()
+        _SAID.add(found.note)
+        log.warning("%s", found.note)
+    return found if found.checkpoint is not None or found.note else None
+
+
+_SAID: set[str] = set()  # notes already logged (bounded)
 
 
 def node_error(objdir: Path, node: Node | None, started_at: datetime | None,

@@ -1,15 +1,17 @@
 """What the local backend reports about an object, built from its files: pure except for the
-killing of a vanished runner's leftovers (which must happen before "ended" is said)."""
+killing of a vanished runner's leftovers (which must happen before "ended" is said) and the
+bounded read of the nodes' progress files (G3)."""
 
 from __future__ import annotations
 
 import getpass
 import os
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
 
+from dispatch.backends.local.nodes import nodes_progress
 from dispatch.backends.local.procs import kill_leftovers
 from dispatch.backends.local.wire import NodeStatus, ObjectMeta, ObjectStatus, RunnerInfo
 from dispatch.core.model import (
@@ -24,9 +26,18 @@ from dispatch.core.model import (
 NO_SUCH_OBJECT = "no such local object"
 
 
-def from_status(status: ObjectStatus) -> ObjectReport:
+def from_status(status: ObjectStatus, objdir: Path | None = None) -> ObjectReport:
+    """``objdir``: the object's directory, whose nodes' progress files give the execution's
+    latest checkpoint (G3); without it, none is read."""
+    executions = status.executions
+    if objdir is not None and executions:
+        last = executions[-1]
+        found = nodes_progress(objdir, len(status.nodes), last.started_at,
+                               last.ended_at or datetime.now(UTC))  # never after its end
+        if found is not None:
+            executions = (*executions[:-1], msgspec.structs.replace(last, progress=found))
     return ObjectReport(ref=status.ref, token=status.token, state=status.state,
-                        cause=status.cause, executions=status.executions,
+                        cause=status.cause, executions=executions,
                         nodes=tuple(n.name for n in status.nodes),
                         lost_since=status.lost_since, gated=status.gated)
 

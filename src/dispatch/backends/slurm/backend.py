@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from dispatch.backends.base import DryRun, Submission, SubmitRejected
-from dispatch.backends.slurm import app_errors, ending, mapping, node_health
+from dispatch.backends.slurm import app_errors, ending, mapping, node_health, progress
 from dispatch.backends.slurm.array_mapping import array_report
 from dispatch.backends.slurm.compact import parse_squeue_compact, squeue_argv
 from dispatch.backends.slurm.nodes import (
@@ -357,6 +357,8 @@ class SlurmBackend:
             return None
         if report.ended and app_errors.wants_error(report):  # the application's own words
             report = app_errors.with_error(report, next(iter(self.logs(ref)), None))
+        if ref not in self._arrays:  # the training's latest checkpoint (G3)
+            report = progress.with_progress(report, next(iter(self.logs(ref)), None), now)
         if report.lost_since is not None:
             self._lost_since.setdefault(ref, report.lost_since)
         else:

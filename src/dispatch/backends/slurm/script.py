@@ -312,18 +312,21 @@ def render_script(submission: Submission, error_prefix: str | None = None) -> st
     return "\n".join(lines) + "\n"
 
 
-# Each node's task sets TORCHELASTIC_ERROR_FILE to a file of dispatch's own before it runs the
-# command: one per job, execution (SLURM_RESTART_COUNT) and node (SLURM_NODEID), named from
-# the prefix given as $0. A constant script: the command's words are its arguments, never
-# part of it.
-NODE_ERROR_FILE = ('export TORCHELASTIC_ERROR_FILE="$0.${SLURM_JOB_ID}.r${SLURM_RESTART_COUNT:-0}'
-                   '.node${SLURM_NODEID}.error.json"; exec "$@"')
-# An array's tasks share the script, so the task's own file is named on the node from Slurm's
-# SLURM_ARRAY_JOB_ID and SLURM_ARRAY_TASK_ID, like its output file (``<token>.%A_%a.out``):
-# ``PREFIX.<array>_<task>.r0.node<id>.error.json``. Still a constant line.
-ARRAY_TASK_ERROR_FILE = ('export TORCHELASTIC_ERROR_FILE="$0.${SLURM_ARRAY_JOB_ID}_'
-                         '${SLURM_ARRAY_TASK_ID}.r${SLURM_RESTART_COUNT:-0}'
-                         '.node${SLURM_NODEID}.error.json"; exec "$@"')
+# Each node's task sets TORCHELASTIC_ERROR_FILE and DISPATCH_PROGRESS_FILE (G3) to files of
+# dispatch's own before it runs the command: one per job, execution (SLURM_RESTART_COUNT) and
+# node (SLURM_NODEID), named from the prefix given as $0. A constant script: the command's
+# words are its arguments, never part of it.
+NODE_ERROR_FILE = ('n="$0.${SLURM_JOB_ID}.r${SLURM_RESTART_COUNT:-0}.node${SLURM_NODEID}"; '
+                   'export TORCHELASTIC_ERROR_FILE="$n.error.json" '
+                   'DISPATCH_PROGRESS_FILE="$n.progress.jsonl"; unset n; exec "$@"')
+# An array's tasks share the script, so the task's own files are named on the node from
+# Slurm's SLURM_ARRAY_JOB_ID and SLURM_ARRAY_TASK_ID, like its output file
+# (``<token>.%A_%a.out``): ``PREFIX.<array>_<task>.r0.node<id>.error.json``. Still a constant
+# line.
+ARRAY_TASK_ERROR_FILE = ('n="$0.${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}'
+                         '.r${SLURM_RESTART_COUNT:-0}.node${SLURM_NODEID}"; '
+                         'export TORCHELASTIC_ERROR_FILE="$n.error.json" '
+                         'DISPATCH_PROGRESS_FILE="$n.progress.jsonl"; unset n; exec "$@"')
 
 
 def with_error_file(srun_argv: tuple[str, ...], prefix: str | None,

@@ -395,6 +395,7 @@ async function refreshDetail() {
   const live = tl.body.outcome ? tl.body : Object.assign({}, tl.body, { end: new Date().toISOString() });
   drawTimeline(live); // a live job's open bars grow up to now, between answers too
   if (tl.changed || !$("durations").querySelector("tbody").childElementCount) drawTimelineFacts(tl.body);
+  if (tl.changed || !$("goodput").querySelector("tbody").childElementCount) drawGoodput(tl.body.goodput);
   if (hist.changed || !$("history").childElementCount) drawHistory(hist.body);
 }
 
@@ -516,6 +517,7 @@ function drawTimeline(tl) {
     box.append(row);
   }
   if (!tl.submissions.length) box.append(el("p", { class: "muted" }, "No submission yet."));
+  if (tl.goodput) box.append(goodputRow(tl.goodput, span, end));
   const axis = el("div", { class: "tl-axis" });
   for (let i = 0; i <= 4; i++) {
     const t = new Date(t0 + ((t1 - t0) * i) / 4);
@@ -534,6 +536,95 @@ function drawTimeline(tl) {
     hold.prepend(el("i", { style: { background: "rgba(217,70,239,.35)" } }));
     legend.append(hold);
   }
+}
+
+// ---- goodput (G1-G4) ------------------------------------------------------------------------
+
+const HOUR = 3600;
+function nodeHours(seconds) { return (seconds / HOUR).toFixed(2); }
+
+// The timeline's last row: the job's wall time in its phases, lost work hatched over them.
+function goodputRow(g, span, end) {
+  const row = el("div", { class: "tl-row", "data-goodput": "1" });
+  row.append(el("div", { class: "tl-label", title: "where the time went (G1); hatched: lost work since the last checkpoint (G3)" }, "goodput"));
+  const track = el("div", { class: "tl-track" });
+  for (const p of g.phases) {
+    const bar = el("div", { class: "tl-phase", "data-phase": p.phase, "data-cause": p.cause,
+      style: span(p.start, p.end || end),
+      title: p.phase + (p.cause !== "none" ? " (" + p.cause + ")" : "") + ", " + p.nodes + " node(s)\n" + fmtTime(p.start) + " → " + fmtTime(p.end) });
+    if (p.phase === "recovering") bar.style.background = CAUSE_COLOURS[p.cause] || "#111";
+    track.append(bar);
+  }
+  for (const x of g.lost) {
+    track.append(el("div", { class: "tl-lost", "data-cause": x.cause, style: span(x.start, x.end),
+      title: "lost work, charged to " + x.cause + ": " + fmtDuration((Date.parse(x.end) - Date.parse(x.start)) / 1000) +
+        " on " + x.nodes + " node(s) since the last checkpoint" }));
+  }
+  row.append(track);
+  return row;
+}
+
+function drawGoodput(g) {
+  if (!g) return;
+  const s = g.split;
+  const rows = s.parts.map((p) => [p.phase + (p.cause !== "none" ? " · " + p.cause : ""), nodeHours(p.node_seconds)]);
+  for (const l of s.lost_work) rows.push(["lost work · " + l.cause, nodeHours(l.node_seconds)]);
+  rows.push(["goodput", s.goodput === null ? "–" : Math.round(100 * s.goodput) + "%"]);
+  fillTable("goodput", rows);
+}
+
+// The fleet's badput by cause per day: a stacked bar per day, plain SVG (no library).
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  if (text !== undefined) node.textContent = String(text);
+  return node;
+}
+
+let fleetDrawnAt = 0;
+async function refreshFleetGoodput() {
+  if (Date.now() - fleetDrawnAt < 30000) return; // a chart of days: every 30 s is plenty
+  fleetDrawnAt = Date.now();
+  const { body } = await poll("/api/goodput?days=14");
+  drawBadputChart(body);
+}
+
+function drawBadputChart(doc) {
+  const box = $("badput-chart");
+  const W = 700, H = 160, pad = 28;
+  const chart = svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "badput by cause per day, node-hours" });
+  const days = doc.days;
+  const totals = days.map((d) => Object.values(d.badput).reduce((a, b) => a + b, 0));
+  const top = Math.max(...totals, 1e-9);
+  const bw = (W - pad) / days.length;
+  days.forEach((d, i) => {
+    let y = H - pad;
+    for (const [cause, v] of Object.entries(d.badput)) {
+      const h = ((H - 2 * pad) * v) / top;
+      y -= h;
+      const rect = svg("rect", { x: pad + i * bw + 2, y: y, width: Math.max(1, bw - 4), height: h,
+        fill: CAUSE_COLOURS[cause] || "#111", "data-cause": cause, "data-day": d.day });
+      rect.append(svg("title", {}, d.day + ": " + cause + " " + v.toFixed(2) + " node-h"));
+      chart.append(rect);
+    }
+    if (i % 2 === 0) chart.append(svg("text", { x: pad + i * bw + bw / 2, y: H - 8, "text-anchor": "middle", "font-size": 10 }, d.day.slice(5)));
+  });
+  chart.append(svg("text", { x: 2, y: pad - 8, "font-size": 10 }, top.toFixed(2) + " node-h"));
+  chart.append(svg("line", { x1: pad, y1: H - pad, x2: W, y2: H - pad, stroke: "#94a3b8" }));
+  box.replaceChildren(chart);
+  const causes = [...new Set(days.flatMap((d) => Object.keys(d.badput)))];
+  const legend = $("badput-legend");
+  legend.replaceChildren();
+  for (const c of causes) {
+    const item = el("span", {}, c);
+    item.prepend(el("i", { style: { background: CAUSE_COLOURS[c] || "#111" } }));
+    legend.append(item);
+  }
+  if (!causes.length) legend.append(el("span", { class: "muted" }, "no badput in these days"));
+  const s = doc.split;
+  $("fleet-goodput-line").textContent = s && s.goodput !== null
+    ? "· goodput " + Math.round(100 * s.goodput) + "% of " + nodeHours(s.node_seconds) + " node-h, " + s.jobs + " job(s)" : "";
 }
 
 // ---- requests -------------------------------------------------------------------------------
@@ -604,7 +695,10 @@ async function tick() {
       // the header's count of held jobs stays true on a job's page too (a 304 mostly)
       const { body } = await poll("/api/jobs?limit=1");
       drawHeldCount(body.held_count);
-    } else await refreshList();
+    } else {
+      await refreshList();
+      await refreshFleetGoodput();
+    }
     if (view.job) showProblem("");
     $("updated").textContent = "updated " + fmtClock(new Date().toISOString());
   } catch (e) {

@@ -162,14 +162,18 @@ def test_each_node_gets_its_own_error_file_and_the_argv_untouched(tmp_path: Path
     """Issue 23: the wrapper srun runs on each node names TORCHELASTIC_ERROR_FILE from the
     job, the execution and the node, then execs the command with its words as they are."""
     words = ["python3", "-c", "import os, sys; print(os.environ['TORCHELASTIC_ERROR_FILE']);"
-             " print(sys.argv[1:])", *HOSTILE]
+             " print(sys.argv[1:]); print(os.environ['DISPATCH_PROGRESS_FILE']);"
+             " print('n' in os.environ)", *HOSTILE]
     done = subprocess.run(["/bin/sh", "-c", NODE_ERROR_FILE, f"{tmp_path}/j1.2", *words],
                           env={**os.environ, "SLURM_JOB_ID": "77", "SLURM_NODEID": "1",
                                "SLURM_RESTART_COUNT": "2"},
                           capture_output=True, text=True, check=True, timeout=30)
-    path, argv = done.stdout.splitlines()[:2]
+    path, argv, progress, leaked = done.stdout.splitlines()[:4]
     assert path == f"{tmp_path}/j1.2.77.r2.node1.error.json"
     assert argv == repr(HOSTILE)
+    # Issue 25: the node's progress file, beside its error file (G3).
+    assert progress == f"{tmp_path}/j1.2.77.r2.node1.progress.jsonl"
+    assert leaked == "False"
 
 
 def test_limits_round_up() -> None:

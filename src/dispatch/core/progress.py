@@ -1,0 +1,97 @@
+"""Progress the training reports (G3), read from its ``DISPATCH_PROGRESS_FILE`` (pure).
+
+The training appends JSON lines, one per report: ``{"step": 120, "checkpoint": true}``,
+optionally with ``"time"`` (seconds since the epoch, when the checkpoint became durable).
+Only checkpoint lines matter to goodput: the latest one is where a restart resumes, so the
+run after it is lost work when the execution ends. A file dispatch cannot trust (a link, not
+a regular file, over the size bound, a complete line that is not a progress line) is
+ignored whole, with a note saying why; it never changes an end or its cause.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import msgspec
+
+PROGRESS_FILE_VAR = "DISPATCH_PROGRESS_FILE"
+# Only the end of the file is read: the latest checkpoint is near it.
+TAIL_BYTES = 64 * 1024
+# A progress file past this is not one a training wrote line by line: ignored.
+MOST_PROGRESS_FILE_BYTES = 256 * 1024 * 1024
+MOST_LINE_BYTES = 4096
+
+
+class Checkpoint(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
+                 forbid_unknown_fields=True):
+    """The latest durable checkpoint an execution's training reported."""
+
+    step: int
+    written: datetime
+
+
+class Progress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True,
+               forbid_unknown_fields=True):
+    """What the progress files of one execution say: its latest checkpoint (None when none
+    was reported), and dispatch's note when a file was ignored."""
+
+    checkpoint: Checkpoint | None = None
+    note: str = ""
+
+
+class _Line(msgspec.Struct, frozen=True, kw_only=True):
+    step: int
+    checkpoint: bool = False
+    time: float | None = None
+
+
+_line = msgspec.json.Decoder(_Line)
+
+
+class NotAProgressFile(ValueError):
+    """The bytes are not a progress file dispatch trusts; the message says why."""
+
+
+def latest_checkpoint(tail: bytes, *, whole: bool, seen_at: datetime,
+                      started: datetime | None) -> Checkpoint | None:
+    """The latest checkpoint line in ``tail`` (the end of a progress file; ``whole``: the
+    file from its start, so the first line is complete). Its time is the line's ``time``,
+    else ``seen_at`` (when dispatch read it), kept within [started, seen_at]. A last line
+    without its newline is still being written and is skipped. Raises NotAProgressFile."""
+    lines = tail.split(b"\n")
+    lines.pop()  # after the last newline: empty, or a line being written
+    if not whole and lines:
+        lines.pop(0)  # the window may start inside a line
+    best: _Line | None = None
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        if len(raw) > MOST_LINE_BYTES:
+            raise NotAProgressFile(f"a line of {len(raw)} bytes, more than "
+                                   f"{MOST_LINE_BYTES}")
+        try:
+            parsed = _line.decode(raw)
+        except msgspec.DecodeError as err:
+            raise NotAProgressFile(f"line {number} of the end read is not a progress line "
+                                   f"({err})") from None
+        if parsed.step < 0:
+            raise NotAProgressFile(f"line {number}: a negative step {parsed.step}")
+        if parsed.checkpoint and (best is None or parsed.step >= best.step):
+            best = parsed
+    if best is None:
+        return None
+    written = seen_at
+    if best.time is not None and best.time == best.time and abs(best.time) < 1e11:
+        written = min(seen_at, datetime.fromtimestamp(best.time, UTC))
+    if started is not None and written < started:
+        written = started
+    return Checkpoint(step=best.step, written=written)
+
+
+def latest(progress: list[Progress]) -> Progress:
+    """One execution's progress from its nodes' files: the highest step checkpointed (the
+    latest time on a tie), with every note."""
+    notes = "; ".join(p.note for p in progress if p.note)
+    found = [p.checkpoint for p in progress if p.checkpoint is not None]
+    best = max(found, key=lambda c: (c.step, c.written), default=None)
+    return Progress(checkpoint=best, note=notes)

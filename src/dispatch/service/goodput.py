@@ -1,0 +1,127 @@
+"""Goodput read from the store (G1-G4 over many records): `dispatch goodput`, the status line,
+/metrics and the dashboard all read it from here. Only the record is read; no scheduler."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from dispatch.core.goodput import ZERO, By, JobTime, Phase, Split, fleet, job_time, split
+from dispatch.core.record import fold
+from dispatch.errors import BadInput, DispatchError
+from dispatch.stores.base import RecordStore
+from dispatch.stores.reading import RECORD_ERRORS, read_records
+
+_SPAN = re.compile(r"^\s*(\d{1,6})\s*([smhdw])\s*$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def span_of(text: str, what: str = "--since") -> timedelta:
+    """'7d', '12h', '30m', '90s', '2w' as a timedelta; BadInput naming ``what`` otherwise."""
+    m = _SPAN.match(text)
+    if m is None or int(m.group(1)) == 0:
+        raise BadInput(f"{what}: {text!r} is not a span such as 7d, 12h, 30m, 90s or 2w")
+    return timedelta(seconds=int(m.group(1)) * _UNIT[m.group(2)])
+
+
+def job_times(store: RecordStore, job_ids: Sequence[str], now: datetime
+              ) -> tuple[list[JobTime], dict[str, DispatchError]]:
+    """Each job's time (a record that cannot be trusted is set aside with its error)."""
+    records, errors = read_records(store, job_ids)
+    out: list[JobTime] = []
+    for job_id in job_ids:
+        events = records.get(job_id)
+        if events is None:
+            continue
+        try:
+            fold(events, now, job_id=job_id)  # the same refusals as every other reader
+        except RECORD_ERRORS as err:
+            errors[job_id] = err
+            continue
+        out.append(job_time(events, now))
+    return out, errors
+
+
+def fleet_times(store: RecordStore, now: datetime
+                ) -> tuple[list[JobTime], dict[str, DispatchError]]:
+    """Every job's time; the window is applied by ``groups`` (the store does not know when
+    a job finished, so a job created before the window may still have time in it)."""
+    return job_times(store, [r.job_id for r in store.list_jobs()], now)
+
+
+def hours(d: timedelta) -> float:
+    return d.total_seconds() / 3600.0
+
+
+def split_json(s: Split) -> dict[str, Any]:
+    """One split as JSON: seconds and node-seconds per phase and cause, lost work and badput
+    by cause, goodput (node-time and plain)."""
+    parts = [{"phase": p.value, "cause": c.value, "seconds": v.total_seconds(),
+              "node_seconds": s.node_parts[(p, c)].total_seconds(),
+              "gpu_seconds": s.gpu_parts.get((p, c), ZERO).total_seconds()}
+             for (p, c), v in sorted(s.parts.items(), key=lambda kv: (kv[0][0], kv[0][1]))]
+    return {
+        "jobs": s.jobs,
+        "wall_seconds": s.wall.total_seconds(),
+        "node_seconds": s.node_wall.total_seconds(),
+        "parts": parts,
+        "lost_work": [{"cause": c.value, "seconds": v.total_seconds(),
+                       "node_seconds": s.node_lost[c].total_seconds(),
+                       "gpu_seconds": s.gpu_lost.get(c, ZERO).total_seconds()}
+                      for c, v in sorted(s.lost.items())],
+        "badput": [{"cause": c.value, "node_seconds": v.total_seconds()}
+                   for c, v in sorted(s.badput().items()) if v > ZERO],
+        "goodput": s.goodput(),
+        "goodput_unweighted": s.goodput(nodes=False),
+    }
+
+
+def groups(jobs: Sequence[JobTime], by: By | None, now: datetime,
+           since: timedelta | None) -> dict[str, Split]:
+    return fleet(jobs, by, since=now - since if since is not None else None, until=now)
+
+
+def goodput_line(s: Split) -> str:
+    """The status line: goodput, then the costliest causes."""
+    g = s.goodput()
+    if g is None:
+        return "goodput: no time yet"
+    bad = sorted(((v, c.value) for c, v in s.badput().items() if v > ZERO), reverse=True)
+    text = (f"goodput {g:.0%} of {hours(s.node_wall):.2f} node-h (running "
+            f"{hours(s.phase(Phase.RUNNING)):.2f}, lost work {hours(s.lost_total()):.2f})")
+    if bad:
+        text += "; badput " + ", ".join(f"{c} {hours(v):.2f} node-h" for v, c in bad[:3])
+    return text
+
+
+def job_goodput_json(jt: JobTime) -> dict[str, Any]:
+    """The dashboard's job page: the split, and its pieces and lost work as intervals."""
+    return {
+        "split": split_json(split(jt)),
+        "phases": [{"start": x.start.isoformat(), "end": x.end.isoformat(),
+                    "phase": x.phase.value, "cause": x.cause.value, "nodes": x.nodes}
+                   for x in jt.segments],
+        "lost": [{"start": x.start.isoformat(), "end": x.end.isoformat(),
+                  "cause": x.cause.value, "nodes": x.nodes} for x in jt.lost],
+    }
+
+
+def badput_by_day(jobs: Sequence[JobTime], now: datetime, days: int) -> list[dict[str, Any]]:
+    """The fleet's badput by cause for each of the last ``days`` UTC days (the last one up to
+    ``now``), in node-hours: the dashboard's chart."""
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    out = []
+    for k in range(days - 1, -1, -1):
+        low = today - timedelta(days=k)
+        high = min(low + timedelta(days=1), now)
+        total = Split()
+        for part in fleet(jobs, None, since=low, until=high).values():
+            total.add(part)
+        out.append({"day": low.date().isoformat(),
+                    "badput": {c.value: round(hours(v), 6)
+                               for c, v in sorted(total.badput().items()) if v > ZERO},
+                    "goodput": total.goodput()})
+    return out
+

@@ -1,0 +1,64 @@
+"""The dashboard's goodput (issue 25) in a real browser: the job page shades lost work on the
+timeline and shows the split; the list page draws the fleet's badput by cause per day as SVG.
+The records (a 64-node job preempted once after a checkpoint) are written to the store before
+`dispatch serve` starts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, expect
+from test_dashboard import ARTIFACTS, WAIT_MS, Server
+from tests.goodput_stories import preempted_once
+
+from dispatch.core import events as ev
+from dispatch.stores.sqlite import SQLiteStore
+
+
+@pytest.fixture
+def stocked(tmp_path: Path) -> Iterator[Server]:
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
+    with SQLiteStore(tmp_path / "record.sqlite3") as store:
+        record = preempted_once(64, job_id="big", at=at, backend="slurm").record
+        created = record[0]
+        assert isinstance(created, ev.JobCreated)
+        store.create(created)
+        store.append("big", record[1:], 1)
+    s = Server(tmp_path)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def test_the_job_page_shades_lost_work_and_shows_the_split(stocked: Server,
+                                                           page: Page) -> None:
+    stocked.log_in(page)
+    page.goto(stocked.url + "/jobs/big")
+    lost = page.locator('#timeline .tl-row[data-goodput="1"] .tl-lost')
+    expect(lost).to_have_count(1, timeout=WAIT_MS)
+    expect(lost).to_have_attribute("data-cause", "preempted")
+    assert "lost work, charged to preempted: 35s on 64 node(s)" in (
+        lost.get_attribute("title") or "")
+    phases = page.locator('#timeline .tl-row[data-goodput="1"] .tl-phase')
+    expect(phases).to_have_count(4)  # queued, running, recovering, running
+    table = page.locator("#goodput")
+    # 20 s recovering on 64 nodes = 0.36 node-h; 35 s lost = 0.62 node-h; 140/200 good.
+    expect(table.locator('tr[data-key="recovering · preempted"] td')).to_have_text("0.36")
+    expect(table.locator('tr[data-key="lost work · preempted"] td')).to_have_text("0.62")
+    expect(table.locator('tr[data-key="goodput"] td')).to_have_text("70%")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-goodput-job.png"), full_page=True)
+
+
+def test_the_fleet_chart_draws_badput_by_cause_per_day(stocked: Server, page: Page) -> None:
+    stocked.log_in(page)
+    bars = page.locator('#badput-chart svg rect[data-cause="preempted"]')
+    expect(bars.first).to_be_visible(timeout=WAIT_MS)
+    assert bars.count() in (1, 2)  # the story may straddle midnight UTC
+    expect(page.locator("#badput-legend")).to_contain_text("preempted")
+    expect(page.locator("#fleet-goodput-line")).to_contain_text("goodput 70%")
+    page.screenshot(path=str(ARTIFACTS / "dashboard-goodput-fleet.png"), full_page=True)

@@ -1,0 +1,106 @@
+"""`dispatch goodput` and the goodput line of `status`, on records in a real SQLite store."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from tests.goodput_stories import preempted_once
+
+from dispatch.cli import main
+from dispatch.core import events as ev
+from dispatch.stores.sqlite import SQLiteStore
+
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    env = {"DISPATCH_STORE": str(tmp_path / "record.sqlite3"),
+           "DISPATCH_LOCAL_ROOT": str(tmp_path / "local"),
+           "XDG_STATE_HOME": str(tmp_path / "state")}
+    with SQLiteStore(Path(env["DISPATCH_STORE"])) as store:
+        for job_id, nodes, backend, actor, gpus in (("small", 1, "local", "ann", None),
+                                                    ("big", 64, "slurm", "bob", 8)):
+            record = preempted_once(nodes, job_id=job_id, backend=backend, actor=actor,
+                                    gpus_per_node=gpus).record
+            created = record[0]
+            assert isinstance(created, ev.JobCreated)
+            store.create(created)
+            store.append(job_id, record[1:], 1)
+    return env
+
+
+def invoke(env: dict[str, str], *args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args), env=env)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_one_job_as_json_has_the_exact_split(env: dict[str, str]) -> None:
+    code, out, err = invoke(env, "goodput", "big", "--json")
+    assert code == 0, (out, err)
+    (group,) = json.loads(out)["groups"]
+    assert group["wall_seconds"] == 200 and group["node_seconds"] == 200 * 64
+    parts = {(p["phase"], p["cause"]): p["node_seconds"] for p in group["parts"]}
+    assert parts == {("queued", "none"): 5 * 64, ("running", "none"): 175 * 64,
+                     ("recovering", "preempted"): 20 * 64}
+    # G2: GPU-time where the spec gives GPUs per node (8 here).
+    assert group["lost_work"] == [{"cause": "preempted", "seconds": 35,
+                                   "node_seconds": 35 * 64, "gpu_seconds": 35 * 64 * 8}]
+    gpus = {(p["phase"], p["cause"]): p["gpu_seconds"] for p in group["parts"]}
+    assert gpus[("recovering", "preempted")] == 20 * 64 * 8
+    assert group["badput"] == [{"cause": "preempted", "node_seconds": 55 * 64}]
+    assert group["goodput"] == pytest.approx(140 / 200)
+
+
+def test_a_job_without_gpus_per_node_has_no_gpu_time(env: dict[str, str]) -> None:
+    (group,) = json.loads(invoke(env, "goodput", "small", "--json")[1])["groups"]
+    assert all(p["gpu_seconds"] == 0 for p in group["parts"])
+
+
+def test_the_fleet_by_backend_and_user(env: dict[str, str]) -> None:
+    for by, keys in (("backend", ["local", "slurm"]), ("user", ["ann", "bob"]),
+                     ("job", ["big", "small"]), ("cause", [""])):
+        code, out, _ = invoke(env, "goodput", "--by", by, "--json")
+        assert code == 0
+        doc = json.loads(out)
+        assert [g["key"] for g in doc["groups"]] == keys
+    code, out, _ = invoke(env, "goodput", "--json")
+    (everything,) = json.loads(out)["groups"]
+    assert everything["jobs"] == 2 and everything["node_seconds"] == 200 * 65
+
+
+def test_since_keeps_only_time_in_the_span(env: dict[str, str]) -> None:
+    # The stories ran in 2026-01-01; a 7-day span before now holds none of them.
+    code, out, _ = invoke(env, "goodput", "--since", "7d", "--json")
+    assert code == 0 and json.loads(out)["groups"] == []
+    code, out, _ = invoke(env, "goodput", "--since", "7d")
+    assert code == 0 and "no job has time in that span" in out
+
+
+def test_the_table_names_phases_causes_and_node_hours(env: dict[str, str]) -> None:
+    code, out, err = invoke(env, "goodput", "big")
+    assert code == 0, err
+    for word in ("recovering", "preempted", "node-hours", "lost work", "goodput 70%"):
+        assert word in out
+
+
+@pytest.mark.parametrize("since", ["7", "x", "0d", "7y", "-1d"])
+def test_a_bad_span_is_bad_input(env: dict[str, str], since: str) -> None:
+    code, out, err = invoke(env, "goodput", "--since", since, "--json")
+    assert code == 2 and "--since" in json.loads(out)["error"]["message"]
+    assert "Traceback" not in err
+
+
+def test_no_such_job_exits_3(env: dict[str, str]) -> None:
+    code, _, _ = invoke(env, "goodput", "nope")
+    assert code == 3
+
+
+def test_status_shows_the_goodput_line(env: dict[str, str]) -> None:
+    code, out, err = invoke(env, "status", "big")
+    assert code == 0, (out, err)
+    assert "goodput 70% of 3.56 node-h" in out and "badput preempted 0.98 node-h" in out

@@ -1,0 +1,88 @@
+"""G1-G4 as properties over any record tests/strategies can draw (fold may refuse it: the
+split must still be exact)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.strategies import records, times
+
+from dispatch.core.goodput import ZERO, Phase, job_time, split
+
+RECORDS = records(max_events=25)
+
+
+@settings(max_examples=150, deadline=None)
+@given(record=RECORDS, now=times)
+def test_g1_segments_tile_the_wall_time_exactly(record: list, now) -> None:  # type: ignore[type-arg]
+    jt = job_time(record, now)
+    at = jt.start
+    for s in jt.segments:
+        assert s.start == at and s.end > s.start  # contiguous, in order, never empty
+        at = s.end
+    assert at == jt.end
+    part = split(jt)
+    assert sum(part.parts.values(), ZERO) == part.wall == jt.end - jt.start
+
+
+@settings(max_examples=150, deadline=None)
+@given(record=RECORDS, now=times)
+def test_g2_node_time_is_each_segment_times_its_nodes(record: list, now) -> None:  # type: ignore[type-arg]
+    jt = job_time(record, now)
+    part = split(jt)
+    assert part.node_wall == sum(((s.end - s.start) * s.nodes for s in jt.segments), ZERO)
+    assert sum(part.node_parts.values(), ZERO) == part.node_wall
+    assert all(s.nodes >= 1 for s in jt.segments)
+
+
+@settings(max_examples=150, deadline=None)
+@given(record=RECORDS, now=times)
+def test_g3_lost_work_lies_inside_running_time(record: list, now) -> None:  # type: ignore[type-arg]
+    jt = job_time(record, now)
+    running = [s for s in jt.segments if s.phase is Phase.RUNNING]
+    for lost in jt.lost:
+        assert lost.end > lost.start
+        assert any(r.start <= lost.start and lost.end <= r.end and r.nodes == lost.nodes
+                   for r in running)
+    part = split(jt)
+    for nodes in (True, False):
+        assert part.good(nodes=nodes) >= ZERO
+        g = part.goodput(nodes=nodes)
+        assert g is None or 0.0 <= g <= 1.0
+
+
+@settings(max_examples=100, deadline=None)
+@given(record=RECORDS, now=times, window=st.timedeltas(min_value=timedelta(0),
+                                                       max_value=timedelta(days=3)))
+def test_windows_add_up_to_the_whole(record: list, now, window) -> None:  # type: ignore[type-arg]
+    jt = job_time(record, now)
+    cut = jt.start + window
+    before, after = split(jt, until=cut), split(jt, since=cut)
+    assert before.wall + after.wall == split(jt).wall
+    assert before.lost_total() + after.lost_total() == split(jt).lost_total()
+
+
+def _counters(record: list, now) -> dict:  # type: ignore[type-arg]
+    """What /metrics counts: the segments and lost work the committed events closed."""
+    jt = job_time(record, now)
+    out: dict = {}  # type: ignore[type-arg]
+    for s in jt.segments[:jt.closed]:
+        k = ("t", s.phase, s.cause)
+        out[k] = out.get(k, ZERO) + (s.end - s.start)
+    for s in jt.lost:
+        k = ("l", s.cause)
+        out[k] = out.get(k, ZERO) + (s.end - s.start)
+    return out
+
+
+@settings(max_examples=100, deadline=None)
+@given(record=RECORDS, now=times, later=times)
+def test_counters_never_go_down_as_events_are_appended(record: list, now, later) -> None:  # type: ignore[type-arg]
+    prev: dict = {}  # type: ignore[type-arg]
+    for k in range(1, len(record) + 1):
+        cur = _counters(record[:k], now if k % 2 else later)
+        for key, value in prev.items():
+            assert cur.get(key, ZERO) >= value, (k, key)
+        prev = cur

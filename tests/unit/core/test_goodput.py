@@ -1,0 +1,92 @@
+"""G1-G4 on a story driven like the supervisor drives it (observe + decide), and the two new
+events' codec (versioned; records written before them read as they did)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import msgspec
+import pytest
+from tests.goodput_stories import preempted_once, run, sim_with, tick
+from tests.strategies_core import T0, ended, obj
+
+from dispatch.core import events as ev
+from dispatch.core.codec import DecodeError, decode_event, encode_event
+from dispatch.core.goodput import Phase, job_time, split
+from dispatch.core.model import CauseKind, State
+from dispatch.core.record import fold
+
+
+def test_g1_g3_g4_one_preemption_after_a_checkpoint() -> None:
+    sim = preempted_once(1)
+    jt = job_time(sim.record, T0 + timedelta(days=9))  # settled: ``now`` does not matter
+    s = split(jt)
+    sec = timedelta(seconds=1)
+    assert jt.settled and s.wall == 200 * sec
+    assert s.parts[(Phase.QUEUED, CauseKind.NONE)] == 5 * sec
+    assert s.parts[(Phase.RUNNING, CauseKind.NONE)] == (95 + 80) * sec
+    assert s.parts[(Phase.RECOVERING, CauseKind.PREEMPTED)] == 20 * sec
+    # G3: the run since the checkpoint at 65 until the preemption at 100 is lost.
+    assert s.lost == {CauseKind.PREEMPTED: 35 * sec}
+    assert s.badput()[CauseKind.PREEMPTED] == (20 + 35) * sec
+    assert s.goodput() == pytest.approx((175 - 35) / 200)
+
+
+def test_g2_a_64_node_preemption_costs_64_times_a_1_node_one() -> None:
+    one = split(job_time(preempted_once(1).record, T0))
+    many = split(job_time(preempted_once(64).record, T0))
+    assert many.badput()[CauseKind.PREEMPTED] == 64 * one.badput()[CauseKind.PREEMPTED]
+    assert many.node_wall == 64 * one.node_wall and many.wall == one.wall
+    assert many.goodput() == one.goodput()
+
+
+def test_without_progress_reports_nothing_is_counted_lost() -> None:
+    sim = sim_with(2)
+    tick(sim, 0, [])
+    tick(sim, 10, [obj(1, State.RUNNING, executions=(run(0, 5, 2),))])
+    tick(sim, 100, [ended(1, CauseKind.PREEMPTED)])
+    s = split(job_time(sim.record, T0 + timedelta(seconds=150)))
+    assert s.lost == {} and s.wall == timedelta(seconds=150)
+    # Not settled: recovering runs on to ``now``, and is not counted as closed.
+    jt = job_time(sim.record, T0 + timedelta(seconds=150))
+    assert jt.segments[-1].phase is Phase.RECOVERING and jt.closed == len(jt.segments) - 1
+
+
+def test_a_fenced_end_charges_the_fence_wait_to_node_lost() -> None:
+    sim = preempted_once(1)
+    rec = list(sim.record)
+    # Rewrite the preemption as a fenced node loss (window 60s for local, see LOCAL).
+    window = rec[0].declarations.node_loss_window  # type: ignore[union-attr]
+    for i, e in enumerate(rec):
+        c = getattr(e, "cause", None)
+        if c is not None and c.kind is CauseKind.PREEMPTED:
+            rec[i] = msgspec.structs.replace(e, cause=msgspec.structs.replace(  # type: ignore[type-var]
+                c, kind=CauseKind.NODE_LOST, note="fenced: still reported running"))
+    s = split(job_time(rec, T0))
+    assert s.parts[(Phase.RECOVERING, CauseKind.NODE_LOST)] == \
+        timedelta(seconds=20) + min(window, timedelta(seconds=95))
+
+
+@pytest.mark.parametrize("event", [
+    ev.ExecutionStarted(seq=3, at=T0, submission=1, execution=0, started=T0, nodes=4),
+    ev.CheckpointRecorded(seq=4, at=T0, submission=1, execution=0, step=9, written=T0),
+])
+def test_the_new_events_round_trip_and_a_later_format_is_refused(event: ev.Event) -> None:
+    raw = encode_event(event)
+    assert b"format" not in raw and decode_event(raw) == event
+    doc = json.loads(raw)
+    assert decode_event(json.dumps({**doc, "format": 1})) == event
+    with pytest.raises(DecodeError, match="format"):
+        decode_event(json.dumps({**doc, "format": 2}))
+
+
+def test_a_record_without_the_new_events_still_splits() -> None:
+    """Records written before starts were recorded: their time before an end is queued."""
+    sim = preempted_once(1)
+    old = [e for e in sim.record
+           if not isinstance(e, ev.ExecutionStarted | ev.CheckpointRecorded)]
+    old = [msgspec.structs.replace(e, seq=i) for i, e in enumerate(old, start=1)]
+    fold(old, T0)
+    s = split(job_time(old, T0))
+    assert s.wall == timedelta(seconds=200) and s.lost == {}
