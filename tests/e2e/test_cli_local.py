@@ -206,7 +206,7 @@ def test_cancel_that_reached_the_scheduler_is_final(dispatch: Dispatch) -> None:
                         {"on": ["unknown"], "action": "hold"}]}
     spec = dispatch.spec("s14", script("import time; time.sleep(60)"), policy=policy)
     proc = dispatch.spawn("run", str(spec), "--json", "--poll", "0.2")
-    st = dispatch.wait_for("s14", lambda s: s["state"] == "running")
+    st = dispatch.wait_for("s14", lambda s: s["state"] == "running" and bool(s["objects"]))
     LocalBackend(dispatch.tmp / "local").cancel(st["objects"][0])
     code, st = finish(proc)
     assert code == 130

@@ -100,7 +100,8 @@ def test_a_running_job_whose_runner_gets_sigterm_ends_with_its_processes(
     spec = dispatch.spec("sleepy", script(
         "import time\nprint('up', flush=True)\ntime.sleep(600)\n"))
     run = dispatch.spawn("run", str(spec), "--poll", "0.2")
-    status = dispatch.wait_for("sleepy", lambda s: s["state"] == "running")
+    status = dispatch.wait_for("sleepy", lambda s: s["state"] == "running"
+                                                         and bool(s["objects"]))
     (ref,) = status["objects"]
     objdir = dispatch.tmp / "local" / "objects" / ref
     info = json.loads((objdir / "runner.json").read_bytes())

@@ -128,7 +128,7 @@ def test_cancelled_by_a_person_is_final(cli: Dispatch) -> None:
     policy = {"rules": [{"on": ["preempted", "node-lost"], "action": "resubmit", "budget": 2}]}
     path = spec(cli, "can", ["sleep", "300"], policy=policy)
     proc = cli.spawn("run", str(path), "--json", "--poll", "0.5")
-    st = cli.wait_for("can", lambda s: s["state"] == "running")
+    st = cli.wait_for("can", lambda s: s["state"] == "running" and bool(s["objects"]))
     slurm("scancel", *st["objects"])
     code, st = finish(proc)
     assert st["state"] == "cancelled" and kind(st) == "cancelled", st
@@ -172,7 +172,7 @@ def test_requeued_by_a_person_with_a_native_requeue_rule(cli: Dispatch) -> None:
     policy = {"rules": [{"on": ["requeued"], "action": "requeue", "budget": 2}]}
     path = spec(cli, "rq", ["sleep", "300"], policy=policy)
     proc = cli.spawn("run", str(path), "--json", "--poll", "0.5")
-    st = cli.wait_for("rq", lambda s: s["state"] == "running")
+    st = cli.wait_for("rq", lambda s: s["state"] == "running" and bool(s["objects"]))
     slurm("scontrol", "requeue", *st["objects"])
     st = cli.wait_for("rq", lambda s: s["state"] == "recovering")
     assert kind(st) == "requeued"
