@@ -1,4 +1,5 @@
-"""Every test: nothing may leave a Slurm output file in the repository root.
+"""Every test: nothing may leave a Slurm output file in the repository root; and the
+processes tests start can be interrupted (SIGINT), however the suite was started.
 
 A job submitted without ``--output`` writes ``slurm-<id>.out`` into the directory sbatch ran
 in; three such files were once committed (issue 22). Each test is checked when it ends (the
@@ -8,12 +9,20 @@ running), and the whole run once more when it ends.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# A shell without job control starts `cmd &` with SIGINT ignored, and an ignored signal stays
+# ignored across exec: every `dispatch` a test spawns would then shrug off the Ctrl-C the test
+# sends it (seen in CI: `scripts/test` ran tests/e2e as `pytest ... &`, and `logs -f` and
+# `watch` never ended). A handler, unlike SIG_IGN, is reset to the default by exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def stray_outputs() -> set[str]:
