@@ -50,6 +50,7 @@ from dispatch.core.model import (
     State,
     token_for,
 )
+from dispatch.core.next_due import next_due
 from dispatch.core.policy import (
     BUDGETED_ACTIONS,
     ENDING_KINDS,
@@ -61,7 +62,6 @@ from dispatch.core.policy import (
     RecoveryPolicy,
     Rule,
 )
-from dispatch.core.next_due import next_due
 from dispatch.core.record import Job, RecordError, advance, fold
 from dispatch.core.status import project
 
