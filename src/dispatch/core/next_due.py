@@ -40,11 +40,16 @@ def next_due(job: Job, discovery: Discovery | None, plan: Plan, now: datetime, *
     from decide(job, discovery, plan, now) in whether it decides anything; None when no
     threshold lies ahead (only a change of the record or of the objects can change it).
 
-    Every threshold decide() tests is listed, whether or not that branch is reached: an
-    extra one only makes the answer earlier, which is always safe."""
+    Every threshold decide() tests is listed, whether or not that branch is reached (an
+    extra one only makes the answer earlier, which is always safe), except a claim on a
+    submit that is already bound or ended: decide reads that claim only for the current
+    submission with no object bound."""
     times: list[datetime] = []
+    cur = job.current
+    if cur is not None and cur.ref is None and not cur.ended:
+        # The claim on a submit not yet bound (a quiet answer binds nothing this tick).
+        times.append(cur.attempted_at + attempt_lease)
     for s in job.submissions:
-        times.append(s.attempted_at + attempt_lease)
         if s.stop_at is not None:
             times.append(s.stop_at + resend_after)
         if s.cancel_sent_at is not None:
