@@ -28,7 +28,15 @@ from dispatch.backends.base import Backend, Submission, SubmitRejected
 from dispatch.clock import Clock, utcnow
 from dispatch.core import decide as dc
 from dispatch.core import events as ev
-from dispatch.core.model import Cause, CauseKind, Discovery, Provenance, SchedulerUnreachable
+from dispatch.core.model import (
+    Cause,
+    CauseKind,
+    Discovery,
+    ObjectReport,
+    Provenance,
+    SchedulerUnreachable,
+)
+from dispatch.core.next_due import next_due, objects_seen
 from dispatch.core.observe import observe
 from dispatch.core.record import Job, SegmentDecision, fold
 from dispatch.core.status import plan_of
@@ -52,6 +60,20 @@ class TickReport:
     conflicts: int = 0
     unreachable: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    skipped: int = 0  # jobs not decided again: nothing changed and nothing was due
+
+
+@dataclass(frozen=True)
+class _Quiet:
+    """A job decide() had nothing for: at which version, on which objects (compared by
+    value), whether the look was complete, and from when until when that stays so (due None:
+    no time-based decision ahead; a clock set back is not trusted)."""
+
+    at: datetime
+    version: int
+    objects: tuple[ObjectReport, ...] | None
+    complete: bool
+    due: datetime | None
 
 
 class Supervisor:
@@ -94,6 +116,9 @@ class Supervisor:
         self.chasing: set[str] = set()
         # The scope's live jobs, folded, kept between ticks: a tick reads what changed only.
         self.live = LiveFolds(store, scope)
+        # Jobs decide() and observe() had nothing for, kept between ticks: not decided again
+        # while their record and objects stay the same and no time-based decision is due.
+        self.quiet: dict[str, _Quiet] = {}
 
     # ---- one tick -------------------------------------------------------------------
     def tick(self, job_ids: Sequence[str] | None = None) -> TickReport:
@@ -130,6 +155,9 @@ class Supervisor:
                     report.errors.append(f"job {job.id}: {err}")
                     log.error("job %s: %s", job.id, err)
                 self._reconcile_segments(job, report)
+        if len(self.quiet) > len(jobs):  # forget the jobs that left the tick
+            ticked = {j.id for j in jobs}
+            self.quiet = {k: q for k, q in self.quiet.items() if k in ticked}
         return report
 
     def _step(self, job: Job, backend: Backend | None, discovery: Discovery | None,
@@ -139,13 +167,27 @@ class Supervisor:
         if job.terminal and discovery is not None and not _any_alive(job, discovery):
             self.chasing.discard(job.id)  # the scheduler shows nothing of it alive: done
             return
+        seen = objects_seen(job, discovery)
+        complete = discovery is not None and discovery.complete
+        quiet = self.quiet.pop(job.id, None)
+        if quiet is not None and quiet.version == job.version and quiet.complete == complete \
+                and quiet.objects == seen and _within(quiet, self.clock()):
+            self.quiet[job.id] = quiet  # the same answer as last tick: nothing (next_due.py)
+            report.skipped += 1
+            return
         for _ in range(attempts):
             now = self.clock()
             # observe(): starts and checkpoints, for goodput (G1, G3); decide(): the rest.
+            plan = plan_of(job)
             decisions = observe(job, discovery) + dc.decide(
-                job, discovery, plan_of(job), now, attempt_lease=self.attempt_lease,
+                job, discovery, plan, now, attempt_lease=self.attempt_lease,
                 resend_after=self.resend_after)
             if not decisions:
+                self.quiet[job.id] = _Quiet(
+                    at=now, version=job.version, objects=objects_seen(job, discovery),
+                    complete=complete, due=next_due(
+                        job, discovery, plan, now, attempt_lease=self.attempt_lease,
+                        resend_after=self.resend_after))
                 return
             if backend is None and any(isinstance(d, _NEEDS_BACKEND) for d in decisions):
                 return  # waits until its backend can be used; the tick reported why
@@ -328,6 +370,10 @@ def _escalation_raised(message: str) -> Callable[[int, datetime], ev.Event]:
     def make(seq: int, now: datetime) -> ev.Event:
         return ev.EscalationRaised(seq=seq, at=now, message=message)
     return make
+
+
+def _within(quiet: _Quiet, now: datetime) -> bool:
+    return quiet.at <= now and (quiet.due is None or now < quiet.due)
 
 
 def _any_alive(job: Job, discovery: Discovery) -> bool:

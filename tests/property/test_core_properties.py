@@ -50,6 +50,7 @@ from dispatch.core.model import (
     State,
     token_for,
 )
+from dispatch.core.next_due import next_due
 from dispatch.core.policy import (
     BUDGETED_ACTIONS,
     ENDING_KINDS,
@@ -57,6 +58,7 @@ from dispatch.core.policy import (
     Action,
     Declarations,
     Enforcer,
+    Plan,
     RecoveryPolicy,
     Rule,
 )
@@ -316,6 +318,24 @@ class Invariants:
             assert status.state is not State.PENDING, f"recovering -> pending: {self.states}"
 
 
+def quiet_until_due(data: st.DataObject, job: Job, look: Discovery | None, plan: Plan,
+                    now: datetime, decisions: list[Decision]) -> None:
+    """Issue 27: where decide has nothing to do, it has nothing to do until next_due (the
+    supervisor skips it till then): sampled at a few times in [now, due)."""
+    if decisions:
+        return
+    due = next_due(job, look, plan, now)
+    assert due is None or due > now
+    span = due - now if due is not None else timedelta(days=2)
+    fractions = data.draw(st.lists(st.floats(0, 1, exclude_max=True), max_size=3))
+    samples = [now + span * f for f in fractions]
+    if due is not None:
+        samples.append(due - timedelta(microseconds=1))
+    for t in samples:
+        if due is None or t < due:
+            assert decide(job, look, plan, t) == [], (now, t, due)
+
+
 # --- the world driver ----------------------------------------------------------------------
 
 
@@ -473,6 +493,7 @@ def test_world_ticks_keep_every_invariant(data: st.DataObject, policy: RecoveryP
         look = world.look(data, sim.now)
         before = sim.job
         decisions = decide(before, look, sim.plan, sim.now)
+        quiet_until_due(data, before, look, sim.plan, sim.now, decisions)
         truly_alive = world.alive_refs()
         sim.append(_events(decisions, before, sim))
         check.after_tick(before, decisions, look, truly_alive)
@@ -528,6 +549,7 @@ def test_chaotic_looks_keep_the_record_invariants(data: st.DataObject, policy: R
         look = data.draw(chaotic_look(sim.job, sim.now))
         before = sim.job
         decisions = decide(before, look, sim.plan, sim.now)
+        quiet_until_due(data, before, look, sim.plan, sim.now, decisions)
         sim.append(_events(decisions, before, sim))
         check.after_tick(before, decisions, look)
         act(data, sim, World(), [d for d in decisions if isinstance(d, Submit | RetrySubmit)])

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from importlib import resources
 from typing import Any
@@ -62,6 +62,7 @@ from dispatch.http.login import login_routes
 from dispatch.http.metrics import RecordCollector, ServeMetrics
 from dispatch.http.timeline import timeline_json
 from dispatch.service import Service
+from dispatch.service.held import HeldIndex
 from dispatch.service.listing import PAGE_PARAMETERS, list_page, parse_list_request
 from dispatch.service.requests import whoami
 from dispatch.service.views import error_json, history_json, status_json
@@ -98,10 +99,13 @@ class Server:
     registry: CollectorRegistry
     local_user: str
     loopback_bind: bool = True
+    # The live jobs kept folded between list refreshes, to pin the held ones (issue 27).
+    held_index: HeldIndex = field(default_factory=HeldIndex)
 
     def service(self, actor: str | None = None) -> Service:
         backends = Backends(self.metrics.scheduler.wrap(make_backend))
-        return Service(open_store(self.store_url), backends, actor=actor or self.local_user)
+        return Service(open_store(self.store_url), backends, actor=actor or self.local_user,
+                       held_index=self.held_index)
 
 
 def _actor(request: Request) -> str | None:

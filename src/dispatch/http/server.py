@@ -77,7 +77,8 @@ def combined(reports: dict[str, TickReport]) -> TickReport:
         appended=sum(r.appended for r in reports.values()),
         conflicts=sum(r.conflicts for r in reports.values()),
         unreachable=[u for r in reports.values() for u in r.unreachable],
-        errors=[e for r in reports.values() for e in r.errors])
+        errors=[e for r in reports.values() for e in r.errors],
+        skipped=sum(r.skipped for r in reports.values()))
 
 
 class SupervisorLoop:

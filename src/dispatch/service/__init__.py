@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from dispatch.core import events as ev
     from dispatch.discovery import Look
     from dispatch.notify import Notifier
+    from dispatch.service.held import HeldIndex
     from dispatch.supervision import Supervision
     from dispatch.supervisor import Supervisor
 
@@ -88,8 +89,12 @@ class Service:
     recorded as (default: the user this process runs as)."""
 
     def __init__(self, store: RecordStore, backends: Backends | None = None, *,
-                 clock: Clock = utcnow, actor: str | None = None) -> None:
+                 clock: Clock = utcnow, actor: str | None = None,
+                 held_index: HeldIndex | None = None) -> None:
         self.store = store
+        # A server's live jobs kept folded between list refreshes (service/held.py); None:
+        # every list folds the live jobs to find the held ones.
+        self.held_index = held_index
         self.backends = backends if backends is not None else Backends()
         self.clock = clock
         self.actor = actor or requests.whoami()

@@ -205,9 +205,15 @@ def list_page(service: Service, req: ListRequest) -> dict[str, Any]:
 
 
 def held_jobs(service: Service) -> list[dict[str, Any]]:
-    """The held jobs, newest first, as the record says (a hold is the record's own fact)."""
-    live = service.store.query_jobs(JobQuery(terminal=False, descending=True))
-    views: list[JobView] = service.views([r.job_id for r in live], ask_scheduler=False)
+    """The held jobs, newest first, as the record says (a hold is the record's own fact).
+    A server's held index (service/held.py) names them from the live jobs it keeps folded;
+    without one, every live job is folded here."""
+    if service.held_index is not None:
+        ids = service.held_index.held(service.store, service.clock())
+    else:
+        ids = [r.job_id for r in service.store.query_jobs(JobQuery(terminal=False,
+                                                                   descending=True))]
+    views: list[JobView] = service.views(ids, ask_scheduler=False)
     return [status_json(v) for v in views
             if v.status is not None and v.status.state is State.HELD]
 

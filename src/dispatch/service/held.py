@@ -1,0 +1,46 @@
+"""Which live jobs are held, without folding every live job at every list refresh.
+
+A server keeps the live jobs folded between refreshes (stores/live.py, as a supervisor does):
+each refresh asks the store which jobs were written to since its last look and folds on only
+those. The answer is read from the folded jobs, so it is the record's own word (a folded-on
+job equals the whole fold: tests/property/test_incremental_fold.py); nothing is marked or
+stored beside the record. Shared by a server's requests; each refresh reads through the
+store of the request that asks.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+
+from dispatch.core.record import Job
+from dispatch.stores.base import RecordStore, sort_key_us
+from dispatch.stores.live import LiveFolds
+
+
+def is_held(job: Job) -> bool:
+    """Held as the record says (core/status.py: a hold and no outcome)."""
+    return job.outcome is None and job.hold is not None
+
+
+class HeldIndex:
+    """The live jobs of every scope, folded on between refreshes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: LiveFolds | None = None
+
+    def held(self, store: RecordStore, now: datetime) -> list[str]:
+        """The held live jobs' ids, newest first. A job whose record cannot be read is left
+        out, as a list leaves out its broken rows' state, and is read whole next time."""
+        with self._lock:
+            if self._live is None:
+                self._live = LiveFolds(store)
+            self._live.store = store  # the asking request's connection to the same store
+            jobs, _broken = self._live.refresh(now)
+        held = [j for j in jobs if is_held(j)]
+        held.sort(key=lambda j: (sort_key_us(j.created_at), j.id), reverse=True)
+        return [j.id for j in held]
+
+
+__all__ = ["HeldIndex", "is_held"]

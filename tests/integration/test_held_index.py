@@ -1,0 +1,101 @@
+"""Issue 27: serve pins the held jobs above its list without folding every live job at each
+refresh (service/held.py keeps them folded on between refreshes). The answer is always the
+record's: whatever is written between refreshes, through another connection, the held jobs
+are exactly those a whole fold of every live job shows held. Real SQLite, two connections.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dispatch.core import events as ev
+from dispatch.core.model import Cause, CauseKind, State
+from dispatch.core.policy import Declarations
+from dispatch.core.spec import JobSpec
+from dispatch.service import Service
+from dispatch.service.held import HeldIndex
+from dispatch.service.listing import held_jobs
+from dispatch.stores.sqlite import SQLiteStore
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+HOLD = Cause(kind=CauseKind.NON_ZERO_EXIT, detail="exit 1")
+
+
+def created(i: int) -> ev.JobCreated:
+    return ev.JobCreated(seq=1, at=T0 + timedelta(seconds=i), job_id=f"j{i}",
+                         spec=JobSpec(name="n", command=("true",), backend="local"),
+                         declarations=Declarations(backend="local"))
+
+
+def event_for(op: str, seq: int) -> ev.Event:
+    at = T0 + timedelta(hours=1)
+    if op == "hold":
+        return ev.HoldPlaced(seq=seq, at=at, cause=HOLD)
+    if op == "release":
+        return ev.HoldReleased(seq=seq, at=at, actor="alice")
+    if op == "give-up":
+        return ev.GiveUpRequested(seq=seq, at=at, actor="alice")
+    if op == "cancel":
+        return ev.CancelRequested(seq=seq, at=at, actor="alice")
+    return ev.OutcomeCommitted(seq=seq, at=at, state=State.FAILED, cause=HOLD)
+
+
+OPS = st.sampled_from(["hold", "hold", "release", "give-up", "cancel", "end", "create"])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(st.lists(st.tuples(OPS, st.integers(0, 7)), max_size=4),
+                      min_size=1, max_size=8))
+def test_the_held_index_always_names_what_a_whole_fold_names(
+        steps: list[list[tuple[str, int]]]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "r.sqlite3"
+        writer = SQLiteStore(path)
+        writer.create_many([created(i) for i in range(4)])
+        index = HeldIndex()
+        made = 4
+        try:
+            for batch in steps:
+                for op, i in batch:  # written by another connection between two refreshes
+                    if op == "create":
+                        writer.create_many([created(made)])
+                        made += 1
+                        continue
+                    job_id = f"j{i % made}"
+                    version = writer.version(job_id)
+                    if writer.read(job_id)[-1].__class__ is ev.OutcomeCommitted:
+                        continue  # finished: nothing follows an outcome
+                    writer.append(job_id, [event_for(op, version + 1)], version)
+                # Each refresh through a new connection, as each request of a server is.
+                with SQLiteStore(path) as reader:
+                    kept = held_jobs(Service(reader, held_index=index))
+                with SQLiteStore(path) as reader:
+                    whole = held_jobs(Service(reader))
+                assert [d["job"] for d in kept] == [d["job"] for d in whole]
+                assert kept == whole
+        finally:
+            writer.close()
+
+
+def test_a_refresh_folds_only_the_jobs_written_to(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "r.sqlite3")
+    store.create_many([created(i) for i in range(50)])
+    for i in (3, 7):
+        store.append(f"j{i}", [event_for("hold", 2)], 1)
+    index = HeldIndex()
+    service = Service(store, held_index=index)
+    assert [d["job"] for d in held_jobs(service)] == ["j7", "j3"]  # newest first
+    live = index._live
+    assert live is not None
+    before = dict(live.folded)
+    store.append("j9", [event_for("hold", 2)], 1)
+    store.append("j3", [event_for("release", 3)], 2)
+    assert [d["job"] for d in held_jobs(service)] == ["j9", "j7"]
+    refolded = {j for j, job in live.folded.items() if job is not before.get(j)}
+    assert refolded == {"j9", "j3"}  # the other 48 jobs were not read again
+    store.close()
