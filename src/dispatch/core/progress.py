@@ -10,6 +10,7 @@ ignored whole, with a note saying why; it never changes an end or its cause.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import msgspec
@@ -95,3 +96,46 @@ def latest(progress: list[Progress]) -> Progress:
     found = [p.checkpoint for p in progress if p.checkpoint is not None]
     best = max(found, key=lambda c: (c.step, c.written), default=None)
     return Progress(checkpoint=best, note=notes)
+
+
+# A spec's log pattern (``progress.checkpoint_pattern``): for a training that cannot write
+# the progress file, a line of its output that matches says a checkpoint became durable.
+MOST_PATTERN_CHARS = 500
+STEP_GROUP = "step"
+
+
+class ProgressSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The spec's ``progress`` key: a Python regular expression matched against each line
+    of each node's output (its named group ``step``, when there, is the step)."""
+
+    checkpoint_pattern: str
+
+
+def pattern_problem(text: str) -> str:
+    """Why ``text`` cannot be a checkpoint pattern ("" when it can)."""
+    if not text:
+        return "must not be empty"
+    if len(text) > MOST_PATTERN_CHARS:
+        return f"is {len(text)} characters, more than {MOST_PATTERN_CHARS}"
+    try:
+        compiled = re.compile(text)
+    except re.error as err:
+        return f"is not a Python regular expression: {err}"
+    if compiled.search("") is not None:
+        return "matches the empty string, so every line would be a checkpoint"
+    return ""
+
+
+def checkpoint_step(pattern: re.Pattern[str], line: str, count: int) -> int | None:
+    """The step a line of output says was checkpointed, or None when it says none.
+    ``count``: the node's matching lines before this one, the step when the pattern has no
+    ``step`` group. A ``step`` that is not a whole number makes the line say nothing."""
+    found = pattern.search(line)
+    if found is None or found.end() == found.start():
+        return None
+    if STEP_GROUP not in pattern.groupindex:
+        return count + 1
+    step = found.group(STEP_GROUP)
+    if step is None or not step.isascii() or not step.isdigit() or len(step) > 18:
+        return None
+    return int(step)

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from dispatch.core.policy import PolicyError, RecoveryPolicy, Rule
+from dispatch.core.progress import ProgressSpec, pattern_problem
 from dispatch.core.suggest import did_you_mean, explain
 from dispatch.errors import BadInput
 
@@ -115,6 +116,9 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     max_output_bytes: int | None = None
     policy: RecoveryPolicy = RecoveryPolicy()
     segment_health: SegmentHealthSpec | None = None
+    # A log pattern that says a checkpoint became durable (G3), for a training that cannot
+    # write DISPATCH_PROGRESS_FILE (local backend).
+    progress: ProgressSpec | None = None
     workdir: str | None = None
     env: dict[str, str] = {}
     # Names of variables whose values are read from the submitter's environment at submission
@@ -375,6 +379,13 @@ def spec_problems(spec: JobSpec) -> list[tuple[str, str]]:
     if spec.max_output_bytes is not None and spec.backend != "local":
         found.append(("max_output_bytes", "only the local backend enforces it (Slurm and "
                                           "Kubernetes keep the output where they write it)"))
+    if spec.progress is not None:
+        why = pattern_problem(spec.progress.checkpoint_pattern)
+        if why:
+            found.append(("progress.checkpoint_pattern", why))
+        if spec.backend != "local":
+            found.append(("progress", "only the local backend reads a log pattern (on Slurm "
+                                      "and Kubernetes, write DISPATCH_PROGRESS_FILE)"))
     if spec.segment_health is not None:
         if spec.backend != "slurm":
             found.append(("segment_health", "segment health decisions name Slurm allocation "

@@ -162,7 +162,8 @@ class LocalBackend:
             time_limit=float(spec.time_limit) if spec.time_limit is not None else None,
             memory=spec.memory, gated=submission.gated, kill_grace=self.kill_grace,
             created_at=utcnow(), mark=f"{ref}:{secrets.token_hex(8)}", root_id=marker.id,
-            max_output_bytes=spec.max_output_bytes)
+            max_output_bytes=spec.max_output_bytes,
+            checkpoint_pattern=spec.progress.checkpoint_pattern if spec.progress else "")
         try:
             # meta.json holds the job's environment (secrets among it): 0600 in a 0700
             # object directory, whatever the umask (mkdir only ever narrows the mode).

@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from dispatch.app_capture import ERROR_FILE_VAR, capture
+from dispatch.backends.local.log_checkpoints import LogCheckpoints
 from dispatch.backends.local.output import NodeOutput
 from dispatch.backends.local.procs import ProcStat, descendants, read_proc_stat
 from dispatch.backends.local.wire import (
@@ -72,7 +73,10 @@ class Node:
         node_env = {**env, **per_node_variables(self.index),
                     ERROR_FILE_VAR: str(error_file(objdir, self.index)),
                     PROGRESS_FILE_VAR: str(progress_file(objdir, self.index))}
-        output = NodeOutput(objdir / f"{self.name}.log", meta.max_output_bytes)
+        checkpoints = (LogCheckpoints(meta.checkpoint_pattern,
+                                      log_checkpoint_file(objdir, self.index))
+                       if meta.checkpoint_pattern else None)
+        output = NodeOutput(objdir / f"{self.name}.log", meta.max_output_bytes, checkpoints)
         try:
             proc = subprocess.Popen(  # noqa: S603 - an argv list, never a shell
                 list(meta.argv), cwd=meta.workdir, env=node_env,
@@ -102,12 +106,18 @@ def progress_file(objdir: Path, index: int) -> Path:
     return objdir / f"{node_name(index)}.progress.jsonl"
 
 
+def log_checkpoint_file(objdir: Path, index: int) -> Path:
+    """Where the runner writes, as progress lines, the node's output lines that match the
+    spec's checkpoint pattern (log_checkpoints.py)."""
+    return objdir / f"{node_name(index)}.logcheckpoints.jsonl"
+
+
 def nodes_progress(objdir: Path, count: int, started_at: datetime | None,
                    now: datetime) -> Progress | None:
     """The execution's latest checkpoint over its ``count`` nodes' progress files (G3); None
     when none holds one. A file that is ignored is logged once, with dispatch's note."""
-    found = latest([read_progress(progress_file(objdir, i), started=started_at, now=now)
-                    for i in range(count)])
+    found = latest([read_progress(path(objdir, i), started=started_at, now=now)
+                    for i in range(count) for path in (progress_file, log_checkpoint_file)])
     if found.note and found.note not in _SAID:
         if len(_SAID) > 1000:
             _SAID.clear()

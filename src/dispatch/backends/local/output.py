@@ -22,6 +22,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from dispatch.backends.local.log_checkpoints import LogCheckpoints
+
 PIPE_BYTES = 1 << 20  # the pipe's capacity asked for (Linux allows up to 1 MiB to anyone)
 READ_BYTES = 1 << 20
 
@@ -38,9 +40,11 @@ def lost_note(count: int, why: str) -> bytes:
 class NodeOutput:
     """One node's pipe and log file, on the runner's side."""
 
-    def __init__(self, path: Path, limit: int | None) -> None:
+    def __init__(self, path: Path, limit: int | None,
+                 checkpoints: LogCheckpoints | None = None) -> None:
         self.path = path
         self.limit = limit
+        self.checkpoints = checkpoints  # the spec's log pattern, fed every byte taken
         self.read_fd, self.write_fd = os.pipe()  # both close-on-exec; Popen dup2s the child's
         os.set_blocking(self.read_fd, False)
         try:
@@ -86,6 +90,8 @@ class NodeOutput:
             pass
 
     def take(self, data: bytes) -> None:
+        if self.checkpoints is not None:  # all of it: a cut log still says checkpoints
+            self.checkpoints.feed(data)
         keep = data
         if self.limit is not None:
             keep = data[:max(self.limit - self.taken, 0)]
@@ -100,6 +106,8 @@ class NodeOutput:
         if not self.open:
             return
         self.open = False
+        if self.checkpoints is not None:
+            self.checkpoints.flush()
         if self.lost:
             self._write(b"")  # one last try at saying what was lost
         for fd in (self.read_fd, self.write_fd, self.file_fd):

@@ -91,6 +91,8 @@ class ObjectMeta(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     root_id: str = ""
     # Bytes of output each node may write to its log; the rest is dropped (None: no limit).
     max_output_bytes: int | None = None
+    # The spec's progress.checkpoint_pattern (G3; "" when it gives none).
+    checkpoint_pattern: str = ""
 
 
 class RunnerInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -1,0 +1,73 @@
+"""A spec's log pattern on the local backend (G3): the runner matches each line of a node's
+output as it copies it (output.py), so nothing is ever read twice, and writes each match as
+a progress line ``{"step": N, "checkpoint": true, "time": T}`` to a file of dispatch's own,
+``node<i>.logcheckpoints.jsonl``, read beside the node's progress file: a matching line
+counts exactly as a checkpoint the training reported itself, at the time the runner saw it.
+
+A line longer than MOST_LINE_BYTES is not matched (its start is dropped); a line is only
+matched once its newline came (or the output ended). Writing is a courtesy: a file that
+cannot be written drops the match, never the node's output.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import msgspec
+
+from dispatch.core.progress import MOST_LINE_BYTES, checkpoint_step
+
+
+class LogCheckpoints:
+    """One node's matcher: the line being received, and how many lines matched so far."""
+
+    def __init__(self, pattern: str, path: Path) -> None:
+        self.pattern = re.compile(pattern)
+        self.path = path
+        self.partial = b""
+        self.too_long = False  # the line being received is already over the bound
+        self.count = 0
+
+    def feed(self, data: bytes) -> None:
+        lines = data.split(b"\n")
+        for raw in lines[:-1]:
+            self._line(raw)
+        self._keep(lines[-1])
+
+    def flush(self) -> None:
+        """The output ended: a last line without its newline is matched too."""
+        if self.partial or self.too_long:
+            self._line(b"")
+
+    def _keep(self, rest: bytes) -> None:
+        if self.too_long or len(self.partial) + len(rest) > MOST_LINE_BYTES:
+            self.partial, self.too_long = b"", True
+        else:
+            self.partial += rest
+
+    def _line(self, end: bytes) -> None:
+        raw = self.partial + end
+        too_long = self.too_long or len(raw) > MOST_LINE_BYTES
+        self.partial, self.too_long = b"", False
+        if too_long:
+            return
+        step = checkpoint_step(self.pattern, raw.decode(errors="replace").rstrip("\r"),
+                               self.count)
+        if step is None:
+            return
+        self.count += 1
+        line = msgspec.json.encode({"step": step, "checkpoint": True, "time": time.time()})
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o644)
+        except OSError:
+            return
+        try:
+            os.write(fd, line + b"\n")
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
