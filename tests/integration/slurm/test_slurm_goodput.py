@@ -51,7 +51,10 @@ def test_a_real_preemption_is_preempted_badput_in_node_hours(cli: Dispatch) -> N
                "the start never reached the record", timeout=60)
     wait_until(lambda: "checkpoint at step 3" in cli("history", "gp").stdout,
                "the checkpoint never reached the record", timeout=60)
-    time.sleep(2)  # some work after the checkpoint, lost to the preemption
+    # Some work after the checkpoint, lost to the preemption. Slurm's end time is in whole
+    # seconds (truncated), so the lost work reads up to 1 s short of the real interval:
+    # 3 s of sleep guarantee more than 2 s of lost work.
+    time.sleep(3)
     high = slurm("sbatch", "--parsable", "-o", "/dev/null", "-p", "high", "--exclusive", "-w",
                  "n1", "--wrap", "sleep 2").strip()
     out, err = proc.communicate(timeout=240)
