@@ -58,7 +58,7 @@ def check_record(record: Sequence[ev.Event], job_id: str) -> None:
                               job_id=job_id, seq=e.seq)
 
 
-class Submission(msgspec.Struct, frozen=True, kw_only=True):
+class Submission(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One submission as the record knows it."""
 
     number: int
@@ -81,21 +81,21 @@ class Submission(msgspec.Struct, frozen=True, kw_only=True):
     checkpoint: tuple[int, int] | None = None  # (execution, step) of the latest checkpoint
 
 
-class Hold(msgspec.Struct, frozen=True, kw_only=True):
+class Hold(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     cause: Cause
     recovery: bool
     at: datetime
     actor: str | None = None
 
 
-class Outcome(msgspec.Struct, frozen=True, kw_only=True):
+class Outcome(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     state: State
     cause: Cause
     at: datetime
     seq: int
 
 
-class SegmentDecision(msgspec.Struct, frozen=True, kw_only=True):
+class SegmentDecision(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     unit_job_id: str
     task_id: str
     reason: str
@@ -105,7 +105,7 @@ class SegmentDecision(msgspec.Struct, frozen=True, kw_only=True):
     source: str = ""  # node-unavailable | node-lost-fence | operator ("" in older records)
 
 
-class RecordedError(msgspec.Struct, frozen=True, kw_only=True):
+class RecordedError(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The application's error recorded for one execution (ApplicationErrorRecorded)."""
 
     submission: int
@@ -114,7 +114,7 @@ class RecordedError(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
 
 
-class Job(msgspec.Struct, frozen=True, kw_only=True):
+class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A job as its record says it is at ``version``."""
 
     id: str
