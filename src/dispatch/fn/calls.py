@@ -166,33 +166,10 @@ def write_file(path: Path, data: bytes) -> None:
     write_atomic(path, data, mode=FILE_MODE)
 
 
-def read_file(path: Path, most: int) -> bytes | None:
-    """The bytes of ``path`` (None when absent), read without following a link; UnsafeFolder
-    for a link, another owner, a mode open to others; ResultTooLarge past ``most``."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        if err.errno == 40:  # ELOOP
-            raise UnsafeFolder(f"{path} is a symbolic link") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-            raise UnsafeFolder(f"{path} is not a file of ours alone (mode "
-                               f"{stat.S_IMODE(st.st_mode):o}, owner uid {st.st_uid})")
-        data = read_at_most(fd, most + 1)
-    finally:
-        os.close(fd)
-    if len(data) > most:
-        raise ResultTooLarge(f"{path} holds more than {most} bytes")
-    return data
-
-
-def read_tail(path: Path, most: int) -> bytes | None:
-    """The last ``most`` bytes of ``path`` (None when absent), read as ``read_file`` reads."""
+def _open_ours(path: Path, *, private: bool) -> int | None:
+    """A descriptor of ``path`` opened without following a link (None when absent), after
+    checking it is a regular file of ours (``private``: and closed to others); UnsafeFolder
+    otherwise. The caller closes it."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -203,9 +180,39 @@ def read_tail(path: Path, most: int) -> bytes | None:
         raise
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
-            raise UnsafeFolder(f"{path} is not a file of ours")
-        os.lseek(fd, max(0, st.st_size - most), os.SEEK_SET)
+        if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid()
+                or (private and st.st_mode & 0o077)):
+            raise UnsafeFolder(f"{path} is not a file of ours{' alone' if private else ''} "
+                               f"(mode {stat.S_IMODE(st.st_mode):o}, owner uid {st.st_uid})")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_file(path: Path, most: int) -> bytes | None:
+    """The bytes of ``path`` (None when absent), read without following a link; UnsafeFolder
+    for a link, another owner, a mode open to others; ResultTooLarge past ``most``."""
+    fd = _open_ours(path, private=True)
+    if fd is None:
+        return None
+    try:
+        data = read_at_most(fd, most + 1)
+    finally:
+        os.close(fd)
+    if len(data) > most:
+        raise ResultTooLarge(f"{path} holds more than {most} bytes")
+    return data
+
+
+def read_tail(path: Path, most: int) -> bytes | None:
+    """The last ``most`` bytes of ``path`` (None when absent), read as ``read_file`` reads
+    (a file of ours, not necessarily closed to others: a node's output)."""
+    fd = _open_ours(path, private=False)
+    if fd is None:
+        return None
+    try:
+        os.lseek(fd, max(0, os.fstat(fd).st_size - most), os.SEEK_SET)
         return read_at_most(fd, most)
     finally:
         os.close(fd)
