@@ -9,10 +9,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from dispatch.core.goodput import ZERO, By, JobTime, Phase, Split, fleet, job_time, split
-from dispatch.core.record import fold
 from dispatch.errors import BadInput, DispatchError
 from dispatch.stores.base import RecordStore
-from dispatch.stores.reading import RECORD_ERRORS, read_records
+from dispatch.stores.reading import fold_with_records
 
 _SPAN = re.compile(r"^\s*(\d{1,6})\s*([smhdw])\s*$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -29,19 +28,8 @@ def span_of(text: str, what: str = "--since") -> timedelta:
 def job_times(store: RecordStore, job_ids: Sequence[str], now: datetime
               ) -> tuple[list[JobTime], dict[str, DispatchError]]:
     """Each job's time (a record that cannot be trusted is set aside with its error)."""
-    records, errors = read_records(store, job_ids)
-    out: list[JobTime] = []
-    for job_id in job_ids:
-        events = records.get(job_id)
-        if events is None:
-            continue
-        try:
-            fold(events, now, job_id=job_id)  # the same refusals as every other reader
-        except RECORD_ERRORS as err:
-            errors[job_id] = err
-            continue
-        out.append(job_time(events, now))
-    return out, errors
+    folded, errors = fold_with_records(store, job_ids, now)  # the same refusals as any reader
+    return [job_time(events, now) for _, events in folded], errors
 
 
 def fleet_times(store: RecordStore, now: datetime

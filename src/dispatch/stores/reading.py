@@ -42,17 +42,25 @@ def fold_records(store: RecordStore, job_ids: Sequence[str], now: datetime
                  ) -> tuple[list[Job], dict[str, DispatchError]]:
     """The folded jobs (in ``job_ids`` order) and, set aside, the ones that cannot be
     trusted."""
+    folded, errors = fold_with_records(store, job_ids, now)
+    return [job for job, _ in folded], errors
+
+
+def fold_with_records(store: RecordStore, job_ids: Sequence[str], now: datetime
+                      ) -> tuple[list[tuple[Job, list[Event]]], dict[str, DispatchError]]:
+    """``fold_records``, each folded job with the record it was folded from (for readers
+    that need the events too, e.g. goodput)."""
     records, errors = read_records(store, job_ids)
-    jobs: list[Job] = []
+    folded: list[tuple[Job, list[Event]]] = []
     for job_id in job_ids:
         events = records.get(job_id)
         if events is None:
             continue
         try:
-            jobs.append(fold(events, now, job_id=job_id))
+            folded.append((fold(events, now, job_id=job_id), events))
         except RECORD_ERRORS as err:
             errors[job_id] = err
-    return jobs, errors
+    return folded, errors
 
 
 def decode_rows(where: str, rows: Sequence[tuple[Any, ...]], out: dict[str, list[Event]]
