@@ -27,7 +27,8 @@ PROGRAM = r"""
 import json, os, sys, time
 task, node = os.environ["SLURM_ARRAY_TASK_ID"], os.environ["SLURM_NODEID"]
 path = os.environ["TORCHELASTIC_ERROR_FILE"]
-print(f"task {task} node {node} on {os.environ['SLURMD_NODENAME']} file {path}", flush=True)
+# one write() per line: print() writes text and newline apart when stdout is unbuffered
+os.write(1, f"task {task} node {node} on {os.environ['SLURMD_NODENAME']} file {path}\n".encode())
 
 def leave(words, stamp):
     stack = f"Traceback (most recent call last):\n  File \"train.py\", line 9, in main\n{words}\n"
