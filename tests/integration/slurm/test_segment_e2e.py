@@ -237,7 +237,10 @@ def test_drained_array_task_is_excluded_at_its_next_rendezvous(cli: Dispatch,
 
         # `dispatch history`: the publication, with the drained node, and the outcome.
         history = cli("history", "seg-e2e", check=True).stdout
-        published = [ln for ln in history.splitlines() if "segment health" in ln]
+        # The publication's own line ("segment health: unit ..."); the application error's
+        # line may also say "segment health" (the launcher's SegmentExcludedError, when its
+        # output tail is the one read), so a bare substring would count it too.
+        published = [ln for ln in history.splitlines() if "segment health: unit " in ln]
         assert len(published) == 1, history
         assert f"unit {array}.1 marked unavailable" in published[0]
         assert drained in published[0] and f"array job {array} task 1" in published[0]
