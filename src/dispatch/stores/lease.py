@@ -25,10 +25,12 @@ takeover's UPDATE waits for an append already past the check to commit, and an a
 starts after the takeover sees the new epoch: a supervisor paused past its lease (SIGSTOP)
 commits nothing once it is resumed. A client stopped *inside* an append would hold that row
 lock: the server ends its session after IDLE_IN_TXN_TIMEOUT_MS (stores/postgres.py, rolling
-the append back), and a standby's attempt to take the lease gives up on the lock after
-ACQUIRE_LOCK_TIMEOUT_MS and tries again at its next poll. On SQLite a process stopped inside
-a write holds the file's write lock, so every writer waits until it is continued or killed
-(then its transaction is rolled back): one more reason SQLite is for one machine.
+the append back; each statement of an append ends with a Sync, never a pipeline, so that
+timer runs wherever the client stopped between statements), and a standby's attempt to
+take the lease gives up on the lock after ACQUIRE_LOCK_TIMEOUT_MS and tries again at its
+next poll. On SQLite a process stopped inside a write holds the file's write lock, so every
+writer waits until it is continued or killed (then its transaction is rolled back): one more
+reason SQLite is for one machine.
 """
 
 from __future__ import annotations

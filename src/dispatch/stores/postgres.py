@@ -321,15 +321,15 @@ class PostgresStore(RecordStore):
                fence: Fence | None = None) -> int:
         terminal = check_batch(job_id, events, expected_version)
         new_version = expected_version + len(events)
-        first: list[str] = []
-
-        def rows() -> Any:
-            # Encoded lazily, inside the transaction: nothing is visible until COMMIT.
-            for e in events:
-                body = encode_event(e).decode()
-                if not first:
-                    first.append(body)
-                yield (job_id, e.seq, body)
+        # Encoded before the transaction, and inserted by one statement: every statement of a
+        # fenced append ends with a Sync, so a client stopped between two of them (SIGSTOP) is
+        # "idle in transaction" and the server ends its session after IDLE_IN_TXN_TIMEOUT_MS,
+        # freeing the lease row it holds FOR SHARE. An executemany (a pipeline, one Sync at
+        # its end) stopped halfway left the session waiting for the rest with no timeout
+        # armed, and no standby could take the scope over until it was continued.
+        seqs = [e.seq for e in events]
+        bodies = [encode_event(e).decode() for e in events]
+        first = bodies[:1]
 
         def work(cur: Cursor) -> int:
             if fence is not None:
@@ -350,8 +350,10 @@ class PostgresStore(RecordStore):
                 if fence is not None and row[1] != fence.scope:
                     raise Fenced(job_id, fence, f"the job belongs to scope {row[1]}")
                 raise ConflictError(job_id, expected_version, row[0])
-            cur.executemany(
-                "INSERT INTO dispatch_events (job_id, seq, body) VALUES (%s, %s, %s)", rows())
+            cur.execute(
+                "INSERT INTO dispatch_events (job_id, seq, body)"
+                " SELECT %s, s, b FROM unnest(%s::integer[], %s::text[]) AS t(s, b)",
+                (job_id, seqs, bodies))
             return new_version
 
         def landed(cur: Cursor) -> bool:

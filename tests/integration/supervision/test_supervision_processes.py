@@ -149,9 +149,15 @@ def test_sigstop_at_random_moments_the_resumed_supervisor_never_commits(
         stale, epoch = children[lease.holder], lease.epoch
         _stop_outside_a_write(stale, store_url, rng)
         time.sleep(0.5)  # the reader thread drains what it wrote before the stop
-        wait_for(lambda e=epoch: (now := lease_of(store_url, scope)) is not None
-                 and now.epoch > e and now.state == "active",
-                 what="the standby to take over")
+        try:
+            wait_for(lambda e=epoch: (now := lease_of(store_url, scope)) is not None
+                     and now.epoch > e and now.state == "active",
+                     what="the standby to take over")
+        except AssertionError as err:
+            said = {n: "\n".join(c.lines[-30:]) for n, c in children.items()}
+            raise AssertionError(f"{err}; stopped: {lease.holder} at epoch {epoch}; lease now: "
+                                 f"{lease_of(store_url, scope)}; the children said: "
+                                 f"{said}") from None
         mark = len(stale.lines)
         stale.signal(signal.SIGCONT)
         stale.wait_line(lambda s: s.startswith(f"standby {scope}"))
