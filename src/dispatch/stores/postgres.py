@@ -329,7 +329,6 @@ class PostgresStore(RecordStore):
         # armed, and no standby could take the scope over until it was continued.
         seqs = [e.seq for e in events]
         bodies = [encode_event(e).decode() for e in events]
-        first = bodies[:1]
 
         def work(cur: Cursor) -> int:
             if fence is not None:
@@ -357,7 +356,8 @@ class PostgresStore(RecordStore):
             return new_version
 
         def landed(cur: Cursor) -> bool:
-            return bool(first) and self._has_event(cur, job_id, expected_version + 1, first[0])
+            return bool(bodies) and self._has_event(cur, job_id, expected_version + 1,
+                                                    bodies[0])
 
         what = f"append to job {job_id}"
         try:
