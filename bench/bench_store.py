@@ -30,6 +30,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
@@ -77,15 +79,22 @@ def story(job_id: str, i: int) -> list[ev.Event]:
     at = T0 + timedelta(seconds=i)
 
     def add(e: Any) -> None:
-        out.append(e)
+        # Each event at its own time (as a real record is; identical times would flatter
+        # any encoding that compresses or shares them).
+        out.append(msgspec.structs.replace(e, at=at + timedelta(seconds=37 * e.seq,
+                                                                 microseconds=e.seq)))
+
+    def preempted_at(k: int) -> Cause:
+        return Cause(kind=CauseKind.PREEMPTED, detail="PREEMPTED Reason=None",
+                     at=at + timedelta(seconds=185 * k))
 
     seq = 2
-    preempted = Cause(kind=CauseKind.PREEMPTED, detail="PREEMPTED Reason=None", at=at)
     recoveries = 7 if i % 2 else 6
     for k in range(1, recoveries + 1):
         ref = f"{1000 + i * 10 + k}"
+        preempted = preempted_at(k)
         add(ev.SubmissionIntended(seq=seq, at=at, submission=k, token=token_for(job_id, k),
-                                  cause=preempted if k > 1 else None))
+                                  cause=preempted_at(k - 1) if k > 1 else None))
         add(ev.SubmissionAttempted(seq=seq + 1, at=at, submission=k, supervisor="bench"))
         add(ev.SubmissionBound(seq=seq + 2, at=at, submission=k, ref=ref))
         add(ev.ExecutionEnded(seq=seq + 3, at=at, submission=k, ref=ref, execution=0,
@@ -96,7 +105,7 @@ def story(job_id: str, i: int) -> list[ev.Event]:
     k = recoveries + 1
     ref = f"{1000 + i * 10 + k}"
     add(ev.SubmissionIntended(seq=seq, at=at, submission=k, token=token_for(job_id, k),
-                              cause=preempted))
+                              cause=preempted_at(k - 1)))
     add(ev.SubmissionAttempted(seq=seq + 1, at=at, submission=k, supervisor="bench"))
     add(ev.SubmissionBound(seq=seq + 2, at=at, submission=k, ref=ref))
     seq += 3

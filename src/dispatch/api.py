@@ -31,6 +31,7 @@ from dispatch.core import events as ev
 from dispatch.core.model import SchedulerUnreachable, State, Status
 from dispatch.core.record import Job as RecordJob
 from dispatch.core.spec import JobSpec, SpecError, parse_spec
+from dispatch.core.status import plain
 from dispatch.errors import EXIT_FAILED, BadInput, DispatchError
 from dispatch.logread import LogTail, text_of
 from dispatch.service import Service
@@ -196,7 +197,7 @@ class Job:
         Raises ``SchedulerUnreachable`` (an ``Unreachable``) when the scheduler cannot be
         asked: never a state. ``record()`` reads the record alone."""
         with _open(self.store) as service:
-            return service.status(self.id)
+            return plain(service.status(self.id))
 
     def record(self) -> Status:
         """The job's state as its record alone says (no scheduler asked)."""
@@ -205,7 +206,7 @@ class Job:
         if view.status is None:
             assert view.error is not None
             raise view.error
-        return view.status
+        return plain(view.status)
 
     def wait(self, timeout: float | None = None, *, poll: float = WAIT_POLL_S,
              supervise: bool = True, check: bool = False) -> Status:
@@ -256,13 +257,13 @@ class Job:
             if not committed_at:
                 raise TimeoutError(f"job {self.id} has no committed outcome after "
                                    f"{timeout} s (it goes on)")
-            return service.view(self.id, ask_scheduler=False).checked()
+            return plain(service.view(self.id, ask_scheduler=False).checked())
 
     def _watch(self, service: Service, deadline: float | None, timeout: float | None,
                poll: float) -> Status:
         while True:
             if service.job(self.id).outcome is not None:
-                return service.view(self.id, ask_scheduler=False).checked()
+                return plain(service.view(self.id, ask_scheduler=False).checked())
             wait = poll
             if deadline is not None:
                 left = deadline - time.monotonic()
@@ -291,7 +292,7 @@ class Job:
             view = getattr(service, what)(self.id)
         if view.status is None:
             raise view.error
-        return view.status  # type: ignore[no-any-return]
+        return plain(view.status)
 
     def supersede(self) -> Job:
         """Run a finished job again: a new job that names this one, submitted.

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from dispatch.core.deferred import Deferred
 from dispatch.core.events import Event
 from dispatch.core.model import Cause
 from dispatch.errors import StoreUnusable
@@ -42,7 +43,15 @@ class DecodeError(StoreUnusable, ValueError):
 
 _AT = re.compile(r" - at `(\$[^`]*)`$")
 
-_encoder = msgspec.json.Encoder()
+def _enc_hook(value: Any) -> Any:
+    # A job read through a snapshot carries its past as Deferred sequences: written as
+    # the tuples they stand for.
+    if isinstance(value, Deferred):
+        return value.items()
+    raise NotImplementedError(f"cannot encode {type(value).__name__}")
+
+
+_encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
 _event_decoder = msgspec.json.Decoder(Event)
 
 
@@ -83,7 +92,7 @@ def decode_event(data: bytes | str, *, job_id: str | None = None,
 
 def to_builtins(value: Any) -> Any:
     """Plain JSON-ready data (enums as names, times as RFC 3339)."""
-    return msgspec.to_builtins(value)
+    return msgspec.to_builtins(value, enc_hook=_enc_hook)
 
 
 def cause_json(c: Cause | None) -> dict[str, Any] | None:

@@ -6,6 +6,7 @@ Enums encode as their names (the seed's spelling, e.g. ``"node-lost"``); see cod
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -268,8 +269,10 @@ class Status(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     state: State
     cause: Cause | None
     level: Level
-    history: tuple[Transition, ...] = ()
-    escalations: tuple[Escalation, ...] = ()
+    # Sequences: a job read through a snapshot passes its deferred ones (core/deferred.py)
+    # on undecoded, so a reader that shows neither never decodes them.
+    history: Sequence[Transition] = ()
+    escalations: Sequence[Escalation] = ()
     supersedes: str | None = None
     superseded_by: str | None = None
     submissions: int = 0

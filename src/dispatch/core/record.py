@@ -8,14 +8,15 @@ construction: a job that was taken back to run again stays "recovering" until it
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import assert_never
+from typing import Any, assert_never
 
 import msgspec
 
 from dispatch.core import events as ev
 from dispatch.core.app_error import AppError
+from dispatch.core.deferred import Deferred
 from dispatch.core.model import Cause, CauseKind, Escalation, Provenance, State, Transition
 from dispatch.core.policy import Declarations
 from dispatch.core.spec import JobSpec
@@ -114,15 +115,30 @@ class RecordedError(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     seq: int
 
 
+class DeferredSubmissions(Deferred[Submission]):
+    """A snapshot's submissions (core/deferred.py): the current one decoded, the ones
+    before it when first used; ``refs``, every bound ref in order, known without them."""
+
+    __slots__ = ("refs",)
+
+    def __init__(self, raw: Any, count: int,
+                 decode: Callable[[Any, int, str], tuple[Submission, ...]], owner: str,
+                 current: Submission, refs: tuple[str, ...]) -> None:
+        super().__init__(raw, count, decode, owner, (current,))
+        self.refs = refs
+
+
 class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """A job as its record says it is at ``version``."""
+    """A job as its record says it is at ``version``. Read through a snapshot, its
+    ``submissions``, ``history`` and ``escalations`` are Deferred (decoded when first
+    used); folded, they are tuples. Either way they compare and hash as tuples."""
 
     id: str
     spec: JobSpec
     declarations: Declarations
     created_at: datetime
     version: int
-    submissions: tuple[Submission, ...] = ()
+    submissions: Sequence[Submission] = ()
     budget_used: tuple[int, ...] = ()
     hold: Hold | None = None
     resubmit_requested: Cause | None = None  # a person resolved a hold with resubmit
@@ -130,8 +146,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     cancel_requested: Cause | None = None
     give_up_requested: Cause | None = None
     outcome: Outcome | None = None
-    escalations: tuple[Escalation, ...] = ()
-    history: tuple[Transition, ...] = ()
+    escalations: Sequence[Escalation] = ()
+    history: Sequence[Transition] = ()
     supersedes: str | None = None
     superseded_by: str | None = None
     duplicates_stopped: frozenset[str] = frozenset()
@@ -158,6 +174,14 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     def has_error(self, submission: int, execution: int) -> bool:
         return any(r.submission == submission and r.execution == execution
                    for r in self.errors)
+
+    @property
+    def refs(self) -> tuple[str, ...]:
+        """Every bound ref, in submission order (what Status.objects lists)."""
+        subs = self.submissions
+        if isinstance(subs, DeferredSubmissions):
+            return subs.refs
+        return tuple(s.ref for s in subs if s.ref is not None)
 
     @property
     def current(self) -> Submission | None:

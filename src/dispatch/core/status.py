@@ -14,6 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+import msgspec
+
+from dispatch.core.deferred import Deferred
 from dispatch.core.model import (
     Cause,
     CauseKind,
@@ -67,7 +70,7 @@ def project(job: Job, discovery: Discovery | None, now: datetime) -> Status:
         supersedes=job.supersedes, superseded_by=job.superseded_by,
         submissions=len(job.submissions),
         budget_used={f"rules[{i}]": n for i, n in enumerate(job.budget_used)},
-        objects=tuple(s.ref for s in job.submissions if s.ref is not None),
+        objects=job.refs,
         settled=job.outcome is not None, forecast=forecast, scheduler_seen=seen,
         backend=job.spec.backend,
         segments=tuple(f"{d.unit_job_id}.{d.task_id}: {d.reason}" for d in job.segments),
@@ -165,6 +168,16 @@ def _state(job: Job, discovery: Discovery | None) -> tuple[State, Cause | None, 
     shown = obj.cause if obj.cause.kind is not CauseKind.NONE else (
         cur.cause if taken_back else None)
     return (State.RECOVERING if taken_back else State.PENDING), shown, True
+
+
+def plain(status: Status) -> Status:
+    """``status`` with its history and escalations as tuples: a Status read through a
+    snapshot carries them Deferred (decoded when first used, core/deferred.py). The Python
+    API hands out plain ones, which any encoder writes and a caller may keep as it likes."""
+    if isinstance(status.history, Deferred) or isinstance(status.escalations, Deferred):
+        return msgspec.structs.replace(status, history=tuple(status.history),
+                                       escalations=tuple(status.escalations))
+    return status
 
 
 def project_objects(job_id: str, name: str, objects: Sequence[ObjectReport]) -> Status:

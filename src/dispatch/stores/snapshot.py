@@ -15,27 +15,66 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import zlib
 from collections.abc import Sequence
 from datetime import datetime
+from typing import TypeVar
 
 import msgspec
 
+from dispatch.core.deferred import Deferred
 from dispatch.core.events import Event
-from dispatch.core.record import Job, advance, check_record, fold
+from dispatch.core.model import Escalation, Transition
+from dispatch.core.record import (
+    DeferredSubmissions,
+    Job,
+    RecordError,
+    Submission,
+    advance,
+    check_record,
+    fold,
+)
 from dispatch.errors import DispatchError
 from dispatch.stores.base import RecordStore, StoreError
 from dispatch.stores.reading import RECORD_ERRORS, read_records
 from dispatch.stores.snapshot_sql import Stored
 
 log = logging.getLogger("dispatch.snapshot")
+T = TypeVar("T")
 
-FORMAT = 1
-"""The encoding of the body (msgspec JSON of core.record.Job). A change to Job's fields
-that an older body cannot be decoded into strictly bumps it; older snapshots are dropped."""
-_DECODER = msgspec.json.Decoder(Job, strict=True)  # built once: a per-call type costs 10x
-_ENCODER = msgspec.json.Encoder()
+FORMAT = 2
+"""The encoding of the body: msgspec JSON of ``_Body``. A change to Job's fields that an
+older body cannot be decoded into strictly bumps it; older snapshots are dropped.
+(1: the whole Job; 2: its past kept apart, compressed, decoded when first used.)"""
 EVERY = 32
 """A snapshot is written once this many events are past the last one (and at the outcome)."""
+
+
+class _Body(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A snapshot's body. ``head`` is the Job without its three growing sequences. Those
+    are kept apart as zlib-compressed JSON (``past``: the submissions before ``current``)
+    with their counts, and decoded by core/deferred.py when a reader first uses them:
+    a reader that never does (a list, the state of a finished job) pays neither their
+    bytes (a third of them, compressed) nor their decoding. ``refs``: every bound ref, which
+    list views show without the past submissions."""
+
+    head: Job
+    current: Submission | None
+    past: bytes
+    past_count: int
+    refs: tuple[str, ...]
+    history: bytes
+    history_count: int
+    escalations: bytes
+    escalations_count: int
+
+
+# Built once: a per-call type costs 10x.
+_DECODER = msgspec.json.Decoder(_Body, strict=True)
+_ENCODER = msgspec.json.Encoder()
+_SUBMISSIONS = msgspec.json.Decoder(tuple[Submission, ...], strict=True)
+_HISTORY = msgspec.json.Decoder(tuple[Transition, ...], strict=True)
+_ESCALATIONS = msgspec.json.Decoder(tuple[Escalation, ...], strict=True)
 
 
 def digest_of(body: bytes, event_body: bytes) -> str:
@@ -44,8 +83,48 @@ def digest_of(body: bytes, event_body: bytes) -> str:
 
 def encode(job: Job, event_body: bytes) -> tuple[bytes, str]:
     """(body, digest) of ``job``'s snapshot; ``event_body``: its last event as stored."""
-    body = _ENCODER.encode(job)
+    subs = tuple(job.submissions)
+    head = msgspec.structs.replace(job, submissions=(), history=(), escalations=())
+    body = _ENCODER.encode(_Body(
+        head=head, current=subs[-1] if subs else None,
+        past=_packed(subs[:-1]), past_count=max(len(subs) - 1, 0), refs=job.refs,
+        history=_packed(tuple(job.history)), history_count=len(job.history),
+        escalations=_packed(tuple(job.escalations)), escalations_count=len(job.escalations)))
     return body, digest_of(body, event_body)
+
+
+def _packed(items: tuple[object, ...]) -> bytes:
+    return zlib.compress(_ENCODER.encode(items), 1)  # written rarely, read often: fast
+
+
+def _decoded(what: str, decoder: msgspec.json.Decoder[tuple[T, ...]], raw: bytes,
+             count: int, job_id: str) -> tuple[T, ...]:
+    """One deferred part, decoded strictly; it must hold the count recorded. The digest
+    already tied these bytes to what was written, so a failure here is a snapshot this
+    build cannot read: a RecordError naming the job (never a guess)."""
+    try:
+        items = decoder.decode(zlib.decompress(raw))
+    except (msgspec.DecodeError, ValueError, TypeError, zlib.error) as err:
+        raise RecordError(f"its snapshot's {what} cannot be decoded ({err}); snapshots "
+                          "are a cache: deleting this job's row from the snapshots table "
+                          "is safe, and the record is then folded whole",
+                          job_id=job_id) from None
+    if len(items) != count:
+        raise RecordError(f"its snapshot holds {len(items)} {what}, not {count}",
+                          job_id=job_id)
+    return items
+
+
+def _past(raw: bytes, count: int, job_id: str) -> tuple[Submission, ...]:
+    return _decoded("submissions", _SUBMISSIONS, raw, count, job_id)
+
+
+def _history(raw: bytes, count: int, job_id: str) -> tuple[Transition, ...]:
+    return _decoded("history", _HISTORY, raw, count, job_id)
+
+
+def _escalations(raw: bytes, count: int, job_id: str) -> tuple[Escalation, ...]:
+    return _decoded("escalations", _ESCALATIONS, raw, count, job_id)
 
 
 def decode(s: Stored) -> Job | None:
@@ -55,12 +134,21 @@ def decode(s: Stored) -> Job | None:
     if digest_of(s.body, s.event_body) != s.digest:
         return None
     try:
-        job = _DECODER.decode(s.body)
+        b = _DECODER.decode(s.body)
     except (msgspec.DecodeError, ValueError, TypeError):
         return None
-    if job.id != s.job_id or job.version != s.version:
+    head = b.head
+    if head.id != s.job_id or head.version != s.version or head.submissions or \
+            head.history or head.escalations or \
+            min(b.past_count, b.history_count, b.escalations_count) < 0 or \
+            (b.current is None and (b.past_count or b.refs)):
         return None
-    return job
+    j = s.job_id
+    subs: Sequence[Submission] = () if b.current is None else DeferredSubmissions(
+        b.past, b.past_count, _past, j, b.current, b.refs)
+    return msgspec.structs.replace(
+        head, submissions=subs, history=Deferred(b.history, b.history_count, _history, j),
+        escalations=Deferred(b.escalations, b.escalations_count, _escalations, j))
 
 
 def due(job: Job, snapshot_version: int) -> bool:
@@ -86,10 +174,15 @@ def fold_with_snapshots(store: RecordStore, job_ids: Sequence[str], now: datetim
             base[job_id] = job
     errors: dict[str, DispatchError] = {}
     tails: dict[str, list[Event]] = {}
+    # Only a job whose version moved past its snapshot (as the snapshots' statement read
+    # it) has events to read; a missing job or one behind its snapshot is asked too, so
+    # that read_after names what is wrong.
+    after = {j: base[j].version for j in job_ids
+             if j in base and stored[j].job_version != base[j].version}
     try:
-        tails = store.read_after({j: base[j].version for j in job_ids if j in base})
+        tails = store.read_after(after)
     except RECORD_ERRORS:
-        for j in [j for j in job_ids if j in base]:
+        for j in after:
             try:
                 tails.update(store.read_after({j: base[j].version}))
             except RECORD_ERRORS:
@@ -99,7 +192,8 @@ def fold_with_snapshots(store: RecordStore, job_ids: Sequence[str], now: datetim
     for job_id in job_ids:
         try:
             if job_id in base:
-                job = advance(base[job_id], tails.get(job_id, []))
+                tail = tails.get(job_id)
+                job = advance(base[job_id], tail) if tail else base[job_id]
             elif job_id in whole:
                 check_record(whole[job_id], job_id)
                 job = fold(whole[job_id], now, job_id=job_id)

@@ -10,7 +10,8 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """A snapshot row, with the stored body of the event at its seq (None: no such event)."""
+    """A snapshot row, with the stored body of the event at its seq (None: no such event)
+    and the job's version as the same statement read it (None: no such job)."""
 
     job_id: str
     version: int
@@ -18,6 +19,7 @@ class Stored:
     body: bytes
     digest: str
     event_body: bytes | None
+    job_version: int | None = None
 
 
 def as_bytes(v: object) -> bytes:
@@ -27,17 +29,21 @@ def as_bytes(v: object) -> bytes:
 
 def stored_rows(rows: Sequence[tuple[Any, ...]]) -> list[Stored]:
     return [Stored(job_id=str(j), version=int(v), format=int(f), body=as_bytes(b),
-                   digest=str(d), event_body=None if e is None else as_bytes(e))
-            for j, v, f, b, d, e in rows]
+                   digest=str(d), event_body=None if e is None else as_bytes(e),
+                   job_version=None if jv is None else int(jv))
+            for j, v, f, b, d, e, jv in rows]
 
 
 SQLITE_READ = (
-    "SELECT s.job_id, s.version, s.format, s.body, s.digest, e.body FROM snapshots s"
-    " LEFT JOIN events e ON e.job_id = s.job_id AND e.seq = s.version"
+    "SELECT s.job_id, s.version, s.format, s.body, s.digest, e.body, j.version"
+    " FROM snapshots s LEFT JOIN events e ON e.job_id = s.job_id AND e.seq = s.version"
+    " LEFT JOIN jobs j ON j.job_id = s.job_id"
     " WHERE s.job_id IN (SELECT value FROM json_each(?))")
 PG_READ = (
-    "SELECT s.job_id, s.version, s.format, s.body, s.digest, e.body FROM dispatch_snapshots s"
+    "SELECT s.job_id, s.version, s.format, s.body, s.digest, e.body, j.version"
+    " FROM dispatch_snapshots s"
     " LEFT JOIN dispatch_events e ON e.job_id = s.job_id AND e.seq = s.version"
+    " LEFT JOIN dispatch_jobs j ON j.job_id = s.job_id"
     " WHERE s.job_id = ANY(%s)")
 SQLITE_EVENT = "SELECT body FROM events WHERE job_id = ? AND seq = ?"
 PG_EVENT = "SELECT body FROM dispatch_events WHERE job_id = %s AND seq = %s"

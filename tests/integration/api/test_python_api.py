@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import msgspec
 import pytest
 import yaml
 from api_harness import Env
@@ -33,6 +34,11 @@ def test_submit_a_mapping_and_wait_for_success(env: Env) -> None:
     assert st.state is State.SUCCEEDED and st.settled
     assert st.cause is not None and st.cause.kind is CauseKind.NONE
     assert job.status() == st
+    # Read through the snapshot written at the outcome, and still plain tuples: a caller
+    # may encode what the API hands out with any encoder.
+    for read in (job.status(), job.record()):
+        assert type(read.history) is tuple and type(read.escalations) is tuple
+        assert msgspec.json.decode(msgspec.json.encode(read))["state"] == "succeeded"
     assert job.name == "hello"
     assert list(job.logs()) == ["hello from rank 0"]
     types = [type(h.event).__name__ for h in job.history()]

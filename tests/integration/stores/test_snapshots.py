@@ -5,26 +5,33 @@ never trusted; and a reader killed while writing one changes nothing anybody rea
 
 from __future__ import annotations
 
+import base64
 import signal
 import subprocess
 import sys
 import time
+import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.integration.stores.helpers import ROOT, Backdoor, child_env
 from tests.strategies import records
 
+from dispatch.core import events as ev
+from dispatch.core.deferred import Deferred
 from dispatch.core.events import EscalationRaised, JobCreated, OutcomeCommitted
-from dispatch.core.model import Cause, CauseKind, State
-from dispatch.core.policy import Declarations
+from dispatch.core.model import Cause, CauseKind, State, token_for
+from dispatch.core.policy import Action, Declarations
 from dispatch.core.record import RecordError, fold
 from dispatch.core.spec import JobSpec
+from dispatch.core.status import project
 from dispatch.stores import snapshot
 from dispatch.stores.base import RecordStore
+from dispatch.stores.snapshot_sql import Stored
 from dispatch.stores.sqlite import SQLiteStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -88,8 +95,8 @@ def test_a_snapshot_that_disagrees_is_discarded_and_rebuilt(
     sql = {
         "format": ("UPDATE snapshots SET format = 99",
                    "UPDATE dispatch_snapshots SET format = 99"),
-        "body": ("UPDATE snapshots SET body = replace(body, 'note', 'NOTE')",
-                 "UPDATE dispatch_snapshots SET body = replace(body, 'note', 'NOTE')"),
+        "body": ("UPDATE snapshots SET body = replace(body, 'succeeded', 'failed')",
+                 "UPDATE dispatch_snapshots SET body = replace(body, 'succeeded', 'failed')"),
         "torn": ("UPDATE snapshots SET body = substr(body, 1, 40)",
                  "UPDATE dispatch_snapshots SET body = substr(body, 1, 40)"),
         "events": ("UPDATE events SET body = replace(body, 'succeeded', 'failed')"
@@ -135,7 +142,80 @@ def test_a_snapshot_plus_the_events_after_it_is_the_whole_fold(
         assert store.read_snapshots(["a"])[0].version == split
         if split < len(record):
             store.append("a", record[split:], split)
-        assert folded(store) == whole
+        job = folded(store)
+        assert job == whole
+        assert project(job, None, T0) == project(whole, None, T0)
+
+
+def preempted_three_times(store: RecordStore, job_id: str = "a") -> None:
+    """Three submissions, each preempted and resubmitted, the fourth succeeded."""
+    store.create(created(job_id))
+    events: list[ev.Event] = []
+    seq = 2
+    for k in range(1, 5):
+        ref = f"{job_id}-{k}"
+        why = Cause(kind=CauseKind.PREEMPTED if k < 4 else CauseKind.NONE, at=T0)
+        events += [
+            ev.SubmissionIntended(seq=seq, at=T0, submission=k, token=token_for(job_id, k)),
+            ev.SubmissionBound(seq=seq + 1, at=T0, submission=k, ref=ref),
+            ev.ExecutionEnded(seq=seq + 2, at=T0, submission=k, ref=ref, execution=0,
+                              cause=why),
+        ]
+        seq += 3
+        if k < 4:
+            events.append(ev.RecoveryStarted(seq=seq, at=T0, rule=0,
+                                             action=Action.RESUBMIT, cause=why))
+            seq += 1
+    events.append(ev.OutcomeCommitted(seq=seq, at=T0, state=State.SUCCEEDED,
+                                      cause=Cause(kind=CauseKind.NONE, at=T0)))
+    store.append(job_id, events, 1)
+
+
+def test_a_list_reads_a_snapshot_without_decoding_its_past(store: RecordStore) -> None:
+    """The state, the refs and the counts of a job read through its snapshot come without
+    decoding its earlier submissions, history or escalations; using them decodes them,
+    and they are the whole fold's."""
+    preempted_three_times(store)
+    truth = fold(store.read("a"), T0)
+    folded(store)  # writes the snapshot (at the outcome)
+    job = folded(store)
+    assert isinstance(job.submissions, Deferred) and isinstance(job.history, Deferred)
+    status = project(job, None, T0)
+    assert (status.state, status.submissions, status.objects) == (
+        State.SUCCEEDED, 4, ("a-1", "a-2", "a-3", "a-4"))
+    assert job.current is not None and job.current.number == 4
+    assert not job.submissions.decoded and not job.history.decoded
+    assert isinstance(job.escalations, Deferred) and not job.escalations.decoded
+    assert status == project(truth, None, T0) and job == truth  # now decoded: the same
+    assert job.submissions.decoded and job.history.decoded
+
+
+@pytest.mark.parametrize("damage", ["count", "not-zlib", "not-the-type"])
+def test_a_past_that_cannot_be_decoded_is_a_record_error_naming_the_job(
+        store: RecordStore, damage: str) -> None:
+    """A body whose digest matches but whose past is not what its counts say (a forged
+    or miswritten snapshot: a torn one fails its digest first) is never a guess: using
+    that past is a RecordError naming the job; what was decoded eagerly still reads."""
+    preempted_three_times(store)
+    folded(store)
+    [s] = store.read_snapshots(["a"])
+    doc = msgspec.json.decode(s.body)
+    if damage == "count":
+        doc["history_count"] += 1
+    elif damage == "not-zlib":
+        doc["past"] = base64.b64encode(b"not zlib").decode()
+    else:
+        doc["past"] = base64.b64encode(zlib.compress(b'[{"number": "one"}]')).decode()
+    body = msgspec.json.encode(doc)
+    forged = Stored(job_id="a", version=s.version, format=s.format, body=body,
+                    digest=snapshot.digest_of(body, s.event_body or b""),
+                    event_body=s.event_body, job_version=s.job_version)
+    job = snapshot.decode(forged)
+    assert job is not None and job.current is not None and job.current.number == 4
+    what = "history" if damage == "count" else "submissions"
+    with pytest.raises(RecordError, match=f"job a: its snapshot.*{what}") as err:
+        tuple(job.history) if damage == "count" else job.submissions[0]
+    assert err.value.job_id == "a"
 
 
 CHILD = """
