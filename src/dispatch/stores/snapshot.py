@@ -8,7 +8,9 @@ events after it (issue 27). A cache, never the truth:
   at the snapshot's version, and its digest must match the body *and* the stored body of
   the event at that seq. Anything else (an older format, a torn or edited body, events
   rewritten under it, a version beyond the record's) means the snapshot disagrees with the
-  events: it is discarded, the record is folded whole, and a new snapshot is written.
+  events: it is discarded, the record is folded whole, and a new snapshot is written;
+- its past (the earlier submissions, the history, the escalations) is kept compressed and
+  decoded, as strictly, the first time a reader uses it (``_Body``, core/deferred.py).
 """
 
 from __future__ import annotations
@@ -97,13 +99,25 @@ def _packed(items: tuple[object, ...]) -> bytes:
     return zlib.compress(_ENCODER.encode(items), 1)  # written rarely, read often: fast
 
 
+_MAX_RATIO = 200  # JSON of these types inflates ~5-20x; a larger ratio is not ours
+
+
+def _inflated(raw: bytes) -> bytes:
+    inflate = zlib.decompressobj()
+    out = inflate.decompress(raw, _MAX_RATIO * len(raw) + 65536)
+    if not inflate.eof:
+        raise ValueError("the compressed bytes are cut short or inflate beyond "
+                         f"{_MAX_RATIO}x")
+    return out
+
+
 def _decoded(what: str, decoder: msgspec.json.Decoder[tuple[T, ...]], raw: bytes,
              count: int, job_id: str) -> tuple[T, ...]:
     """One deferred part, decoded strictly; it must hold the count recorded. The digest
     already tied these bytes to what was written, so a failure here is a snapshot this
     build cannot read: a RecordError naming the job (never a guess)."""
     try:
-        items = decoder.decode(zlib.decompress(raw))
+        items = decoder.decode(_inflated(raw))
     except (msgspec.DecodeError, ValueError, TypeError, zlib.error) as err:
         raise RecordError(f"its snapshot's {what} cannot be decoded ({err}); snapshots "
                           "are a cache: deleting this job's row from the snapshots table "

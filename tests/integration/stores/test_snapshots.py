@@ -190,7 +190,7 @@ def test_a_list_reads_a_snapshot_without_decoding_its_past(store: RecordStore) -
     assert job.submissions.decoded and job.history.decoded
 
 
-@pytest.mark.parametrize("damage", ["count", "not-zlib", "not-the-type"])
+@pytest.mark.parametrize("damage", ["count", "not-zlib", "not-the-type", "bomb"])
 def test_a_past_that_cannot_be_decoded_is_a_record_error_naming_the_job(
         store: RecordStore, damage: str) -> None:
     """A body whose digest matches but whose past is not what its counts say (a forged
@@ -204,6 +204,9 @@ def test_a_past_that_cannot_be_decoded_is_a_record_error_naming_the_job(
         doc["history_count"] += 1
     elif damage == "not-zlib":
         doc["past"] = base64.b64encode(b"not zlib").decode()
+    elif damage == "bomb":  # inflates far beyond any JSON of ours: refused, not inflated
+        doc["past"] = base64.b64encode(zlib.compress(b"[" + b"1," * 3_000_000 + b"1]")
+                                       ).decode()
     else:
         doc["past"] = base64.b64encode(zlib.compress(b'[{"number": "one"}]')).decode()
     body = msgspec.json.encode(doc)
