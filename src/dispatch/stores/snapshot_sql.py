@@ -4,14 +4,13 @@ what a snapshot is and when it is trusted). Pure: SQL text and row shaping."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Stored:
+class Stored(NamedTuple):
     """A snapshot row, with the stored body of the event at its seq (None: no such event)
-    and the job's version as the same statement read it (None: no such job)."""
+    and the job's version as the same statement read it (None: no such job). A tuple:
+    one is made per job a list reads, so it is cheap to make."""
 
     job_id: str
     version: int
@@ -28,9 +27,9 @@ def as_bytes(v: object) -> bytes:
 
 
 def stored_rows(rows: Sequence[tuple[Any, ...]]) -> list[Stored]:
-    return [Stored(job_id=str(j), version=int(v), format=int(f), body=as_bytes(b),
-                   digest=str(d), event_body=None if e is None else as_bytes(e),
-                   job_version=None if jv is None else int(jv))
+    # Both drivers already give str and int for the text and integer columns.
+    return [Stored(j, v, f, b if isinstance(b, bytes) else as_bytes(b), d,
+                   e if e is None or isinstance(e, bytes) else as_bytes(e), jv)
             for j, v, f, b, d, e, jv in rows]
 
 
