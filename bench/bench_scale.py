@@ -18,7 +18,7 @@ another child process:
 - serve's list refresh: the dashboard's first page (``service.listing.list_page``) with
   serve's held index: the first refresh (which folds every live job into the index), then
   later ones (median);
-- P1 with snapshots: 2,000 jobs of 40 events (half of them finished), each with its
+- P1 with snapshots: 10,000 jobs of 40 events (half of them finished), each with its
   snapshot, folded and projected through the snapshots, against decoding their records in
   memory and against reading and decoding them (``read_many``);
 - peak RSS of the measuring process.
@@ -302,7 +302,7 @@ def main() -> None:
     ap.add_argument("--finished", type=int, action="append")
     ap.add_argument("--no-postgres", action="store_true")
     ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--p1-jobs", type=int, default=2000)
+    ap.add_argument("--p1-jobs", type=int, default=10_000)  # P1 is defined at 10,000
     ap.add_argument("--fill", nargs=3)  # url live finished (a child)
     ap.add_argument("--measure", nargs=2)  # url live (a child)
     ap.add_argument("--p1", nargs=2)  # url jobs (a child)

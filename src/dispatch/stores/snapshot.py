@@ -186,8 +186,12 @@ def fold_with_snapshots(store: RecordStore, job_ids: Sequence[str], now: datetim
     for job_id, s in stored.items():
         job = decode(s)
         if job is None:
-            log.warning("job %s: its snapshot at seq %d disagrees with its events; "
-                        "discarded, the record is folded whole", job_id, s.version)
+            if s.format != FORMAT:  # written by another build: expected after an upgrade
+                log.info("job %s: its snapshot is format %d, not %d; rewritten", job_id,
+                         s.format, FORMAT)
+            else:
+                log.warning("job %s: its snapshot at seq %d disagrees with its events; "
+                            "discarded, the record is folded whole", job_id, s.version)
             _drop(store, job_id)
         else:
             base[job_id] = job
