@@ -3,8 +3,8 @@ used (stores/snapshot.py).
 
 A snapshot keeps a job's past (the submissions before the current one, its history, its
 escalations) as the bytes they were written as. Most readers never look at them: ``ls``,
-a list page, the state of a finished job and the supervisor's view of a quiet job read
-the current submission and the outcome. Decoding the past eagerly cost as much as
+a list page and the state of a finished job read the current submission and the
+outcome. Decoding the past eagerly cost as much as
 decoding the events it replaces (issue 27), so it is decoded on first use: strictly, by
 the same types, and checked against the count the snapshot recorded.
 
@@ -26,7 +26,7 @@ class Deferred(Sequence[T]):
 
     def __init__(self, raw: Any, count: int, decode: Callable[[Any, int, str], tuple[T, ...]],
                  owner: str, tail: tuple[T, ...] = ()) -> None:
-        """``raw``: the encoded items before ``tail`` (bytes or a msgspec.Raw), ``count``
+        """``raw``: the encoded items before ``tail`` (what ``decode`` reads), ``count``
         of them; ``decode(raw, count, owner)`` returns them or raises a typed error naming
         ``owner`` (a module-level function: nothing is allocated per sequence for it)."""
         self._raw = raw
