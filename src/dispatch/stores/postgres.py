@@ -220,24 +220,16 @@ class PostgresStore(RecordStore):
 
     def _insert_jobs(self, cur: Cursor, created: Sequence[JobCreated],
                      bodies: Sequence[str]) -> None:
-        # One statement each (not an executemany pipeline), as append does: a client
-        # stopped between two of them holds no row lock in a session the server never
-        # times out (see append).
-        cur.execute(
+        cur.executemany(
             "INSERT INTO dispatch_jobs"
             " (job_id, name, backend, created_at, created_us, version, supersedes, scope,"
-            " changed) SELECT j, n, b, a, u, 1, s, sc, " + PG_MARK +
-            " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[],"
-            " %s::text[], %s::text[]) AS t(j, n, b, a, u, s, sc)",
-            ([e.job_id for e in created], [e.spec.name for e in created],
-             [e.spec.backend for e in created], [e.at.isoformat() for e in created],
-             [sort_key_us(e.at) for e in created], [e.supersedes for e in created],
-             [created_scope(e) for e in created]),
+            " changed) VALUES (%s, %s, %s, %s, %s, 1, %s, %s, " + PG_MARK + ")",
+            [(e.job_id, e.spec.name, e.spec.backend, e.at.isoformat(), sort_key_us(e.at),
+              e.supersedes, created_scope(e)) for e in created],
         )
-        cur.execute(
-            "INSERT INTO dispatch_events (job_id, seq, body)"
-            " SELECT j, 1, b FROM unnest(%s::text[], %s::text[]) AS t(j, b)",
-            ([e.job_id for e in created], list(bodies)),
+        cur.executemany(
+            "INSERT INTO dispatch_events (job_id, seq, body) VALUES (%s, 1, %s)",
+            [(e.job_id, body) for e, body in zip(created, bodies, strict=True)],
         )
 
     def _refused_insert(self, err: pg_errors.UniqueViolation,
