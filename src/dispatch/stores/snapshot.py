@@ -20,6 +20,7 @@ import logging
 import zlib
 from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 from typing import TypeVar
 
 import msgspec
@@ -130,16 +131,10 @@ def _decoded(what: str, decoder: msgspec.json.Decoder[tuple[T, ...]], raw: bytes
     return items
 
 
-def _past(raw: bytes, count: int, job_id: str) -> tuple[Submission, ...]:
-    return _decoded("submissions", _SUBMISSIONS, raw, count, job_id)
-
-
-def _history(raw: bytes, count: int, job_id: str) -> tuple[Transition, ...]:
-    return _decoded("history", _HISTORY, raw, count, job_id)
-
-
-def _escalations(raw: bytes, count: int, job_id: str) -> tuple[Escalation, ...]:
-    return _decoded("escalations", _ESCALATIONS, raw, count, job_id)
+# The three parts' decoders, made once (a Deferred holds one, allocating nothing for it).
+_past = partial(_decoded, "submissions", _SUBMISSIONS)
+_history = partial(_decoded, "history", _HISTORY)
+_escalations = partial(_decoded, "escalations", _ESCALATIONS)
 
 
 def decode(s: Stored) -> Job | None:

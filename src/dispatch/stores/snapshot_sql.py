@@ -28,8 +28,7 @@ def as_bytes(v: object) -> bytes:
 
 def stored_rows(rows: Sequence[tuple[Any, ...]]) -> list[Stored]:
     # Both drivers already give str and int for the text and integer columns.
-    return [Stored(j, v, f, b if isinstance(b, bytes) else as_bytes(b), d,
-                   e if e is None or isinstance(e, bytes) else as_bytes(e), jv)
+    return [Stored(j, v, f, as_bytes(b), d, None if e is None else as_bytes(e), jv)
             for j, v, f, b, d, e, jv in rows]
 
 
