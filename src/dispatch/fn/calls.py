@@ -13,6 +13,15 @@ Every file is 0600, written whole (dispatch.files.write_atomic: a fresh temp fil
 O_EXCL|O_NOFOLLOW, then a rename) and read through an O_NOFOLLOW descriptor, bounded. The
 folder is ours alone (0700): a pickle there is trusted because nobody else can write it, so
 ``read_pickle`` refuses a folder or file another user owns or others can write.
+
+The call is unpickled with the submitter's ``sys.path`` (``decode_call``, ``import_path``):
+a function pickled by reference (a module of yours) is imported by the same name from the
+same place as where ``submit`` ran. The bootstrap has imported dispatch and its dependencies
+before (isolated: dispatch/isolated.py), so nothing on that path can stand in for them; and a
+directory on it that other users can write (a shared scratch directory, the job's working
+directory there) goes after the interpreter's own: a module planted there is never imported
+in place of the standard library's or an installed one, while your own modules there are
+still found.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import os
 import pickle
 import stat
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,11 +140,41 @@ def encode_call(call: Call, sys_path: list[str] | None = None) -> bytes:
     return pickle.dumps({"sys_path": path, "call": inner}, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def decode_call(data: bytes) -> Call:
+def import_path(installed: Sequence[str], wanted: Sequence[str],
+                open_to_others: Callable[[str], bool]) -> list[str]:
+    """The ``sys.path`` a call is unpickled and run with. ``wanted``: the submitter's
+    ``sys.path``, then the job's working directory and PYTHONPATH entries; ``installed``:
+    this interpreter's own (isolated) path. ``wanted`` keeps its order, then come the
+    installed entries it lacks, and last every entry ``open_to_others`` says other users can
+    write, so nothing planted there shadows a module found elsewhere. Pure."""
+    ours: list[str] = []
+    shared: list[str] = []
+    seen: set[str] = set()
+    for entry in wanted:
+        if entry not in seen:
+            seen.add(entry)
+            (shared if open_to_others(entry) else ours).append(entry)
+    return [*ours, *(e for e in installed if e not in seen), *shared]
+
+
+def open_to_others(entry: str) -> bool:
+    """Whether another user can put a module in the path entry ``entry`` (a directory or a
+    zip file; '' is the working directory): it is not ours nor root's, or everybody can write
+    it (sticky or not: a new name can be created). One that is not there counts: whoever makes
+    it chooses what it holds."""
+    try:
+        st = os.stat(entry or os.curdir)
+    except OSError:
+        return True
+    return st.st_uid not in (0, os.getuid()) or bool(st.st_mode & stat.S_IWOTH)
+
+
+def decode_call(data: bytes, job_path: Sequence[str] = ()) -> Call:
+    """The call in ``data`` (call.pkl's bytes), unpickled once ``sys.path`` is
+    ``import_path`` of the submitter's path and ``job_path``."""
     outer = pickle.loads(data)
-    for entry in reversed(outer["sys_path"]):
-        if entry not in sys.path:
-            sys.path.insert(0, entry)
+    sys.path[:] = import_path(list(sys.path), [*outer["sys_path"], *job_path],
+                              open_to_others)
     call = pickle.loads(outer["call"])
     if not isinstance(call, Call):
         raise TypeError(f"a call file holds a {type(call).__name__}, not a Call")

@@ -250,3 +250,47 @@ def test_the_bootstrap_runs_nothing_from_a_folder_others_can_write(tmp_path: Pat
     usage = subprocess.run([sys.executable, "-m", "dispatch.fn"], capture_output=True,
                            text=True, timeout=60)
     assert usage.returncode == 2 and "usage: python -m dispatch.fn" in usage.stderr
+
+
+USER_MODULE = '''
+import colorsys
+
+
+def triple(x):
+    return x * 3, colorsys.__file__
+'''
+
+
+def test_nothing_planted_in_a_shared_workdir_runs_and_the_users_module_still_imports(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 32, item 1: a 0777 working directory where another user planted a dispatch/
+    # package, a cloudpickle.py, a msgspec.py and a colorsys.py, each writing the marker
+    # when imported; the job's PYTHONPATH names it too. A function of the test module and
+    # one of a module of the submitter's own in that directory (pickled by reference) still
+    # return their values, and nothing planted ever runs.
+    import importlib.util
+    import sys
+
+    from planted import plant, ran
+
+    shared = env.tmp / "scratch"
+    marker = env.tmp / "planted-ran"
+    plant(shared, marker)
+    (shared / "usermod_fnsafe.py").write_text(USER_MODULE)
+    spec = importlib.util.spec_from_file_location("usermod_fnsafe", shared / "usermod_fnsafe.py")
+    assert spec is not None and spec.loader is not None
+    usermod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "usermod_fnsafe", usermod)
+    spec.loader.exec_module(usermod)
+    monkeypatch.chdir(shared)  # the job's working directory: where submit ran
+    monkeypatch.setenv("PYTHONPATH", str(shared))
+    ex = executor(env)
+    add_job = ex.submit(add, 2, 3)
+    user_job = ex.submit(usermod.triple, 7)
+    assert add_job.result(timeout=WAIT_S, poll=0.2) == 5
+    value, colorsys_file = user_job.result(timeout=WAIT_S, poll=0.2)
+    assert value == 21
+    # The standard library's colorsys, not the one planted beside the user's module.
+    assert not colorsys_file.startswith(str(shared)), colorsys_file
+    assert ran(marker) == []
+
