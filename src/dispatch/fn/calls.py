@@ -10,9 +10,12 @@ One folder per submitted call (``<executor folder>/<name>-<token>``, mode 0700),
     <job>.s<N>.r<R>.stdout|stderr     a copy of rank R's output
 
 Every file is 0600, written whole (dispatch.files.write_atomic: a fresh temp file opened
-O_EXCL|O_NOFOLLOW, then a rename) and read through an O_NOFOLLOW descriptor, bounded. The
-folder is ours alone (0700): a pickle there is trusted because nobody else can write it, so
-``read_pickle`` refuses a folder or file another user owns or others can write.
+O_EXCL|O_NOFOLLOW, then a rename) and read through an O_NOFOLLOW descriptor, its size checked
+before a byte is read. The folder is ours alone (0700): a pickle there is trusted because
+nobody else can write it, so ``read_pickle`` refuses a folder or file another user owns or
+others can write. A file that cannot be read back (over its
+bound, cut short, garbage, a pickle of a module this process lacks) is a ``DamagedFile``
+naming it.
 
 The call is unpickled with the submitter's ``sys.path`` (``decode_call``, ``import_path``):
 a function pickled by reference (a module of yours) is imported by the same name from the
@@ -37,7 +40,7 @@ from typing import Any
 
 import cloudpickle
 
-from dispatch.errors import BadInput, DispatchError, NotFound
+from dispatch.errors import BadInput, DamagedFile, DispatchError, NotFound
 from dispatch.files import read_at_most, write_atomic
 
 # A call (the function, its arguments and what it closes over) and a result travel through a
@@ -232,16 +235,19 @@ def _open_ours(path: Path, *, private: bool) -> int | None:
 
 def read_file(path: Path, most: int) -> bytes | None:
     """The bytes of ``path`` (None when absent), read without following a link; UnsafeFolder
-    for a link, another owner, a mode open to others; ResultTooLarge past ``most``."""
+    for a link, another owner, a mode open to others; DamagedFile past ``most``."""
     fd = _open_ours(path, private=True)
     if fd is None:
         return None
     try:
+        size = os.fstat(fd).st_size  # before a byte is read: a huge file costs nothing
+        if size > most:
+            raise DamagedFile(f"{path} holds {size} bytes, more than the {most} it may")
         data = read_at_most(fd, most + 1)
     finally:
         os.close(fd)
-    if len(data) > most:
-        raise ResultTooLarge(f"{path} holds more than {most} bytes")
+    if len(data) > most:  # it grew after the check
+        raise DamagedFile(f"{path} holds more than the {most} bytes it may")
     return data
 
 
@@ -259,12 +265,25 @@ def read_tail(path: Path, most: int) -> bytes | None:
 
 
 def read_pickle(path: Path, most: int) -> tuple[bool, Any]:
-    """(True, the unpickled value) or (False, None) when there is no such file."""
+    """(True, the unpickled value) or (False, None) when there is no such file; DamagedFile,
+    naming it, for one that cannot be read back."""
     check_folder(path.parent)
     data = read_file(path, most)
     if data is None:
         return False, None
-    return True, pickle.loads(data)
+    try:
+        return True, pickle.loads(data)
+    except Exception as err:  # unpickling raises whatever a damaged stream makes it raise
+        raise DamagedFile(f"{path} cannot be read back ({_why(err)}): "
+                          f"{type(err).__name__}: {err}") from err
+
+
+def _why(err: Exception) -> str:
+    if isinstance(err, (ImportError, AttributeError)):
+        return "it refers to code this process cannot import"
+    if isinstance(err, EOFError) or "truncated" in str(err):
+        return "it is cut short"
+    return "it is not a pickle dispatch wrote"
 
 
 @dataclass(frozen=True)

@@ -294,3 +294,53 @@ def test_nothing_planted_in_a_shared_workdir_runs_and_the_users_module_still_imp
     assert not colorsys_file.startswith(str(shared)), colorsys_file
     assert ran(marker) == []
 
+
+def test_a_damaged_result_file_is_a_typed_error_naming_it(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 32, item 4: each way a result file can be damaged is a DamagedFile naming it,
+    # never a raw EOFError, UnpicklingError or ModuleNotFoundError.
+    import pickle
+
+    from dispatch.errors import DamagedFile
+    from dispatch.fn import calls
+
+    job = executor(env).submit(add, 1, 2)
+    assert job.result(timeout=WAIT_S, poll=0.2) == 3
+    path = job.folder / f"{job.id}.s1.result.pkl"
+    damaged = [
+        ("cut short", pickle.dumps(list(range(100)))[:20]),  # UnpicklingError
+        ("cut short", b""),  # EOFError
+        ("not a pickle dispatch wrote", b"\x00garbage\xff" * 10),
+        ("refers to code this process cannot import", b"cno_such_module_fnsafe\nthing\n."),
+    ]
+    for why, data in damaged:
+        calls.write_file(path, data)
+        with pytest.raises(DamagedFile, match=why) as caught:
+            job.result(timeout=WAIT_S)
+        assert str(path) in str(caught.value)
+    # Over the bound: refused from its size, before a byte of it is read (a sparse file).
+    calls.write_file(path, b"")
+    os.truncate(path, calls.MOST_RESULT_BYTES + 1)
+
+    def no_read(fd: int, most: int) -> bytes:
+        raise AssertionError(f"read {most} bytes of a file over the bound")
+
+    monkeypatch.setattr(calls, "read_at_most", no_read)
+    with pytest.raises(DamagedFile, match=f"{calls.MOST_RESULT_BYTES + 1} bytes, more than"
+                       ) as caught:
+        job.result(timeout=WAIT_S)
+    assert str(path) in str(caught.value)
+
+
+def test_a_damaged_error_file_is_a_typed_error_naming_it(env: Env) -> None:
+    from dispatch.errors import DamagedFile
+    from dispatch.fn import calls
+
+    job = executor(env).submit(raise_broken, "once")
+    with pytest.raises(dispatch.FunctionFailed):
+        job.result(timeout=WAIT_S, poll=0.2)
+    path = job.folder / f"{job.id}.s1.r0.error.pkl"
+    calls.write_file(path, b"cno_such_module_fnsafe\nBroken\n.")
+    with pytest.raises(DamagedFile, match="cannot import") as caught:
+        job.result(timeout=WAIT_S)
+    assert str(path) in str(caught.value)
