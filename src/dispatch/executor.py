@@ -37,6 +37,7 @@ from dispatch.errors import BadInput, StateConflict
 from dispatch.fn.calls import (
     Call,
     Names,
+    check_executor_folder,
     encode_call,
     make_folder,
     write_file,
@@ -76,7 +77,9 @@ _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 class Executor:
     """Submits functions as dispatch jobs. ``folder``: where each call's folder goes (the
     pickled call, the result, each rank's exception and output copy, a checkpoint); it must
-    be reachable at the same path from every node (a shared file system on Slurm).
+    be reachable at the same path from every node (a shared file system on Slurm), and be
+    yours (``UnsafeFolder``, a ``BadInput``, for one another user owns, or that everybody
+    can write without the sticky bit).
     ``backend``: local, slurm or kubeflow. ``store``: the record store, as ``dispatch.submit``.
     Other keywords: as ``update_parameters``."""
 
@@ -86,6 +89,7 @@ class Executor:
             raise BadArgument("folder", "a directory path (str or os.PathLike)", folder)
         _store_url(store)
         self.folder = Path(os.fspath(folder)).absolute()
+        check_executor_folder(self.folder)  # again at each submit, once it exists
         self.store = store
         self._fields: dict[str, Any] = {"backend": backend}
         self._array_parallelism: int | None = None

@@ -151,6 +151,43 @@ def test_the_isolated_launch_runs_the_module_as_minus_m_would(tmp_path: Path) ->
     assert done.returncode == 2 and "usage: python -m dispatch.fn" in done.stderr
 
 
+def test_an_executor_folder_of_another_user_is_refused(tmp_path: Path) -> None:
+    # Issue 32, item 8: refused as call folders are, at Executor() when the folder exists,
+    # else at submit, before anything is written or recorded.
+    store = f"sqlite:///{tmp_path / 'record.sqlite3'}"
+    open_folder = tmp_path / "everybody"
+    open_folder.mkdir()
+    os.chmod(open_folder, 0o777)
+    with pytest.raises(UnsafeFolder, match="written by everybody and is not sticky"):
+        dispatch.Executor(open_folder, store=store)
+    os.chmod(open_folder, 0o1777)  # sticky, like /tmp: nobody can move our folders away
+    dispatch.Executor(open_folder, store=store)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UnsafeFolder, match="not a directory"):
+        dispatch.Executor(tmp_path / "file", store=store)
+    if os.getuid() != 0:
+        return  # only root can make a folder of another user here
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(UnsafeFolder, match="owned by another user"):
+        dispatch.Executor(theirs, store=store)
+    link = tmp_path / "link"
+    os.symlink(tmp_path / "ours-later", link)
+    os.lchown(link, 65534, 65534)
+    (tmp_path / "ours-later").mkdir()
+    with pytest.raises(UnsafeFolder, match="is a link owned by another user"):
+        dispatch.Executor(link, store=store)
+    later = tmp_path / "later"
+    ex = dispatch.Executor(later, store=store)  # absent: made at submit, as ours
+    later.mkdir()
+    os.chown(later, 65534, 65534)
+    with pytest.raises(UnsafeFolder, match="owned by another user"):
+        ex.submit(divmod, 7, 2)
+    assert os.listdir(later) == []
+    assert dispatch.jobs(all=True, store=store) == []
+
+
 def test_call_files_are_private_and_links_are_refused(tmp_path: Path) -> None:
     folder = make_folder(tmp_path / "calls" / "one")
     assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700

@@ -13,7 +13,8 @@ Every file is 0600, written whole (dispatch.files.write_atomic: a fresh temp fil
 O_EXCL|O_NOFOLLOW, then a rename) and read through an O_NOFOLLOW descriptor, its size checked
 before a byte is read. The folder is ours alone (0700): a pickle there is trusted because
 nobody else can write it, so ``read_pickle`` refuses a folder or file another user owns or
-others can write. A file that cannot be read back (over its
+others can write; the executor's folder above it must be ours (or root's) and, when others
+can write it, sticky (``check_executor_folder``). A file that cannot be read back (over its
 bound, cut short, garbage, a pickle of a module this process lacks) is a ``DamagedFile``
 naming it.
 
@@ -185,8 +186,10 @@ def decode_call(data: bytes, job_path: Sequence[str] = ()) -> Call:
 
 
 def make_folder(path: Path) -> Path:
-    """Create the call folder ``path`` (0700, parents as needed); refuse one that exists."""
+    """Create the call folder ``path`` (0700, parents as needed); refuse one that exists, or
+    an executor folder (its parent) another user could put things in."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    check_executor_folder(path.parent)
     os.mkdir(path, FOLDER_MODE)
     os.chmod(path, FOLDER_MODE)  # whatever the umask
     return path
@@ -203,6 +206,30 @@ def check_folder(path: Path) -> None:
     if st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise UnsafeFolder(f"call folder {path} is not ours alone (owner uid {st.st_uid}, "
                            f"mode {stat.S_IMODE(st.st_mode):o}; want 0700)")
+
+
+def check_executor_folder(path: Path) -> None:
+    """Refuse an executor's folder (where the call folders go) that is not a directory, that
+    another user owns (root excepted), or that everybody can write without the sticky bit
+    (anybody could move a call folder away and put another in its place). A link is
+    followed, and must be ours (or root's) too. Nothing is refused when it does not exist
+    yet (``make_folder`` creates it as ours)."""
+    try:
+        link = os.lstat(path)
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    for what, s in (("a link", link), ("a folder", st)):
+        if s.st_uid not in (0, os.getuid()):
+            raise UnsafeFolder(f"executor folder {path} is {what} owned by another user (uid "
+                               f"{s.st_uid}): its call folders could be taken over; use a "
+                               "folder of your own")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeFolder(f"executor folder {path} is not a directory")
+    if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+        raise UnsafeFolder(f"executor folder {path} can be written by everybody and is not "
+                           f"sticky (mode {stat.S_IMODE(st.st_mode):o}); use a folder of "
+                           "your own")
 
 
 def write_file(path: Path, data: bytes) -> None:
