@@ -344,3 +344,23 @@ def test_a_damaged_error_file_is_a_typed_error_naming_it(env: Env) -> None:
     with pytest.raises(DamagedFile, match="cannot import") as caught:
         job.result(timeout=WAIT_S)
     assert str(path) in str(caught.value)
+
+
+def test_a_module_only_the_jobs_pythonpath_names_still_imports(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The isolated bootstrap ignores PYTHONPATH for dispatch's own imports, then gives the
+    # call the job's PYTHONPATH (here from the executor's env=): a function of a module found
+    # only there is still imported and run.
+    import importlib.util
+    import sys
+
+    lib = env.tmp / "lib"
+    lib.mkdir()
+    (lib / "jobonly_fnsafe.py").write_text("def double(x):\n    return 2 * x\n")
+    spec = importlib.util.spec_from_file_location("jobonly_fnsafe", lib / "jobonly_fnsafe.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "jobonly_fnsafe", module)
+    spec.loader.exec_module(module)
+    job = executor(env, env={"PYTHONPATH": str(lib)}).submit(module.double, 21)
+    assert job.result(timeout=WAIT_S, poll=0.2) == 42
