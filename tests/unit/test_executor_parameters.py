@@ -139,6 +139,20 @@ def test_the_jobs_own_path_is_its_workdir_then_its_pythonpath() -> None:
         "/w", "/a", "/w", "/w/rel"]
 
 
+def test_the_bootstrap_applies_the_jobs_python_settings_that_isolation_ignored() -> None:
+    code = (f"import sys; sys.path.insert(0, {package_parent()!r}); "
+            "import faulthandler; from dispatch.fn.bootstrap import apply_job_settings; "
+            "before = (sys.stdout.line_buffering, sys.dont_write_bytecode, "
+            "faulthandler.is_enabled()); "
+            "apply_job_settings({'PYTHONUNBUFFERED': '1', 'PYTHONDONTWRITEBYTECODE': '1', "
+            "'PYTHONFAULTHANDLER': '1'}); "
+            "print(before, (sys.stdout.line_buffering, sys.dont_write_bytecode, "
+            "faulthandler.is_enabled()))")
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.strip() == "(False, False, False) (True, True, True)", done.stderr
+
+
 def test_the_isolated_launch_runs_the_module_as_minus_m_would(tmp_path: Path) -> None:
     # The bootstrap's usage (argv[0] is the module's file, its exit status comes through),
     # from a working directory holding a dispatch/ package that must not be the one run.
