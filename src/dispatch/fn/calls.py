@@ -106,6 +106,32 @@ class RemoteError:
     def one_line(self) -> str:
         return f"{self.type}: {self.message}" if self.message else self.type
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # The exception travels as a pickle of its own: one whose class the reader cannot
+        # import (a module only the node has) leaves it None, not the whole error unread.
+        inner = None
+        if self.exception is not None:
+            try:
+                inner = cloudpickle.dumps(self.exception, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:
+                inner = None  # its type, words and traceback still travel
+        return _remote_error, (self.rank, self.type, self.message, self.traceback, inner)
+
+
+def _remote_error(rank: int, kind: str, message: str, text: str,
+                  inner: bytes | None) -> RemoteError:
+    """A RemoteError as unpickled: the exception rebuilt when this process can."""
+    exception = None
+    if inner is not None:
+        try:
+            exception = pickle.loads(inner)
+        except Exception:
+            exception = None  # its class is not importable here, say
+    if not isinstance(exception, BaseException):
+        exception = None
+    return RemoteError(rank=rank, type=kind, message=message, traceback=text,
+                       exception=exception)
+
 
 def dumps_bounded(value: object, most: int, what: str,
                   too_large: type[DispatchError] | None = None) -> bytes:

@@ -364,3 +364,28 @@ def test_a_module_only_the_jobs_pythonpath_names_still_imports(
     spec.loader.exec_module(module)
     job = executor(env, env={"PYTHONPATH": str(lib)}).submit(module.double, 21)
     assert job.result(timeout=WAIT_S, poll=0.2) == 42
+
+
+def raise_from_a_module_only_the_node_has(lib: str) -> None:
+    import sys
+
+    sys.path.insert(0, lib)
+    import nodeonly_fnsafe  # type: ignore[import-not-found]
+
+    raise nodeonly_fnsafe.NodeError("only the node knows this class")
+
+
+def test_an_exception_whose_class_the_submitter_cannot_import_still_comes_back(
+        env: Env) -> None:
+    # Not a damaged file: the exception's type, words and traceback come back, and the
+    # exception itself is None (its class is in a module the submitter cannot import).
+    lib = env.tmp / "nodelib"
+    lib.mkdir()
+    (lib / "nodeonly_fnsafe.py").write_text("class NodeError(Exception):\n    pass\n")
+    job = executor(env).submit(raise_from_a_module_only_the_node_has, str(lib))
+    with pytest.raises(dispatch.FunctionFailed) as caught:
+        job.result(timeout=WAIT_S, poll=0.2)
+    remote = caught.value.remote
+    assert remote is not None and remote.type == "nodeonly_fnsafe.NodeError"
+    assert remote.message == "only the node knows this class" and remote.exception is None
+    assert "raise nodeonly_fnsafe.NodeError" in remote.traceback
