@@ -61,6 +61,15 @@ class StoreUnusable(DispatchError):
     error_code = "store-unusable"
 
 
+class DamagedFile(DispatchError):
+    """A file dispatch wrote to read back (a function's call, return value or exception) that
+    is over its bound, cut short, not what dispatch writes, or refers to code this process
+    cannot import: the message names the file and what was wrong."""
+
+    exit_code = EXIT_STORE
+    error_code = "damaged-file"
+
+
 class StateConflict(DispatchError):
     """The request does not fit the job's (or object's) state."""
 

@@ -10,7 +10,9 @@ way dispatch supervises any job.
 
 Each call is one job whose spec is made from the executor's parameters (submitit's names
 mapped onto the spec's keys; the spec's own keys are taken too) and whose command is the
-bootstrap ``python -m dispatch.fn FOLDER`` (dispatch/fn/bootstrap.py). The function and its
+bootstrap ``python -m dispatch.fn FOLDER`` (dispatch/fn/bootstrap.py), run isolated
+(``python -I``, dispatch/isolated.py) so that nothing in the job's working directory or
+PYTHONPATH is imported as dispatch or as one of its dependencies. The function and its
 arguments are cloudpickled into the call's own folder under ``folder`` before anything is
 recorded, so a function that cannot be pickled fails at ``submit``.
 """
@@ -32,8 +34,16 @@ from dispatch.api import submit as submit_spec
 from dispatch.core.spec import JobSpec, parse_spec
 from dispatch.core.suggest import did_you_mean
 from dispatch.errors import BadInput, StateConflict
-from dispatch.fn.calls import Call, Names, encode_call, make_folder, write_file
+from dispatch.fn.calls import (
+    Call,
+    Names,
+    check_executor_folder,
+    encode_call,
+    make_folder,
+    write_file,
+)
 from dispatch.fn.job import FunctionJob
+from dispatch.isolated import isolated_argv, package_parent
 
 __all__ = ["Executor"]
 
@@ -67,7 +77,9 @@ _NAME_CHARS = re.compile(r"[^A-Za-z0-9_.-]+")
 class Executor:
     """Submits functions as dispatch jobs. ``folder``: where each call's folder goes (the
     pickled call, the result, each rank's exception and output copy, a checkpoint); it must
-    be reachable at the same path from every node (a shared file system on Slurm).
+    be reachable at the same path from every node (a shared file system on Slurm), and be
+    yours (``UnsafeFolder``, a ``BadInput``, for one another user owns, or that everybody
+    can write without the sticky bit).
     ``backend``: local, slurm or kubeflow. ``store``: the record store, as ``dispatch.submit``.
     Other keywords: as ``update_parameters``."""
 
@@ -77,6 +89,7 @@ class Executor:
             raise BadArgument("folder", "a directory path (str or os.PathLike)", folder)
         _store_url(store)
         self.folder = Path(os.fspath(folder)).absolute()
+        check_executor_folder(self.folder)  # again at each submit, once it exists
         self.store = store
         self._fields: dict[str, Any] = {"backend": backend}
         self._array_parallelism: int | None = None
@@ -209,13 +222,16 @@ class Executor:
         return self.folder / f"{self._name(fn)[:40]}-{secrets.token_hex(6)}"
 
     def _spec(self, folder: Path, name: str, array: str | None = None) -> JobSpec:
-        # The submitter's Python where the nodes share this machine's paths; a pod runs its
-        # image's python (which must have dispatch installed).
-        python = "python" if self.backend == "kubeflow" else sys.executable
-        command = [python, "-m", "dispatch.fn", str(folder)]
+        # The submitter's Python and dispatch where the nodes share this machine's paths; a
+        # pod runs its image's python (which must have dispatch installed). Isolated either
+        # way: nothing in the job's working directory or PYTHONPATH runs as dispatch.
+        args = [str(folder)] if array is None else [str(folder), "--array"]
+        if self.backend == "kubeflow":
+            command = isolated_argv("python", "dispatch.fn", args, None)
+        else:
+            command = isolated_argv(sys.executable, "dispatch.fn", args, package_parent())
         fields = copy.deepcopy(self._fields)
         if array is not None:
-            command.append("--array")
             fields.setdefault("slurm", {})["array"] = array
         return parse_spec({**fields, "name": name, "command": command}, "<executor>")
 

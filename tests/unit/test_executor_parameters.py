@@ -16,6 +16,7 @@ import pytest
 
 import dispatch
 from dispatch.core.spec import SpecError
+from dispatch.fn.bootstrap import job_path
 from dispatch.fn.calls import (
     Call,
     CallTooLarge,
@@ -24,12 +25,15 @@ from dispatch.fn.calls import (
     UnsafeFolder,
     decode_call,
     encode_call,
+    import_path,
     make_folder,
+    open_to_others,
     read_pickle,
     write_file,
 )
 from dispatch.fn.checkpoint import checkpoint_hook
 from dispatch.fn.distributed import distributed_environment, first_host
+from dispatch.isolated import LAUNCH, isolated_argv, package_parent
 
 
 def test_submitit_names_map_onto_the_spec(tmp_path: Path) -> None:
@@ -46,7 +50,10 @@ def test_submitit_names_map_onto_the_spec(tmp_path: Path) -> None:
     assert spec.slurm == {"partition": "low", "gpus_per_node": 1, "cpus_per_task": 2,
                           "extra": ["--mail-type=END"], "exclusive": True}
     assert spec.policy.rules[0].budget == 2
-    assert spec.command == (sys.executable, "-m", "dispatch.fn", str(tmp_path / "call"))
+    # Isolated (python -I) with this process's dispatch: nothing from the job's working
+    # directory or PYTHONPATH runs as dispatch (issue 32).
+    assert spec.command == (sys.executable, "-I", "-c", LAUNCH, package_parent(),
+                            "dispatch.fn", str(tmp_path / "call"))
 
 
 def test_an_unknown_name_is_refused_with_the_valid_ones(tmp_path: Path) -> None:
@@ -90,6 +97,109 @@ def test_a_call_round_trips_with_the_submitters_path(tmp_path: Path) -> None:
     call = decode_call(encode_call(Call(divmod, (7, 2)), sys_path=[str(tmp_path)]))
     assert call() == (3, 1) and str(tmp_path) in sys.path
     sys.path.remove(str(tmp_path))
+
+
+def test_import_path_keeps_the_submitters_order_and_puts_shared_directories_last() -> None:
+    # Issue 32: the call's path is the submitter's, in its order, then what the interpreter
+    # has that it lacks; a directory others can write comes after all of them, so a module
+    # planted there never shadows one found elsewhere (but one only there is still found).
+    shared = {"/scratch", ""}
+    path = import_path(installed=["/usr/lib/py", "/site"],
+                       wanted=["/home/me/proj", "/scratch", "/usr/lib/py", "/home/me/proj",
+                               "", "/job/extra"],
+                       open_to_others=lambda entry: entry in shared)
+    assert path == ["/home/me/proj", "/usr/lib/py", "/job/extra", "/site", "/scratch", ""]
+
+
+def test_a_path_entry_is_open_to_others_when_they_can_put_a_module_there(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ours = tmp_path / "ours"
+    ours.mkdir(mode=0o755)
+    assert not open_to_others(str(ours))
+    everybody = tmp_path / "everybody"
+    everybody.mkdir()
+    for mode in (0o777, 0o1777):  # sticky or not, a new name can be made there
+        os.chmod(everybody, mode)
+        assert open_to_others(str(everybody))
+    assert open_to_others(str(tmp_path / "absent"))  # whoever makes it chooses its modules
+    monkeypatch.chdir(everybody)
+    assert open_to_others("")  # '' is the working directory
+    if os.getuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir(mode=0o755)
+        os.chown(theirs, 65534, 65534)
+        assert open_to_others(str(theirs))
+
+
+def test_the_jobs_own_path_is_its_workdir_then_its_pythonpath() -> None:
+    assert job_path({}, "/w") == ["/w"]
+    # An empty entry is the working directory and a relative one is under it, as Python
+    # reads PYTHONPATH.
+    assert job_path({"PYTHONPATH": f"/a{os.pathsep}{os.pathsep}rel"}, "/w") == [
+        "/w", "/a", "/w", "/w/rel"]
+
+
+def test_the_bootstrap_applies_the_jobs_python_settings_that_isolation_ignored() -> None:
+    code = (f"import sys; sys.path.insert(0, {package_parent()!r}); "
+            "import faulthandler; from dispatch.fn.bootstrap import apply_job_settings; "
+            "before = (sys.stdout.line_buffering, sys.dont_write_bytecode, "
+            "faulthandler.is_enabled()); "
+            "apply_job_settings({'PYTHONUNBUFFERED': '1', 'PYTHONDONTWRITEBYTECODE': '1', "
+            "'PYTHONFAULTHANDLER': '1'}); "
+            "print(before, (sys.stdout.line_buffering, sys.dont_write_bytecode, "
+            "faulthandler.is_enabled()))")
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.strip() == "(False, False, False) (True, True, True)", done.stderr
+
+
+def test_the_isolated_launch_runs_the_module_as_minus_m_would(tmp_path: Path) -> None:
+    # The bootstrap's usage (argv[0] is the module's file, its exit status comes through),
+    # from a working directory holding a dispatch/ package that must not be the one run.
+    (tmp_path / "dispatch").mkdir()
+    (tmp_path / "dispatch" / "__init__.py").write_text("raise SystemExit(99)\n")
+    argv = isolated_argv(sys.executable, "dispatch.fn", [], package_parent())
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                          env=env)
+    assert done.returncode == 2 and "usage: python -m dispatch.fn" in done.stderr
+
+
+def test_an_executor_folder_of_another_user_is_refused(tmp_path: Path) -> None:
+    # Issue 32, item 8: refused as call folders are, at Executor() when the folder exists,
+    # else at submit, before anything is written or recorded.
+    store = f"sqlite:///{tmp_path / 'record.sqlite3'}"
+    open_folder = tmp_path / "everybody"
+    open_folder.mkdir()
+    os.chmod(open_folder, 0o777)
+    with pytest.raises(UnsafeFolder, match="written by everybody and is not sticky"):
+        dispatch.Executor(open_folder, store=store)
+    os.chmod(open_folder, 0o1777)  # sticky, like /tmp: nobody can move our folders away
+    dispatch.Executor(open_folder, store=store)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UnsafeFolder, match="not a directory"):
+        dispatch.Executor(tmp_path / "file", store=store)
+    if os.getuid() != 0:
+        return  # only root can make a folder of another user here
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(UnsafeFolder, match="owned by another user"):
+        dispatch.Executor(theirs, store=store)
+    link = tmp_path / "link"
+    os.symlink(tmp_path / "ours-later", link)
+    os.lchown(link, 65534, 65534)
+    (tmp_path / "ours-later").mkdir()
+    with pytest.raises(UnsafeFolder, match="is a link owned by another user"):
+        dispatch.Executor(link, store=store)
+    later = tmp_path / "later"
+    ex = dispatch.Executor(later, store=store)  # absent: made at submit, as ours
+    later.mkdir()
+    os.chown(later, 65534, 65534)
+    with pytest.raises(UnsafeFolder, match="owned by another user"):
+        ex.submit(divmod, 7, 2)
+    assert os.listdir(later) == []
+    assert dispatch.jobs(all=True, store=store) == []
 
 
 def test_call_files_are_private_and_links_are_refused(tmp_path: Path) -> None:
@@ -162,7 +272,7 @@ def test_on_kubeflow_the_pod_runs_its_images_python_and_knows_its_job(tmp_path: 
     ex = dispatch.Executor(tmp_path, backend="kubeflow", nodes=2,
                            kubeflow={"runtime": "torch-distributed"})
     spec = ex._spec(tmp_path / "c", "f")
-    assert spec.command == ("python", "-m", "dispatch.fn", str(tmp_path / "c"))
+    assert spec.command == ("python", "-I", "-m", "dispatch.fn", str(tmp_path / "c"))
     manifest = build_trainjob(Submission(job_id="j1", number=2, token="j1.2", spec=spec,
                                          gated=False), "default")
     env = {e["name"]: e["value"] for e in manifest["spec"]["trainer"]["env"]}

@@ -1,4 +1,16 @@
-"""What every node of a function's job runs: ``python -m dispatch.fn FOLDER [--array]``.
+"""What every node of a function's job runs: ``python -m dispatch.fn FOLDER [--array]``,
+isolated (``python -I``, dispatch/isolated.py: the Executor's command).
+
+Isolated, the interpreter puts neither the job's working directory nor a PYTHONPATH on the
+path, so dispatch and what it imports (cloudpickle, ...) come from the installation that
+submitted the call, never from a ``dispatch/`` or ``cloudpickle.py`` someone left in a shared
+working directory. Only then is the path made the call's (calls.import_path): the
+submitter's ``sys.path``, then the working directory and the job's PYTHONPATH, so your own
+modules are imported as they were where ``submit`` ran; a directory of these that other
+users can write goes after the interpreter's own. Of the job's other PYTHON* variables,
+which ``-I`` ignores, PYTHONUNBUFFERED (as line-buffered output), PYTHONFAULTHANDLER and
+PYTHONDONTWRITEBYTECODE are applied here; the ones that only act at start-up
+(PYTHONHASHSEED, PYTHONOPTIMIZE, PYTHONUTF8, PYTHONWARNINGS, ...) are not.
 
 It sets the distributed environment (distributed.py), copies its output to the call folder
 (stdout and stderr per rank, as well as to the job's own log), loads the call (the stored
@@ -20,6 +32,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, TextIO
@@ -157,21 +170,43 @@ def write_error(names: Names, submission: int, error: RemoteError) -> None:
             pass  # a courtesy: the error file in the call folder is what result() reads
 
 
-def load_call(names: Names) -> tuple[Call, bool]:
+def load_call(names: Names, job_path: list[str] | None = None) -> tuple[Call, bool]:
     """The call to run and whether it is a stored checkpoint (only from a folder of ours
-    alone: a pickle is code)."""
+    alone: a pickle is code), unpickled with the path of ``decode_call``."""
     check_folder(names.folder)
     for path, resumed in ((names.checkpoint(), True), (names.call(), False)):
         data = read_file(path, MOST_CALL_BYTES + 1024**2)
         if data is not None:
-            return decode_call(data), resumed
+            return decode_call(data, job_path or []), resumed
     raise FileNotFoundError(f"no call in {names.folder}")
+
+
+def job_path(env: Mapping[str, str], cwd: str) -> list[str]:
+    """The job's own import path for its code: the working directory, then its PYTHONPATH's
+    entries (an empty one is the working directory, as Python reads it)."""
+    entries = env.get("PYTHONPATH", "").split(os.pathsep) if env.get("PYTHONPATH") else []
+    return [cwd, *(os.path.join(cwd, e) if e else cwd for e in entries)]
+
+
+def apply_job_settings(env: Mapping[str, str]) -> None:
+    """The job's PYTHON* settings an isolated interpreter ignored that still apply now."""
+    if env.get("PYTHONUNBUFFERED"):
+        for stream in (sys.stdout, sys.stderr):
+            if isinstance(stream, io.TextIOWrapper):
+                stream.reconfigure(line_buffering=True, write_through=True)
+    if env.get("PYTHONDONTWRITEBYTECODE"):
+        sys.dont_write_bytecode = True
+    if env.get("PYTHONFAULTHANDLER"):
+        import faulthandler
+
+        faulthandler.enable()
 
 
 def main(argv: list[str]) -> int:
     if len(argv) not in (2, 3) or (len(argv) == 3 and argv[2] != "--array"):
         print("usage: python -m dispatch.fn FOLDER [--array]", file=sys.stderr)
         return 2
+    apply_job_settings(os.environ)
     os.environ.update(distributed_environment(os.environ))
     rank = int(os.environ["RANK"])
     task = int(os.environ["SLURM_ARRAY_TASK_ID"]) if len(argv) == 3 else None
@@ -185,14 +220,15 @@ def main(argv: list[str]) -> int:
     tee = Tee({"stdout": names.output(submission, rank, "stdout"),
                "stderr": names.output(submission, rank, "stderr")})
     try:
-        return run(names, rank, submission, tee)
+        return run(names, rank, submission, tee, job_path(os.environ, os.getcwd()))
     finally:
         tee.close()
 
 
-def run(names: Names, rank: int, submission: int, tee: Tee) -> int:
+def run(names: Names, rank: int, submission: int, tee: Tee,
+        path: list[str] | None = None) -> int:
     try:
-        call, resumed = load_call(names)
+        call, resumed = load_call(names, path)
     except Exception as err:
         write_error(names, submission, remote_error(err, rank))
         traceback.print_exc()

@@ -10,9 +10,22 @@ One folder per submitted call (``<executor folder>/<name>-<token>``, mode 0700),
     <job>.s<N>.r<R>.stdout|stderr     a copy of rank R's output
 
 Every file is 0600, written whole (dispatch.files.write_atomic: a fresh temp file opened
-O_EXCL|O_NOFOLLOW, then a rename) and read through an O_NOFOLLOW descriptor, bounded. The
-folder is ours alone (0700): a pickle there is trusted because nobody else can write it, so
-``read_pickle`` refuses a folder or file another user owns or others can write.
+O_EXCL|O_NOFOLLOW, then a rename) and read through an O_NOFOLLOW descriptor, its size checked
+before a byte is read. The folder is ours alone (0700): a pickle there is trusted because
+nobody else can write it, so ``read_pickle`` refuses a folder or file another user owns or
+others can write; the executor's folder above it must be ours (or root's) and, when others
+can write it, sticky (``check_executor_folder``). A file that cannot be read back (over its
+bound, cut short, garbage, a pickle of a module this process lacks) is a ``DamagedFile``
+naming it.
+
+The call is unpickled with the submitter's ``sys.path`` (``decode_call``, ``import_path``):
+a function pickled by reference (a module of yours) is imported by the same name from the
+same place as where ``submit`` ran. The bootstrap has imported dispatch and its dependencies
+before (isolated: dispatch/isolated.py), so nothing on that path can stand in for them; and a
+directory on it that other users can write (a shared scratch directory, the job's working
+directory there) goes after the interpreter's own: a module planted there is never imported
+in place of the standard library's or an installed one, while your own modules there are
+still found.
 """
 
 from __future__ import annotations
@@ -21,13 +34,14 @@ import os
 import pickle
 import stat
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import cloudpickle
 
-from dispatch.errors import BadInput, DispatchError, NotFound
+from dispatch.errors import BadInput, DamagedFile, DispatchError, NotFound
 from dispatch.files import read_at_most, write_atomic
 
 # A call (the function, its arguments and what it closes over) and a result travel through a
@@ -92,6 +106,32 @@ class RemoteError:
     def one_line(self) -> str:
         return f"{self.type}: {self.message}" if self.message else self.type
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # The exception travels as a pickle of its own: one whose class the reader cannot
+        # import (a module only the node has) leaves it None, not the whole error unread.
+        inner = None
+        if self.exception is not None:
+            try:
+                inner = cloudpickle.dumps(self.exception, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:
+                inner = None  # its type, words and traceback still travel
+        return _remote_error, (self.rank, self.type, self.message, self.traceback, inner)
+
+
+def _remote_error(rank: int, kind: str, message: str, text: str,
+                  inner: bytes | None) -> RemoteError:
+    """A RemoteError as unpickled: the exception rebuilt when this process can."""
+    exception = None
+    if inner is not None:
+        try:
+            exception = pickle.loads(inner)
+        except Exception:
+            exception = None  # its class is not importable here, say
+    if not isinstance(exception, BaseException):
+        exception = None
+    return RemoteError(rank=rank, type=kind, message=message, traceback=text,
+                       exception=exception)
+
 
 def dumps_bounded(value: object, most: int, what: str,
                   too_large: type[DispatchError] | None = None) -> bytes:
@@ -130,11 +170,41 @@ def encode_call(call: Call, sys_path: list[str] | None = None) -> bytes:
     return pickle.dumps({"sys_path": path, "call": inner}, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def decode_call(data: bytes) -> Call:
+def import_path(installed: Sequence[str], wanted: Sequence[str],
+                open_to_others: Callable[[str], bool]) -> list[str]:
+    """The ``sys.path`` a call is unpickled and run with. ``wanted``: the submitter's
+    ``sys.path``, then the job's working directory and PYTHONPATH entries; ``installed``:
+    this interpreter's own (isolated) path. ``wanted`` keeps its order, then come the
+    installed entries it lacks, and last every entry ``open_to_others`` says other users can
+    write, so nothing planted there shadows a module found elsewhere. Pure."""
+    ours: list[str] = []
+    shared: list[str] = []
+    seen: set[str] = set()
+    for entry in wanted:
+        if entry not in seen:
+            seen.add(entry)
+            (shared if open_to_others(entry) else ours).append(entry)
+    return [*ours, *(e for e in installed if e not in seen), *shared]
+
+
+def open_to_others(entry: str) -> bool:
+    """Whether another user can put a module in the path entry ``entry`` (a directory or a
+    zip file; '' is the working directory): it is not ours nor root's, or everybody can write
+    it (sticky or not: a new name can be created). One that is not there counts: whoever makes
+    it chooses what it holds."""
+    try:
+        st = os.stat(entry or os.curdir)
+    except OSError:
+        return True
+    return st.st_uid not in (0, os.getuid()) or bool(st.st_mode & stat.S_IWOTH)
+
+
+def decode_call(data: bytes, job_path: Sequence[str] = ()) -> Call:
+    """The call in ``data`` (call.pkl's bytes), unpickled once ``sys.path`` is
+    ``import_path`` of the submitter's path and ``job_path``."""
     outer = pickle.loads(data)
-    for entry in reversed(outer["sys_path"]):
-        if entry not in sys.path:
-            sys.path.insert(0, entry)
+    sys.path[:] = import_path(list(sys.path), [*outer["sys_path"], *job_path],
+                              open_to_others)
     call = pickle.loads(outer["call"])
     if not isinstance(call, Call):
         raise TypeError(f"a call file holds a {type(call).__name__}, not a Call")
@@ -142,8 +212,10 @@ def decode_call(data: bytes) -> Call:
 
 
 def make_folder(path: Path) -> Path:
-    """Create the call folder ``path`` (0700, parents as needed); refuse one that exists."""
+    """Create the call folder ``path`` (0700, parents as needed); refuse one that exists, or
+    an executor folder (its parent) another user could put things in."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    check_executor_folder(path.parent)
     os.mkdir(path, FOLDER_MODE)
     os.chmod(path, FOLDER_MODE)  # whatever the umask
     return path
@@ -160,6 +232,30 @@ def check_folder(path: Path) -> None:
     if st.st_uid != os.getuid() or st.st_mode & 0o077:
         raise UnsafeFolder(f"call folder {path} is not ours alone (owner uid {st.st_uid}, "
                            f"mode {stat.S_IMODE(st.st_mode):o}; want 0700)")
+
+
+def check_executor_folder(path: Path) -> None:
+    """Refuse an executor's folder (where the call folders go) that is not a directory, that
+    another user owns (root excepted), or that everybody can write without the sticky bit
+    (anybody could move a call folder away and put another in its place). A link is
+    followed, and must be ours (or root's) too. Nothing is refused when it does not exist
+    yet (``make_folder`` creates it as ours)."""
+    try:
+        link = os.lstat(path)
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    for what, s in (("a link", link), ("a folder", st)):
+        if s.st_uid not in (0, os.getuid()):
+            raise UnsafeFolder(f"executor folder {path} is {what} owned by another user (uid "
+                               f"{s.st_uid}): its call folders could be taken over; use a "
+                               "folder of your own")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeFolder(f"executor folder {path} is not a directory")
+    if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+        raise UnsafeFolder(f"executor folder {path} can be written by everybody and is not "
+                           f"sticky (mode {stat.S_IMODE(st.st_mode):o}); use a folder of "
+                           "your own")
 
 
 def write_file(path: Path, data: bytes) -> None:
@@ -192,16 +288,19 @@ def _open_ours(path: Path, *, private: bool) -> int | None:
 
 def read_file(path: Path, most: int) -> bytes | None:
     """The bytes of ``path`` (None when absent), read without following a link; UnsafeFolder
-    for a link, another owner, a mode open to others; ResultTooLarge past ``most``."""
+    for a link, another owner, a mode open to others; DamagedFile past ``most``."""
     fd = _open_ours(path, private=True)
     if fd is None:
         return None
     try:
+        size = os.fstat(fd).st_size  # before a byte is read: a huge file costs nothing
+        if size > most:
+            raise DamagedFile(f"{path} holds {size} bytes, more than the {most} it may")
         data = read_at_most(fd, most + 1)
     finally:
         os.close(fd)
-    if len(data) > most:
-        raise ResultTooLarge(f"{path} holds more than {most} bytes")
+    if len(data) > most:  # it grew after the check
+        raise DamagedFile(f"{path} holds more than the {most} bytes it may")
     return data
 
 
@@ -219,12 +318,25 @@ def read_tail(path: Path, most: int) -> bytes | None:
 
 
 def read_pickle(path: Path, most: int) -> tuple[bool, Any]:
-    """(True, the unpickled value) or (False, None) when there is no such file."""
+    """(True, the unpickled value) or (False, None) when there is no such file; DamagedFile,
+    naming it, for one that cannot be read back."""
     check_folder(path.parent)
     data = read_file(path, most)
     if data is None:
         return False, None
-    return True, pickle.loads(data)
+    try:
+        return True, pickle.loads(data)
+    except Exception as err:  # unpickling raises whatever a damaged stream makes it raise
+        raise DamagedFile(f"{path} cannot be read back ({_why(err)}): "
+                          f"{type(err).__name__}: {err}") from err
+
+
+def _why(err: Exception) -> str:
+    if isinstance(err, (ImportError, AttributeError)):
+        return "it refers to code this process cannot import"
+    if isinstance(err, EOFError) or "truncated" in str(err):
+        return "it is cut short"
+    return "it is not a pickle dispatch wrote"
 
 
 @dataclass(frozen=True)

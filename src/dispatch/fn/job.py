@@ -105,7 +105,10 @@ class FunctionJob(Generic[R]):
     def result(self, timeout: float | None = None, *, poll: float = WAIT_POLL_S) -> R:
         """Wait for the job (supervising it, as ``Job.wait``) and return rank 0's return
         value. Raises ``FunctionFailed`` (a ``JobFailed``) when the job did not succeed,
-        carrying the cause and the remote exception; ``TimeoutError`` after ``timeout``."""
+        carrying the cause and the remote exception; ``TimeoutError`` after ``timeout``;
+        ``DamagedFile`` (a ``DispatchError``, naming the file) for a result or exception file
+        that cannot be read back: over its bound (refused from its size, unread), cut short,
+        not a pickle, or one that refers to a module this process cannot import."""
         final = self.job.wait(timeout, poll=poll)
         if final.state is State.SUCCEEDED or self.task is not None:
             # A task of an array returns its value even when another task failed the array.

@@ -250,3 +250,142 @@ def test_the_bootstrap_runs_nothing_from_a_folder_others_can_write(tmp_path: Pat
     usage = subprocess.run([sys.executable, "-m", "dispatch.fn"], capture_output=True,
                            text=True, timeout=60)
     assert usage.returncode == 2 and "usage: python -m dispatch.fn" in usage.stderr
+
+
+USER_MODULE = '''
+import colorsys
+
+
+def triple(x):
+    return x * 3, colorsys.__file__
+'''
+
+
+def test_nothing_planted_in_a_shared_workdir_runs_and_the_users_module_still_imports(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 32, item 1: a 0777 working directory where another user planted a dispatch/
+    # package, a cloudpickle.py, a msgspec.py and a colorsys.py, each writing the marker
+    # when imported; the job's PYTHONPATH names it too. A function of the test module and
+    # one of a module of the submitter's own in that directory (pickled by reference) still
+    # return their values, and nothing planted ever runs.
+    import importlib.util
+    import sys
+
+    from planted import plant, ran
+
+    shared = env.tmp / "scratch"
+    marker = env.tmp / "planted-ran"
+    plant(shared, marker)
+    (shared / "usermod_fnsafe.py").write_text(USER_MODULE)
+    spec = importlib.util.spec_from_file_location("usermod_fnsafe", shared / "usermod_fnsafe.py")
+    assert spec is not None and spec.loader is not None
+    usermod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "usermod_fnsafe", usermod)
+    spec.loader.exec_module(usermod)
+    monkeypatch.chdir(shared)  # the job's working directory: where submit ran
+    monkeypatch.setenv("PYTHONPATH", str(shared))
+    ex = executor(env)
+    add_job = ex.submit(add, 2, 3)
+    user_job = ex.submit(usermod.triple, 7)
+    assert add_job.result(timeout=WAIT_S, poll=0.2) == 5
+    value, colorsys_file = user_job.result(timeout=WAIT_S, poll=0.2)
+    assert value == 21
+    # The standard library's colorsys, not the one planted beside the user's module.
+    assert not colorsys_file.startswith(str(shared)), colorsys_file
+    assert ran(marker) == []
+
+
+def test_a_damaged_result_file_is_a_typed_error_naming_it(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 32, item 4: each way a result file can be damaged is a DamagedFile naming it,
+    # never a raw EOFError, UnpicklingError or ModuleNotFoundError.
+    import pickle
+
+    from dispatch.errors import DamagedFile
+    from dispatch.fn import calls
+
+    job = executor(env).submit(add, 1, 2)
+    assert job.result(timeout=WAIT_S, poll=0.2) == 3
+    path = job.folder / f"{job.id}.s1.result.pkl"
+    damaged = [
+        ("cut short", pickle.dumps(list(range(100)))[:20]),  # UnpicklingError
+        ("cut short", b""),  # EOFError
+        ("not a pickle dispatch wrote", b"\x00garbage\xff" * 10),
+        ("refers to code this process cannot import", b"cno_such_module_fnsafe\nthing\n."),
+    ]
+    for why, data in damaged:
+        calls.write_file(path, data)
+        with pytest.raises(DamagedFile, match=why) as caught:
+            job.result(timeout=WAIT_S)
+        assert str(path) in str(caught.value)
+    # Over the bound: refused from its size, before a byte of it is read (a sparse file).
+    calls.write_file(path, b"")
+    os.truncate(path, calls.MOST_RESULT_BYTES + 1)
+
+    def no_read(fd: int, most: int) -> bytes:
+        raise AssertionError(f"read {most} bytes of a file over the bound")
+
+    monkeypatch.setattr(calls, "read_at_most", no_read)
+    with pytest.raises(DamagedFile, match=f"{calls.MOST_RESULT_BYTES + 1} bytes, more than"
+                       ) as caught:
+        job.result(timeout=WAIT_S)
+    assert str(path) in str(caught.value)
+
+
+def test_a_damaged_error_file_is_a_typed_error_naming_it(env: Env) -> None:
+    from dispatch.errors import DamagedFile
+    from dispatch.fn import calls
+
+    job = executor(env).submit(raise_broken, "once")
+    with pytest.raises(dispatch.FunctionFailed):
+        job.result(timeout=WAIT_S, poll=0.2)
+    path = job.folder / f"{job.id}.s1.r0.error.pkl"
+    calls.write_file(path, b"cno_such_module_fnsafe\nBroken\n.")
+    with pytest.raises(DamagedFile, match="cannot import") as caught:
+        job.result(timeout=WAIT_S)
+    assert str(path) in str(caught.value)
+
+
+def test_a_module_only_the_jobs_pythonpath_names_still_imports(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The isolated bootstrap ignores PYTHONPATH for dispatch's own imports, then gives the
+    # call the job's PYTHONPATH (here from the executor's env=): a function of a module found
+    # only there is still imported and run.
+    import importlib.util
+    import sys
+
+    lib = env.tmp / "lib"
+    lib.mkdir()
+    (lib / "jobonly_fnsafe.py").write_text("def double(x):\n    return 2 * x\n")
+    spec = importlib.util.spec_from_file_location("jobonly_fnsafe", lib / "jobonly_fnsafe.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "jobonly_fnsafe", module)
+    spec.loader.exec_module(module)
+    job = executor(env, env={"PYTHONPATH": str(lib)}).submit(module.double, 21)
+    assert job.result(timeout=WAIT_S, poll=0.2) == 42
+
+
+def raise_from_a_module_only_the_node_has(lib: str) -> None:
+    import sys
+
+    sys.path.insert(0, lib)
+    import nodeonly_fnsafe  # type: ignore[import-not-found]
+
+    raise nodeonly_fnsafe.NodeError("only the node knows this class")
+
+
+def test_an_exception_whose_class_the_submitter_cannot_import_still_comes_back(
+        env: Env) -> None:
+    # Not a damaged file: the exception's type, words and traceback come back, and the
+    # exception itself is None (its class is in a module the submitter cannot import).
+    lib = env.tmp / "nodelib"
+    lib.mkdir()
+    (lib / "nodeonly_fnsafe.py").write_text("class NodeError(Exception):\n    pass\n")
+    job = executor(env).submit(raise_from_a_module_only_the_node_has, str(lib))
+    with pytest.raises(dispatch.FunctionFailed) as caught:
+        job.result(timeout=WAIT_S, poll=0.2)
+    remote = caught.value.remote
+    assert remote is not None and remote.type == "nodeonly_fnsafe.NodeError"
+    assert remote.message == "only the node knows this class" and remote.exception is None
+    assert "raise nodeonly_fnsafe.NodeError" in remote.traceback

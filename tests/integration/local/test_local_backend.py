@@ -411,3 +411,23 @@ def test_a_runner_told_to_terminate_kills_its_nodes_and_says_unknown(local: Loca
     assert "received SIGTERM" in report.cause.detail
     for pid in nodes:
         assert not alive(pid)
+
+
+def test_the_runner_imports_nothing_from_the_jobs_workdir_or_pythonpath(
+        local: Local, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 32, item 1: the job's working directory, 0777, holds a dispatch/ package, a
+    # msgspec.py and a cloudpickle.py another user planted, and the submitter's PYTHONPATH
+    # names it. The runner (dispatch's own code) imports none of them; the job's own command
+    # runs there with its environment as it was.
+    from planted import plant, ran
+
+    shared = tmp_path / "scratch"
+    marker = tmp_path / "planted-ran"
+    plant(shared, marker)
+    monkeypatch.setenv("PYTHONPATH", str(shared))
+    code = ("import os, pathlib; "
+            "pathlib.Path('ran').write_text(os.getcwd() + ' ' + os.environ['PYTHONPATH'])")
+    ref, _ = local.submit((PY, "-c", code), workdir=str(shared))
+    assert local.ended(ref).state is State.SUCCEEDED
+    assert (shared / "ran").read_text() == f"{shared} {shared}"
+    assert ran(marker) == []

@@ -76,6 +76,7 @@ from dispatch.core.model import (
 from dispatch.core.policy import Declarations
 from dispatch.core.spec import JobSpec, SpecError
 from dispatch.files import create_exclusive, fsync_dir, write_atomic
+from dispatch.isolated import isolated_argv, package_parent
 from dispatch.paths import state_home
 
 RUNNER_MODULE = "dispatch.backends.local.runner"
@@ -133,8 +134,13 @@ class LocalBackend:
 
     def plan(self, submission: Submission) -> LocalDryRun:
         """The runner and nodes ``submit`` would start, as data."""
-        return dry_run(submission, root=self.root, python=self.python,
-                       kill_grace=self.kill_grace, runner_module=RUNNER_MODULE)
+        return dry_run(submission, root=self.root, kill_grace=self.kill_grace,
+                       runner_argv=self.runner_argv(f"{self.root}/objects/<ref>"))
+
+    def runner_argv(self, objdir: str) -> tuple[str, ...]:
+        """``python -m dispatch.backends.local.runner OBJDIR``, isolated (dispatch/isolated.py):
+        the runner imports nothing from a working directory or a PYTHONPATH."""
+        return tuple(isolated_argv(self.python, RUNNER_MODULE, [objdir], package_parent()))
 
     def ready(self) -> None:
         """Nothing to check before the first submit creates the root."""
@@ -179,7 +185,7 @@ class LocalBackend:
         try:
             with open(stage / RUNNER_LOG, "ab") as log:
                 proc = subprocess.Popen(  # noqa: S603 - an argv list, never a shell
-                    [self.python, "-m", RUNNER_MODULE, str(final)],
+                    self.runner_argv(str(final)),
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     cwd=self.root, env=runner_environment(), start_new_session=True,
                     close_fds=True)

@@ -17,9 +17,6 @@ from dispatch.backends.local.output import NodeOutput
 from dispatch.backends.local.procs import ProcStat, descendants, read_proc_stat
 from dispatch.backends.local.wire import (
     MARK_VAR,
-    ORIGINAL_PYTHONPATH,
-    SET_PREFIX,
-    UNSET,
     NodeStatus,
     ObjectMeta,
     node_name,
@@ -175,27 +172,16 @@ def dispatch_variables(meta: ObjectMeta, master_port: int | None) -> dict[str, s
 def node_environment(meta: ObjectMeta, master_port: int) -> dict[str, str]:
     """The nodes' environment: the submitter's, the spec's, then dispatch's variables."""
     env = dict(os.environ)
-    original = env.pop(ORIGINAL_PYTHONPATH, None)
-    if original == UNSET:
-        env.pop("PYTHONPATH", None)
-    elif original is not None and original.startswith(SET_PREFIX):
-        env["PYTHONPATH"] = original[len(SET_PREFIX):]
     env.update(meta.env)
     env.update(dispatch_variables(meta, master_port))
     return env
 
 
 def runner_environment() -> dict[str, str]:
-    """The runner's: the submitter's environment, plus what the runner needs to import
-    dispatch; ``node_environment`` gives the nodes the original PYTHONPATH back."""
-    import dispatch
-
-    env = dict(os.environ)
-    package_parent = str(Path(dispatch.__file__).resolve().parent.parent)
-    original = env.get("PYTHONPATH")
-    env[ORIGINAL_PYTHONPATH] = SET_PREFIX + original if original is not None else UNSET
-    env["PYTHONPATH"] = package_parent + (os.pathsep + original if original else "")
-    return env
+    """The runner's: the submitter's environment as it is, for the nodes. The runner itself
+    runs isolated (``python -I``, dispatch/isolated.py): no PYTHON* variable of it reaches
+    the runner's own imports."""
+    return dict(os.environ)
 
 
 def free_port() -> int:

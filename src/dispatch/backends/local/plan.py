@@ -76,8 +76,8 @@ class LocalDryRun(msgspec.Struct, frozen=True, kw_only=True):
         return "\n".join(lines)
 
 
-def dry_run(submission: Submission, *, root: Path, python: str, kill_grace: float,
-            runner_module: str) -> LocalDryRun:
+def dry_run(submission: Submission, *, root: Path, kill_grace: float,
+            runner_argv: tuple[str, ...]) -> LocalDryRun:
     spec = submission.spec
     workdir = str(Path(spec.workdir).resolve()) if spec.workdir else os.getcwd()
     meta = ObjectMeta(ref="<ref>", token=submission.token, job_id=submission.job_id,
@@ -94,7 +94,7 @@ def dry_run(submission: Submission, *, root: Path, python: str, kill_grace: floa
         for key in per_node:
             env.pop(key, None)  # each node's own value wins over the spec's
     return LocalDryRun(
-        root=str(root), runner_argv=(python, "-m", runner_module, f"{root}/objects/<ref>"),
+        root=str(root), runner_argv=runner_argv,
         argv=tuple(spec.command), nodes=spec.nodes, workdir=workdir, env=env,
         node_env=node_env,
         time_limit=float(spec.time_limit) if spec.time_limit is not None else None,

@@ -44,12 +44,6 @@ STOP = "stop"
 PREEMPT = "preempt"
 LOSE_NODE = "lose-node-"
 
-# The environment variable that carries the submitter's own PYTHONPATH through the runner,
-# whose PYTHONPATH was extended so that it can import dispatch; nodes get the original back.
-ORIGINAL_PYTHONPATH = "DISPATCH_LOCAL_ORIGINAL_PYTHONPATH"
-# Its value is "set:<the original>" or "unset" (an environment cannot carry a NUL marker).
-UNSET = "unset"
-SET_PREFIX = "set:"
 # Every process of an object carries this variable, inherited from its node: the object's
 # processes are found by it whatever they do to their session, group or parent.
 MARK_VAR = "DISPATCH_LOCAL_MARK"

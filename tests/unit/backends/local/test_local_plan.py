@@ -11,6 +11,7 @@ from dispatch.backends.base import Submission, SubmitRejected
 from dispatch.backends.local import LocalBackend, LocalDryRun
 from dispatch.core.spec import JobSpec, SpecError, parse_spec
 from dispatch.errors import BadInput
+from dispatch.isolated import LAUNCH, package_parent
 
 
 def _spec(**fields: object) -> JobSpec:
@@ -57,8 +58,10 @@ def test_dry_run_says_what_submit_would_do_and_does_nothing(tmp_path: Path) -> N
     plan = backend.plan(Submission(job_id="j", number=3, token="j.3", spec=spec,
                                       gated=True))
     assert isinstance(plan, LocalDryRun)
-    assert plan.runner_argv == ("/usr/bin/python3", "-m", "dispatch.backends.local.runner",
-                                f"{root}/objects/<ref>")
+    # Isolated (-I): the runner imports dispatch from where this process did, nothing from a
+    # working directory or a PYTHONPATH.
+    assert plan.runner_argv == ("/usr/bin/python3", "-I", "-c", LAUNCH, package_parent(),
+                                "dispatch.backends.local.runner", f"{root}/objects/<ref>")
     assert plan.argv == ("python", "train.py") and plan.nodes == 2
     assert plan.workdir == str(tmp_path)
     assert (plan.time_limit, plan.memory, plan.gated, plan.kill_grace) == (90.0, 1024**3, True,

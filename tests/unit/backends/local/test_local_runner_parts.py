@@ -22,13 +22,7 @@ from dispatch.backends.local.procs import (
     process_alive,
     read_proc_stat,
 )
-from dispatch.backends.local.wire import (
-    ORIGINAL_PYTHONPATH,
-    SET_PREFIX,
-    UNSET,
-    ObjectMeta,
-    ObjectStatus,
-)
+from dispatch.backends.local.wire import ObjectMeta, ObjectStatus
 from dispatch.files import create_exclusive, write_atomic
 
 # A real line from proc(5)'s layout: fields 3.. after the command name.
@@ -104,14 +98,12 @@ def _meta(**kw: object) -> ObjectMeta:
     return ObjectMeta(**base)  # type: ignore[arg-type]
 
 
-def test_node_environment_restores_the_submitters_pythonpath(
+def test_node_environment_is_the_submitters_then_the_specs(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PYTHONPATH", "/dispatch/src:/user/path")
-    monkeypatch.setenv(ORIGINAL_PYTHONPATH, SET_PREFIX + "/user/path")
+    monkeypatch.setenv("PYTHONPATH", "/user/path")
     monkeypatch.setenv("A", "inherited")
     env = node_environment(_meta(), 1234)
-    assert env["PYTHONPATH"] == "/user/path"
-    assert ORIGINAL_PYTHONPATH not in env
+    assert env["PYTHONPATH"] == "/user/path"  # the job's own; the runner never used it
     assert env["A"] == "spec"  # the spec's env wins over the inherited one
     assert (env["WORLD_SIZE"], env["MASTER_ADDR"], env["MASTER_PORT"]) == ("2", "127.0.0.1",
                                                                           "1234")
@@ -119,15 +111,7 @@ def test_node_environment_restores_the_submitters_pythonpath(
     assert (env["DISPATCH_JOB_ID"], env["DISPATCH_SUBMISSION"]) == ("j", "1")
 
 
-def test_node_environment_unsets_a_pythonpath_the_submitter_did_not_have(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PYTHONPATH", "/dispatch/src")
-    monkeypatch.setenv(ORIGINAL_PYTHONPATH, UNSET)
-    assert "PYTHONPATH" not in node_environment(_meta(), 1)
-
-
-def test_node_environment_spec_cannot_set_the_world(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ORIGINAL_PYTHONPATH, raising=False)
+def test_node_environment_spec_cannot_set_the_world() -> None:
     env = node_environment(_meta(env={"WORLD_SIZE": "7", "MASTER_ADDR": "10.0.0.1"}), 5)
     assert (env["WORLD_SIZE"], env["MASTER_ADDR"]) == ("2", "127.0.0.1")
 
