@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,17 +160,47 @@ def test_supervise_once_does_not_wait_for_a_hung_controller(
     url, root = env["DISPATCH_STORE"], tmp_path / "local"
     [job] = create_jobs(url, root, [spec("quick", ["true"])])
     started = time.monotonic()
+    # The lease plays no part here (scontrol is asked off every loop); it must outlast the
+    # local tick's longest step on a loaded machine (supervision.py), which 1 s did not.
     once = subprocess.run([sys.executable, "-m", "dispatch.cli", "supervise", "--once",
-                           "--lease", str(LEASE_S)], env=env, cwd=ROOT, capture_output=True,
+                           "--lease", "15"], env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=HANG_S + 30)
     took = time.monotonic() - started
     assert once.returncode == 0, once.stderr
     assert "scontrol" in {n for n, _ in _calls(calls)}, "the hung scontrol was never asked"
     assert took < ONCE_BOUND_S, f"supervise --once waited {took:.1f}s for scontrol"
     summary = json.loads(once.stdout)
-    assert summary["scopes"][local_scope(root)]["ticked"]
+    # The summary says why a scope was not ticked, and stderr what went on meanwhile.
+    assert summary["scopes"].get(local_scope(root), {}).get("ticked"), (summary, once.stderr)
     assert summary["scopes"][local_scope(root)]["jobs"] == 1
     assert "slurm" in summary["scopes"]  # served by its bare name meanwhile
     assert "slurm is served by its bare name" in once.stderr
     assert "did not say which cluster it is within" in once.stderr
     assert jobs(url)[job].submissions, "the local job was not submitted"
+
+
+def test_a_slow_local_backend_is_resolved_while_slurm_hangs(tmp_path: Path) -> None:
+    """Issue 32 item 9: on a loaded machine, building the local backend took longer than the
+    schedulers' wait, so ``supervise --once`` served only the bare name ``local`` and never
+    ticked the local scope (KeyError on it in the summary). The local scope asks no
+    scheduler: it is waited for, while the hung Slurm is still cut at the wait."""
+    from dispatch.backends.local import LocalBackend
+    from dispatch.scopes import resolve_scopes
+
+    root, hung = tmp_path / "local", threading.Event()
+
+    def backend_for(name: str) -> LocalBackend:
+        if name == "slurm":
+            hung.wait(HANG_S)  # a controller that never answers
+            raise AssertionError("the hung slurm was waited for")
+        time.sleep(1.0)  # a loaded machine: the backend takes longer to build than the wait
+        return LocalBackend(root)
+
+    try:
+        scopes, unresolved = resolve_scopes(["local", "slurm"], backend_for,  # type: ignore[arg-type]
+                                            wait_s=0.2)
+    finally:
+        hung.set()
+    assert scopes == [local_scope(root), "local", "slurm"]
+    assert [(u.backend, "did not say which cluster it is within 0.2s" in u.why)
+            for u in unresolved] == [("slurm", True)]
