@@ -103,6 +103,14 @@ def look_all(jobs: Iterable[Job], backend_for: Callable[[str], Backend],
     groups = by_backend(jobs)
     if deadline_s is None:
         return {name: look(name, group, backend_for, now) for name, group in groups.items()}
+    for name in groups:
+        # Built here, before the deadline: building a backend asks no scheduler, and its
+        # time (imports, on a loaded machine seconds) is not the scheduler's. One that
+        # cannot be built says so in its look, as without a deadline.
+        try:
+            backend_for(name)
+        except DispatchError:
+            pass
     answers: dict[str, Look] = {}
     errors: dict[str, BaseException] = {}
 

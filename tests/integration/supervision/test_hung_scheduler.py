@@ -246,3 +246,28 @@ def test_a_read_deadline_that_is_no_number_of_seconds_is_refused(tmp_path: Path)
            "DISPATCH_READ_DEADLINE": "soon"}
     done, _ = _read(env, "ls")
     assert done.returncode == 2 and "DISPATCH_READ_DEADLINE" in done.stderr, done.stderr
+
+
+def test_a_read_does_not_count_building_a_backend_against_the_deadline(
+        tmp_path: Path) -> None:
+    """Building a backend asks no scheduler: a loaded machine that takes longer than the
+    read's deadline to build the local one still shows its jobs as the backend says."""
+    from dispatch.backends.registry import Backends, make_backend
+    from dispatch.service import Service
+    from dispatch.stores.select import open_store
+
+    root = tmp_path / "local"
+    url = f"sqlite://{tmp_path / 'r.sqlite3'}"
+    [job] = create_jobs(url, root, [spec("quick", ["true"])])
+
+    def slow_local(name: str) -> LocalBackend:
+        time.sleep(2.0)  # past the deadline and its grace below
+        backend = make_backend(name)
+        assert isinstance(backend, LocalBackend)
+        return backend
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DISPATCH_LOCAL_ROOT", str(root))
+        with Service(open_store(url), Backends(slow_local), read_deadline_s=0.2) as service:
+            [view] = service.views([job])
+    assert view.scheduler == "ok", view.problem
