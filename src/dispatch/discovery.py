@@ -2,7 +2,10 @@
 reached yields a problem for its own jobs and never stops the others.
 
 Used by the supervisor's tick and by every read (status, ls, watch): one ``discover`` per
-backend per call, for all the jobs asked about, never one per job. The supervisor's tick
+backend per call, for all the jobs asked about, never one per job. A read looks with a
+deadline per backend (``look_all(deadline_s=...)``, a few seconds): a backend that has not
+answered by then shows its jobs as their record says, marked unreachable, and the tools it
+was running are killed. The supervisor's tick
 looks through a ``Lookout``: each look on a thread of its own, waited for up to a deadline,
 so a scheduler tool that hangs holds up no more than its own backend's jobs, and the
 supervisor keeps its lease while it waits.
@@ -20,6 +23,7 @@ from datetime import datetime
 from dispatch.backends.base import Backend
 from dispatch.core.model import Discovery, SchedulerUnreachable
 from dispatch.core.record import Job
+from dispatch.deadline import tools_within
 from dispatch.errors import DispatchError
 
 log = logging.getLogger("dispatch.discovery")
@@ -85,10 +89,57 @@ def by_backend(jobs: Iterable[Job]) -> dict[str, list[Job]]:
     return groups
 
 
+# The reader's margin past the deadline for a look to return on its own: the tool it ran is
+# killed at the deadline (dispatch.deadline), so the look ends and leaves nothing behind.
+READ_GRACE_S = 1.0
+
+
 def look_all(jobs: Iterable[Job], backend_for: Callable[[str], Backend],
-             now: datetime) -> dict[str, Look]:
-    return {name: look(name, group, backend_for, now)
-            for name, group in by_backend(jobs).items()}
+             now: datetime, *, deadline_s: float | None = None) -> dict[str, Look]:
+    """One look per backend. ``deadline_s`` (a read's): every backend asked at once, each
+    on a thread of its own whose tools are killed at the deadline; a backend that has not
+    answered by then (+ READ_GRACE_S) is unreachable for this read, and the others are
+    not held up by it (R5)."""
+    groups = by_backend(jobs)
+    if deadline_s is None:
+        return {name: look(name, group, backend_for, now) for name, group in groups.items()}
+    for name in groups:
+        # Built here, before the deadline: building a backend asks no scheduler, and its
+        # time (imports, on a loaded machine seconds) is not the scheduler's. One that
+        # cannot be built says so in its look, as without a deadline.
+        try:
+            backend_for(name)
+        except DispatchError:
+            pass
+    answers: dict[str, Look] = {}
+    errors: dict[str, BaseException] = {}
+
+    def one(name: str, group: Sequence[Job]) -> None:
+        try:
+            with tools_within(deadline_s):
+                answers[name] = look(name, group, backend_for, now)
+        except BaseException as err:  # noqa: BLE001 - raised again in the reader
+            errors[name] = err
+
+    threads = {name: threading.Thread(target=one, args=(name, group), daemon=True,
+                                      name=f"dispatch-read-{name}")
+               for name, group in groups.items()}
+    for t in threads.values():
+        t.start()
+    until = time.monotonic() + deadline_s + READ_GRACE_S
+    out: dict[str, Look] = {}
+    for name, t in threads.items():
+        t.join(max(0.0, until - time.monotonic()))
+        if name in errors:
+            raise errors[name]
+        if t.is_alive() or name not in answers:
+            log.warning("backend %s: no answer within %gs; its jobs show their record",
+                        name, deadline_s)
+            out[name] = Look(name, None, None, UNREACHABLE,
+                             f"{name}: no answer within {deadline_s:g}s")
+            continue
+        out[name] = answers[name]
+    return out
 
 
 # How long a tick waits for one backend's look before it goes on without it (the scheduler

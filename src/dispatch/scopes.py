@@ -8,7 +8,8 @@ backend name as their scope.
 
 Asking a scheduler which cluster it is can hang (a controller down, DNS, a partition): a
 supervisor asks on a thread of its own (``ask_scope``) and waits at most ``RESOLVE_WAIT_S``
-at start; a backend that has not answered by then is served by its bare name and its answer
+at start (a backend that asks no scheduler, local, as long as this machine takes to build
+it); a backend that has not answered by then is served by its bare name and its answer
 is taken when it comes (supervision.py), so it never holds up the other backends.
 """
 
@@ -19,6 +20,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_all
@@ -34,6 +36,12 @@ log = logging.getLogger("dispatch.supervision")
 BACKENDS = ("local", "slurm", "kubeflow")
 # How long a supervisor's start waits for the schedulers to say their clusters.
 RESOLVE_WAIT_S = 2.0
+# The backends whose scope asks no scheduler (local: a digest of its root on this machine).
+# Their answer takes only this machine's time (building the backend, on a loaded machine
+# seconds), so it is waited for up to this long, never cut at RESOLVE_WAIT_S: a local scope
+# left unresolved would leave its jobs unticked by ``supervise --once`` (issue 32 item 9).
+ASKS_NO_SCHEDULER = frozenset({"local"})
+NO_SCHEDULER_WAIT_S = 60.0
 
 
 class ScopeError(BadInput):
@@ -165,13 +173,18 @@ def resolve_scopes(requested: Iterable[str], backend_for: Callable[[str], Backen
     backend name: the same for that backend. A backend that cannot be asked now, or has not
     answered within ``wait_s`` (all are asked at once), is served under its bare name and
     listed as Unresolved (a scheduler down while the supervisor starts must not leave its
-    jobs unserved, nor hold up the others). A full scope: itself, refused when this
-    machine's tools reach another cluster (served as given when they cannot be asked now)."""
+    jobs unserved, nor hold up the others); a backend that asks no scheduler
+    (ASKS_NO_SCHEDULER) is waited for up to NO_SCHEDULER_WAIT_S instead. A full scope:
+    itself, refused when this machine's tools reach another cluster (served as given when
+    they cannot be asked now)."""
     wanted = list(dict.fromkeys(requested))
     items = wanted or list(BACKENDS)
     names = [backend_of(item) for item in items]  # a scope naming no backend: refused first
     asks = {name: ask_scope(name, backend_for) for name in dict.fromkeys(names)}
-    wait_all(asks.values(), timeout=wait_s)
+    started = time.monotonic()
+    wait_all([a for n, a in asks.items() if n in ASKS_NO_SCHEDULER],
+             timeout=max(wait_s, NO_SCHEDULER_WAIT_S))
+    wait_all(asks.values(), timeout=max(0.0, started + wait_s - time.monotonic()))
     out: list[str] = []
     unresolved: list[Unresolved] = []
     for item, name in zip(items, names, strict=True):

@@ -105,6 +105,8 @@ class Supervision:
         self._scopes_lock = threading.Lock()
         self._on_tick_lock = threading.Lock()
         self.supervisors: dict[str, Supervisor] = {}
+        # Why the last pass of a scope ticked nothing (``supervise --once`` says it).
+        self.untick: dict[str, str] = {}
         for scope in dict.fromkeys(scopes):
             self._add(scope)
         # Backends served by bare name only until their scheduler says its cluster: the
@@ -200,6 +202,7 @@ class Supervision:
             lease = self.book.acquire(scope, self.holder, self.lease_s)
         except StoreError as err:
             log.warning("scope %s: cannot ask for the lease: %s", scope, err)
+            self.untick[scope] = f"cannot ask for the lease: {err}"
             return
         if lease is not None:
             self.held[scope] = _Held(lease, asked, asked + self.lease_s)
@@ -212,17 +215,21 @@ class Supervision:
         for scope, sup in scopes:
             if self.stopping.is_set():
                 break
+            self.untick.pop(scope, None)
             if scope not in self.held:
                 self._try_take(scope)
                 if scope not in self.held:
+                    self.untick.setdefault(scope, "its lease is held by another supervisor")
                     continue
             try:
                 self.guard(scope)
                 reports[scope] = sup.tick()
                 self.book.ticked(self.guard(scope))
             except LeaseLost as err:
+                self.untick[scope] = str(err)
                 log.warning("%s", err)
             except Fenced as err:
+                self.untick[scope] = f"the store refused a write: {err}"
                 log.warning("scope %s: the store refused a write: %s", scope, err)
                 if scope in self.held:
                     self.held.pop(scope)

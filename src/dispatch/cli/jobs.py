@@ -314,13 +314,16 @@ def status(job: str, no_record: bool, backend: str | None, store_url: str | None
         from dispatch.backends.registry import Backends
         from dispatch.core.model import token_for
         from dispatch.core.status import project_objects
+        from dispatch.deadline import read_deadline, tools_within
 
         backends = Backends()
         try:
             # Without a record nothing says how many submissions there were: ask for the
-            # first hundred tokens, in one batched call.
+            # first hundred tokens, in one batched call, its tools killed at the read's
+            # deadline (R5: exit 4, as a scheduler that cannot be asked).
             tokens = [token_for(job, n) for n in range(1, 101)]
-            disc = backends(backend).discover(tokens, [])
+            with tools_within(read_deadline()):
+                disc = backends(backend).discover(tokens, [])
             show(JobView(project_objects(job, job, disc.of_job(job))), as_json)
         finally:
             backends.close()

@@ -75,7 +75,8 @@ def serve_scopes(store: RecordStore, backends: Callable[[str], Backend],
         finally:
             sup.release_all()
         echo(json.dumps(once_summary(resolved, reports, {s: lease for s in resolved
-                                                          if (lease := sup.book.get(s))})))
+                                                          if (lease := sup.book.get(s))},
+                                     sup.untick)))
         return
 
     def stop(signum: int, _frame: Any) -> None:
@@ -89,9 +90,10 @@ def serve_scopes(store: RecordStore, backends: Callable[[str], Backend],
 
 
 def once_summary(scopes: Sequence[str], reports: dict[str, TickReport],
-                 leases: dict[str, Lease]) -> dict[str, Any]:
-    """What ``supervise --once`` prints: the totals, then per scope what was done or who
-    holds it."""
+                 leases: dict[str, Lease], why: dict[str, str] | None = None
+                 ) -> dict[str, Any]:
+    """What ``supervise --once`` prints: the totals, then per scope what was done, or who
+    holds it and why it was not ticked."""
     per: dict[str, Any] = {}
     for scope in scopes:
         if scope in reports:
@@ -102,7 +104,8 @@ def once_summary(scopes: Sequence[str], reports: dict[str, TickReport],
             lease = leases.get(scope)
             per[scope] = {"ticked": False,
                           "held_by": lease.holder if lease is not None and lease.active
-                          else None}
+                          else None,
+                          "why": (why or {}).get(scope, "not reached")}
     return {"jobs": sum(r.jobs for r in reports.values()),
             "decisions": sum(r.decisions for r in reports.values()),
             "unreachable": [u for r in reports.values() for u in r.unreachable],

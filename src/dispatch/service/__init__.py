@@ -22,6 +22,7 @@ from dispatch.core.policy import Plan
 from dispatch.core.record import Job, fold
 from dispatch.core.spec import JobSpec, SpecError, check_spec
 from dispatch.core.status import project
+from dispatch.deadline import read_deadline
 from dispatch.errors import NotFound
 from dispatch.service import requests
 from dispatch.service.views import (
@@ -90,8 +91,12 @@ class Service:
 
     def __init__(self, store: RecordStore, backends: Backends | None = None, *,
                  clock: Clock = utcnow, actor: str | None = None,
-                 held_index: HeldIndex | None = None) -> None:
+                 held_index: HeldIndex | None = None,
+                 read_deadline_s: float | None = None) -> None:
         self.store = store
+        # How long a read waits for one backend's look (R5): past it, that backend's jobs
+        # show their record, marked unreachable.
+        self.read_deadline_s = read_deadline() if read_deadline_s is None else read_deadline_s
         # A server's live jobs kept folded between list refreshes (service/held.py); None:
         # every list folds the live jobs to find the held ones.
         self.held_index = held_index
@@ -156,7 +161,7 @@ class Service:
         if ask_scheduler and live:
             from dispatch.discovery import look_all
 
-            looks = look_all(live, self.backends, now)
+            looks = look_all(live, self.backends, now, deadline_s=self.read_deadline_s)
         by_id = {j.id: j for j in jobs}
         out: list[JobView] = []
         for job_id in job_ids:

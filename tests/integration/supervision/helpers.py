@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from dispatch.backends.local import LocalBackend
+from dispatch.backends.registry import declarations_for
+from dispatch.core.events import SubmissionBound, SubmissionIntended
+from dispatch.core.model import token_for
 from dispatch.core.record import Job, fold
 from dispatch.core.spec import parse_spec
 from dispatch.service.requests import create_job
@@ -159,3 +162,78 @@ def objects_per_token(root: Path) -> Counter[str]:
 
 def log_lines(log: Path) -> list[list[str]]:
     return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+
+
+# -- Slurm's tools hanging (a controller outage seen from a login node) ------------------------
+# Small scripts in a directory put first on PATH (the real Slurm testbed is never touched).
+# ``scontrol``, ``squeue``, ``sacct``, ``sinfo`` and ``scancel`` sleep HANG_S; ``sbatch`` fails
+# at once with the words of an unreachable controller. Each writes "TOOL PID START" to a log
+# before it hangs, so a test waits for the exact hang it means and kills what is left.
+
+HANG_S = 40  # far past the lease period and any bound a test sets
+HANG = 'exec sleep {hang}\n'
+UNREACHABLE = ('echo "sbatch: error: Batch job submission failed: Unable to contact slurm '
+               'controller (connect failure)" >&2\nexit 1\n')
+
+
+def slurm_tool(path: Path, log: Path, body: str) -> None:
+    path.write_text(f'#!/bin/sh\necho "$(basename "$0") $$ $(date +%s.%N)" >> "{log}"\n'
+                    + body)
+    path.chmod(0o755)
+
+
+def hung_slurm_tools(where: Path) -> tuple[Path, Path]:
+    """A directory of hanging Slurm tools (for PATH) and the log of their calls."""
+    bin_dir, log = where / "fake-slurm-bin", where / "slurm-calls.log"
+    bin_dir.mkdir()
+    for name in ("scontrol", "squeue", "sacct", "sinfo", "scancel"):
+        slurm_tool(bin_dir / name, log, HANG.format(hang=HANG_S))
+    slurm_tool(bin_dir / "sbatch", log, UNREACHABLE)
+    return bin_dir, log
+
+
+def slurm_calls(log: Path) -> list[tuple[str, int]]:
+    if not log.exists():
+        return []
+    return [(w[0], int(w[1])) for w in (line.split() for line in log.read_text().splitlines())]
+
+
+def hung_tools_alive(log: Path) -> list[tuple[str, int]]:
+    """The tools of ``log`` still hanging (their ``sleep`` still runs)."""
+    alive: list[tuple[str, int]] = []
+    for name, pid in slurm_calls(log):
+        try:
+            if b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                alive.append((name, pid))
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return alive
+
+
+def kill_hung_tools(log: Path) -> None:
+    """Kill the hung tools of ``log``, and only those."""
+    for _name, pid in hung_tools_alive(log):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def slurm_job(url: str) -> str:
+    """A Slurm job recorded while the controller could not say its cluster (the bare name
+    as its scope); nothing submitted yet."""
+    job = parse_spec({"name": "on-slurm", "backend": "slurm", "command": ["true"]}, "<slurm>")
+    with open_store(url) as store:
+        return create_job(store, job, declarations_for("slurm"), utcnow(), scope="slurm")
+
+
+def bound_slurm_job(url: str) -> str:
+    """A Slurm job whose first submission is bound to an object: a read asks squeue."""
+    job = slurm_job(url)
+    with open_store(url) as store:
+        now, version = utcnow(), store.version(job)
+        store.append(job, [
+            SubmissionIntended(seq=version + 1, at=now, submission=1, token=token_for(job, 1)),
+            SubmissionBound(seq=version + 2, at=now, submission=1, ref="4242")],
+            expected_version=version)
+    return job

@@ -22,69 +22,50 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.integration.supervision.helpers import (
+    HANG_S,
     ROOT,
     Procs,
+    bound_slurm_job,
     child_env,
     create_jobs,
+    hung_slurm_tools,
+    hung_tools_alive,
     jobs,
+    kill_hung_tools,
     lease_of,
+    slurm_calls,
+    slurm_job,
     spec,
     wait_for,
 )
 
-from dispatch.backends.registry import declarations_for
+from dispatch.backends.local import LocalBackend
 from dispatch.core.model import State
-from dispatch.core.spec import parse_spec
-from dispatch.service.requests import create_job
-from dispatch.stores.select import open_store
 from dispatch.supervision import local_scope
-from dispatch.supervisor import utcnow
 
-HANG_S = 40  # far past the lease period (1 s) and any bound below
 LEASE_S = 1.0
 POLL_S = 0.1
 # Generous: normally about 1 s; before this change at least HANG_S.
 LOCAL_COMMIT_BOUND_S = 15.0
 ONCE_BOUND_S = 15.0
 
-HANG = 'exec sleep {hang}\n'
-UNREACHABLE = ('echo "sbatch: error: Batch job submission failed: Unable to contact slurm '
-               'controller (connect failure)" >&2\nexit 1\n')
-
-
-def _tool(path: Path, log: Path, body: str) -> None:
-    path.write_text(f'#!/bin/sh\necho "$(basename "$0") $$ $(date +%s.%N)" >> "{log}"\n'
-                    + body)
-    path.chmod(0o755)
-
 
 @pytest.fixture
 def hung_slurm(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """A directory of hanging Slurm tools (for PATH) and the log of their calls."""
-    bin_dir, log = tmp_path / "fake-slurm-bin", tmp_path / "slurm-calls.log"
-    bin_dir.mkdir()
-    for name in ("scontrol", "squeue", "sacct", "sinfo", "scancel"):
-        _tool(bin_dir / name, log, HANG.format(hang=HANG_S))
-    _tool(bin_dir / "sbatch", log, UNREACHABLE)
+    bin_dir, log = hung_slurm_tools(tmp_path)
     yield bin_dir, log
-    for _name, pid in _calls(log):  # the hung tools this test started, and only those
-        try:
-            if b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                os.kill(pid, signal.SIGKILL)
-        except (FileNotFoundError, ProcessLookupError):
-            pass
+    kill_hung_tools(log)  # the hung tools this test started, and only those
 
 
-def _calls(log: Path) -> list[tuple[str, int]]:
-    if not log.exists():
-        return []
-    return [(w[0], int(w[1])) for w in (line.split() for line in log.read_text().splitlines())]
+_calls = slurm_calls
 
 
 def _env(tmp_path: Path, bin_dir: Path) -> dict[str, str]:
@@ -97,20 +78,13 @@ def _env(tmp_path: Path, bin_dir: Path) -> dict[str, str]:
         XDG_STATE_HOME=str(tmp_path / "state"))
 
 
-def _slurm_job(url: str) -> str:
-    job = parse_spec({"name": "on-slurm", "backend": "slurm", "command": ["true"]}, "<slurm>")
-    with open_store(url) as store:
-        # Recorded while the controller could not say its cluster: the bare name.
-        return create_job(store, job, declarations_for("slurm"), utcnow(), scope="slurm")
-
-
 def test_a_hung_slurm_holds_up_no_local_job_and_moves_no_lease(
         tmp_path: Path, procs: Procs, hung_slurm: tuple[Path, Path]) -> None:
     bin_dir, calls = hung_slurm
     env = _env(tmp_path, bin_dir)
     url, root = env["DISPATCH_STORE"], tmp_path / "local"
     local = local_scope(root)
-    slurm_job = _slurm_job(url)
+    slurm = slurm_job(url)
     sup = procs.cli("supervise", "--lease", str(LEASE_S), "--poll", str(POLL_S), env=env)
     holder = f"{socket.gethostname()}:{sup.pid}"
 
@@ -139,7 +113,7 @@ def test_a_hung_slurm_holds_up_no_local_job_and_moves_no_lease(
     # Several lease periods into the hang: no lease moved, the local scope's nor Slurm's
     # (its supervisor keeps it while it waits for the look).
     wait_for(lambda: time.time() - hung_since > 4 * LEASE_S, what="4 lease periods of hang")
-    assert any(n == "squeue" for n, _ in _calls(calls)) and jobs(url)[slurm_job].outcome is None
+    assert any(n == "squeue" for n, _ in _calls(calls)) and jobs(url)[slurm].outcome is None
     for scope, was in before.items():
         now = lease_of(url, scope)
         assert was is not None and now is not None
@@ -159,17 +133,141 @@ def test_supervise_once_does_not_wait_for_a_hung_controller(
     url, root = env["DISPATCH_STORE"], tmp_path / "local"
     [job] = create_jobs(url, root, [spec("quick", ["true"])])
     started = time.monotonic()
+    # The lease plays no part here (scontrol is asked off every loop); it must outlast the
+    # local tick's longest step on a loaded machine (supervision.py), which 1 s did not.
     once = subprocess.run([sys.executable, "-m", "dispatch.cli", "supervise", "--once",
-                           "--lease", str(LEASE_S)], env=env, cwd=ROOT, capture_output=True,
+                           "--lease", "15"], env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=HANG_S + 30)
     took = time.monotonic() - started
     assert once.returncode == 0, once.stderr
     assert "scontrol" in {n for n, _ in _calls(calls)}, "the hung scontrol was never asked"
     assert took < ONCE_BOUND_S, f"supervise --once waited {took:.1f}s for scontrol"
     summary = json.loads(once.stdout)
-    assert summary["scopes"][local_scope(root)]["ticked"]
+    # The summary says why a scope was not ticked, and stderr what went on meanwhile.
+    assert summary["scopes"].get(local_scope(root), {}).get("ticked"), (summary, once.stderr)
     assert summary["scopes"][local_scope(root)]["jobs"] == 1
     assert "slurm" in summary["scopes"]  # served by its bare name meanwhile
     assert "slurm is served by its bare name" in once.stderr
     assert "did not say which cluster it is within" in once.stderr
     assert jobs(url)[job].submissions, "the local job was not submitted"
+
+
+def test_a_slow_local_backend_is_resolved_while_slurm_hangs(tmp_path: Path) -> None:
+    """Issue 32 item 9: on a loaded machine, building the local backend took longer than the
+    schedulers' wait, so ``supervise --once`` served only the bare name ``local`` and never
+    ticked the local scope (KeyError on it in the summary). The local scope asks no
+    scheduler: it is waited for, while the hung Slurm is still cut at the wait."""
+    from dispatch.scopes import resolve_scopes
+
+    root, hung = tmp_path / "local", threading.Event()
+
+    def backend_for(name: str) -> LocalBackend:
+        if name == "slurm":
+            hung.wait(HANG_S)  # a controller that never answers
+            raise AssertionError("the hung slurm was waited for")
+        time.sleep(1.0)  # a loaded machine: the backend takes longer to build than the wait
+        return LocalBackend(root)
+
+    try:
+        scopes, unresolved = resolve_scopes(["local", "slurm"], backend_for,  # type: ignore[arg-type]
+                                            wait_s=0.2)
+    finally:
+        hung.set()
+    assert scopes == [local_scope(root), "local", "slurm"]
+    assert [(u.backend, "did not say which cluster it is within 0.2s" in u.why)
+            for u in unresolved] == [("slurm", True)]
+
+
+# -- reads (issue 32 item 6) -------------------------------------------------------------------
+READ_DEADLINE_S = 3  # $DISPATCH_READ_DEADLINE for the reads below
+# Generous (a loaded machine starts a CLI slowly): a read answers just past the deadline;
+# before this change it waited for squeue's own 30 s timeout, then sacct's (35 s seen).
+READ_BOUND_S = 20.0
+
+
+def _read(env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "dispatch.cli", *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=HANG_S + 30)
+    return done, time.monotonic() - started
+
+
+def test_reads_answer_within_the_deadline_while_slurm_hangs(
+        tmp_path: Path, hung_slurm: tuple[Path, Path]) -> None:
+    """R5 for reads: ``ls`` and ``status`` show a Slurm job as its record last committed it,
+    marked unreachable, within the read's deadline (``status`` exits 4, S3; ``ls`` 0); the
+    local job's row is as the local backend shows it; no hung tool outlives the read."""
+    bin_dir, calls = hung_slurm
+    env = {**_env(tmp_path, bin_dir), "DISPATCH_READ_DEADLINE": str(READ_DEADLINE_S)}
+    url, root = env["DISPATCH_STORE"], tmp_path / "local"
+    on_slurm = bound_slurm_job(url)
+    [local_job] = create_jobs(url, root, [spec("quick", ["sleep", "60"])])
+    ticked = subprocess.run([sys.executable, "-m", "dispatch.cli", "supervise", "--once",
+                             "--scope", "local"], env=env, cwd=ROOT, capture_output=True,
+                            text=True, timeout=HANG_S + 30)  # submits the local job
+    assert ticked.returncode == 0, ticked.stderr
+    ref = jobs(url)[local_job].submissions[0].ref
+    try:
+        local, _ = _read(env, "status", local_job, "--json")  # asks no Slurm tool
+        assert local.returncode == 0 and slurm_calls(calls) == [], local.stderr
+
+        ls, took = _read(env, "ls", "--json")
+        assert ls.returncode == 0, ls.stderr
+        assert took < READ_BOUND_S, f"ls waited {took:.1f}s for the hung squeue"
+        rows = {r["job"]: r for r in json.loads(ls.stdout)}
+        assert (rows[on_slurm]["scheduler"], rows[on_slurm]["state"]) == ("unreachable",
+                                                                            "running")
+        assert "slurm" in rows[on_slurm]["scheduler_problem"]
+        assert {k: v for k, v in rows[local_job].items() if k != "forecast"} == {
+            k: v for k, v in json.loads(local.stdout).items() if k != "forecast"}
+        assert "squeue" in {n for n, _ in slurm_calls(calls)}, "the hung squeue was not asked"
+        assert hung_tools_alive(calls) == [], "a hung Slurm tool outlived the read"
+
+        status, took = _read(env, "status", on_slurm, "--json")
+        assert status.returncode == 4, status.stderr  # S3: its scheduler could not be asked
+        assert took < READ_BOUND_S, f"status waited {took:.1f}s for the hung squeue"
+        doc = json.loads(status.stdout)
+        assert (doc["scheduler"], doc["state"]) == ("unreachable", "running")
+        assert hung_tools_alive(calls) == [], "a hung Slurm tool outlived the read"
+        text, _ = _read(env, "status", on_slurm)
+        assert text.returncode == 4 and "unreachable" in text.stdout + text.stderr
+        # Without the record: the scheduler alone is asked, under the same deadline.
+        bare, took = _read(env, "status", on_slurm, "--no-record", "--backend", "slurm")
+        assert bare.returncode == 4 and "squeue timed out" in bare.stderr, bare.stderr
+        assert took < READ_BOUND_S, f"status --no-record waited {took:.1f}s"
+        assert hung_tools_alive(calls) == [], "a hung Slurm tool outlived the read"
+    finally:
+        assert ref is not None
+        LocalBackend(root).stop(ref)
+
+
+def test_a_read_deadline_that_is_no_number_of_seconds_is_refused(tmp_path: Path) -> None:
+    env = {**child_env(DISPATCH_STORE=f"sqlite://{tmp_path / 'r.sqlite3'}"),
+           "DISPATCH_READ_DEADLINE": "soon"}
+    done, _ = _read(env, "ls")
+    assert done.returncode == 2 and "DISPATCH_READ_DEADLINE" in done.stderr, done.stderr
+
+
+def test_a_read_does_not_count_building_a_backend_against_the_deadline(
+        tmp_path: Path) -> None:
+    """Building a backend asks no scheduler: a loaded machine that takes longer than the
+    read's deadline to build the local one still shows its jobs as the backend says."""
+    from dispatch.backends.registry import Backends, make_backend
+    from dispatch.service import Service
+    from dispatch.stores.select import open_store
+
+    root = tmp_path / "local"
+    url = f"sqlite://{tmp_path / 'r.sqlite3'}"
+    [job] = create_jobs(url, root, [spec("quick", ["true"])])
+
+    def slow_local(name: str) -> LocalBackend:
+        time.sleep(2.0)  # past the deadline and its grace below
+        backend = make_backend(name)
+        assert isinstance(backend, LocalBackend)
+        return backend
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DISPATCH_LOCAL_ROOT", str(root))
+        with Service(open_store(url), Backends(slow_local), read_deadline_s=0.2) as service:
+            [view] = service.views([job])
+    assert view.scheduler == "ok", view.problem

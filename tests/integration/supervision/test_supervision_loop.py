@@ -14,6 +14,7 @@ from tests.integration.supervision.helpers import ROOT, child_env, create_jobs, 
 
 from dispatch.backends.local import LocalBackend
 from dispatch.backends.registry import Backends
+from dispatch.cli.supervisors import once_summary
 from dispatch.stores.select import open_store
 from dispatch.supervision import (
     ScopeError,
@@ -53,6 +54,9 @@ def test_a_supervisor_that_missed_its_renewal_acts_no_more_and_waits_to_retake(
         reports = sup.step()
         assert scope not in sup.held and reports == {}
         assert store.version(job) == version, "it acted after its lease ran out"
+        # supervise --once says why the scope was not ticked (issue 32 item 9).
+        summary = once_summary([scope], reports, {}, sup.untick)["scopes"][scope]
+        assert not summary["ticked"] and "not renewed before it expired" in summary["why"]
         # The store still shows its lease (the store's clock did not move): nobody, A
         # included, takes it before it expires there.
         lease = store.leases().get(scope)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dispatch.core.model import SchedulerUnreachable
+from dispatch.deadline import time_left
 from dispatch.errors import BackendError
 
 NAME = "slurm"
@@ -47,12 +48,17 @@ Runner = Callable[[Sequence[str], float], Result]
 
 
 def run_tool(argv: Sequence[str], timeout: float) -> Result:
-    """Run one Slurm tool. A tool that hangs or is missing is an unreachable scheduler."""
+    """Run one Slurm tool. A tool that hangs or is missing is an unreachable scheduler.
+    Under a read's deadline (dispatch.deadline) it gets at most the time left, and is
+    killed when that runs out."""
+    limit = time_left(timeout)
+    if limit <= 0:
+        raise SchedulerUnreachable(NAME, f"{argv[0]} not run: the read's deadline has passed")
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=limit,
                               check=False, env=os.environ.copy())
     except subprocess.TimeoutExpired:
-        raise SchedulerUnreachable(NAME, f"{argv[0]} timed out after {timeout:g}s") from None
+        raise SchedulerUnreachable(NAME, f"{argv[0]} timed out after {limit:.3g}s") from None
     except OSError as err:
         raise SchedulerUnreachable(NAME, f"cannot run {argv[0]}: {err.strerror}") from None
     return Result(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
