@@ -105,7 +105,7 @@ def test_node_lost_is_fenced_then_resubmitted(dispatch: Dispatch) -> None:
     assert [h["cause"]["kind"] for h in st["history"] if h["state"] == "recovering"] == [
         "node-lost"]
     story = dispatch("history", "lost", check=True).stdout
-    assert "stop requested" in story and "gate opened" in story
+    assert "stop ordered" in story and "gate opened" in story
 
 
 def _held_job(dispatch: Dispatch, name: str) -> subprocess.Popen[str]:
