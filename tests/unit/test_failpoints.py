@@ -43,3 +43,17 @@ def test_every_appended_point_is_an_event() -> None:
     for name in failpoints.KNOWN:
         if name.startswith("appended:"):
             assert isinstance(getattr(ev, name.partition(":")[2], None), type), name
+
+
+def test_each_backend_declares_how_long_a_submit_can_stay_in_flight(tmp_path: Path) -> None:
+    """Issue 39 item 3: the wait after a takeover is the backend's own bound."""
+    from datetime import timedelta
+
+    from dispatch.backends.kubeflow import KubeflowBackend
+    from dispatch.backends.local import LocalBackend
+    from dispatch.backends.slurm.backend import SlurmBackend
+
+    assert LocalBackend(tmp_path / "root").submit_in_flight == timedelta(0)
+    assert SlurmBackend(timeout=20.0).submit_in_flight == timedelta(seconds=20)
+    assert KubeflowBackend(timeout_s=7.0, informer=False).submit_in_flight \
+        == timedelta(seconds=7)
