@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn
 
+from dispatch import failpoints as fp
 from dispatch.backends.base import Backend
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.discovery import LOOK_DEADLINE_S, Lookout
@@ -181,6 +182,8 @@ class Supervision:
         if now >= h.deadline:
             self._drop(scope, "not renewed before it expired")
         try:
+            if fp.ARMED:
+                fp.hit("lease:renewing")
             lease = self.book.renew(h.lease.fence, self.lease_s)
         except StoreError as err:
             if self.monotonic() >= h.deadline:
@@ -190,6 +193,8 @@ class Supervision:
         if lease is None:
             self._drop(scope, "taken over or expired")
         h.lease, h.renewed, h.deadline = lease, now, now + self.lease_s
+        if fp.ARMED:
+            fp.hit("lease:renewed")
 
     def _drop(self, scope: str, why: str) -> NoReturn:
         lease = self.held.pop(scope, None)

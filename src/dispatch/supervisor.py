@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 
 import msgspec
 
+from dispatch import failpoints as fp
 from dispatch.backends.base import Backend, Submission, SubmitRejected
 from dispatch.clock import Clock, utcnow
 from dispatch.core import decide as dc
@@ -119,11 +120,16 @@ class Supervisor:
         # Jobs decide() and observe() had nothing for, kept between ticks: not decided again
         # while their record and objects stay the same and no time-based decision is due.
         self.quiet: dict[str, _Quiet] = {}
+        # Under a lease: the epoch last served and when this process took it (decide.Takeover:
+        # what the previous holder recorded and may not have carried out is redone at once).
+        self._epoch: int | None = None
+        self.taken_over_at: datetime | None = None
 
     # ---- one tick -------------------------------------------------------------------
     def tick(self, job_ids: Sequence[str] | None = None) -> TickReport:
         report = TickReport()
         now = self.clock()
+        self._note_takeover(now)
         if job_ids is None:  # every live job of the scope, folded on from the last tick
             jobs, broken = self.live.refresh(now)
             chased, chase_broken = fold_records(
@@ -179,15 +185,16 @@ class Supervisor:
             now = self.clock()
             # observe(): starts and checkpoints, for goodput (G1, G3); decide(): the rest.
             plan = plan_of(job)
+            takeover = self._takeover(backend)
             decisions = observe(job, discovery) + dc.decide(
                 job, discovery, plan, now, attempt_lease=self.attempt_lease,
-                resend_after=self.resend_after)
+                resend_after=self.resend_after, takeover=takeover)
             if not decisions:
                 self.quiet[job.id] = _Quiet(
                     at=now, version=job.version, objects=objects_seen(job, discovery),
                     complete=complete, due=next_due(
                         job, discovery, plan, now, attempt_lease=self.attempt_lease,
-                        resend_after=self.resend_after))
+                        resend_after=self.resend_after, takeover=takeover))
                 return
             if backend is None and any(isinstance(d, _NEEDS_BACKEND) for d in decisions):
                 return  # waits until its backend can be used; the tick reported why
@@ -200,6 +207,8 @@ class Supervisor:
                 report.conflicts += 1
                 job = fold(self.store.read(job.id), now)
                 continue
+            if fp.ARMED:  # a test's crash window: the intent is recorded, nothing acted
+                fp.appended(events)
             report.decisions += len(decisions)
             report.appended += len(events)
             if any(isinstance(d, dc.Commit) for d in decisions) and any(
@@ -222,6 +231,8 @@ class Supervisor:
                         self._on_scheduler(job, d, backend)
                 elif isinstance(d, dc.PublishSegment):
                     self._publish_segment(job, d, report)
+                    if fp.ARMED:
+                        fp.hit("acted:publish-segment")
                 elif isinstance(d, dc.Escalate):
                     self.notifier.escalate(job, d.message, d.cause, self.clock(), d.error)
                 elif isinstance(d, dc.Commit):
@@ -243,10 +254,18 @@ class Supervisor:
             self._submit(job, d.submission, d.token, d.gated, backend, avoid)
         elif isinstance(d, (dc.Stop, dc.StopDuplicate)):
             backend.stop(d.ref)
+            if fp.ARMED:
+                fp.hit("acted:stop")
         elif isinstance(d, dc.CancelObject):
             backend.cancel(d.ref)
+            if fp.ARMED:
+                fp.hit("acted:cancel")
         elif isinstance(d, dc.OpenGate):
+            if fp.ARMED:
+                fp.hit("gate:opening")
             backend.open_gate(d.ref)
+            if fp.ARMED:
+                fp.hit("acted:open-gate")
             self._append_fact(job.id, _gate_opened(d))
 
     def _publish_segment(self, job: Job, d: dc.PublishSegment, report: TickReport) -> None:
@@ -312,6 +331,8 @@ class Supervisor:
                                 gated=gated, exclude_nodes=exclude_nodes)
         try:
             ref = backend.submit(submission)
+            if fp.ARMED:
+                fp.hit("acted:submit")
         except SubmitRejected as err:
             cause = Cause(kind=CauseKind.LAUNCH_FAILED, provenance=Provenance.SCHEDULER,
                           detail=err.detail, at=self.clock())
@@ -325,9 +346,26 @@ class Supervisor:
         """Append a fact learnt from the backend; a conflict only means others wrote first."""
         append_fact(self.store, job_id, lambda seq: make(seq, self.clock()),
                     fence=self._fence())
+        if fp.ARMED:
+            fp.appended([make(0, self.clock())])
 
     def _fence(self) -> Fence | None:
         return self.lease_guard() if self.lease_guard is not None else None
+
+    def _note_takeover(self, now: datetime) -> None:
+        """A new epoch of the scope's lease is a takeover (this process's first, or a retake
+        after losing it): remember when, and forget the quiet answers decided before it."""
+        fence = self._fence()
+        if fence is not None and fence.epoch != self._epoch:
+            self._epoch, self.taken_over_at = fence.epoch, now
+            self.quiet.clear()
+
+    def _takeover(self, backend: Backend | None) -> dc.Takeover | None:
+        if self.taken_over_at is None:
+            return None
+        # A backend that declares no bound keeps the attempt lease (a fake in a test).
+        bound = getattr(backend, "submit_in_flight", self.attempt_lease)
+        return dc.Takeover(at=self.taken_over_at, submit_in_flight=bound)
 
     # ---- loops -----------------------------------------------------------------------
     def serve(self, poll: float, on_tick: Callable[[TickReport], None] | None = None) -> None:

@@ -119,8 +119,8 @@ def test_node_lost_is_fenced_then_resubmitted(dispatch: Dispatch) -> None:
     assert kinds.index("StopRequested") < kinds.index("ExecutionEnded") \
         < kinds.index("RecoveryStarted")
     story = dispatch("history", "lost", check=True).stdout
-    assert "stop requested" in story and "gate opened" in story
-    assert story.index("stop requested") < story.index("gate opened")
+    assert "stop ordered" in story and "gate opened" in story
+    assert story.index("stop ordered") < story.index("gate opened")
 
 
 def _held_job(dispatch: Dispatch, name: str) -> subprocess.Popen[str]:

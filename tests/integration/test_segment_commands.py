@@ -63,7 +63,7 @@ def test_mark_list_clear_are_recorded_and_published(tmp_path: Path) -> None:
     assert not unit.exists()
 
     story = run.invoke(main, ["history", job_id, "--store", url]).output
-    assert "marked unavailable" in story and "bad NIC on n3" in story
+    assert "decided unavailable" in story and "bad NIC on n3" in story
     assert "cleared" in story and "NIC replaced" in story
 
 

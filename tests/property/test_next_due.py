@@ -25,7 +25,7 @@ from tests.strategies_core import (
 )
 
 from dispatch.core import events as ev
-from dispatch.core.decide import ATTEMPT_LEASE, RESEND_AFTER, decide
+from dispatch.core.decide import ATTEMPT_LEASE, RESEND_AFTER, Takeover, decide
 from dispatch.core.model import Cause, CauseKind, Discovery, ObjectReport, State, token_for
 from dispatch.core.next_due import next_due
 from dispatch.core.policy import Declarations, Plan
@@ -66,10 +66,13 @@ def looks(draw: st.DrawFn, job: Job, near: datetime) -> Discovery | None:
 
 def assert_quiet_until_due(job: Job, look: Discovery | None, plan: Plan, t0: datetime,
                            fractions: list[float], lease: timedelta = ATTEMPT_LEASE,
-                           resend: timedelta = RESEND_AFTER) -> None:
-    if decide(job, look, plan, t0, attempt_lease=lease, resend_after=resend):
+                           resend: timedelta = RESEND_AFTER,
+                           takeover: Takeover | None = None) -> None:
+    if decide(job, look, plan, t0, attempt_lease=lease, resend_after=resend,
+              takeover=takeover):
         return
-    due = next_due(job, look, plan, t0, attempt_lease=lease, resend_after=resend)
+    due = next_due(job, look, plan, t0, attempt_lease=lease, resend_after=resend,
+                   takeover=takeover)
     assert due is None or due > t0
     span = (due - t0) if due is not None else timedelta(days=400)
     samples = [t0 + span * f for f in fractions]
@@ -77,7 +80,8 @@ def assert_quiet_until_due(job: Job, look: Discovery | None, plan: Plan, t0: dat
         samples.append(due - timedelta(microseconds=1))
     for t in samples:
         if t >= t0 and (due is None or t < due):
-            assert decide(job, look, plan, t, attempt_lease=lease, resend_after=resend) == [], \
+            assert decide(job, look, plan, t, attempt_lease=lease, resend_after=resend,
+                          takeover=takeover) == [], \
                 (t0, t, due)
 
 
@@ -101,7 +105,13 @@ def test_decide_stays_quiet_until_next_due(extra: list, window: timedelta,
     base = data.draw(st.sampled_from(recorded) | datetimes if recorded else datetimes)
     t0 = base + timedelta(seconds=data.draw(st.integers(-120, 400)))
     look = data.draw(looks(job, t0))
-    assert_quiet_until_due(job, look, plan_of(job), t0, fractions, lease, resend)
+    # Issue 39: under a takeover (before or after the recorded times) with a backend's bound.
+    takeover = data.draw(st.none() | st.builds(
+        Takeover, at=st.integers(-60, 60).map(lambda s: t0 - timedelta(seconds=s)),
+        submit_in_flight=st.sampled_from([timedelta(0), timedelta(seconds=10)])))
+    if takeover is not None and takeover.at > t0:
+        takeover = None  # a supervisor decides only after it took the scope
+    assert_quiet_until_due(job, look, plan_of(job), t0, fractions, lease, resend, takeover)
 
 
 def test_each_kind_of_wait_is_due_when_decide_acts() -> None:

@@ -19,6 +19,7 @@ The contract, in the order a job meets it:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
@@ -114,6 +115,11 @@ LogSource = Path | LogReader
 
 class Backend(Protocol):
     name: str
+    # Declared beside declarations() and never recorded (it is this process's tool setting,
+    # not the job's): how long a submit call can still create an object after the process
+    # that made it is gone. A supervisor that takes a scope over retries the previous
+    # holder's unbound submit this long after the takeover (decide.Takeover, R1).
+    submit_in_flight: timedelta
 
     def declarations(self) -> Declarations: ...
 

@@ -50,10 +50,23 @@ from dispatch.core.record import Job, Submission
 from dispatch.core.segment_decisions import allocation_unit, segment_decisions
 
 # A submit call claimed by one supervisor is not retried by another for this long: it may
-# still be in flight. A duplicate that slips through anyway is caught by S15.
+# still be in flight. A duplicate that slips through anyway is caught by S15. After a
+# takeover (``Takeover``) a claim of the previous holder's waits only the backend's own bound.
 ATTEMPT_LEASE = timedelta(seconds=30)
-# A stop or cancel already sent is sent again after this long if the object still runs.
+# A stop or cancel already sent is sent again after this long if the object still runs; one
+# recorded before a takeover is sent again at once (the holder may have died before sending).
 RESEND_AFTER = timedelta(seconds=30)
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """The acting supervisor took the job's scope over at ``at`` (its lease's epoch began
+    then): every send or submit recorded before ``at`` is another holder's, whose lease had
+    ended. ``submit_in_flight``: how long a submit call of a process that is gone can still
+    land (the backend's declared bound, base.Backend.submit_in_flight)."""
+
+    at: datetime
+    submit_in_flight: timedelta
 
 
 
@@ -129,14 +142,16 @@ def _fail(cause: Cause, why: str) -> list[Decision]:
 
 def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
            *, attempt_lease: timedelta = ATTEMPT_LEASE,
-           resend_after: timedelta = RESEND_AFTER) -> list[Decision]:
+           resend_after: timedelta = RESEND_AFTER,
+           takeover: Takeover | None = None) -> list[Decision]:
     """Everything the supervisor should do for ``job`` now. Empty when nothing is to be done.
 
     With ``discovery`` None (the scheduler was not asked or could not be reached) only
     decisions that need no scheduler information are made (R3). A new submission asks the
     scheduler to avoid the nodes of the job's published segment-health exclusions.
+    ``takeover``: when the acting supervisor took the scope over (None: not under a lease).
     """
-    out = _decide(job, discovery, plan, now, attempt_lease, resend_after)
+    out = _decide(job, discovery, plan, now, _Waits(attempt_lease, resend_after, takeover))
     avoid = excluded_nodes(job.segments)
     out = [msgspec.structs.replace(d, exclude_nodes=avoid)
            if avoid and isinstance(d, Submit) else d for d in out]
@@ -157,6 +172,30 @@ def _with_error(job: Job, out: list[Decision]) -> list[Decision]:
     return [msgspec.structs.replace(d, error=error, message=f"{d.message}; application error: "
                                     f"{said}" if said else d.message)
             if isinstance(d, Escalate) and d.error is None else d for d in out]
+
+
+@dataclass(frozen=True)
+class _Waits:
+    """The waits decide() applies to sends and submits already recorded."""
+
+    attempt_lease: timedelta
+    resend_after: timedelta
+    takeover: Takeover | None
+
+    def resend(self, last: datetime | None, now: datetime) -> bool:
+        """Send a stop or cancel (again): never sent, sent long enough ago, or recorded by
+        another holder before the takeover (it may have died between the record and the
+        send: issue 39; both are idempotent at every scheduler)."""
+        return last is None or now - last >= self.resend_after or (
+            self.takeover is not None and last < self.takeover.at)
+
+    def claim_expired(self, s: Submission, now: datetime) -> bool:
+        """A submit claimed at ``s.attempted_at`` can no longer be in flight: the attempt
+        lease has passed, or the claim is another holder's from before the takeover and the
+        backend's bound has passed since the takeover (the holder's lease had ended)."""
+        t = self.takeover
+        return now - s.attempted_at >= self.attempt_lease or (
+            t is not None and s.attempted_at < t.at and now - t.at >= t.submit_in_flight)
 
 
 @dataclass
@@ -187,16 +226,16 @@ class _Ends:
 
 
 def _decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
-            attempt_lease: timedelta, resend_after: timedelta) -> list[Decision]:
+            waits: _Waits) -> list[Decision]:
     seen = _look(job, discovery)
     out = _bind_and_duplicates(job, seen, now)
     if job.outcome is not None:
-        return out + _leftovers(job, seen, now, resend_after)
+        return out + _leftovers(job, seen, now, waits)
     ends = _Ends(awaiting=job.awaiting, used=list(job.budget_used))
-    out += _record_ends(job, plan, seen, ends, now, resend_after)
+    out += _record_ends(job, plan, seen, ends, now, waits)
     out += segment_decisions(job, seen.objs, ends.fenced, seen.bound)
     if job.cancel_requested is not None:
-        return out + _cancel(job, discovery, seen, ends, now, attempt_lease, resend_after)
+        return out + _cancel(job, discovery, seen, ends, now, waits)
     if job.give_up_requested is not None:
         return out + _give_up(job, ends)
     if job.hold is not None:
@@ -215,7 +254,7 @@ def _decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
                              any_alive or bool(ends.fenced), now, used=ends.used)
     if discovery is None:
         return out
-    return out + _current_submission(job, cur, discovery, seen, now, attempt_lease)
+    return out + _current_submission(job, cur, discovery, seen, now, waits)
 
 
 def _look(job: Job, discovery: Discovery | None) -> _Seen:
@@ -254,8 +293,7 @@ def _bind_and_duplicates(job: Job, seen: _Seen, now: datetime) -> list[Decision]
     return out
 
 
-def _leftovers(job: Job, seen: _Seen, now: datetime, resend_after: timedelta
-               ) -> list[Decision]:
+def _leftovers(job: Job, seen: _Seen, now: datetime, waits: _Waits) -> list[Decision]:
     """After the commit: stop what still runs of a job that will never run again."""
     assert job.outcome is not None
     if job.outcome.state is State.SUCCEEDED:
@@ -265,13 +303,13 @@ def _leftovers(job: Job, seen: _Seen, now: datetime, resend_after: timedelta
         r = seen.ref_of(s)
         left = seen.obj_of(s)
         if left is not None and left.alive and r is not None \
-                and _resend(s.stop_at, now, resend_after):
+                and waits.resend(s.stop_at, now):
             out.append(Stop(submission=s.number, ref=r, cause=job.outcome.cause))
     return out
 
 
 def _record_ends(job: Job, plan: Plan, seen: _Seen, ends: _Ends, now: datetime,
-                 resend_after: timedelta) -> list[Decision]:
+                 waits: _Waits) -> list[Decision]:
     """Record every ended execution the record does not know yet; fence objects reported
     running past the node-loss window (S11); resend stops not yet carried out."""
     out: list[Decision] = []
@@ -316,7 +354,7 @@ def _record_ends(job: Job, plan: Plan, seen: _Seen, ends: _Ends, now: datetime,
                 and o.cause.kind is CauseKind.NODE_LOST and o.lost_since is not None
                 and now - o.lost_since >= plan.declarations.node_loss_window):
             out += _fence(s, r, o, plan, recorded, ends, now)
-        elif s.stop_cause is not None and o.alive and _resend(s.stop_at, now, resend_after):
+        elif s.stop_cause is not None and o.alive and waits.resend(s.stop_at, now):
             out.append(Stop(submission=s.number, ref=r, cause=s.stop_cause))
     return out
 
@@ -354,7 +392,7 @@ def _maybe_alive(s: Submission, seen: _Seen) -> bool:
 
 
 def _cancel(job: Job, discovery: Discovery | None, seen: _Seen, ends: _Ends, now: datetime,
-            attempt_lease: timedelta, resend_after: timedelta) -> list[Decision]:
+            waits: _Waits) -> list[Decision]:
     """A person's cancel (S14 is the scheduler's side of it): cancel what runs, commit once
     the scheduler shows nothing of the job alive."""
     if discovery is None:
@@ -367,10 +405,10 @@ def _cancel(job: Job, discovery: Discovery | None, seen: _Seen, ends: _Ends, now
              if (o := seen.obj_of(s)) is not None and o.alive]
     if alive:
         return [CancelObject(ref=r) for s, r in alive
-                if _resend(s.cancel_sent_at, now, resend_after)]
+                if waits.resend(s.cancel_sent_at, now)]
     cur = job.current
     if cur is not None and seen.ref_of(cur) is None and not cur.ended \
-            and now - cur.attempted_at < attempt_lease:
+            and not waits.claim_expired(cur, now):
         return []  # a submit may be in flight; cancel it once it is visible
     if ends.awaiting is not None and ends.awaiting.kind is CauseKind.NONE:
         # The scheduler says the job completed: the cancel came too late to stop it.
@@ -391,12 +429,12 @@ def _give_up(job: Job, ends: _Ends) -> list[Decision]:
 
 
 def _current_submission(job: Job, cur: Submission, discovery: Discovery, seen: _Seen,
-                        now: datetime, attempt_lease: timedelta) -> list[Decision]:
+                        now: datetime, waits: _Waits) -> list[Decision]:
     """The current submission: retry a submit whose claim expired, or open its gate once
     every older object has ended."""
     r = seen.ref_of(cur)
     if r is None and not cur.ended:
-        if now - cur.attempted_at >= attempt_lease and discovery.complete:
+        if waits.claim_expired(cur, now) and discovery.complete:
             return [RetrySubmit(submission=cur.number, token=cur.token, gated=cur.gated)]
         return []
     if r is not None and cur.gated and not cur.gate_opened:
@@ -429,10 +467,6 @@ def _own_stop(s: Submission, cause: Cause, marked: bool) -> Cause:
     return cause
 
 
-def _resend(last: datetime | None, now: datetime, after: timedelta) -> bool:
-    return last is None or now - last >= after
-
-
 def _native_recovery(job: Job, plan: Plan, s: Submission, ref: str, cause: Cause,
                      used: list[int], now: datetime) -> list[Decision]:
     """An execution ended and the scheduler runs the object again by itself (Slurm requeue).
@@ -456,6 +490,7 @@ __all__ = [
     "ATTEMPT_LEASE",
     "RESEND_AFTER",
     "SUPERVISOR",
+    "Takeover",
     "allocation_unit",
     "decide",
     "verdict",

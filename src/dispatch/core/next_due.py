@@ -4,7 +4,9 @@ they are (pure; `now` passed in).
 decide() depends on `now` only through thresholds of the form "now >= a recorded time + a
 fixed wait": a submit's claim expires (attempted_at + the attempt lease), a stop or cancel
 is sent again (stop_at / cancel_sent_at + the resend wait), a running object on a lost node
-is fenced (lost_since + the node-loss window). Every other use of `now` (a cause's time, the
+is fenced (lost_since + the node-loss window); after a takeover, a claim of the previous
+holder's expires at the takeover + the backend's submit bound (a send it recorded is sent
+again at once, which depends on no time ahead). Every other use of `now` (a cause's time, the
 attribution of an end to a published exclusion) only shapes decisions that are made anyway.
 Between two thresholds every one of these tests has the same answer, so an empty answer at
 `now` stays empty until the earliest threshold after `now`. Holds, give-ups and segment
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from dispatch.core.decide import ATTEMPT_LEASE, RESEND_AFTER
+from dispatch.core.decide import ATTEMPT_LEASE, RESEND_AFTER, Takeover
 from dispatch.core.model import Discovery, ObjectReport
 from dispatch.core.policy import Plan
 from dispatch.core.record import Job
@@ -35,7 +37,8 @@ def objects_seen(job: Job, discovery: Discovery | None) -> tuple[ObjectReport, .
 
 def next_due(job: Job, discovery: Discovery | None, plan: Plan, now: datetime, *,
              attempt_lease: timedelta = ATTEMPT_LEASE,
-             resend_after: timedelta = RESEND_AFTER) -> datetime | None:
+             resend_after: timedelta = RESEND_AFTER,
+             takeover: Takeover | None = None) -> datetime | None:
     """The earliest time after ``now`` at which decide(job, discovery, plan, t) may differ
     from decide(job, discovery, plan, now) in whether it decides anything; None when no
     threshold lies ahead (only a change of the record or of the objects can change it).
@@ -49,6 +52,9 @@ def next_due(job: Job, discovery: Discovery | None, plan: Plan, now: datetime, *
     if cur is not None and cur.ref is None and not cur.ended:
         # The claim on a submit not yet bound (a quiet answer binds nothing this tick).
         times.append(cur.attempted_at + attempt_lease)
+        if takeover is not None and cur.attempted_at < takeover.at:
+            # Another holder's claim: it expires the backend's bound after the takeover.
+            times.append(takeover.at + takeover.submit_in_flight)
     for s in job.submissions:
         if s.stop_at is not None:
             times.append(s.stop_at + resend_after)

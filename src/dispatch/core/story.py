@@ -1,4 +1,9 @@
-"""A job's record told as a story, one line per event: `dispatch history`."""
+"""A job's record told as a story, one line per event: `dispatch history`.
+
+Each line says what was known when its event was written (issue 39, docs/semantics.md
+"What the record's words claim"): an event written before its act says the act was decided
+("intended", "ordered"), never that it happened; what the scheduler later shows (an object
+bound, an execution ended, a gate opened) is what says it did."""
 
 from __future__ import annotations
 
@@ -37,7 +42,7 @@ def line(e: ev.Event) -> str:  # noqa: C901 - one case per event type
                  if e.exclude_nodes else "")
         return f"submission {e.submission} intended{why}{gate}{avoid}"
     if isinstance(e, ev.SubmissionAttempted):
-        return f"submission {e.submission}: submit retried by {e.supervisor}"
+        return f"submission {e.submission}: submit to be retried, claimed by {e.supervisor}"
     if isinstance(e, ev.SubmissionBound):
         return f"submission {e.submission} is scheduler object {e.ref}"
     if isinstance(e, ev.SubmissionRejected):
@@ -69,15 +74,16 @@ def line(e: ev.Event) -> str:  # noqa: C901 - one case per event type
     if isinstance(e, ev.CancelRequested):
         return f"cancel requested by {e.actor or 'a person'}"
     if isinstance(e, ev.CancelSent):
-        return f"cancel sent to object {e.ref}"
+        return f"cancel ordered for object {e.ref} (its end on the scheduler says it landed)"
     if isinstance(e, ev.GiveUpRequested):
         return f"given up by {e.actor or 'a person'}"
     if isinstance(e, ev.GateOpened):
         return f"gate opened for submission {e.submission} (object {e.ref})"
     if isinstance(e, ev.StopRequested):
-        return f"stop requested for object {e.ref}: {_cause(e.cause)}"
+        return f"stop ordered for object {e.ref}: {_cause(e.cause)}"
     if isinstance(e, ev.DuplicateStopped):
-        return f"duplicate object {e.ref} (token {e.token}) stopped: {_cause(e.cause)}"
+        return (f"duplicate object {e.ref} (token {e.token}): stop ordered: "
+                f"{_cause(e.cause)}")
     if isinstance(e, ev.OutcomeCommitted):
         return f"{e.state.value.upper()}: {_cause(e.cause)}"
     if isinstance(e, ev.EscalationRaised):
@@ -85,7 +91,7 @@ def line(e: ev.Event) -> str:  # noqa: C901 - one case per event type
     if isinstance(e, ev.Superseded):
         return f"superseded by {e.by}" + (f" ({e.actor})" if e.actor else "")
     if isinstance(e, ev.SegmentPublished):
-        return (f"segment health: unit {e.unit_job_id}.{e.task_id} marked unavailable by "
+        return (f"segment health: unit {e.unit_job_id}.{e.task_id} decided unavailable by "
                 f"{e.actor or 'dispatch'}: {e.reason}"
                 + (f" (nodes {', '.join(e.nodes)})" if e.nodes else ""))
     if isinstance(e, ev.SegmentCleared):

@@ -243,7 +243,7 @@ def test_drained_array_task_is_excluded_at_its_next_rendezvous(cli: Dispatch,
         # output tail is the one read), so a bare substring would count it too.
         published = [ln for ln in history.splitlines() if "segment health: unit " in ln]
         assert len(published) == 1, history
-        assert f"unit {array}.1 marked unavailable" in published[0]
+        assert f"unit {array}.1 decided unavailable" in published[0]
         assert drained in published[0] and f"array job {array} task 1" in published[0]
         # The scheduler's words about the node; Slurm may add flags after DRAIN (PLANNED:
         # the backfill scheduler has planned a job there; seen on 22.05).

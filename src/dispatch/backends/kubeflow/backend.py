@@ -188,6 +188,9 @@ class KubeflowBackend:
             backoff_s=backoff_s,
         )
         self._client = client
+        # A TrainJob create is one request: the API server acts on it within that request's
+        # timeout or never (a retry after the process is gone does not happen).
+        self.submit_in_flight = timedelta(seconds=timeout_s)
         self._namespaces = set(namespaces)
         self._node_loss_window = node_loss_window
         self._restart_native = restart_native

@@ -24,6 +24,7 @@ from typing import Literal
 
 import msgspec
 
+from dispatch import failpoints as fp
 from dispatch.backends.base import DryRun, Submission, SubmitRejected
 from dispatch.backends.local.errors import (
     BadInjection,
@@ -115,6 +116,11 @@ class LocalBackend:
 
     # ------------------------------------------------------------ Backend protocol
 
+    # A local publish is one rename inside the supervisor's own process (submit below): once
+    # that process is gone nothing of its submit is in flight (a runner it started before the
+    # rename leaves on its own when the object never appears, runner.PUBLISH_WAIT_S).
+    submit_in_flight = timedelta(0)
+
     def declarations(self) -> Declarations:
         return Declarations(backend="local", native_actions=frozenset(),
                             node_loss_window=self.node_loss_window)
@@ -198,6 +204,8 @@ class LocalBackend:
         try:
             write_atomic(stage / RUNNER, msgspec.json.encode(info))
             fsync_dir(stage)
+            if fp.ARMED:  # a test's crash window: staged, the runner waiting, not published
+                fp.hit("local-submit:staged")
             os.rename(stage, final)
             fsync_dir(self.objects_dir)
         except OSError as err:

@@ -93,6 +93,9 @@ class SlurmBackend:
         self._run = runner
         self._clock = clock or (lambda: datetime.now(UTC))
         self._timeout = timeout
+        # An sbatch child outlives a supervisor killed while waiting on it by at most its own
+        # timeout (tools.run_tool kills it then; sbatch itself gives up no later).
+        self.submit_in_flight = timedelta(seconds=timeout)
         self._token_lookback = token_lookback
         self._preempt_mode = preempt_mode
         self.calls: Counter[str] = Counter()  # tool -> calls made (P2 benchmark)

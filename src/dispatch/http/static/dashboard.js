@@ -507,7 +507,7 @@ function drawTimeline(tl) {
     }
     if (s.stop) {
       track.append(el("span", { class: "tl-fence", style: { left: pct(s.stop.at) + "%" },
-        title: "stop requested (fence): " + causeTitle(s.stop.cause) }, "▼"));
+        title: "stop ordered (fence): " + causeTitle(s.stop.cause) }, "▼"));
     }
     for (const m of tl.marks) {
       track.append(el("div", { class: "tl-mark " + m.kind, style: { left: pct(m.at) + "%" },
@@ -531,7 +531,7 @@ function drawTimeline(tl) {
       item.prepend(el("i", { style: { background: colour } }));
       legend.append(item);
     }
-    legend.append(el("span", {}, "▼ fence (stop asked for)"));
+    legend.append(el("span", {}, "▼ fence (stop ordered)"));
     const hold = el("span", {}, "hold");
     hold.prepend(el("i", { style: { background: "rgba(217,70,239,.35)" } }));
     legend.append(hold);
