@@ -7,25 +7,31 @@ counts exactly as a checkpoint the training reported itself, at the time the run
 A line longer than MOST_LINE_BYTES is not matched (its start is dropped); a line is only
 matched once its newline came (or the output ended). Writing is a courtesy: a file that
 cannot be written drops the match, never the node's output.
+
+Matching runs on the runner's main thread, the one that obeys signals and requests, so its
+cost is bounded: the pattern is RE2 (linear in the line, its program bounded at validation,
+core/progress.py), a line is at most MOST_LINE_BYTES, and output.py reads at most
+MATCH_READ_BYTES at a time from a node whose output is matched.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import time
 from pathlib import Path
 
 import msgspec
 
-from dispatch.core.progress import MOST_LINE_BYTES, checkpoint_step
+from dispatch.core.progress import MOST_LINE_BYTES, checkpoint_step, compile_pattern
 
 
 class LogCheckpoints:
     """One node's matcher: the line being received, and how many lines matched so far."""
 
     def __init__(self, pattern: str, path: Path) -> None:
-        self.pattern = re.compile(pattern)
+        # ValueError for a pattern RE2 refuses (a record older than RE2 validation): the
+        # node cannot start, as for any spec that is refused.
+        self.pattern = compile_pattern(pattern)
         self.path = path
         self.partial = b""
         self.too_long = False  # the line being received is already over the bound
@@ -52,7 +58,7 @@ class LogCheckpoints:
         raw = self.partial + end
         too_long = self.too_long or len(raw) > MOST_LINE_BYTES
         self.partial, self.too_long = b"", False
-        if too_long:
+        if too_long or not raw:  # an empty line: a pattern never matches it (validation)
             return
         step = checkpoint_step(self.pattern, raw.decode(errors="replace").rstrip("\r"),
                                self.count)
