@@ -124,7 +124,16 @@ def _re2_options() -> Any:
     return options
 
 
-def compile_pattern(text: str) -> Any:
+class CheckpointPattern:
+    """A compiled checkpoint pattern: the RE2 program, and the number of its ``step`` group
+    (None without one), asked once: RE2's wrapper builds its group table on every ask."""
+
+    def __init__(self, regex: Any) -> None:
+        self.regex = regex
+        self.step_group: int | None = regex.groupindex.get(STEP_GROUP)
+
+
+def compile_pattern(text: str) -> CheckpointPattern:
     """The RE2 program of a checkpoint pattern; ValueError (RE2's words) when RE2 cannot
     compile it or it is over the program bound. Bounded by MOST_PATTERN_CHARS first."""
     if len(text) > MOST_PATTERN_CHARS:
@@ -142,7 +151,7 @@ def compile_pattern(text: str) -> Any:
     if compiled.programsize > MOST_PATTERN_PROGRAM:
         raise ValueError(f"compiles to {compiled.programsize} RE2 instructions, more than "
                          f"{MOST_PATTERN_PROGRAM} (matching every line would cost too much)")
-    return compiled
+    return CheckpointPattern(compiled)
 
 
 def pattern_problem(text: str) -> str:
@@ -153,22 +162,21 @@ def pattern_problem(text: str) -> str:
         compiled = compile_pattern(text)
     except ValueError as err:
         return str(err)
-    if compiled.search("") is not None:
+    if compiled.regex.search("") is not None:
         return "matches the empty string, so every line would be a checkpoint"
     return ""
 
 
-def checkpoint_step(pattern: Any, line: str, count: int) -> int | None:
+def checkpoint_step(pattern: CheckpointPattern, line: str, count: int) -> int | None:
     """The step a line of output says was checkpointed, or None when it says none.
     ``count``: the node's matching lines before this one, the step when the pattern has no
-    ``step`` group. A ``step`` that is not a whole number makes the line say nothing.
-    ``pattern``: from compile_pattern."""
-    found = pattern.search(line)
+    ``step`` group. A ``step`` that is not a whole number makes the line say nothing."""
+    found = pattern.regex.search(line)
     if found is None or found.end() == found.start():
         return None
-    if STEP_GROUP not in pattern.groupindex:
+    if pattern.step_group is None:
         return count + 1
-    step = found.group(STEP_GROUP)
+    step = found.group(pattern.step_group)
     if step is None or not step.isascii() or not step.isdigit() or len(step) > 18:
         return None
     return int(step)
