@@ -55,7 +55,12 @@ def prepare(spec: JobSpec, backends: Backends, *, ready: bool = True,
     check_spec(spec, source)  # a JobSpec made in Python gets the checks a file gets
     if spec.workdir is None:
         # Relative paths in the command mean what they meant where the job was submitted.
-        spec = msgspec.structs.replace(spec, workdir=os.getcwd())
+        try:
+            here = os.getcwd()
+        except OSError as err:  # removed, or deeper than PATH_MAX: no name to record
+            raise SpecError(source, "workdir", "not given, and the current directory cannot "
+                                               f"be named: {err.strerror or err}") from None
+        spec = msgspec.structs.replace(spec, workdir=here)
     backend = backends(spec.backend)
     try:
         backend.validate(spec)
