@@ -258,9 +258,17 @@ class Service:
                environ: Mapping[str, str] | None = None) -> str:
         """Record the job and make its first submission (an escalation that tick raises,
         such as a rejected submission, goes to ``notifier``)."""
+        return self.submit_reporting(spec, source, notifier=notifier, environ=environ)[0]
+
+    def submit_reporting(self, spec: JobSpec, source: str = "<spec>", *,
+                         notifier: Notifier | None = None,
+                         environ: Mapping[str, str] | None = None) -> tuple[str, list[str]]:
+        """``submit``, with why its first submission could not reach the scheduler (empty
+        when it did): a local root that cannot be made reads as never used afterwards, so
+        only this tick knows (`dispatch submit` exits 4 on it)."""
         job_id = self.create(spec, source, environ=environ)
-        self.supervisor(notifier=notifier).tick([job_id])
-        return job_id
+        report = self.supervisor(notifier=notifier).tick([job_id])
+        return job_id, list(report.unreachable)
 
     def supersede(self, job: str, *, notifier: Notifier | None = None,
                   environ: Mapping[str, str] | None = None) -> str:
