@@ -15,9 +15,15 @@ from dispatch.backends.local.wire import MARK_VAR, ObjectMeta, utcnow
 from dispatch.core.spec import JobSpec, path_problem
 
 
-def spec_problems(spec: JobSpec) -> list[tuple[str, str]]:
-    """Every reason the local backend cannot run ``spec``, as (key, message), in key order."""
+def spec_problems(spec: JobSpec, pid_max: int | None = None) -> list[tuple[str, str]]:
+    """Every reason the local backend cannot run ``spec``, as (key, message), in key order.
+    ``pid_max``: this machine's /proc/sys/kernel/pid_max (None: not known), read by the
+    caller: every node is a process at once, beside the runner."""
     out: list[tuple[str, str]] = []
+    if pid_max is not None and spec.nodes + 1 >= pid_max:
+        out.append(("nodes", f"{spec.nodes} processes at once are more than this machine "
+                             f"can start (kernel.pid_max is {pid_max}: at most "
+                             f"{max(pid_max - 2, 0)} nodes beside the runner)"))
     for key in sorted(spec.local):
         out.append((f"local.{key}", "unknown key: the local backend takes no options"))
     if not spec.command:
