@@ -60,8 +60,9 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # argv, a file) can write it.
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)?\s*$")
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+# ASCII digits only: \d and int() take any Unicode digit ("٧d" would be a week).
+_DURATION = re.compile(r"^\s*([0-9]+)\s*(s|m|h|d)?\s*$", re.ASCII)
+_SIZE = re.compile(r"^\s*([0-9]+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE | re.ASCII)
 
 
 def parse_duration(text: str | int) -> int:
