@@ -16,12 +16,20 @@ import psutil
 from tests.e2e.conftest import Dispatch, script, wait_until
 
 HANG_S = 120.0
-# Before RE2, the runner's first bite of this output never came back from re.search.
-AAAB = script("import sys, time\n"
+# Before RE2, the runner's first bite of this output never came back from re.search. The
+# node says (a file) once its first line is in the pipe: what the test stops the job after.
+AAAB = script("import os, sys, time\n"
               "line = 'a' * 4000 + 'b\\n'\n"
+              "sys.stdout.write(line); sys.stdout.flush()\n"
+              "open(os.environ['FIRST_LINE'], 'w').close()\n"
               "while True:\n"
               "    sys.stdout.write(line); sys.stdout.flush(); time.sleep(0.005)\n")
 PROGRESS = {"checkpoint_pattern": "^(a+)+$"}
+
+
+def _spec(dispatch: Dispatch, **fields: object) -> Path:
+    return dispatch.spec("aaab", AAAB, progress=PROGRESS,
+                         env={"FIRST_LINE": str(dispatch.tmp / "first-line")}, **fields)
 
 
 def _object_dir(dispatch: Dispatch) -> Path:
@@ -42,6 +50,8 @@ def _pids(dispatch: Dispatch, job: str) -> tuple[int, int]:
         return int(pid) if pid else None
 
     wait_until(lambda: node() is not None, "node 0 never started", timeout=HANG_S)
+    wait_until((dispatch.tmp / "first-line").exists, "node 0 never wrote its first line",
+               timeout=HANG_S)
     runner = json.loads((objdir / "runner.json").read_bytes())["pid"]
     node_pid = node()
     assert node_pid is not None
@@ -75,7 +85,7 @@ def _ended(dispatch: Dispatch, run: subprocess.Popen[str],
 
 
 def test_cancel_ends_a_job_whose_pattern_backtracks(dispatch: Dispatch) -> None:
-    spec = dispatch.spec("aaab", AAAB, progress=PROGRESS)
+    spec = _spec(dispatch)
     run = dispatch.spawn("run", str(spec), "--json", "--poll", "0.2")
     pids = _pids(dispatch, "aaab")
     dispatch("cancel", "aaab", check=True)
@@ -84,7 +94,7 @@ def test_cancel_ends_a_job_whose_pattern_backtracks(dispatch: Dispatch) -> None:
 
 
 def test_the_time_limit_ends_a_job_whose_pattern_backtracks(dispatch: Dispatch) -> None:
-    spec = dispatch.spec("aaab", AAAB, progress=PROGRESS, time_limit="3s")
+    spec = _spec(dispatch, time_limit="3s")
     run = dispatch.spawn("run", str(spec), "--json", "--poll", "0.2")
     pids = _pids(dispatch, "aaab")
     code, st = _ended(dispatch, run, pids)
@@ -93,7 +103,7 @@ def test_the_time_limit_ends_a_job_whose_pattern_backtracks(dispatch: Dispatch) 
 
 
 def test_sigterm_ends_the_runner_of_a_job_whose_pattern_backtracks(dispatch: Dispatch) -> None:
-    spec = dispatch.spec("aaab", AAAB, progress=PROGRESS)
+    spec = _spec(dispatch)
     run = dispatch.spawn("run", str(spec), "--json", "--poll", "0.2")
     pids = _pids(dispatch, "aaab")
     os.kill(pids[0], signal.SIGTERM)

@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-import re2
 
 PROGRESS_FILE_VAR = "DISPATCH_PROGRESS_FILE"
 # Only the end of the file is read: the latest checkpoint is near it.
@@ -119,6 +118,8 @@ class ProgressSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
 
 def _re2_options() -> Any:
+    import re2
+
     options = re2.Options()
     options.log_errors = False  # RE2 would print its own words to stderr: ours say them
     return options
@@ -136,6 +137,8 @@ class CheckpointPattern:
 def compile_pattern(text: str) -> CheckpointPattern:
     """The RE2 program of a checkpoint pattern; ValueError (RE2's words) when RE2 cannot
     compile it or it is over the program bound. Bounded by MOST_PATTERN_CHARS first."""
+    import re2  # here: a status read parses no pattern, and RE2 costs its start-up
+
     if len(text) > MOST_PATTERN_CHARS:
         raise ValueError(f"is {len(text)} characters, more than {MOST_PATTERN_CHARS}")
     try:
