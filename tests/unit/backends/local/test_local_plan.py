@@ -90,3 +90,13 @@ def test_validate_reads_this_machines_pid_max(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as err:
         LocalBackend(tmp_path / "root").validate(_spec(nodes=pid_max), source="big.yaml")
     assert err.value.where == "nodes" and f"kernel.pid_max is {pid_max}" in str(err.value)
+
+
+def test_a_workdir_whose_link_leads_past_name_max_is_refused_naming_it(tmp_path: Path) -> None:
+    # The path itself is short (the pure check passes); the link's target holds a
+    # 300-byte component, so is_dir fails with ENAMETOOLONG: refused, never a traceback.
+    link = tmp_path / "work"
+    link.symlink_to("/tmp/" + "a" * 300)
+    with pytest.raises(SpecError) as err:
+        LocalBackend(tmp_path / "root").validate(_spec(workdir=str(link)), source="w.yaml")
+    assert err.value.where == "workdir" and "File name too long" in str(err.value)
