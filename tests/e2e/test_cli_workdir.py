@@ -20,3 +20,16 @@ def test_a_too_long_workdir_is_exit_2_naming_the_key(dispatch: Dispatch, workdir
     assert "workdir" in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert "NAME_MAX" in done.stderr or "PATH_MAX" in done.stderr
     assert dispatch.json("ls", "--all") == []
+
+
+def test_no_workdir_in_a_removed_directory_is_exit_2_naming_the_key(dispatch: Dispatch) -> None:
+    # The default workdir is where submit runs: a directory removed under it has no name.
+    spec = dispatch.spec("gone", ["true"])
+    done = dispatch.python(
+        "import os, sys\n"
+        "os.mkdir('gone-dir'); os.chdir('gone-dir'); os.rmdir('../gone-dir')\n"
+        "from dispatch.cli import main\n"
+        f"main(['submit', {str(spec)!r}])\n")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "workdir" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert dispatch.json("ls", "--all") == []
