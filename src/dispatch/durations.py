@@ -23,7 +23,8 @@ def seconds_in(value: object, what: str, low: float, high: float, *,
     """``value`` as seconds; BadInput (naming ``what``) unless it is a finite number from
     ``low`` to ``high``. ``from_text``: a number written as text (an option) is read too."""
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number and not (from_text and isinstance(value, str)):
+    # Text in ASCII only: float() reads any Unicode digit ("٧" would be 7 seconds).
+    if not number and not (from_text and isinstance(value, str) and value.isascii()):
         raise BadInput(f"{what}: {value!r} is not a number of seconds")
     try:
         seconds = float(value)  # type: ignore[arg-type]  # a number or text, checked above

@@ -43,6 +43,11 @@ BAD_SPECS: list[tuple[str, bytes, str]] = [
     ("shell.yaml", b'name: x\ncommand: "python train.py"\n', "argv list"),
     ("backend.yaml", b'name: x\ncommand: ["true"]\nbackend: pbs\n', "unknown backend"),
     ("two-lines.yaml", b'name: "a\\nb"\ncommand: ["true"]\n', "one line"),
+    # Past NAME_MAX or PATH_MAX every filesystem call fails (ENAMETOOLONG): refused first.
+    ("long-name.yaml", b'name: x\ncommand: ["true"]\nworkdir: /tmp/' + b"a" * 256 + b"\n",
+     "workdir: has a component of 256 bytes"),
+    ("long-path.yaml", b'name: x\ncommand: ["true"]\nworkdir: /' + b"b/" * 2048 + b"\n",
+     "workdir: is 4097 bytes long"),
 ]
 
 

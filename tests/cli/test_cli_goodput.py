@@ -88,7 +88,9 @@ def test_the_table_names_phases_causes_and_node_hours(env: dict[str, str]) -> No
         assert word in out
 
 
-@pytest.mark.parametrize("since", ["7", "x", "0d", "7y", "-1d"])
+# "\u0667d" (Arabic-Indic 7), a fullwidth 7: \d and int() read any Unicode digit.
+@pytest.mark.parametrize("since", ["7", "x", "0d", "7y", "-1d", "\u0667d", "\uff17d",
+                                   "1\u0660d"])
 def test_a_bad_span_is_bad_input(env: dict[str, str], since: str) -> None:
     code, out, err = invoke(env, "goodput", "--since", since, "--json")
     assert code == 2 and "--since" in json.loads(out)["error"]["message"]

@@ -27,7 +27,9 @@ from dispatch.stores.select import open_store
 from dispatch.supervision import local_scope
 
 ROOT = Path(__file__).resolve().parents[2]
-BAD = ["inf", "-inf", "nan", "1e12", "1e400", "-1", "0", "garbage", "", "0x10"]
+# The last two: Arabic-Indic 7 and fullwidth 5, which float() reads as 7 and 5.
+BAD = ["inf", "-inf", "nan", "1e12", "1e400", "-1", "0", "garbage", "", "0x10", "\u0667",
+       "\uff15"]
 # (argv before the value, its bounds)
 OPTIONS: list[tuple[list[str], float, float]] = [
     (["supervise", "--once", "--lease"], 1.0, 600.0),

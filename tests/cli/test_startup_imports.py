@@ -28,7 +28,7 @@ NOT_ON_STATUS_PATH = (
     "secrets", "dispatch.http", "dispatch.segment_health", "dispatch.supervisor",
     "dispatch.supervision", "dispatch.notify", "dispatch.discovery", "dispatch.specfile",
     "dispatch.api", "dispatch.backends.base", "dispatch.backends.local",
-    "dispatch.backends.slurm", "dispatch.backends.kubeflow", "dispatch.core.decide",
+    "dispatch.backends.slurm", "dispatch.backends.kubeflow", "dispatch.core.decide", "re2",
 )
 
 # Runs the CLI as `dispatch ARGS` does, stdout to a file (not a terminal), then names the

@@ -58,6 +58,20 @@ def test_submit_with_an_unreachable_scheduler_exits_4_and_the_job_is_recorded(
     assert status.returncode == 4  # the same code as status, for the same situation
 
 
+def test_submit_with_a_local_root_that_cannot_be_made_exits_4(dispatch: Dispatch) -> None:
+    # /proc makes no directory (ENOENT): the root reads as never used afterwards, so submit
+    # exited 0 with only the supervisor's warning; the submission's own word counts now.
+    root = f"/proc/dispatch-no-such-{dispatch.tmp.name}/local"
+    spec = dispatch.spec("r1", ["/bin/true"])
+    done = subprocess.run(dispatch.argv("submit", str(spec)),
+                          env={**dispatch.env, "DISPATCH_LOCAL_ROOT": root}, cwd=dispatch.tmp,
+                          text=True, capture_output=True, timeout=120)
+    assert done.returncode == 4, (done.stdout, done.stderr)
+    assert f"cannot make the local root {root}" in done.stderr
+    assert "is recorded" in done.stderr and "Traceback" not in done.stderr
+    assert jobs_recorded(dispatch) == 1
+
+
 @pytest.mark.parametrize("variable, value, words", [
     ("DISPATCH_ESCALATION_WEBHOOK", "ftp://hooks.example/x", "http:// or https://"),
     ("DISPATCH_ESCALATION_WEBHOOK", "hooks.example/x", "http:// or https://"),

@@ -122,15 +122,20 @@ def submit(spec_path: Path, dry_run: bool, store_url: str | None, as_json: bool,
     with open_service(store_url) as service:
         _warn_unenforced(service, spec, spec_path)
         notifier = _notifier(escalation_webhook, escalation_command)
-        job_id = service.submit(spec, str(spec_path), notifier=notifier)
+        job_id, unreachable = service.submit_reporting(spec, str(spec_path),
+                                                       notifier=notifier)
         notifier.close()
         view = service.view(job_id)
         show(view, as_json)
-    if view.scheduler == SCHEDULER_UNREACHABLE:
+    # A root that could not be made reads as an empty one afterwards: the submission's own
+    # word counts too, not only what the view shows now.
+    problem = view.problem if view.scheduler == SCHEDULER_UNREACHABLE else (
+        unreachable[0] if unreachable else None)
+    if problem is not None:
         # Exit 4, as `status` does: the job is recorded (nothing is lost) and a supervisor
         # submits it, or carries it on, once its scheduler answers.
         click.echo(f"error: job {job_id} is recorded, but its scheduler could not be reached "
-                   f"({view.problem}); a running `dispatch supervise` submits it (or carries "
+                   f"({problem}); a running `dispatch supervise` submits it (or carries "
                    "it on) once the scheduler answers", err=True)
         sys.exit(EXIT_UNREACHABLE)
 

@@ -46,6 +46,10 @@ MAX_NODES = 100_000
 MAX_DURATION_S = 366 * 86_400
 MAX_SIZE_BYTES = 1024**5  # 1 PiB per node
 MAX_DIGITS = 20
+# Linux's bounds on a path (NAME_MAX, PATH_MAX with its NUL), in bytes: past them every
+# filesystem call fails with ENAMETOOLONG, so a workdir is refused before any is made.
+NAME_MAX = 255
+PATH_MAX = 4096
 
 # A portable environment variable name (POSIX): what env_from_host may name.
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -56,8 +60,9 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # argv, a file) can write it.
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)?\s*$")
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+# ASCII digits only: \d and int() take any Unicode digit ("٧d" would be a week).
+_DURATION = re.compile(r"^\s*([0-9]+)\s*(s|m|h|d)?\s*$", re.ASCII)
+_SIZE = re.compile(r"^\s*([0-9]+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE | re.ASCII)
 
 
 def parse_duration(text: str | int) -> int:
@@ -346,6 +351,21 @@ def check_spec(spec: JobSpec, source: str = "<spec>") -> None:
         raise SpecProblems(source, problems)
 
 
+def path_problem(path: str) -> str:
+    """Why no Linux call can take ``path`` ("" when its length is fine): a component over
+    NAME_MAX bytes or the whole at PATH_MAX bytes or more. Bytes as os.fsencode gives them
+    (UTF-8 here: a spec's text is checked to be UTF-8 before this)."""
+    raw = path.encode("utf-8", "surrogatepass")
+    if len(raw) >= PATH_MAX:
+        return f"is {len(raw)} bytes long: a path must be under {PATH_MAX} bytes (PATH_MAX)"
+    longest = max(raw.split(b"/"), key=len)
+    if len(longest) > NAME_MAX:
+        start = longest[:24].decode("utf-8", "replace")
+        return (f"has a component of {len(longest)} bytes ({start!r}...): a file name is at "
+                f"most {NAME_MAX} bytes (NAME_MAX)")
+    return ""
+
+
 def spec_problems(spec: JobSpec) -> list[tuple[str, str]]:
     """Every problem of a typed spec beyond its types, as (place, what)."""
     found: list[tuple[str, str]] = []
@@ -363,6 +383,8 @@ def spec_problems(spec: JobSpec) -> list[tuple[str, str]]:
     for i, arg in enumerate(spec.command if command_ok else ()):
         if "\x00" in arg:
             found.append((f"command[{i}]", "holds a NUL byte (no argv can carry it)"))
+    if spec.workdir is not None and (why := path_problem(spec.workdir)):
+        found.append(("workdir", why))
     for key, value in spec.env.items():
         if not key or "=" in key or _CONTROL.search(key):
             found.append((f"env.{key!r}", "an environment variable name may not be empty or "

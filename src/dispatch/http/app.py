@@ -192,7 +192,7 @@ def build_app(server: Server) -> Starlette:  # noqa: C901 - one small function p
         from dispatch.service.goodput import badput_by_day, fleet_times, split_json
 
         raw = request.query_params.get("days", "14")
-        if not raw.isdigit() or not 1 <= int(raw) <= 90:
+        if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= 90:
             raise BadInput(f"days: {raw!r} must be a whole number from 1 to 90")
         days = int(raw)
         with server.service() as service:

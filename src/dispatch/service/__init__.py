@@ -56,7 +56,12 @@ def prepare(spec: JobSpec, backends: Backends, *, ready: bool = True,
     check_spec(spec, source)  # a JobSpec made in Python gets the checks a file gets
     if spec.workdir is None:
         # Relative paths in the command mean what they meant where the job was submitted.
-        spec = msgspec.structs.replace(spec, workdir=os.getcwd())
+        try:
+            here = os.getcwd()
+        except OSError as err:  # removed, or deeper than PATH_MAX: no name to record
+            raise SpecError(source, "workdir", "not given, and the current directory cannot "
+                                               f"be named: {err.strerror or err}") from None
+        spec = msgspec.structs.replace(spec, workdir=here)
     backend = backends(spec.backend)
     try:
         backend.validate(spec)
@@ -258,9 +263,17 @@ class Service:
                environ: Mapping[str, str] | None = None) -> str:
         """Record the job and make its first submission (an escalation that tick raises,
         such as a rejected submission, goes to ``notifier``)."""
+        return self.submit_reporting(spec, source, notifier=notifier, environ=environ)[0]
+
+    def submit_reporting(self, spec: JobSpec, source: str = "<spec>", *,
+                         notifier: Notifier | None = None,
+                         environ: Mapping[str, str] | None = None) -> tuple[str, list[str]]:
+        """``submit``, with why its first submission could not reach the scheduler (empty
+        when it did): a local root that cannot be made reads as never used afterwards, so
+        only this tick knows (`dispatch submit` exits 4 on it)."""
         job_id = self.create(spec, source, environ=environ)
-        self.supervisor(notifier=notifier).tick([job_id])
-        return job_id
+        report = self.supervisor(notifier=notifier).tick([job_id])
+        return job_id, list(report.unreachable)
 
     def supersede(self, job: str, *, notifier: Notifier | None = None,
                   environ: Mapping[str, str] | None = None) -> str:

@@ -13,7 +13,8 @@ from dispatch.errors import BadInput, DispatchError
 from dispatch.stores.base import RecordStore
 from dispatch.stores.reading import fold_with_records
 
-_SPAN = re.compile(r"^\s*(\d{1,6})\s*([smhdw])\s*$")
+# ASCII only: \d and int() take any Unicode digit (٧d would be a week).
+_SPAN = re.compile(r"^\s*([0-9]{1,6})\s*([smhdw])\s*$", re.ASCII)
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 

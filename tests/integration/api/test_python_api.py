@@ -152,3 +152,14 @@ def test_unenforced_rule_warns(env: Env) -> None:
     with pytest.warns(UserWarning, match="does not enforce requeue"):
         job = dispatch.submit(env.spec("warned", "pass", policy=policy), store=env.store)
     job.cancel()
+
+
+@pytest.mark.parametrize("workdir", ["/tmp/" + "a" * 256, "/" + "b/" * 2048])
+def test_a_workdir_no_filesystem_call_can_take_is_bad_input(env: Env, workdir: str) -> None:
+    # Was an untyped OSError (ENAMETOOLONG) from the local backend's is_dir.
+    for spec in ({"name": "x", "command": ["true"], "workdir": workdir},
+                 JobSpec(name="x", command=("true",), workdir=workdir)):
+        with pytest.raises(BadInput, match="workdir") as bad:
+            dispatch.submit(spec, store=env.store)
+        assert bad.value.exit_code == 2
+    assert dispatch.jobs(all=True, store=env.store) == []

@@ -47,3 +47,12 @@ def test_goodput_counters_are_exact_and_survive_a_restart(
     s.close()
     again = serve()
     assert _goodput(again) == m  # a restart reads the same totals from the record
+
+
+def test_the_fleet_span_takes_ascii_digits_only(serve: Callable[..., Served]) -> None:
+    s = serve()
+    assert s.client.get("/api/goodput", params={"days": "7"}).status_code == 200
+    # Arabic-Indic 7 and fullwidth 7: str.isdigit and int() take them as 7.
+    for days in ("\u0667", "\uff17"):
+        r = s.client.get("/api/goodput", params={"days": days})
+        assert r.status_code == 400 and "days" in r.json()["error"]["message"], r.text

@@ -107,6 +107,11 @@ def test_error_mapping(serve: Callable[..., Served], tmp_path: Path) -> None:
     garbage = s.client.post("/api/jobs", content=b"{", headers={
         "Content-Type": "application/json"})
     assert garbage.status_code == 400 and garbage.json()["error"]["code"] == "bad-input"
+    for workdir in ("/tmp/" + "a" * 256, "/" + "b/" * 2048):  # was 500: ENAMETOOLONG
+        long = s.post("/api/jobs", {"name": "x", "command": ["true"], "workdir": workdir})
+        assert long.status_code == 400, long.text
+        assert long.json()["error"]["code"] == "bad-input"
+        assert "workdir" in long.json()["error"]["message"]
     cross = s.post("/api/jobs", spec("x", "pass"), headers={"Origin": "http://elsewhere.test"})
     assert cross.status_code == 403
     rebound = s.client.get("/api/jobs", headers={"Host": "elsewhere.test"})

@@ -64,3 +64,13 @@ def test_no_file_is_written_without_a_match_nor_through_a_link(tmp_path: Path) -
         output.close()
     assert target.read_bytes() == b""
     assert (tmp_path / "node0.log").read_bytes().endswith(b"saved checkpoint at step 3\n")
+
+
+def test_several_matches_in_one_read_are_each_a_checkpoint_in_order(tmp_path: Path) -> None:
+    found = tmp_path / "node0.logcheckpoints.jsonl"
+    output = NodeOutput(tmp_path / "node0.log", None, LogCheckpoints(PATTERN, found))
+    try:
+        feed(output, b"".join(b"saved checkpoint at step %d\nloss\n" % i for i in range(1, 6)))
+    finally:
+        output.close()
+    assert [d["step"] for d in _lines(found)] == [1, 2, 3, 4, 5]

@@ -249,7 +249,7 @@ def test_durations(text: str | int, seconds: int) -> None:
 
 
 @pytest.mark.parametrize("text", ["", "0", "0s", 0, -5, "-5s", "1.5h", "10x", "h", True,
-                                  "2 hours", "1h30m"])
+                                  "2 hours", "1h30m", "\u0667d", "\uff19\uff10s", "1\u00a0h"])
 def test_bad_durations_are_refused(text: object) -> None:
     with pytest.raises(ValueError):
         parse_duration(text)  # type: ignore[arg-type]
@@ -264,7 +264,8 @@ def test_sizes(text: str | int, size: int) -> None:
     assert parse_size(text) == size
 
 
-@pytest.mark.parametrize("text", ["", "0", "0M", 0, -1, "1.5G", "lots", "M", False, "2P"])
+@pytest.mark.parametrize("text", ["", "0", "0M", 0, -1, "1.5G", "lots", "M", False, "2P",
+                                  "\u0665G", "\uff15\uff11\uff12M"])
 def test_bad_sizes_are_refused(text: object) -> None:
     with pytest.raises(ValueError):
         parse_size(text)  # type: ignore[arg-type]

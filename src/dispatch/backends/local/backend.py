@@ -35,7 +35,7 @@ from dispatch.backends.local.errors import (
 )
 from dispatch.backends.local.nodes import runner_environment
 from dispatch.backends.local.plan import LocalDryRun, dry_run, spec_problems
-from dispatch.backends.local.procs import boot_id, process_alive, read_proc_stat
+from dispatch.backends.local.procs import boot_id, pid_max, process_alive, read_proc_stat
 from dispatch.backends.local.reports import (
     ended_at,
     from_status,
@@ -127,8 +127,9 @@ class LocalBackend:
 
     def validate(self, spec: JobSpec, source: str = "<spec>") -> None:
         """Refuse what the local backend cannot run, before anything is recorded: any key in
-        ``local:`` (it takes none), a workdir that is not a directory here, NUL bytes."""
-        problems = spec_problems(spec)
+        ``local:`` (it takes none), a workdir that is not a directory here, NUL bytes, more
+        nodes than this machine has process ids."""
+        problems = spec_problems(spec, pid_max())
         if problems:
             where, message = problems[0]
             more = "; ".join(f"{w}: {m}" for w, m in problems[1:])

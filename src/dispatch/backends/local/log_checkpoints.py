@@ -7,25 +7,31 @@ counts exactly as a checkpoint the training reported itself, at the time the run
 A line longer than MOST_LINE_BYTES is not matched (its start is dropped); a line is only
 matched once its newline came (or the output ended). Writing is a courtesy: a file that
 cannot be written drops the match, never the node's output.
+
+Matching runs on the runner's main thread, the one that obeys signals and requests, so its
+cost is bounded: the pattern is RE2 (linear in the line, its program bounded at validation,
+core/progress.py), a line is at most MOST_LINE_BYTES, and output.py reads at most
+MATCH_READ_BYTES at a time from a node whose output is matched.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import time
 from pathlib import Path
 
 import msgspec
 
-from dispatch.core.progress import MOST_LINE_BYTES, checkpoint_step
+from dispatch.core.progress import MOST_LINE_BYTES, checkpoint_step, compile_pattern
 
 
 class LogCheckpoints:
     """One node's matcher: the line being received, and how many lines matched so far."""
 
     def __init__(self, pattern: str, path: Path) -> None:
-        self.pattern = re.compile(pattern)
+        # ValueError for a pattern RE2 refuses (a record older than RE2 validation): the
+        # node cannot start, as for any spec that is refused.
+        self.pattern = compile_pattern(pattern)
         self.path = path
         self.partial = b""
         self.too_long = False  # the line being received is already over the bound
@@ -33,14 +39,14 @@ class LogCheckpoints:
 
     def feed(self, data: bytes) -> None:
         lines = data.split(b"\n")
-        for raw in lines[:-1]:
-            self._line(raw)
+        found = [doc for raw in lines[:-1] if (doc := self._line(raw))]
         self._keep(lines[-1])
+        self._write(found)
 
     def flush(self) -> None:
         """The output ended: a last line without its newline is matched too."""
         if self.partial or self.too_long:
-            self._line(b"")
+            self._write([doc for doc in [self._line(b"")] if doc])
 
     def _keep(self, rest: bytes) -> None:
         if self.too_long or len(self.partial) + len(rest) > MOST_LINE_BYTES:
@@ -48,25 +54,32 @@ class LogCheckpoints:
         else:
             self.partial += rest
 
-    def _line(self, end: bytes) -> None:
+    def _line(self, end: bytes) -> bytes:
+        """The progress line a complete output line says ("" when it says none)."""
         raw = self.partial + end
         too_long = self.too_long or len(raw) > MOST_LINE_BYTES
         self.partial, self.too_long = b"", False
-        if too_long:
-            return
+        if too_long or not raw:  # an empty line: a pattern never matches it (validation)
+            return b""
         step = checkpoint_step(self.pattern, raw.decode(errors="replace").rstrip("\r"),
                                self.count)
         if step is None:
-            return
+            return b""
         self.count += 1
-        line = msgspec.json.encode({"step": step, "checkpoint": True, "time": time.time()})
+        return msgspec.json.encode({"step": step, "checkpoint": True, "time": time.time()})
+
+    def _write(self, docs: list[bytes]) -> None:
+        # One write for a bite's matches: a line per open, write and close was the runner's
+        # main cost when every short line matched.
+        if not docs:
+            return
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
                          | os.O_CLOEXEC, 0o644)
         except OSError:
             return
         try:
-            os.write(fd, line + b"\n")
+            os.write(fd, b"".join(doc + b"\n" for doc in docs))
         except OSError:
             pass
         finally:

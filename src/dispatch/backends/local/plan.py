@@ -12,12 +12,18 @@ import msgspec
 from dispatch.backends.base import DryRun, Submission
 from dispatch.backends.local.nodes import dispatch_variables, per_node_variables
 from dispatch.backends.local.wire import MARK_VAR, ObjectMeta, utcnow
-from dispatch.core.spec import JobSpec
+from dispatch.core.spec import JobSpec, path_problem
 
 
-def spec_problems(spec: JobSpec) -> list[tuple[str, str]]:
-    """Every reason the local backend cannot run ``spec``, as (key, message), in key order."""
+def spec_problems(spec: JobSpec, pid_max: int | None = None) -> list[tuple[str, str]]:
+    """Every reason the local backend cannot run ``spec``, as (key, message), in key order.
+    ``pid_max``: this machine's /proc/sys/kernel/pid_max (None: not known), read by the
+    caller: every node is a process at once, beside the runner."""
     out: list[tuple[str, str]] = []
+    if pid_max is not None and spec.nodes + 1 >= pid_max:
+        out.append(("nodes", f"{spec.nodes} processes at once are more than this machine "
+                             f"can start (kernel.pid_max is {pid_max}: at most "
+                             f"{max(pid_max - 2, 0)} nodes beside the runner)"))
     for key in sorted(spec.local):
         out.append((f"local.{key}", "unknown key: the local backend takes no options"))
     if not spec.command:
@@ -33,9 +39,21 @@ def spec_problems(spec: JobSpec) -> list[tuple[str, str]]:
     if spec.workdir is not None:
         if "\0" in spec.workdir:
             out.append(("workdir", "contains a NUL byte"))
-        elif not Path(spec.workdir).is_dir():
-            out.append(("workdir", f"{spec.workdir!r} is not a directory on this machine"))
+        elif why := path_problem(spec.workdir):
+            out.append(("workdir", why))
+        else:
+            out += _workdir_problems(spec.workdir)
     return out
+
+
+def _workdir_problems(workdir: str) -> list[tuple[str, str]]:
+    try:
+        if Path(workdir).is_dir():
+            return []
+    except OSError as err:  # ENAMETOOLONG through a link, EACCES, ...: never a traceback
+        return [("workdir", f"{workdir!r} cannot be used on this machine: "
+                            f"{err.strerror or err}")]
+    return [("workdir", f"{workdir!r} is not a directory on this machine")]
 
 
 class LocalDryRun(msgspec.Struct, frozen=True, kw_only=True):

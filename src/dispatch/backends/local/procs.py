@@ -109,6 +109,16 @@ def boot_id() -> str:
         return ""
 
 
+def pid_max() -> int | None:
+    """This machine's kernel.pid_max: no more processes than that can live at once (None
+    when it cannot be read)."""
+    try:
+        value = Path("/proc/sys/kernel/pid_max").read_bytes().strip()
+    except OSError:
+        return None
+    return int(value) if value.isdigit() and len(value) <= 12 else None
+
+
 def process_alive(pid: int, start_ticks: int) -> bool:
     """True when ``pid`` is still the very process that had ``start_ticks`` (not a zombie,
     not a reused pid). Compare boot ids first: start times only order one boot."""

@@ -73,3 +73,33 @@ def test_dry_run_says_what_submit_would_do_and_does_nothing(tmp_path: Path) -> N
     text = plan.text()
     assert "nodes: 2 x ['python', 'train.py']" in text and "gated: yes" in text
     assert not root.exists()  # nothing was written
+
+
+def test_more_nodes_than_process_ids_are_refused() -> None:
+    # Every node is a process at once, beside the runner: pid_max 32768 starts 32766 nodes.
+    from dispatch.backends.local.plan import spec_problems
+
+    assert spec_problems(_spec(nodes=32766), pid_max=32768) == []
+    ((where, message),) = spec_problems(_spec(nodes=40000), pid_max=32768)
+    assert where == "nodes" and "kernel.pid_max is 32768" in message
+    assert spec_problems(_spec(nodes=32767), pid_max=32768)[0][0] == "nodes"
+    assert spec_problems(_spec(nodes=40000), pid_max=None) == []  # not known: not refused
+
+
+def test_validate_reads_this_machines_pid_max(tmp_path: Path) -> None:
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    if pid_max > 100_000:
+        pytest.skip(f"pid_max {pid_max} is past the spec's own bound on nodes")
+    with pytest.raises(SpecError) as err:
+        LocalBackend(tmp_path / "root").validate(_spec(nodes=pid_max), source="big.yaml")
+    assert err.value.where == "nodes" and f"kernel.pid_max is {pid_max}" in str(err.value)
+
+
+def test_a_workdir_whose_link_leads_past_name_max_is_refused_naming_it(tmp_path: Path) -> None:
+    # The path itself is short (the pure check passes); the link's target holds a
+    # 300-byte component, so is_dir fails with ENAMETOOLONG: refused, never a traceback.
+    link = tmp_path / "work"
+    link.symlink_to("/tmp/" + "a" * 300)
+    with pytest.raises(SpecError) as err:
+        LocalBackend(tmp_path / "root").validate(_spec(workdir=str(link)), source="w.yaml")
+    assert err.value.where == "workdir" and "File name too long" in str(err.value)
