@@ -48,26 +48,7 @@ from dispatch.core.model import (
 from dispatch.core.policy import Action, Enforcer, Plan
 from dispatch.core.record import Job, Submission
 from dispatch.core.segment_decisions import allocation_unit, segment_decisions
-
-# A submit call claimed by one supervisor is not retried by another for this long: it may
-# still be in flight. A duplicate that slips through anyway is caught by S15. After a
-# takeover (``Takeover``) a claim of the previous holder's waits only the backend's own bound.
-ATTEMPT_LEASE = timedelta(seconds=30)
-# A stop or cancel already sent is sent again after this long if the object still runs; one
-# recorded before a takeover is sent again at once (the holder may have died before sending).
-RESEND_AFTER = timedelta(seconds=30)
-
-
-@dataclass(frozen=True)
-class Takeover:
-    """The acting supervisor took the job's scope over at ``at`` (its lease's epoch began
-    then): every send or submit recorded before ``at`` is another holder's, whose lease had
-    ended. ``submit_in_flight``: how long a submit call of a process that is gone can still
-    land (the backend's declared bound, base.Backend.submit_in_flight)."""
-
-    at: datetime
-    submit_in_flight: timedelta
-
+from dispatch.core.waits import ATTEMPT_LEASE, RESEND_AFTER, Takeover, Waits
 
 
 def _ended_executions(obj: ObjectReport) -> list[tuple[int, Cause, bool, AppError | None]]:
@@ -151,7 +132,7 @@ def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
     scheduler to avoid the nodes of the job's published segment-health exclusions.
     ``takeover``: when the acting supervisor took the scope over (None: not under a lease).
     """
-    out = _decide(job, discovery, plan, now, _Waits(attempt_lease, resend_after, takeover))
+    out = _decide(job, discovery, plan, now, Waits(attempt_lease, resend_after, takeover))
     avoid = excluded_nodes(job.segments)
     out = [msgspec.structs.replace(d, exclude_nodes=avoid)
            if avoid and isinstance(d, Submit) else d for d in out]
@@ -172,30 +153,6 @@ def _with_error(job: Job, out: list[Decision]) -> list[Decision]:
     return [msgspec.structs.replace(d, error=error, message=f"{d.message}; application error: "
                                     f"{said}" if said else d.message)
             if isinstance(d, Escalate) and d.error is None else d for d in out]
-
-
-@dataclass(frozen=True)
-class _Waits:
-    """The waits decide() applies to sends and submits already recorded."""
-
-    attempt_lease: timedelta
-    resend_after: timedelta
-    takeover: Takeover | None
-
-    def resend(self, last: datetime | None, now: datetime) -> bool:
-        """Send a stop or cancel (again): never sent, sent long enough ago, or recorded by
-        another holder before the takeover (it may have died between the record and the
-        send: issue 39; both are idempotent at every scheduler)."""
-        return last is None or now - last >= self.resend_after or (
-            self.takeover is not None and last < self.takeover.at)
-
-    def claim_expired(self, s: Submission, now: datetime) -> bool:
-        """A submit claimed at ``s.attempted_at`` can no longer be in flight: the attempt
-        lease has passed, or the claim is another holder's from before the takeover and the
-        backend's bound has passed since the takeover (the holder's lease had ended)."""
-        t = self.takeover
-        return now - s.attempted_at >= self.attempt_lease or (
-            t is not None and s.attempted_at < t.at and now - t.at >= t.submit_in_flight)
 
 
 @dataclass
@@ -226,7 +183,7 @@ class _Ends:
 
 
 def _decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
-            waits: _Waits) -> list[Decision]:
+            waits: Waits) -> list[Decision]:
     seen = _look(job, discovery)
     out = _bind_and_duplicates(job, seen, now)
     if job.outcome is not None:
@@ -293,7 +250,7 @@ def _bind_and_duplicates(job: Job, seen: _Seen, now: datetime) -> list[Decision]
     return out
 
 
-def _leftovers(job: Job, seen: _Seen, now: datetime, waits: _Waits) -> list[Decision]:
+def _leftovers(job: Job, seen: _Seen, now: datetime, waits: Waits) -> list[Decision]:
     """After the commit: stop what still runs of a job that will never run again."""
     assert job.outcome is not None
     if job.outcome.state is State.SUCCEEDED:
@@ -309,7 +266,7 @@ def _leftovers(job: Job, seen: _Seen, now: datetime, waits: _Waits) -> list[Deci
 
 
 def _record_ends(job: Job, plan: Plan, seen: _Seen, ends: _Ends, now: datetime,
-                 waits: _Waits) -> list[Decision]:
+                 waits: Waits) -> list[Decision]:
     """Record every ended execution the record does not know yet; fence objects reported
     running past the node-loss window (S11); resend stops not yet carried out."""
     out: list[Decision] = []
@@ -392,7 +349,7 @@ def _maybe_alive(s: Submission, seen: _Seen) -> bool:
 
 
 def _cancel(job: Job, discovery: Discovery | None, seen: _Seen, ends: _Ends, now: datetime,
-            waits: _Waits) -> list[Decision]:
+            waits: Waits) -> list[Decision]:
     """A person's cancel (S14 is the scheduler's side of it): cancel what runs, commit once
     the scheduler shows nothing of the job alive."""
     if discovery is None:
@@ -429,7 +386,7 @@ def _give_up(job: Job, ends: _Ends) -> list[Decision]:
 
 
 def _current_submission(job: Job, cur: Submission, discovery: Discovery, seen: _Seen,
-                        now: datetime, waits: _Waits) -> list[Decision]:
+                        now: datetime, waits: Waits) -> list[Decision]:
     """The current submission: retry a submit whose claim expired, or open its gate once
     every older object has ended."""
     r = seen.ref_of(cur)

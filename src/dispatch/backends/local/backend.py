@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -358,29 +357,11 @@ class LocalBackend:
             end = ended_at(report)
             if end is None or now - end < older_than:
                 continue
-            # Out of objects/ first, in one rename: a reader never sees half an object.
-            trash = self.staging_dir / f".trash-{ref}-{secrets.token_hex(4)}"
-            try:
-                self.staging_dir.mkdir(parents=True, exist_ok=True)
-                os.rename(self.objects_dir / ref, trash)
-            except OSError:
+            if not self.disk.remove(ref):
                 continue
-            shutil.rmtree(trash, ignore_errors=True)
-            self.disk.forget(ref)
             self._ended.pop(ref, None)
             removed.append(ref)
-        abandoned_after = max(older_than.total_seconds(), 2 * PUBLISH_WAIT_S)
-        try:
-            stages = list(os.scandir(self.staging_dir))
-        except OSError:
-            stages = []
-        for entry in stages:
-            try:
-                age = time.time() - entry.stat(follow_symlinks=False).st_mtime
-            except OSError:
-                continue
-            if age >= abandoned_after:
-                shutil.rmtree(entry.path, ignore_errors=True)
+        self.disk.sweep_staging(max(older_than.total_seconds(), 2 * PUBLISH_WAIT_S))
         return removed
 
     # ------------------------------------------------------------ looking

@@ -13,6 +13,7 @@ import errno
 import os
 import re
 import secrets
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -247,3 +248,31 @@ class LocalRoot:
     def forget(self, ref: str) -> None:
         self._meta.pop(ref, None)
         self._runner.pop(ref, None)
+
+    def sweep_staging(self, abandoned_after: float) -> None:
+        """Remove staging directories untouched for ``abandoned_after`` seconds: a submit that
+        died between stage and publish (its runner left on its own, runner.PUBLISH_WAIT_S)."""
+        try:
+            stages = list(os.scandir(self.staging_dir))
+        except OSError:
+            return
+        for entry in stages:
+            try:
+                age = time.time() - entry.stat(follow_symlinks=False).st_mtime
+            except OSError:
+                continue
+            if age >= abandoned_after:
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+    def remove(self, ref: str) -> bool:
+        """Remove an ended object: out of objects/ first, in one rename, so a reader never
+        sees half an object. False when it could not be moved."""
+        trash = self.staging_dir / f".trash-{ref}-{secrets.token_hex(4)}"
+        try:
+            self.staging_dir.mkdir(parents=True, exist_ok=True)
+            os.rename(self.objects_dir / ref, trash)
+        except OSError:
+            return False
+        shutil.rmtree(trash, ignore_errors=True)
+        self.forget(ref)
+        return True
