@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import resource
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -24,6 +25,7 @@ from dispatch.backends.base import Backend
 from dispatch.errors import BadInput
 from dispatch.http.app import Server, build_app, make_server
 from dispatch.http.auth import Tokens, is_loopback, load_tokens
+from dispatch.http.follow import LogStreams
 from dispatch.http.listeners import listen
 from dispatch.http.protocol import MAX_CONNECTIONS, GuardedH11Protocol, QuietUvicornWarnings
 from dispatch.notify import Notifier
@@ -222,7 +224,8 @@ def serve(store_url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_P
           f"  (the token is also in {listeners.token_path}; this user's programs may use "
           f"the socket {listeners.socket_path}) (Ctrl-C stops)", file=sys.stderr, flush=True)
     config = uvicorn.Config(build_app(server), log_level="warning", access_log=False,
-                            lifespan="off", http=GuardedH11Protocol, timeout_keep_alive=5)
+                            lifespan="off", http=GuardedH11Protocol, timeout_keep_alive=5,
+                            timeout_graceful_shutdown=GRACE_S)
     logging.getLogger("uvicorn.error").addFilter(QuietUvicornWarnings())
     # uvicorn re-raises the signal that stopped it once it is done: ours turn SIGINT and
     # SIGTERM into an exception, so the loop hands its leases back at once, the socket and
@@ -233,7 +236,7 @@ def serve(store_url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_P
     try:
         if supervise:
             loop.start()
-        uvicorn.Server(config).run(sockets=[listeners.tcp, listeners.unix])
+        _Uvicorn(config, server.streams).run(sockets=[listeners.tcp, listeners.unix])
     except _Stopped:
         pass
     finally:
@@ -241,12 +244,29 @@ def serve(store_url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_P
             if supervise:
                 loop.stop()
             listeners.close()
+            server.streams.close()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# How long a stop waits for answers still being sent (log streams end at once; a bigger
+# answer to a slow client is cut after this) before it goes on to hand the leases back.
+GRACE_S = 2
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn, ending every log stream as its shutdown begins: it waits for open answers
+    to finish, and a followed job's may not finish for days."""
+
+    def __init__(self, config: uvicorn.Config, streams: LogStreams) -> None:
+        super().__init__(config)
+        self.streams = streams
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.streams.stop()
+        await super().shutdown(sockets)
 
 
 class _Stopped(BaseException):
