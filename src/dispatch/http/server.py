@@ -11,6 +11,8 @@ SIGTERM stop the loop after its current tick, hand its leases back at once and e
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import logging
 import resource
 import signal
@@ -18,6 +20,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import uvicorn
 
@@ -28,6 +31,7 @@ from dispatch.http.auth import Tokens, is_loopback, load_tokens
 from dispatch.http.follow import LogStreams
 from dispatch.http.listeners import listen
 from dispatch.http.protocol import MAX_CONNECTIONS, GuardedH11Protocol, QuietUvicornWarnings
+from dispatch.http.refusals import REFUSALS
 from dispatch.notify import Notifier
 from dispatch.stores.base import RecordStore
 from dispatch.supervision import (
@@ -251,6 +255,26 @@ def serve(store_url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_P
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+def quiet_resource_errors(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The event loop's errors, but one out of descriptors (or memory) as a rate-limited line
+    with a count: at its open-files limit asyncio (3.11) tries ``backlog`` accepts at each
+    wake-up, says each failure with a traceback and schedules a retry of the listener for
+    each, so thousands a minute; those retries left over when the listener has closed (a
+    stop) fail again, and say nothing either."""
+    err = context.get("exception")
+    callback = getattr(context.get("handle"), "_callback", None)
+    if getattr(callback, "__name__", "") == "_start_serving" and isinstance(
+            err, ValueError | OSError):
+        return  # a retry of a listener closed meanwhile: nothing is lost
+    if isinstance(err, OSError) and err.errno in OUT_OF_RESOURCES:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        REFUSALS.note("out-of-resources", f"cannot accept a connection: {err.strerror} "
+                      f"(this process may open {soft} files: ulimit -n)")
+        return
+    loop.default_exception_handler(context)
 # How long a stop waits for answers still being sent (log streams end at once; a bigger
 # answer to a slow client is cut after this) before it goes on to hand the leases back.
 GRACE_S = 2
@@ -263,6 +287,10 @@ class _Uvicorn(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, streams: LogStreams) -> None:
         super().__init__(config)
         self.streams = streams
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        asyncio.get_running_loop().set_exception_handler(quiet_resource_errors)
+        await super().startup(sockets)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.streams.stop()
