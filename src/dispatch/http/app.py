@@ -28,7 +28,8 @@ Errors are ``{"error": {"code", "exit_code", "message"}}`` (``views.error_json``
 HTTP status of the CLI's exit code: 2 -> 400, 3 -> 404, 4 -> 503, 5 -> 500 (a record store
 that cannot be used is this server's fault, not the caller's, and not always transient),
 6 -> 409. Endpoints are plain functions: Starlette runs them in its thread pool, each with
-its own Service (its own store connection) for the request.
+its own Service (its own store connection) for the request. A log stream's endpoint only
+resolves the job there; the stream itself runs on the event loop (http/follow.py).
 """
 
 from __future__ import annotations
