@@ -20,21 +20,21 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from dispatch.backends.base import LogSource
 from dispatch.core import events as ev
-from dispatch.core.model import SchedulerUnreachable, State, Status
+from dispatch.core.model import State, Status
 from dispatch.core.record import Job as RecordJob
 from dispatch.core.spec import JobSpec, SpecError, parse_spec
 from dispatch.core.status import plain
 from dispatch.errors import EXIT_FAILED, BadInput, DispatchError
-from dispatch.logread import LogTail, text_of
+from dispatch.logread import text_of
 from dispatch.service import Service
+from dispatch.service.logs import Follow, Piece, check_count
 from dispatch.service.views import cause_text
 
 __all__ = ["BadArgument", "HistoryLine", "Job", "LogLine", "get", "jobs", "submit"]
@@ -367,13 +367,9 @@ def follow_log_text(store: Store, job_id: str, *, submission: int | None = None,
     ``on_poll``: given the job as the record says it at each poll.
 
     ``BadInput`` at once for a ``submission`` or ``tail`` that is not a whole number."""
-    _check_count("submission", submission, least=1)
-    _check_count("tail", tail, least=0)
+    check_count("submission", submission, least=1)
+    check_count("tail", tail, least=0)
     return _log_text(store, job_id, submission, follow, poll, stop, from_first, tail, on_poll)
-
-
-# (submission, stream or None for dispatch's own line, whole lines, one of several streams)
-Piece = tuple[int, str | None, bytes, bool]
 
 
 class LogLine(NamedTuple):
@@ -394,8 +390,8 @@ def follow_log_lines(store: Store, job_id: str, *, submission: int | None = None
     """``follow_log_text`` as ``LogLine``s, each saying where it came from (``dispatch logs
     --json``); read in the same bounded pieces. ``on_poll`` is given the job as the record
     says at each poll (``dispatch logs -f`` says so when it is held)."""
-    _check_count("submission", submission, least=1)
-    _check_count("tail", tail, least=0)
+    check_count("submission", submission, least=1)
+    check_count("tail", tail, least=0)
     for n, node, data, _ in _log_pieces(store, job_id, submission, follow, poll, stop, False,
                                         tail, on_poll):
         for line in data.decode(errors="replace").splitlines():
@@ -414,59 +410,16 @@ def _log_pieces(store: Store, job_id: str, submission: int | None, follow: bool,
                 stop: threading.Event | None, from_first: bool, tail: int | None,
                 on_poll: Callable[[RecordJob], None] | None
                 ) -> Generator[Piece, None, None]:
-    """The follower's loop: a job's output in bounded pieces of whole lines."""
-    reader = LogTail()
-    current: int | None = None
+    """The follower's loop (service/logs.py's looks), sleeping ``poll`` between looks."""
+    follower = Follow(job_id, submission=submission, follow=follow, from_first=from_first,
+                      tail=tail, on_poll=on_poll)
     with _open(store) as service:
         while True:
-            j = service.job(job_id)
-            if on_poll is not None:
-                on_poll(j)
-            last = not follow or j.outcome is not None
             stopping = stop is not None and stop.is_set()
-            numbers = [s.number for s in j.submissions if s.ref is not None]
-            if submission is not None:
-                numbers = [n for n in numbers if n == submission]
-            try:
-                if current is None and numbers:
-                    current = numbers[0] if from_first else numbers[-1]
-                    reader.tail = tail  # the first submission read is the one cut
-                for n in numbers:
-                    if current is None or n <= current:
-                        continue
-                    yield from _read(reader, service.logs(job_id, current), current, True)
-                    reader.tail = None
-                    sub = j.submission(n)
-                    why = f" after {cause_text(sub.cause)}" if sub and sub.cause else ""
-                    yield n, None, f"== dispatch: submission {n}{why}\n".encode(), False
-                    current = n
-                if current is not None:
-                    yield from _read(reader, service.logs(job_id, current), current, last)
-                    reader.tail = None
-                elif not follow:
-                    service.logs(job_id, submission)  # raises NotFound: nothing to read yet
-            except SchedulerUnreachable:
-                if last:
-                    raise
-            if last or stopping:
+            yield from follower.look(service)
+            if follower.done or stopping:
                 return
             if stop is not None:
                 stop.wait(poll)
             else:
                 time.sleep(poll)
-
-
-def _read(reader: LogTail, sources: Sequence[LogSource], number: int,
-          final: bool) -> Iterator[Piece]:
-    many = len(sources) > 1  # the text then marks each line with its stream
-    for name, data in reader.pieces(sources, final=final):
-        yield number, name, data, many
-
-
-def _check_count(name: str, value: object, *, least: int) -> None:
-    """``submission`` and ``tail`` are whole numbers (a bool or a string is refused)."""
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise BadInput(f"logs: {name} must be a whole number of at least {least}, "
-                       f"not {value!r}")

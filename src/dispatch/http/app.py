@@ -28,14 +28,15 @@ Errors are ``{"error": {"code", "exit_code", "message"}}`` (``views.error_json``
 HTTP status of the CLI's exit code: 2 -> 400, 3 -> 404, 4 -> 503, 5 -> 500 (a record store
 that cannot be used is this server's fault, not the caller's, and not always transient),
 6 -> 409. Endpoints are plain functions: Starlette runs them in its thread pool, each with
-its own Service (its own store connection) for the request.
+its own Service (its own store connection) for the request. A log stream's endpoint only
+resolves the job there; the stream itself runs on the event loop (http/follow.py).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from importlib import resources
@@ -45,17 +46,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from dispatch.api import follow_log_text
 from dispatch.backends.registry import Backends, make_backend
 from dispatch.backends.registry import names as backend_names
 from dispatch.core.spec import SpecError, parse_spec
 from dispatch.errors import BadInput, DispatchError
 from dispatch.http.auth import Access, Tokens
 from dispatch.http.etag import job_etag, list_etag, not_modified, tagged
+from dispatch.http.follow import LogStreamResponse, LogStreams
 from dispatch.http.goodput_metrics import GoodputCollector
 from dispatch.http.guard import ACTOR, BODY, Guard
 from dispatch.http.login import login_routes
@@ -64,6 +65,7 @@ from dispatch.http.timeline import timeline_json
 from dispatch.service import Service
 from dispatch.service.held import HeldIndex
 from dispatch.service.listing import PAGE_PARAMETERS, list_page, parse_list_request
+from dispatch.service.logs import Follow
 from dispatch.service.requests import whoami
 from dispatch.service.views import error_json, history_json, status_json
 from dispatch.stores.select import open_store
@@ -101,11 +103,19 @@ class Server:
     loopback_bind: bool = True
     # The live jobs kept folded between list refreshes, to pin the held ones (issue 27).
     held_index: HeldIndex = field(default_factory=HeldIndex)
+    # The open log streams (http/follow.py); make_server makes it.
+    streams: LogStreams = field(init=False)
 
     def service(self, actor: str | None = None) -> Service:
         backends = Backends(self.metrics.scheduler.wrap(make_backend))
         return Service(open_store(self.store_url), backends, actor=actor or self.local_user,
                        held_index=self.held_index)
+
+
+def _error_of(err: Exception) -> Response:
+    if isinstance(err, DispatchError):
+        return error_response(err)
+    return error_response(_Internal(f"internal error: {type(err).__name__}"))
 
 
 def _actor(request: Request) -> str | None:
@@ -118,11 +128,10 @@ def _handle(fn: Callable[[Request], Response]) -> Callable[[Request], Response]:
     def endpoint(request: Request) -> Response:
         try:
             return fn(request)
-        except DispatchError as err:
-            return error_response(err)
-        except Exception as err:  # a bug: the caller gets a line, the log the traceback
-            log.exception("%s %s failed", request.method, request.url.path)
-            return error_response(_Internal(f"internal error: {type(err).__name__}"))
+        except Exception as err:
+            if not isinstance(err, DispatchError):  # a bug: the log has the traceback
+                log.exception("%s %s failed", request.method, request.url.path)
+            return _error_of(err)
     endpoint.__name__ = fn.__name__
     return endpoint
 
@@ -220,25 +229,11 @@ def build_app(server: Server) -> Starlette:  # noqa: C901 - one small function p
         tail = _count("tail")
         with server.service() as service:
             job_id = service.resolve(request.path_params["job"])
-            if follow and submission is None:
-                service.job(job_id)  # a job that does not exist is a 404 before streaming
-        pieces = follow_log_text(server.store_url, job_id, submission=submission,
-                                 follow=follow, tail=tail)
-        # The first piece is read here: an error before any output (no such submission, an
-        # unreachable scheduler) is an HTTP status, not a line of the stream.
-        first = "" if follow else next(pieces, "")
-
-        def stream() -> Iterator[bytes]:
-            try:
-                if first:
-                    yield first.encode()
-                for text in pieces:
-                    yield text.encode()
-            except DispatchError as err:  # the stream has begun: say so in its last line
-                yield f"== dispatch: error: {err}\n".encode()
-            finally:
-                pieces.close()
-        return StreamingResponse(stream(), media_type="text/plain; charset=utf-8")
+        # Read look by look on the event loop (http/follow.py): a stream waiting for its
+        # job's next line holds no thread and no store connection.
+        return LogStreamResponse(server.streams, Follow(job_id, submission=submission,
+                                                        follow=follow, tail=tail),
+                                 on_error=_error_of)
 
     @_handle
     def create_job(request: Request) -> Response:
@@ -357,6 +352,7 @@ def make_server(store_url: str | None, tokens: Tokens, *, loopback_bind: bool = 
     server = Server(store_url=store_url, access=Access.new(tokens, local_user),
                     metrics=metrics, registry=registry, local_user=local_user,
                     loopback_bind=loopback_bind)
+    server.streams = LogStreams(server.service, registry)
     registry.register(RecordCollector(server.service))
     registry.register(GoodputCollector(server.service))
     return server

@@ -28,6 +28,9 @@ from pathlib import Path
 from dispatch.errors import BadInput
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+MIN_TOKEN = 16
+MIN_DISTINCT = 6
+MAKE_TOKEN = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
 
 
 class TokenFileError(BadInput):
@@ -41,6 +44,39 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def host_name(header: str) -> str:
+    """The name in a ``Host`` header, without its port: ``[::1]:8642`` and ``[::1]`` are
+    ``::1`` (an IPv6 literal is bracketed, with or without a port), ``localhost:8642`` is
+    ``localhost``. A bare IPv6 address (``::1``, not valid in a Host but seen) is itself."""
+    if header.startswith("["):
+        end = header.find("]")
+        rest = header[end + 1:]
+        if end < 0 or (rest and not (rest.startswith(":") and rest[1:].isdigit())):
+            return ""  # not a bracketed literal: no name at all
+        return header[1:end]
+    if header.count(":") == 1:
+        return header.split(":", 1)[0]
+    return header
+
+
+def guessable(token: str) -> str | None:
+    """Why a team token is too easy to guess, else None: shorter than ``MIN_TOKEN``
+    characters, fewer than ``MIN_DISTINCT`` different ones, a shorter string repeated, or
+    mostly a run (``1234``, ``abcd``: three in four neighbours equal or one apart). A random
+    token of 16 hex digits passes all but about one time in 25,000."""
+    if len(token) < MIN_TOKEN:
+        return f"shorter than {MIN_TOKEN} characters"
+    if len(set(token)) < MIN_DISTINCT:
+        return f"fewer than {MIN_DISTINCT} different characters"
+    n = len(token)
+    if any(token == (token[:k] * n)[:n] for k in range(1, n // 2 + 1)):
+        return "a shorter string repeated"
+    steps = sum(1 for a, b in zip(token, token[1:], strict=False) if abs(ord(a) - ord(b)) <= 1)
+    if 4 * steps > 3 * (len(token) - 1):
+        return "mostly a run of equal or consecutive characters"
+    return None
 
 
 def _bearer(authorization: str | None) -> str | None:
@@ -179,9 +215,10 @@ def load_tokens(path: str | os.PathLike[str]) -> Tokens:
         name, token = name.strip(), token.strip()
         if not sep or not name or not token:
             raise TokenFileError(f"token file {p}: line {n}: expected name:token")
-        if len(token) < 16:
-            raise TokenFileError(f"token file {p}: line {n}: the token of {name!r} is "
-                                 "shorter than 16 characters")
+        weak = guessable(token)
+        if weak is not None:
+            raise TokenFileError(f"token file {p}: line {n}: the token of {name!r} is easy to "
+                                 f"guess ({weak}); make one with {MAKE_TOKEN}")
         if name in by_name:
             raise TokenFileError(f"token file {p}: line {n}: {name!r} appears twice")
         if token in by_name.values():

@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dispatch.core.spec import SpecError
 from dispatch.errors import DispatchError
-from dispatch.http.auth import Access, is_loopback
+from dispatch.http.auth import Access, host_name, is_loopback
 from dispatch.http.protocol import PEER_UID
 from dispatch.http.refusals import REFUSALS
 from dispatch.service.views import error_json
@@ -52,6 +52,12 @@ def cookie_value(request: Request, name: str) -> str | None:
         return None
     morsel = jar.get(name)
     return morsel.value if morsel is not None else None
+
+
+def peer(request: Request) -> str:
+    """Who is at the other end of a TCP connection, as ``host:port``."""
+    client = request.client
+    return "an unknown peer" if client is None else f"{client.host}:{client.port}"
 
 
 class Guard:
@@ -97,7 +103,7 @@ class Guard:
         if PEER_UID in request.scope:  # our own uid on the Unix socket (http/protocol.py)
             request.scope[ACTOR] = self.access.local_user
         else:
-            host = (request.headers.get("host") or "").rsplit(":", 1)[0]
+            host = host_name(request.headers.get("host") or "")
             if self.loopback_bind and not is_loopback(host):
                 return JSONResponse(error_json(Forbidden(
                     f"host {host!r} is not a loopback name (this server listens on one)")),
@@ -110,7 +116,8 @@ class Guard:
             if actor is None and path not in PUBLIC_PATHS:
                 if path == "/" and request.method == "GET":
                     return RedirectResponse("/login", status_code=303)
-                REFUSALS.note("unauthorized", "a request without a valid token or session")
+                REFUSALS.note("unauthorized", "a request without a valid token or session "
+                              f"from {peer(request)}")
                 return JSONResponse(
                     error_json(Unauthorized("a token is required: log in at /login or "
                                             "send 'Authorization: Bearer TOKEN'")),

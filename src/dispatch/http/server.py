@@ -11,12 +11,16 @@ SIGTERM stop the loop after its current tick, hand its leases back at once and e
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import logging
 import resource
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import uvicorn
 
@@ -24,8 +28,10 @@ from dispatch.backends.base import Backend
 from dispatch.errors import BadInput
 from dispatch.http.app import Server, build_app, make_server
 from dispatch.http.auth import Tokens, is_loopback, load_tokens
+from dispatch.http.follow import LogStreams
 from dispatch.http.listeners import listen
 from dispatch.http.protocol import MAX_CONNECTIONS, GuardedH11Protocol, QuietUvicornWarnings
+from dispatch.http.refusals import REFUSALS
 from dispatch.notify import Notifier
 from dispatch.stores.base import RecordStore
 from dispatch.supervision import (
@@ -222,7 +228,8 @@ def serve(store_url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_P
           f"  (the token is also in {listeners.token_path}; this user's programs may use "
           f"the socket {listeners.socket_path}) (Ctrl-C stops)", file=sys.stderr, flush=True)
     config = uvicorn.Config(build_app(server), log_level="warning", access_log=False,
-                            lifespan="off", http=GuardedH11Protocol, timeout_keep_alive=5)
+                            lifespan="off", http=GuardedH11Protocol, timeout_keep_alive=5,
+                            timeout_graceful_shutdown=GRACE_S)
     logging.getLogger("uvicorn.error").addFilter(QuietUvicornWarnings())
     # uvicorn re-raises the signal that stopped it once it is done: ours turn SIGINT and
     # SIGTERM into an exception, so the loop hands its leases back at once, the socket and
@@ -233,7 +240,7 @@ def serve(store_url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_P
     try:
         if supervise:
             loop.start()
-        uvicorn.Server(config).run(sockets=[listeners.tcp, listeners.unix])
+        _Uvicorn(config, server.streams).run(sockets=[listeners.tcp, listeners.unix])
     except _Stopped:
         pass
     finally:
@@ -241,12 +248,53 @@ def serve(store_url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_P
             if supervise:
                 loop.stop()
             listeners.close()
+            server.streams.close()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+OUT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+def quiet_resource_errors(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The event loop's errors, but one out of descriptors (or memory) as a rate-limited line
+    with a count: at its open-files limit asyncio (3.11) tries ``backlog`` accepts at each
+    wake-up, says each failure with a traceback and schedules a retry of the listener for
+    each, so thousands a minute; those retries left over when the listener has closed (a
+    stop) fail again, and say nothing either."""
+    err = context.get("exception")
+    callback = getattr(context.get("handle"), "_callback", None)
+    if getattr(callback, "__name__", "") == "_start_serving" and isinstance(
+            err, ValueError | OSError):
+        return  # a retry of a listener closed meanwhile: nothing is lost
+    if isinstance(err, OSError) and err.errno in OUT_OF_RESOURCES:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        REFUSALS.note("out-of-resources", f"cannot accept a connection: {err.strerror} "
+                      f"(this process may open {soft} files: ulimit -n)")
+        return
+    loop.default_exception_handler(context)
+# How long a stop waits for answers still being sent (log streams end at once; a bigger
+# answer to a slow client is cut after this) before it goes on to hand the leases back.
+GRACE_S = 2
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn, ending every log stream as its shutdown begins: it waits for open answers
+    to finish, and a followed job's may not finish for days."""
+
+    def __init__(self, config: uvicorn.Config, streams: LogStreams) -> None:
+        super().__init__(config)
+        self.streams = streams
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        asyncio.get_running_loop().set_exception_handler(quiet_resource_errors)
+        await super().startup(sockets)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.streams.stop()
+        await super().shutdown(sockets)
 
 
 class _Stopped(BaseException):

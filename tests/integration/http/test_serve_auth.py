@@ -11,14 +11,15 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx2
-from serve_harness import Served, cli, cli_env, spec
+from serve_harness import WAIT_S, Served, cli, cli_env, spec
 
-ANN = "ann-0123456789abcdef"
-BOB = "bob-0123456789abcdef"
+ANN = "ann-Zq7Lw2Rk9Xp4Tn6V"
+BOB = "bob-Hc3Ym8Jd5Gs1Fb0N"
 NOBODY = ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups"]
 PUBLIC = {"GET /login": 200, "GET /static/dashboard.css": 200, "GET /": 303}
 
@@ -284,3 +285,66 @@ def test_token_file_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
     path.write_bytes(b"ann:\xff\xfe-0123456789abcdef\n")
     os.chmod(path, 0o600)
     assert "not UTF-8" in refused(tmp_path, path)
+
+
+def _wait_for_line(s: Served, text: str) -> str:
+    deadline = time.monotonic() + WAIT_S
+    while text not in s.output():
+        assert time.monotonic() < deadline, s.output()
+        time.sleep(0.1)
+    return s.output()
+
+
+def test_a_login_link_opened_from_another_site_is_refused(serve: Callable[..., Served]) -> None:
+    """Issue 32 item 8, login CSRF: another site's page that sends the browser to
+    /login?token=ATTACKERS would log it in as the attacker; the browser says where the
+    request came from (Sec-Fetch-Site), and only the URL opened or pasted (none) or our own
+    page (same-origin) exchange the token."""
+    s = serve()
+    for site in ("cross-site", "same-site"):
+        anon = httpx2.Client(base_url=s.url, timeout=60)
+        r = anon.get("/login", params={"token": s.start_token},
+                     headers={"Sec-Fetch-Site": site, "Sec-Fetch-Mode": "navigate"})
+        assert r.status_code == 403, (site, r.status_code)
+        assert "set-cookie" not in r.headers and not anon.cookies
+        assert "opened from another site" in r.text and 'action="/login"' in r.text
+        assert anon.get("/api/jobs").status_code == 401
+        anon.close()
+    for site in ("none", "same-origin", None):  # opened or pasted; our page; curl
+        headers = {} if site is None else {"Sec-Fetch-Site": site}
+        ok = httpx2.get(s.url + "/login", params={"token": s.start_token}, headers=headers)
+        assert ok.status_code == 303 and "set-cookie" in ok.headers, site
+    _wait_for_line(s, "a login link opened from another site (Sec-Fetch-Site: cross-site)")
+
+
+def test_failed_logins_are_logged_with_the_peer_rate_limited(
+        serve: Callable[..., Served]) -> None:
+    s = serve()
+    for _ in range(20):
+        r = httpx2.get(s.url + "/login", params={"token": "not-the-token"})
+        assert r.status_code == 401
+        form = httpx2.post(s.url + "/login", data={"token": "nor-this-one"})
+        assert form.status_code == 401
+    out = _wait_for_line(s, "refused: a login with a wrong token from 127.0.0.1:")
+    assert out.count("a login with a wrong token") == 1, out  # one line per 10 s
+    assert "Traceback" not in out
+
+
+def test_a_guessable_team_token_is_refused_saying_how_to_make_one(tmp_path: Path) -> None:
+    for token in ("a" * 16, "0123456789abcdef", "ab" * 10):
+        path = tmp_path / "tokens"
+        path.write_text(f"ann:{ANN}\nbob:{token}\n")
+        os.chmod(path, 0o600)
+        said = refused(tmp_path, path)
+        assert "line 2" in said and "'bob'" in said and "easy to guess" in said, said
+        assert "secrets.token_urlsafe" in said and token not in said
+
+
+def test_an_ipv6_loopback_host_without_a_port_is_served(serve: Callable[..., Served]) -> None:
+    s = serve()
+    for host in ("[::1]", f"[::1]:{s.port}", "localhost", f"127.0.0.1:{s.port}"):
+        r = s.client.get("/api/jobs", headers={"Host": host})
+        assert r.status_code == 200, (host, r.text)
+    for host in ("[::1]evil.test", "evil.test", "[::1", f"evil.test:{s.port}"):
+        r = s.client.get("/api/jobs", headers={"Host": host})
+        assert r.status_code == 403, (host, r.text)

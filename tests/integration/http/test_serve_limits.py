@@ -4,6 +4,7 @@ the dashboard out of frames and other origins' reach."""
 
 from __future__ import annotations
 
+import os
 import re
 import resource
 import socket
@@ -172,3 +173,42 @@ def test_every_answer_carries_the_security_headers(serve: Callable[..., Served])
         assert parser.found == [], (page, parser.found)
     js = resources.files("dispatch.http").joinpath("static/dashboard.js").read_text()
     assert not re.search(r"innerHTML|eval\(|new Function", js)
+
+
+def test_out_of_open_files_is_one_line_per_interval_with_a_count(
+        serve: Callable[..., Served]) -> None:
+    """Issue 32 item 8: at its open-files limit the server cannot accept, and asyncio said so
+    with a traceback at every retry (thousands a minute); now one line per interval, with a
+    count, and the server answers again once descriptors are free."""
+    s = serve("--no-supervise")  # nothing else in the process opens files meanwhile
+    limits = resource.prlimit(s.proc.pid, resource.RLIMIT_NOFILE)
+    held: list[socket.socket] = []
+    try:
+        # not one descriptor more: the next accept fails (the connections wait in the backlog)
+        resource.prlimit(s.proc.pid, resource.RLIMIT_NOFILE,
+                         (len(os.listdir(f"/proc/{s.proc.pid}/fd")), limits[1]))
+        held = [socket.create_connection(("127.0.0.1", s.port), timeout=30) for _ in range(3)]
+        # the second line comes one interval after the first, counting the retries between
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            out = s.output()
+            if "such since the last line" in out or out.count("Traceback") >= 2:
+                break
+            assert time.monotonic() < deadline, out[-3000:]
+            time.sleep(0.2)
+        assert "Traceback" not in out, out[-3000:]
+        lines = [x for x in out.splitlines() if "cannot accept a connection" in x]
+        assert len(lines) == 2, out[-3000:]
+        assert "Too many open files" in lines[0] and "ulimit -n" in lines[0], lines
+        assert int(re.search(r"\((\d+) such since", lines[1]).group(1)) > 1, lines  # type: ignore[union-attr]
+    finally:
+        resource.prlimit(s.proc.pid, resource.RLIMIT_NOFILE, limits)
+        for sock in held:
+            sock.close()
+    assert s.client.get("/api/jobs").status_code == 200
+    # the retries asyncio scheduled meanwhile find the listener closed at the stop: silent
+    s.proc.terminate()
+    assert s.proc.wait(WAIT_S) == 0
+    out = s.output()
+    assert "Traceback" not in out and "ERROR" not in out, out[-3000:]
+    assert len([x for x in out.splitlines() if "cannot accept a connection" in x]) <= 3
