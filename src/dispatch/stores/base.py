@@ -413,8 +413,9 @@ class RecordStore(abc.ABC):
 
     @abc.abstractmethod
     def stamp(self) -> tuple[int, int]:
-        """A cheap marker that changes whenever any job is created or appended to: the
-        number of jobs and the sum of their versions."""
+        """A cheap marker that changes whenever any job is created or appended to, or has a
+        stored event edited in place: the number of jobs and the sum of their versions and
+        edit counts."""
 
     @abc.abstractmethod
     def read_many(self, job_ids: Sequence[str]) -> dict[str, list[Event]]:

@@ -142,37 +142,38 @@ PG_V4 = [
 # or deleted by dispatch. One that is (by hand, by a tool) may have changed a record that a
 # snapshot vouches for without the snapshot knowing: two bodies swapped in place leave the
 # event at the snapshot's seq, which the digest covers, as it was. The database marks such
-# a job ``edited`` and drops its snapshot, in the statement that edits it; a marked job's
+# a job ``edited`` (a count of the rows edited, so that the store's stamp moves: a list's
+# ETag) and drops its snapshot, in the statement that edits it; a marked job's
 # snapshot is never trusted or written again (stores/snapshot.py), so every reader folds
 # its record whole and refuses what ``history`` refuses. The mark costs a read nothing (the
 # snapshot read already joins the job's row) and an append nothing (an INSERT fires
 # neither trigger). The snapshots written before version 5 may sit on a record edited
 # before it: all are dropped (a cache), and rebuilt by the next reader.
 SQLITE_V5 = [
-    "ALTER TABLE jobs ADD COLUMN edited INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE jobs ADD COLUMN edited INTEGER NOT NULL DEFAULT 0",  # edits seen
     """CREATE TRIGGER events_updated AFTER UPDATE ON events BEGIN
-        UPDATE jobs SET edited = 1 WHERE job_id IN (old.job_id, new.job_id);
+        UPDATE jobs SET edited = edited + 1 WHERE job_id IN (old.job_id, new.job_id);
         DELETE FROM snapshots WHERE job_id IN (old.job_id, new.job_id);
     END""",
     """CREATE TRIGGER events_deleted AFTER DELETE ON events BEGIN
-        UPDATE jobs SET edited = 1 WHERE job_id = old.job_id;
+        UPDATE jobs SET edited = edited + 1 WHERE job_id = old.job_id;
         DELETE FROM snapshots WHERE job_id = old.job_id;
     END""",
     "DELETE FROM snapshots",
 ]
 PG_V5 = [
-    "ALTER TABLE dispatch_jobs ADD COLUMN edited boolean NOT NULL DEFAULT false",
+    "ALTER TABLE dispatch_jobs ADD COLUMN edited integer NOT NULL DEFAULT 0",
     """CREATE FUNCTION dispatch_events_edited() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
         IF TG_OP = 'TRUNCATE' THEN
-            UPDATE dispatch_jobs SET edited = true;
+            UPDATE dispatch_jobs SET edited = edited + 1;
             DELETE FROM dispatch_snapshots;
             RETURN NULL;
         END IF;
-        UPDATE dispatch_jobs SET edited = true WHERE job_id = OLD.job_id;
+        UPDATE dispatch_jobs SET edited = edited + 1 WHERE job_id = OLD.job_id;
         DELETE FROM dispatch_snapshots WHERE job_id = OLD.job_id;
-        IF TG_OP = 'UPDATE' THEN
-            UPDATE dispatch_jobs SET edited = true WHERE job_id = NEW.job_id;
+        IF TG_OP = 'UPDATE' AND NEW.job_id IS DISTINCT FROM OLD.job_id THEN
+            UPDATE dispatch_jobs SET edited = edited + 1 WHERE job_id = NEW.job_id;
             DELETE FROM dispatch_snapshots WHERE job_id = NEW.job_id;
         END IF;
         RETURN NULL;

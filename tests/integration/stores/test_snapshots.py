@@ -202,9 +202,9 @@ def test_a_snapshot_written_by_a_reader_that_raced_an_edit_is_not_trusted(
     finished_job(store)
     early = fold(store.read("a"), T0)  # read before the edit ...
     swap(backdoor, "a", 2, 3)
-    backdoor.execute("UPDATE jobs SET edited = 0", "UPDATE dispatch_jobs SET edited = false")
+    backdoor.execute("UPDATE jobs SET edited = 0", "UPDATE dispatch_jobs SET edited = 0")
     store.write_snapshot(early, snapshot.FORMAT, snapshot.encode)  # ... written after it
-    backdoor.execute("UPDATE jobs SET edited = 1", "UPDATE dispatch_jobs SET edited = true")
+    backdoor.execute("UPDATE jobs SET edited = 1", "UPDATE dispatch_jobs SET edited = 1")
     [s] = store.read_snapshots(["a"])
     assert s.edited and snapshot.decode(s) is None
     _, errors = snapshot.fold_with_snapshots(store, ["a"], T0)
