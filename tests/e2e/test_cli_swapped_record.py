@@ -196,3 +196,7 @@ def test_ls_and_status_refuse_two_events_swapped_in_place(on_store: Dispatch,
     assert api.returncode == 0, api.stderr
     assert api.stdout.count("refused") == 2 and "READ" not in api.stdout, api.stdout
     assert d.status(b)["state"] == "succeeded"
+    # goodput (it folds records whole) leaves the job out, saying why, and counts the other
+    gp = d("goodput")
+    assert gp.returncode == 0 and "1 job(s)" in gp.stdout, (gp.stdout, gp.stderr)
+    assert f"not counted: {a}: {said}" in gp.stderr, gp.stderr
