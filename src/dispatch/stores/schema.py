@@ -72,7 +72,7 @@ PG_V1 = [
 # The tables of version 1 (every step needs them) and of the current version.
 SQLITE_TABLES = ("schema", "jobs", "events")
 PG_TABLES = ("dispatch_schema", "dispatch_jobs", "dispatch_events")
-SQLITE_TABLES_NOW = (*SQLITE_TABLES, "leases", "snapshots")  # and, since 5, two triggers
+SQLITE_TABLES_NOW = (*SQLITE_TABLES, "leases", "snapshots")
 PG_TABLES_NOW = (*PG_TABLES, "dispatch_leases", "dispatch_snapshots")
 
 # Version 2: one successor per job. The statements run after the backfill's column exists.
