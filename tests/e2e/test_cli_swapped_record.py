@@ -2,7 +2,11 @@
 event, or the record holds a second 'created'. Every reader refuses it with exit 5 naming
 the job (never "no such job", never the other job's story) and `ls` lists it as unusable.
 Real CLI processes, a real SQLite record damaged with SQL, and the Python API (the HTTP
-routes read through the same store reads: tests/unit/core/test_record_trust.py)."""
+routes read through the same store reads: tests/unit/core/test_record_trust.py).
+
+And a record with two of its events swapped in place under its snapshot (issue 32 item 7),
+on SQLite and PostgreSQL: `ls`, `status` and the Python API refuse it as `history` does,
+and the other jobs still read."""
 
 from __future__ import annotations
 
@@ -11,7 +15,9 @@ import sqlite3
 import subprocess
 
 import pytest
+from tests.conftest_pg import postgres_cluster, postgres_url  # noqa: F401  (fixtures)
 from tests.e2e.conftest import Dispatch
+from tests.integration.stores.helpers import Backdoor
 
 MAKE_TWO = """
 import sys
@@ -109,3 +115,88 @@ def test_every_reader_refuses_a_record_that_is_not_the_job_s_own(dispatch: Dispa
         "    else:\n        print('READ')\n")
     assert api.returncode == 0, api.stderr
     assert api.stdout.count("refused") == 2 and "READ" not in api.stdout, api.stdout
+
+
+# ---- two events of one record swapped in place, under its snapshot (issue 32 item 7) ----
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def on_store(request: pytest.FixtureRequest, dispatch: Dispatch) -> Dispatch:
+    """``dispatch`` on a SQLite file, or on a throwaway PostgreSQL database."""
+    if request.param == "postgres":
+        dispatch.env["DISPATCH_STORE"] = str(request.getfixturevalue("postgres_url"))
+    return dispatch
+
+
+def backdoor(dispatch: Dispatch) -> Backdoor:
+    url = dispatch.env["DISPATCH_STORE"]
+    return Backdoor(url if "://" in url else f"sqlite://{url}")
+
+
+def ran(dispatch: Dispatch, name: str) -> str:
+    """A job run to its end (succeeded) by `dispatch run`; its id."""
+    done = dispatch("run", str(dispatch.spec(name, ["true"])), "--json", "--poll", "0.2",
+                    timeout=180)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    doc = json.loads(done.stdout)
+    assert doc["state"] == "succeeded"
+    return str(doc["job"])
+
+
+# Its record: created, intended, bound, execution started, ended, outcome (seq 1..6), and
+# the snapshot the readers wrote at the outcome (seq 6).
+SWAPS = {"under-the-snapshot": (2, 3), "under-and-its-last": (4, 6), "first-and-next": (1, 2)}
+
+
+@pytest.mark.parametrize("where", list(SWAPS))
+def test_ls_and_status_refuse_two_events_swapped_in_place(on_store: Dispatch,
+                                                          where: str) -> None:
+    d = on_store
+    a, b = ran(d, "alpha"), ran(d, "bravo")
+    assert d.status(a)["state"] == "succeeded"  # read through its snapshot ...
+    bd = backdoor(d)
+    snaps = bd.query("SELECT version FROM snapshots WHERE job_id = ?",
+                     "SELECT version FROM dispatch_snapshots WHERE job_id = %s", (a,))
+    version = bd.query("SELECT version FROM jobs WHERE job_id = ?",
+                       "SELECT version FROM dispatch_jobs WHERE job_id = %s", (a,))
+    assert snaps == version == [(6,)], (snaps, version)  # ... which covers the whole record
+    i, j = SWAPS[where]
+    bodies = dict(bd.query("SELECT seq, body FROM events WHERE job_id = ? AND seq IN (?, ?)",
+                           "SELECT seq, body FROM dispatch_events WHERE job_id = %s"
+                           " AND seq IN (%s, %s)", (a, i, j)))
+    for seq, other in ((i, j), (j, i)):  # the same rows, each with the other's body
+        bd.execute("UPDATE events SET body = ? WHERE job_id = ? AND seq = ?",
+                   "UPDATE dispatch_events SET body = %s WHERE job_id = %s AND seq = %s",
+                   (bodies[other], a, seq))
+    history = d("history", a)
+    assert history.returncode == 5, history.stderr
+    said = history.stderr.strip().removeprefix("error: ")
+    assert f"job {a}" in said
+    for argv in (["status", a], ["status", a, "--json"], ["history", a, "--json"]):
+        done = d(*argv)
+        assert done.returncode == 5, (argv, done.stdout, done.stderr)
+        assert said in done.stderr + done.stdout, (argv, said, done.stdout, done.stderr)
+        assert "succeeded" not in done.stdout and "Traceback" not in done.stderr
+    # ls: the job is an error row with history's words; the other job is still listed
+    rows = {r["job"]: r for r in d.json("ls", "--all")}
+    assert set(rows) == {a, b}
+    assert rows[a]["error"]["exit_code"] == 5 and rows[a]["error"]["message"] == said
+    assert "state" not in rows[a] or rows[a]["state"] != "succeeded"
+    assert rows[b]["state"] == "succeeded"
+    plain = d("ls", "--all")
+    lines = plain.stdout.splitlines()
+    assert " error " in next(line for line in lines if line.startswith(a)), plain.stdout
+    assert " succeeded " in next(line for line in lines if line.startswith(b)), plain.stdout
+    # the Python API refuses it with the typed error
+    api = d.python(
+        "import dispatch\nfrom dispatch.errors import StoreUnusable\n"
+        f"j = dispatch.get({a!r})\n"
+        "for call in (j.status, j.history):\n"
+        "    try:\n        call()\n    except StoreUnusable as e:\n        print('refused', e)\n"
+        "    else:\n        print('READ')\n")
+    assert api.returncode == 0, api.stderr
+    assert api.stdout.count("refused") == 2 and "READ" not in api.stdout, api.stdout
+    assert d.status(b)["state"] == "succeeded"
+    # goodput (it folds records whole) leaves the job out, saying why, and counts the other
+    gp = d("goodput")
+    assert gp.returncode == 0 and "1 job(s)" in gp.stdout, (gp.stdout, gp.stderr)
+    assert f"not counted: {a}: {said}" in gp.stderr, gp.stderr

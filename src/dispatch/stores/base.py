@@ -46,12 +46,14 @@ if TYPE_CHECKING:
 # snapshot.encode: (the snapshot's body, its digest) of a Job and its last event's body.
 Encoder = Callable[["Job", bytes], tuple[bytes, str]]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The schema this build writes and reads. A store whose schema is newer is refused; an
 older one is migrated in place, step by step, under the store's write lock
 (stores/schema.py): 1 -> 2 one successor per job (``supersedes`` UNIQUE); 2 -> 3 each job's
 ``scope`` and the supervisor leases (stores/lease.py); 3 -> 4 each job's change mark (for
-a tick that reads only what changed) and the snapshot cache (stores/snapshot.py)."""
+a tick that reads only what changed) and the snapshot cache (stores/snapshot.py); 4 -> 5
+``jobs.edited``, set by the database when a stored event is updated or deleted, so that no
+snapshot outlives an edit of the events under it (stores/schema.py)."""
 
 
 class StoreError(StoreUnusable):
@@ -411,8 +413,9 @@ class RecordStore(abc.ABC):
 
     @abc.abstractmethod
     def stamp(self) -> tuple[int, int]:
-        """A cheap marker that changes whenever any job is created or appended to: the
-        number of jobs and the sum of their versions."""
+        """A cheap marker that changes whenever any job is created or appended to, or has a
+        stored event edited in place: the number of jobs and the sum of their versions and
+        edit counts."""
 
     @abc.abstractmethod
     def read_many(self, job_ids: Sequence[str]) -> dict[str, list[Event]]:
@@ -440,7 +443,8 @@ class RecordStore(abc.ABC):
     @abc.abstractmethod
     def write_snapshot(self, job: Job, format: int, encode: Encoder) -> None:
         """Store ``job``'s snapshot (its own transaction; an older one never replaces a
-        newer one); nothing when the job has no event at ``job.version``."""
+        newer one); nothing when the job has no event at ``job.version`` or its events were
+        edited in place (``jobs.edited``, stores/schema.py)."""
 
     @abc.abstractmethod
     def drop_snapshot(self, job_id: str) -> None:

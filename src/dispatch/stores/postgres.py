@@ -449,7 +449,7 @@ class PostgresStore(RecordStore):
         def work(cur: Cursor) -> None:
             cur.execute(snap.PG_EVENT, (job.id, job.version))
             row = cur.fetchone()
-            if row is not None:
+            if row is not None and not row[1]:
                 body, digest = encode(job, str(row[0]).encode())
                 cur.execute(snap.PG_WRITE, (job.id, job.version, format, body.decode(), digest))
         try:

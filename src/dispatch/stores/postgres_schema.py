@@ -1,6 +1,7 @@
 """The PostgreSQL store's tables: created on first use, migrated step by step to
 SCHEMA_VERSION (1 -> 2: the supersedes column and its unique index; 2 -> 3: scopes and
-leases; 3 -> 4: change marks and snapshots), inside one transaction under an advisory lock
+leases; 3 -> 4: change marks and snapshots; 4 -> 5: the mark of a job whose events
+were edited in place, and its triggers), inside one transaction under an advisory lock
 so that two processes starting at once never both create or migrate. The statements
 themselves are in stores/schema.py."""
 
@@ -72,6 +73,9 @@ def migrate(conn: psycopg.Connection[Any], where: str, found: int) -> None:
             conn.execute(stmt)
     if found < 4:
         for stmt in schema.PG_V4:
+            conn.execute(stmt)
+    if found < 5:
+        for stmt in schema.PG_V5:
             conn.execute(stmt)
     if found < SCHEMA_VERSION:
         conn.execute("UPDATE dispatch_schema SET version = %s", (SCHEMA_VERSION,))

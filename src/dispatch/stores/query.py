@@ -90,8 +90,9 @@ def query_sql(q: JobQuery, table: str, mark: str) -> tuple[str, list[object]]:
 
 def stamp_sql(table: str) -> str:
     """A change marker for the whole table: the number of jobs and the sum of their versions
-    (versions only grow, so any new event or job changes it)."""
-    return f"SELECT count(*), coalesce(sum(version), 0) FROM {table}"
+    and of their edit counts (both only grow, so any new event or job changes it, and so
+    does an event edited in place: stores/schema.py, version 5)."""
+    return f"SELECT count(*), coalesce(sum(version + edited), 0) FROM {table}"
 
 
 def matches_sql(table: str, mark: str, ref: str, limit: int, min_prefix: int

@@ -14,6 +14,9 @@ and PostgreSQL alike.
 Version 3 (issue 16): ``jobs.scope``, the scope whose supervisor serves the job (copied from
 its JobCreated event; the backend's name for jobs recorded before scopes), indexed with
 ``terminal`` for a supervisor's tick, and the supervisor lease table (stores/lease.py).
+
+Version 4 (issue 27): change marks and the snapshot cache (below). Version 5 (issue 32
+item 7): ``jobs.edited`` and the triggers that set it (below).
 """
 
 from __future__ import annotations
@@ -132,6 +135,54 @@ PG_V4 = [
         body    text NOT NULL,
         digest  text NOT NULL
     )""",
+]
+
+
+# Version 5 (issue 32 item 7): a record is append-only, so a stored event is never updated
+# or deleted by dispatch. One that is (by hand, by a tool) may have changed a record that a
+# snapshot vouches for without the snapshot knowing: two bodies swapped in place leave the
+# event at the snapshot's seq, which the digest covers, as it was. The database marks such
+# a job ``edited`` (a count of the rows edited, so that the store's stamp moves: a list's
+# ETag) and drops its snapshot, in the statement that edits it; a marked job's
+# snapshot is never trusted or written again (stores/snapshot.py), so every reader folds
+# its record whole and refuses what ``history`` refuses. The mark costs a read nothing (the
+# snapshot read already joins the job's row) and an append nothing (an INSERT fires
+# neither trigger). The snapshots written before version 5 may sit on a record edited
+# before it: all are dropped (a cache), and rebuilt by the next reader.
+SQLITE_V5 = [
+    "ALTER TABLE jobs ADD COLUMN edited INTEGER NOT NULL DEFAULT 0",  # edits seen
+    """CREATE TRIGGER events_updated AFTER UPDATE ON events BEGIN
+        UPDATE jobs SET edited = edited + 1 WHERE job_id IN (old.job_id, new.job_id);
+        DELETE FROM snapshots WHERE job_id IN (old.job_id, new.job_id);
+    END""",
+    """CREATE TRIGGER events_deleted AFTER DELETE ON events BEGIN
+        UPDATE jobs SET edited = edited + 1 WHERE job_id = old.job_id;
+        DELETE FROM snapshots WHERE job_id = old.job_id;
+    END""",
+    "DELETE FROM snapshots",
+]
+PG_V5 = [
+    "ALTER TABLE dispatch_jobs ADD COLUMN edited integer NOT NULL DEFAULT 0",
+    """CREATE FUNCTION dispatch_events_edited() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'TRUNCATE' THEN
+            UPDATE dispatch_jobs SET edited = edited + 1;
+            DELETE FROM dispatch_snapshots;
+            RETURN NULL;
+        END IF;
+        UPDATE dispatch_jobs SET edited = edited + 1 WHERE job_id = OLD.job_id;
+        DELETE FROM dispatch_snapshots WHERE job_id = OLD.job_id;
+        IF TG_OP = 'UPDATE' AND NEW.job_id IS DISTINCT FROM OLD.job_id THEN
+            UPDATE dispatch_jobs SET edited = edited + 1 WHERE job_id = NEW.job_id;
+            DELETE FROM dispatch_snapshots WHERE job_id = NEW.job_id;
+        END IF;
+        RETURN NULL;
+    END $$""",
+    "CREATE TRIGGER dispatch_events_edited AFTER UPDATE OR DELETE ON dispatch_events"
+    " FOR EACH ROW EXECUTE FUNCTION dispatch_events_edited()",
+    "CREATE TRIGGER dispatch_events_truncated AFTER TRUNCATE ON dispatch_events"
+    " FOR EACH STATEMENT EXECUTE FUNCTION dispatch_events_edited()",
+    "DELETE FROM dispatch_snapshots",
 ]
 
 

@@ -9,6 +9,11 @@ events after it (issue 27). A cache, never the truth:
   the event at that seq. Anything else (an older format, a torn or edited body, events
   rewritten under it, a version beyond the record's) means the snapshot disagrees with the
   events: it is discarded, the record is folded whole, and a new snapshot is written;
+- never trusted, nor written, for a job whose stored events were updated or deleted since
+  it was created (``jobs.edited``, set by the database's triggers: stores/schema.py,
+  version 5). The digest covers one event; two bodies swapped in place below it would
+  leave it matching, and a reader would show a record that ``history`` refuses (S13). Such
+  a job is folded whole by every reader, which refuses what ``history`` refuses;
 - its past (the earlier submissions, the history, the escalations) is kept compressed and
   decoded, as strictly, the first time a reader uses it (``_Body``, core/deferred.py).
 """
@@ -139,7 +144,7 @@ _escalations = partial(_decoded, "escalations", _ESCALATIONS)
 
 def decode(s: Stored) -> Job | None:
     """The snapshot's Job, or None when it disagrees with the events (see the module)."""
-    if s.format != FORMAT or s.event_body is None:
+    if s.format != FORMAT or s.event_body is None or s.edited:
         return None
     if digest_of(s.body, s.event_body) != s.digest:
         return None
@@ -184,6 +189,10 @@ def fold_with_snapshots(store: RecordStore, job_ids: Sequence[str], now: datetim
             if s.format != FORMAT:  # written by another build: expected after an upgrade
                 log.info("job %s: its snapshot is format %d, not %d; rewritten", job_id,
                          s.format, FORMAT)
+            elif s.edited:  # a snapshot written as its events were edited (the trigger
+                # dropped the older one): the record is read whole from now on
+                log.warning("job %s: its stored events were edited in place; its snapshot "
+                            "is not used, the record is folded whole", job_id)
             else:
                 log.warning("job %s: its snapshot at seq %d disagrees with its events; "
                             "discarded, the record is folded whole", job_id, s.version)

@@ -8,8 +8,9 @@ from typing import Any, NamedTuple
 
 
 class Stored(NamedTuple):
-    """A snapshot row, with the stored body of the event at its seq (None: no such event)
-    and the job's version as the same statement read it (None: no such job). A tuple:
+    """A snapshot row, with the stored body of the event at its seq (None: no such event),
+    the job's version as the same statement read it (None: no such job) and whether the
+    job's stored events were ever edited in place (stores/schema.py, version 5). A tuple:
     one is made per job a list reads, so it is cheap to make."""
 
     job_id: str
@@ -19,6 +20,7 @@ class Stored(NamedTuple):
     digest: str
     event_body: bytes | None
     job_version: int | None = None
+    edited: bool = False
 
 
 def as_bytes(v: object) -> bytes:
@@ -28,23 +30,27 @@ def as_bytes(v: object) -> bytes:
 
 def stored_rows(rows: Sequence[tuple[Any, ...]]) -> list[Stored]:
     # Both drivers already give str and int for the text and integer columns.
-    return [Stored(j, v, f, as_bytes(b), d, None if e is None else as_bytes(e), jv)
-            for j, v, f, b, d, e, jv in rows]
+    return [Stored(j, v, f, as_bytes(b), d, None if e is None else as_bytes(e), jv, bool(ed))
+            for j, v, f, b, d, e, jv, ed in rows]
 
 
 SQLITE_READ = (
-    "SELECT s.job_id, s.version, s.format, s.body, s.digest, e.body, j.version"
+    "SELECT s.job_id, s.version, s.format, s.body, s.digest, e.body, j.version, j.edited"
     " FROM snapshots s LEFT JOIN events e ON e.job_id = s.job_id AND e.seq = s.version"
     " LEFT JOIN jobs j ON j.job_id = s.job_id"
     " WHERE s.job_id IN (SELECT value FROM json_each(?))")
 PG_READ = (
-    "SELECT s.job_id, s.version, s.format, s.body, s.digest, e.body, j.version"
+    "SELECT s.job_id, s.version, s.format, s.body, s.digest, e.body, j.version, j.edited"
     " FROM dispatch_snapshots s"
     " LEFT JOIN dispatch_events e ON e.job_id = s.job_id AND e.seq = s.version"
     " LEFT JOIN dispatch_jobs j ON j.job_id = s.job_id"
     " WHERE s.job_id = ANY(%s)")
-SQLITE_EVENT = "SELECT body FROM events WHERE job_id = ? AND seq = ?"
-PG_EVENT = "SELECT body FROM dispatch_events WHERE job_id = %s AND seq = %s"
+# The body a new snapshot's digest covers, and whether the job was edited (then none is
+# written: a job whose events were edited in place is read whole from then on).
+SQLITE_EVENT = ("SELECT e.body, j.edited FROM events e JOIN jobs j ON j.job_id = e.job_id"
+                " WHERE e.job_id = ? AND e.seq = ?")
+PG_EVENT = ("SELECT e.body, j.edited FROM dispatch_events e"
+            " JOIN dispatch_jobs j ON j.job_id = e.job_id WHERE e.job_id = %s AND e.seq = %s")
 # A newer snapshot is never replaced by an older one (two readers writing at once).
 SQLITE_WRITE = (
     "INSERT INTO snapshots (job_id, version, format, body, digest) VALUES (?, ?, ?, ?, ?)"

@@ -195,6 +195,9 @@ class SQLiteStore(RecordStore):
         if found < 4:
             for stmt in schema.SQLITE_V4:
                 c.execute(stmt)
+        if found < 5:
+            for stmt in schema.SQLITE_V5:
+                c.execute(stmt)
         if found < SCHEMA_VERSION:
             c.execute("UPDATE schema SET version = ?", (SCHEMA_VERSION,))
 
@@ -408,7 +411,7 @@ class SQLiteStore(RecordStore):
         with self._guard(f"write the snapshot of job {job.id}") as c:
             self._begin("snapshot")
             row = c.execute(snap.SQLITE_EVENT, (job.id, job.version)).fetchone()
-            if row is not None:
+            if row is not None and not row[1]:
                 body, digest = encode(job, snap.as_bytes(row[0]))
                 c.execute(snap.SQLITE_WRITE, (job.id, job.version, format, body, digest))
             c.execute("COMMIT")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from tests.integration.stores.helpers import Backdoor
 
 from dispatch.core.events import JobCreated, OutcomeCommitted
 from dispatch.core.model import Cause, CauseKind, State
@@ -74,7 +75,8 @@ def test_filters_and_search(store: RecordStore) -> None:
         JobQuery(terminal=False, name="train"))
 
 
-def test_the_stamp_changes_with_every_job_and_event(store: RecordStore) -> None:
+def test_the_stamp_changes_with_every_job_and_event(store: RecordStore,
+                                                    backdoor: Backdoor) -> None:
     empty = store.stamp()
     assert empty == (0, 0)
     ids = _fill(store)
@@ -83,3 +85,8 @@ def test_the_stamp_changes_with_every_job_and_event(store: RecordStore) -> None:
     store.append(ids[0], [OutcomeCommitted(seq=2, at=T0, state=State.FAILED,
                                            cause=Cause(kind=CauseKind.UNKNOWN))], 1)
     assert store.stamp() == (len(ids), len(ids) + 2)
+    # an event edited in place (no new version): a list's ETag must not say "unchanged"
+    backdoor.execute("UPDATE events SET body = body WHERE job_id = ? AND seq = 1",
+                     "UPDATE dispatch_events SET body = body WHERE job_id = %s AND seq = 1",
+                     (ids[1],))
+    assert store.stamp() == (len(ids), len(ids) + 3)

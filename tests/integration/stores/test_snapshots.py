@@ -29,8 +29,10 @@ from dispatch.core.policy import Action, Declarations
 from dispatch.core.record import RecordError, fold
 from dispatch.core.spec import JobSpec
 from dispatch.core.status import project
+from dispatch.errors import DispatchError, StoreUnusable
 from dispatch.stores import snapshot
-from dispatch.stores.base import RecordStore
+from dispatch.stores.base import SCHEMA_VERSION, RecordStore
+from dispatch.stores.select import open_store
 from dispatch.stores.snapshot_sql import Stored
 from dispatch.stores.sqlite import SQLiteStore
 
@@ -114,14 +116,167 @@ def test_a_snapshot_that_disagrees_is_discarded_and_rebuilt(
                   " WHERE job_id = 'b') WHERE job_id = 'a'"),
     }[damage]
     backdoor.execute(*sql)
-    [bad] = [s for s in store.read_snapshots(["a"])]
-    assert snapshot.decode(bad) is None  # never trusted
+    if damage == "events":  # an event edited in place: the database dropped the snapshot
+        assert store.read_snapshots(["a"]) == []
+    else:
+        [bad] = [s for s in store.read_snapshots(["a"])]
+        assert snapshot.decode(bad) is None  # never trusted
     again = folded(store)
     assert again == fold(store.read("a"), T0)  # the events' word, whatever the snapshot said
     if damage != "events":
         assert again == truth
+    if damage == "events":  # edited in place: read whole from now on, no snapshot again
+        assert store.read_snapshots(["a"]) == []
+        return
     [rebuilt] = store.read_snapshots(["a"])
     assert snapshot.decode(rebuilt) == again  # and a good one written in its place
+
+
+def swap(backdoor: Backdoor, job_id: str, i: int, j: int) -> None:
+    """Exchange the stored bodies of events ``i`` and ``j`` of ``job_id`` in place: the
+    same rows, the same seqs, each holding the other's body (issue 32 item 7)."""
+    q = ("SELECT seq, body FROM events WHERE job_id = ? AND seq IN (?, ?)",
+         "SELECT seq, body FROM dispatch_events WHERE job_id = %s AND seq IN (%s, %s)")
+    bodies = dict(backdoor.query(*q, (job_id, i, j)))
+    for seq, other in ((i, j), (j, i)):
+        backdoor.execute("UPDATE events SET body = ? WHERE job_id = ? AND seq = ?",
+                         "UPDATE dispatch_events SET body = %s WHERE job_id = %s AND seq = %s",
+                         (bodies[other], job_id, seq))
+
+
+def refusal(store: RecordStore, job_id: str) -> str:
+    """What ``history`` says of the job's record (it reads the record whole)."""
+    with pytest.raises(DispatchError) as err:
+        fold(store.read(job_id), T0, job_id=job_id)
+    return str(err.value)
+
+
+# The snapshot is at seq 33 (EVERY events past the start) and the record runs on to 36:
+# two events under the snapshot, one under it and the one it ends on, one under it and
+# one after it, the first and the last, two after it.
+SWAPS = {"both-under": (2, 3), "under-and-its-last": (5, 33), "under-and-after": (10, 35),
+         "first-and-last": (1, 36), "both-after": (34, 36)}
+
+
+@pytest.mark.parametrize("where", list(SWAPS))
+def test_two_events_swapped_in_place_are_refused_through_the_snapshot(
+        store: RecordStore, backdoor: Backdoor, where: str) -> None:
+    """S13 through snapshots (issue 32 item 7): whichever two events are swapped, a reader
+    through the snapshots refuses the job as ``history`` does, naming it, and the other
+    jobs read on."""
+    for job_id in ("a", "b"):
+        store.create(created(job_id))
+        store.append(job_id, notes(2, snapshot.EVERY), 1)
+    folded(store)
+    folded(store, "b")
+    [s] = store.read_snapshots(["a"])
+    assert s.version == snapshot.EVERY + 1 == 33
+    store.append("a", notes(34, 3), 33)
+    assert folded(store).version == 36  # the snapshot and the events after it
+    truth_b = folded(store, "b")
+    swap(backdoor, "a", *SWAPS[where])
+    said = refusal(store, "a")
+    assert "job a" in said
+    for _ in range(2):  # and again: nothing a refused read wrote makes it readable
+        jobs, errors = snapshot.fold_with_snapshots(store, ["a", "b"], T0)
+        assert set(errors) == {"a"} and str(errors["a"]) == said
+        assert isinstance(errors["a"], StoreUnusable)  # exit 5
+        assert jobs == [truth_b]
+
+
+def test_an_event_deleted_under_the_snapshot_is_refused_through_it(
+        store: RecordStore, backdoor: Backdoor) -> None:
+    finished_job(store, n=8)
+    folded(store)
+    backdoor.execute("DELETE FROM events WHERE job_id = 'a' AND seq = 4",
+                     "DELETE FROM dispatch_events WHERE job_id = 'a' AND seq = 4")
+    said = refusal(store, "a")
+    _, errors = snapshot.fold_with_snapshots(store, ["a"], T0)
+    assert str(errors["a"]) == said
+
+
+def test_a_snapshot_written_by_a_reader_that_raced_an_edit_is_not_trusted(
+        store: RecordStore, backdoor: Backdoor) -> None:
+    """A reader that folded the record before an edit and writes its snapshot after it
+    (the edit's trigger had nothing to drop yet): the job's mark keeps it unused."""
+    finished_job(store)
+    early = fold(store.read("a"), T0)  # read before the edit ...
+    swap(backdoor, "a", 2, 3)
+    backdoor.execute("UPDATE jobs SET edited = 0", "UPDATE dispatch_jobs SET edited = 0")
+    store.write_snapshot(early, snapshot.FORMAT, snapshot.encode)  # ... written after it
+    backdoor.execute("UPDATE jobs SET edited = 1", "UPDATE dispatch_jobs SET edited = 1")
+    [s] = store.read_snapshots(["a"])
+    assert s.edited and snapshot.decode(s) is None
+    _, errors = snapshot.fold_with_snapshots(store, ["a"], T0)
+    assert str(errors["a"]) == refusal(store, "a")
+    store.write_snapshot(early, snapshot.FORMAT, snapshot.encode)
+    assert store.read_snapshots(["a"]) == []  # and none is written for a marked job
+
+
+def test_snapshots_from_before_version_5_are_dropped_by_the_upgrade(
+        store_url: str, backdoor: Backdoor) -> None:
+    """A record edited in place under a snapshot before this build (no mark, no trigger):
+    the upgrade to schema 5 drops every snapshot, and readers refuse the record."""
+    with open_store(store_url) as store:
+        finished_job(store)
+        finished_job(store, "b")
+        snapshot.fold_with_snapshots(store, ["a", "b"], T0)
+        truth_b = folded(store, "b")
+    backdoor.execute(  # back to version 4: no triggers, no mark
+        "DROP TRIGGER events_updated",
+        "DROP TRIGGER dispatch_events_edited ON dispatch_events")
+    backdoor.execute("DROP TRIGGER events_deleted",
+                     "DROP TRIGGER dispatch_events_truncated ON dispatch_events")
+    backdoor.execute("SELECT 1", "DROP FUNCTION dispatch_events_edited()")
+    backdoor.execute("ALTER TABLE jobs DROP COLUMN edited",
+                     "ALTER TABLE dispatch_jobs DROP COLUMN edited")
+    backdoor.set_schema_version(4)
+    swap(backdoor, "a", 2, 3)
+    assert len(backdoor.query("SELECT job_id FROM snapshots",
+                              "SELECT job_id FROM dispatch_snapshots")) == 2
+    with open_store(store_url) as store:
+        assert backdoor.schema_version() == SCHEMA_VERSION == 5
+        jobs, errors = snapshot.fold_with_snapshots(store, ["a", "b"], T0)
+        assert set(errors) == {"a"} and str(errors["a"]) == refusal(store, "a")
+        assert jobs == [truth_b]
+        assert [s.job_id for s in store.read_snapshots(["a", "b"])] == ["b"]  # rebuilt
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(record=records(job_id="a", max_events=20), data=st.data())
+def test_any_two_events_swapped_are_refused_by_every_reader(
+        tmp_path_factory: pytest.TempPathFactory, record: list, data: st.DataObject) -> None:
+    """Property (issue 32 item 7): a snapshot anywhere in a record, any two of its events
+    swapped in place: a read through the snapshots refuses it exactly as ``history``."""
+    try:
+        fold(record, T0)
+    except RecordError:
+        return
+    n = len(record)
+    if n < 2:
+        return
+    i = data.draw(st.integers(min_value=1, max_value=n - 1), label="first")
+    j = data.draw(st.integers(min_value=i + 1, max_value=n), label="second")
+    # The snapshot anywhere, and as often above both events as anywhere else (the case
+    # its digest does not see).
+    anywhere = st.integers(min_value=1, max_value=n)
+    split = data.draw(st.one_of(st.integers(min_value=j + 1, max_value=n), anywhere)
+                      if j < n else anywhere, label="snapshot at")
+    path = tmp_path_factory.mktemp("swap") / "r.sqlite3"
+    with SQLiteStore(path) as store:
+        store.create(record[0])
+        if split > 1:
+            store.append("a", record[1:split], 1)
+        store.write_snapshot(fold(record[:split], T0), snapshot.FORMAT, snapshot.encode)
+        if split < n:
+            store.append("a", record[split:], split)
+        folded(store)  # a reader before the edit: the snapshot is used
+        swap(Backdoor(f"sqlite://{path}"), "a", i, j)
+        said = refusal(store, "a")
+        for _ in range(2):
+            _, errors = snapshot.fold_with_snapshots(store, ["a"], T0)
+            assert str(errors["a"]) == said
 
 
 @settings(max_examples=40, deadline=None,
