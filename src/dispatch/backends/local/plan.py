@@ -5,6 +5,7 @@ workdir, which must be a directory on this machine."""
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import msgspec
@@ -47,12 +48,17 @@ def spec_problems(spec: JobSpec, pid_max: int | None = None) -> list[tuple[str, 
 
 
 def _workdir_problems(workdir: str) -> list[tuple[str, str]]:
+    # os.stat, not Path.is_dir: from Python 3.14 is_dir swallows every OSError, and the
+    # system's own reason (ENAMETOOLONG through a link, EACCES, ...) is what the user needs.
     try:
-        if Path(workdir).is_dir():
-            return []
-    except OSError as err:  # ENAMETOOLONG through a link, EACCES, ...: never a traceback
+        st = os.stat(workdir)
+    except (FileNotFoundError, NotADirectoryError):
+        st = None
+    except OSError as err:
         return [("workdir", f"{workdir!r} cannot be used on this machine: "
                             f"{err.strerror or err}")]
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        return []
     return [("workdir", f"{workdir!r} is not a directory on this machine")]
 
 
