@@ -226,7 +226,7 @@ class Job:
         Raises ``TimeoutError`` when ``timeout`` seconds pass first (the job goes on);
         ``BadInput`` for a ``timeout`` that is not None or a finite number of seconds, 0 or
         more (nan would wait for ever), or a ``poll`` outside 0.05 s to 10 min."""
-        from dispatch.durations import poll_seconds, timeout_seconds
+        from dispatch.support.durations import poll_seconds, timeout_seconds
 
         timeout = timeout_seconds(timeout, "Job.wait timeout")
         poll = poll_seconds(poll, "Job.wait poll")

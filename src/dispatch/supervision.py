@@ -35,11 +35,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn
 
-from dispatch import failpoints as fp
 from dispatch.backends.base import Backend
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.discovery import LOOK_DEADLINE_S, Lookout
-from dispatch.durations import lease_seconds, poll_seconds
 from dispatch.errors import BackendError
 from dispatch.notify import Notifier
 from dispatch.scopes import BACKENDS as BACKENDS
@@ -59,6 +57,8 @@ from dispatch.scopes import unresolved_note as unresolved_note
 from dispatch.stores.base import Fence, Fenced, RecordStore, StoreError
 from dispatch.stores.lease import Lease, LeaseLost
 from dispatch.supervisor import Supervisor, TickReport
+from dispatch.support import failpoints as fp
+from dispatch.support.durations import lease_seconds, poll_seconds
 
 log = logging.getLogger("dispatch.supervision")
 

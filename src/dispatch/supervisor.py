@@ -24,9 +24,7 @@ from datetime import datetime, timedelta
 
 import msgspec
 
-from dispatch import failpoints as fp
 from dispatch.backends.base import Backend, Submission, SubmitRejected
-from dispatch.clock import Clock, utcnow
 from dispatch.core import decide as dc
 from dispatch.core import events as ev
 from dispatch.core.model import (
@@ -48,6 +46,8 @@ from dispatch.stores.base import ConflictError, Fence, Fenced, RecordStore, appe
 from dispatch.stores.lease import LeaseLost
 from dispatch.stores.live import LiveFolds
 from dispatch.stores.reading import fold_records
+from dispatch.support import failpoints as fp
+from dispatch.support.clock import Clock, utcnow
 
 log = logging.getLogger("dispatch.supervisor")
 

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from dispatch.durations import LEASE_MAX_S, LEASE_MIN_S, POLL_MAX_S, POLL_MIN_S
 from dispatch.errors import BadInput, DispatchError
-from dispatch.paths import check_path_variables
+from dispatch.support.durations import LEASE_MAX_S, LEASE_MIN_S, POLL_MAX_S, POLL_MIN_S
+from dispatch.support.paths import check_path_variables
 
 if TYPE_CHECKING:
     from dispatch.service import Service
@@ -21,8 +21,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class Seconds(click.ParamType[float]):
     """A duration option in seconds: a finite number within the option's documented bounds
-    (dispatch.durations); anything else (nan, inf, 1e12, -1, 0, text) is a usage error, exit 2.
-    Every duration option of the CLI uses this one type."""
+    (dispatch.support.durations); anything else (nan, inf, 1e12, -1, 0, text) is a usage error,
+    exit 2. Every duration option of the CLI uses this one type."""
 
     name = "seconds"
 
@@ -31,7 +31,7 @@ class Seconds(click.ParamType[float]):
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> float:
-        from dispatch.durations import seconds_in
+        from dispatch.support.durations import seconds_in
 
         what = (param.opts[0] if param is not None and param.opts else "seconds")
         try:

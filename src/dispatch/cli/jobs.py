@@ -21,7 +21,6 @@ from dispatch.cli.common import (
     open_service,
     store_option,
 )
-from dispatch.clock import utcnow
 from dispatch.core.model import State
 from dispatch.errors import (
     EXIT_CANCELLED,
@@ -37,6 +36,7 @@ from dispatch.service.views import (
     cause_text,
     status_json,
 )
+from dispatch.support.clock import utcnow
 
 # Imported where used: the read commands (status, ls, history) load no backend, supervisor,
 # notifier or spec-file code.
@@ -78,9 +78,9 @@ def show(view: JobView, as_json: bool, service: Service | None = None,
 
 def _goodput_line(service: Service, job_id: str) -> list[render.Line]:
     """G4 for this job, from its record: goodput and its costliest causes."""
-    from dispatch.clock import utcnow
     from dispatch.core.goodput import split
     from dispatch.service.goodput import goodput_line, job_times
+    from dispatch.support.clock import utcnow
 
     found, _ = job_times(service.store, [job_id], utcnow())
     if not found:
@@ -319,7 +319,7 @@ def status(job: str, no_record: bool, backend: str | None, store_url: str | None
         from dispatch.backends.registry import Backends
         from dispatch.core.model import token_for
         from dispatch.core.status import project_objects
-        from dispatch.deadline import read_deadline, tools_within
+        from dispatch.support.deadline import read_deadline, tools_within
 
         backends = Backends()
         try:

@@ -1,5 +1,5 @@
 """What every node of a function's job runs: ``python -m dispatch.fn FOLDER [--array]``,
-isolated (``python -I``, dispatch/isolated.py: the Executor's command).
+isolated (``python -I``, dispatch/support/isolated.py: the Executor's command).
 
 Isolated, the interpreter puts neither the job's working directory nor a PYTHONPATH on the
 path, so dispatch and what it imports (cloudpickle, ...) come from the installation that

@@ -16,13 +16,11 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from dispatch.backends.registry import Backends
-from dispatch.clock import Clock, utcnow
 from dispatch.core.model import Status, token_for
 from dispatch.core.policy import Plan
 from dispatch.core.record import Job, fold
 from dispatch.core.spec import JobSpec, SpecError, check_spec
 from dispatch.core.status import project
-from dispatch.deadline import read_deadline
 from dispatch.errors import NotFound
 from dispatch.service import requests
 from dispatch.service.views import (
@@ -33,6 +31,8 @@ from dispatch.service.views import (
 from dispatch.stores.base import JobMatch, RecordStore
 from dispatch.stores.select import open_store
 from dispatch.stores.snapshot import fold_with_snapshots
+from dispatch.support.clock import Clock, utcnow
+from dispatch.support.deadline import read_deadline
 
 # Imported where used, so that reading a finished job's status (the CLI's commonest call)
 # loads no supervisor, notifier, discovery or story code.

@@ -45,9 +45,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from dispatch.durations import LEASE_MAX_S
 from dispatch.errors import StateConflict
 from dispatch.stores.base import Fence, Fenced, StoreError
+from dispatch.support.durations import LEASE_MAX_S
 
 LEASE_COLUMNS = ("scope, holder, epoch, period_s, acquired_at, expires_at, last_tick_at, "
                  "released_at")

@@ -14,7 +14,7 @@ import pytest
 from tests.integration.supervision.crash import run
 from tests.integration.supervision.helpers import ROOT, child_env
 
-from dispatch import failpoints
+from dispatch.support import failpoints
 
 
 @pytest.mark.parametrize(("action", "point", "state"), [

@@ -179,7 +179,7 @@ def node_environment(meta: ObjectMeta, master_port: int) -> dict[str, str]:
 
 def runner_environment() -> dict[str, str]:
     """The runner's: the submitter's environment as it is, for the nodes. The runner itself
-    runs isolated (``python -I``, dispatch/isolated.py): no PYTHON* variable of it reaches
+    runs isolated (``python -I``, dispatch/support/isolated.py): no PYTHON* variable of it reaches
     the runner's own imports."""
     return dict(os.environ)
 

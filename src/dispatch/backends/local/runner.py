@@ -89,7 +89,7 @@ from dispatch.backends.local.wire import (
     utcnow,
 )
 from dispatch.core.model import Cause, CauseKind, Execution, State
-from dispatch.files import write_atomic
+from dispatch.support.files import write_atomic
 
 HEARTBEAT_S = 30.0
 MEMORY_SAMPLE_S = 0.1
