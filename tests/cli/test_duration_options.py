@@ -23,7 +23,7 @@ from tests.cli.conftest import world_env
 
 from dispatch.cli import main
 from dispatch.stores.select import open_store
-from dispatch.supervision import local_scope
+from dispatch.supervise.leases import local_scope
 from dispatch.support.durations import LEASE_MAX_S
 
 ROOT = Path(__file__).resolve().parents[2]

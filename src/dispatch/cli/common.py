@@ -107,7 +107,7 @@ def _escalation_target(ctx: click.Context, param: click.Parameter,
     names the option and its environment variable (either may be where it came from)."""
     if value is None:
         return None
-    from dispatch.notify import check_webhook, split_command
+    from dispatch.supervise.escalations import check_webhook, split_command
 
     where = "escalation target"
     try:

@@ -43,10 +43,10 @@ from dispatch.support.clock import utcnow
 if TYPE_CHECKING:
     from dispatch.core.record import Job
     from dispatch.core.spec import JobSpec
-    from dispatch.notify import Notifier
     from dispatch.service import Service
-    from dispatch.supervision import Supervision
-    from dispatch.supervisor import TickReport
+    from dispatch.supervise.escalations import Notifier
+    from dispatch.supervise.leases import Supervision
+    from dispatch.supervise.loop import TickReport
 
 EXIT_BY_OUTCOME = {State.SUCCEEDED: 0, State.FAILED: EXIT_FAILED, State.CANCELLED: EXIT_CANCELLED}
 SPEC = click.Path(dir_okay=False, path_type=Path)
@@ -141,7 +141,7 @@ def submit(spec_path: Path, dry_run: bool, store_url: str | None, as_json: bool,
 
 
 def _notifier(webhook: str | None, command: str | None) -> Notifier:
-    from dispatch.notify import Notifier, split_command
+    from dispatch.supervise.escalations import Notifier, split_command
 
     return Notifier(webhook=webhook, command=split_command(command) if command else None)
 

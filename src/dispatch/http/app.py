@@ -69,7 +69,7 @@ from dispatch.service.logs import Follow
 from dispatch.service.requests import whoami
 from dispatch.service.views import error_json, history_json, status_json
 from dispatch.stores.select import open_store
-from dispatch.supervision import supervisors_rows
+from dispatch.supervise.leases import supervisors_rows
 
 log = logging.getLogger("dispatch.http")
 

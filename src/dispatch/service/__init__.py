@@ -39,11 +39,11 @@ from dispatch.support.deadline import read_deadline
 if TYPE_CHECKING:
     from dispatch.backends.base import DryRun, LogSource
     from dispatch.core import events as ev
-    from dispatch.discovery import Look
-    from dispatch.notify import Notifier
     from dispatch.service.held import HeldIndex
-    from dispatch.supervision import Supervision
-    from dispatch.supervisor import Supervisor
+    from dispatch.supervise.discovery import Look
+    from dispatch.supervise.escalations import Notifier
+    from dispatch.supervise.leases import Supervision
+    from dispatch.supervise.loop import Supervisor
 
 __all__ = ["JobView", "Service", "dry_run_of", "prepare"]
 
@@ -164,7 +164,7 @@ class Service:
         live = [j for j in jobs if j.outcome is None]
         looks: dict[str, Look] = {}
         if ask_scheduler and live:
-            from dispatch.discovery import look_all
+            from dispatch.supervise.discovery import look_all
 
             looks = look_all(live, self.backends, now, deadline_s=self.read_deadline_s)
         by_id = {j.id: j for j in jobs}
@@ -241,7 +241,7 @@ class Service:
         environment) and kept beside the record (dispatch.hostenv) before the job is
         recorded, so no supervisor ever sees the job without them."""
         from dispatch import hostenv
-        from dispatch.supervision import scope_at_submit  # the cluster, asked once
+        from dispatch.supervise.leases import scope_at_submit  # the cluster, asked once
 
         spec, plan = self.prepare(spec, source)
         values = hostenv.read_from(os.environ if environ is None else environ,
@@ -345,8 +345,8 @@ class Service:
         (``dispatch run``, ``Job.wait``), and that scope."""
         import functools
 
-        from dispatch.supervision import Supervision
-        from dispatch.supervisor import Supervisor
+        from dispatch.supervise.leases import Supervision
+        from dispatch.supervise.loop import Supervisor
 
         scope = self.job(job).scope
         make = functools.partial(Supervisor, clock=self.clock)
@@ -355,7 +355,7 @@ class Service:
 
     def supervisor(self, *, notifier: Notifier | None = None, name: str | None = None
                    ) -> Supervisor:
-        from dispatch.supervisor import Supervisor
+        from dispatch.supervise.loop import Supervisor
 
         return Supervisor(self.store, self.backends, clock=self.clock, notifier=notifier,
                           name=name)

@@ -36,8 +36,8 @@ from dispatch.core.record import Job, fold
 from dispatch.core.spec import parse_spec
 from dispatch.service.requests import create_job, give_up, request_cancel, resubmit_from_hold
 from dispatch.stores.select import open_store
-from dispatch.supervision import Supervision, local_scope
-from dispatch.supervisor import utcnow
+from dispatch.supervise.leases import Supervision, local_scope
+from dispatch.supervise.loop import utcnow
 from dispatch.support import failpoints
 
 LEASE_S = 1.0

@@ -24,8 +24,8 @@ from dispatch.core.spec import parse_spec
 from dispatch.service.requests import create_job
 from dispatch.stores.lease import Lease
 from dispatch.stores.select import open_store
-from dispatch.supervision import local_scope
-from dispatch.supervisor import utcnow
+from dispatch.supervise.leases import local_scope
+from dispatch.supervise.loop import utcnow
 
 ROOT = Path(__file__).resolve().parents[3]
 CHILD = Path(__file__).with_name("sup_child.py")

@@ -34,8 +34,8 @@ from dispatch.core.model import Discovery
 from dispatch.stores.base import Fence, Fenced, RecordStore
 from dispatch.stores.lease import Lease
 from dispatch.stores.select import open_store
-from dispatch.supervision import Supervision
-from dispatch.supervisor import Supervisor
+from dispatch.supervise.leases import Supervision
+from dispatch.supervise.loop import Supervisor
 
 
 def say(*words: object) -> None:

@@ -26,7 +26,7 @@ from dispatch.core.record import Job
 from dispatch.errors import DispatchError
 from dispatch.support.deadline import tools_within
 
-log = logging.getLogger("dispatch.discovery")
+log = logging.getLogger("dispatch.supervise.discovery")
 
 OK = "ok"
 UNREACHABLE = "unreachable"

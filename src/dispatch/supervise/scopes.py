@@ -31,7 +31,7 @@ from dispatch.backends.base import Backend
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.errors import BackendError, BadInput
 
-log = logging.getLogger("dispatch.supervision")
+log = logging.getLogger("dispatch.supervise.leases")
 
 BACKENDS = ("local", "slurm", "kubeflow")
 # How long a supervisor's start waits for the schedulers to say their clusters.

@@ -39,17 +39,17 @@ from dispatch.core.next_due import next_due, objects_seen
 from dispatch.core.observe import observe
 from dispatch.core.record import Job, SegmentDecision, fold
 from dispatch.core.status import plan_of
-from dispatch.discovery import OK, UNREACHABLE, Lookout, by_backend
 from dispatch.errors import DispatchError
-from dispatch.notify import Notifier
 from dispatch.stores.base import ConflictError, Fence, Fenced, RecordStore, append_fact
 from dispatch.stores.lease import LeaseLost
 from dispatch.stores.live import LiveFolds
 from dispatch.stores.reading import fold_records
+from dispatch.supervise.discovery import OK, UNREACHABLE, Lookout, by_backend
+from dispatch.supervise.escalations import Notifier
 from dispatch.support import failpoints as fp
 from dispatch.support.clock import Clock, utcnow
 
-log = logging.getLogger("dispatch.supervisor")
+log = logging.getLogger("dispatch.supervise.loop")
 
 @dataclass
 class TickReport:
