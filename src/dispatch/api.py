@@ -32,10 +32,10 @@ from dispatch.core.record import Job as RecordJob
 from dispatch.core.spec import JobSpec, SpecError, parse_spec
 from dispatch.core.status import plain
 from dispatch.errors import EXIT_FAILED, BadInput, DispatchError
-from dispatch.logread import text_of
 from dispatch.service import Service
 from dispatch.service.logs import Follow, Piece, check_count
 from dispatch.service.views import cause_text
+from dispatch.support.tails import text_of
 
 __all__ = ["BadArgument", "HistoryLine", "Job", "LogLine", "get", "jobs", "submit"]
 
@@ -88,7 +88,7 @@ def _spec(spec: SpecLike) -> JobSpec:
     if isinstance(spec, Mapping):
         return parse_spec(dict(spec), "<dict>")
     if isinstance(spec, (str, os.PathLike)):
-        from dispatch.specfile import load_spec
+        from dispatch.service.specfile import load_spec
 
         return load_spec(Path(spec))
     raise SpecError("<spec>", "", f"a spec is a path, a mapping or a JobSpec, not "

@@ -26,8 +26,8 @@ from dispatch.core.app_error import (
     parse_error_file,
     reduce_output,
 )
-from dispatch.logread import last_lines_start
 from dispatch.support.files import read_at_most
+from dispatch.support.tails import last_lines_start
 
 ERROR_FILE_VAR = "TORCHELASTIC_ERROR_FILE"
 # The end of a node's output read for its error: at most this many lines and bytes.

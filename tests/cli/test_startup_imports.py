@@ -27,7 +27,7 @@ NOT_ON_STATUS_PATH = (
     "psycopg", "httpx2", "yaml", "jsonschema", "hypothesis", "urllib.request", "http.client",
     "secrets", "dispatch.http", "dispatch.segment_health", "dispatch.supervise.loop",
     "dispatch.supervise.leases", "dispatch.supervise.escalations", "dispatch.supervise.discovery",
-    "dispatch.specfile",
+    "dispatch.service.specfile",
     "dispatch.api", "dispatch.backends.base", "dispatch.backends.local",
     "dispatch.backends.slurm", "dispatch.backends.kubeflow", "dispatch.core.decide", "re2",
 )

@@ -16,7 +16,7 @@ from tests.e2e.conftest import Dispatch
 MAKE_TWO = """
 import sys
 from dispatch.service import Service
-from dispatch.specfile import load_spec
+from dispatch.service.specfile import load_spec
 from pathlib import Path
 with Service.open() as s:
     a = s.create(load_spec(Path(sys.argv[1])), sys.argv[1])

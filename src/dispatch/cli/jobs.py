@@ -54,7 +54,7 @@ SPEC = click.Path(dir_okay=False, path_type=Path)
 
 def load_spec(path: Path) -> JobSpec:
     # Imported here: YAML is only for the commands that read a spec, not for status or ls.
-    from dispatch.specfile import load_spec as load
+    from dispatch.service.specfile import load_spec as load
 
     return load(path)
 

@@ -1,7 +1,7 @@
 """Job specs and policy files: strict decoding from YAML with errors that name the file and key.
 
 Pure: ``parse_*`` take already-loaded data. Reading and parsing YAML files (the I/O) lives in
-``dispatch.specfile``.
+``dispatch.service.specfile``.
 """
 
 from __future__ import annotations
