@@ -18,7 +18,7 @@ from dispatch.backends.base import LogSource
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.core.record import Job
 from dispatch.errors import BadInput
-from dispatch.service import Service
+from dispatch.service.operations import Service
 from dispatch.service.views import cause_text
 from dispatch.support.tails import (
     MOST_LINE,
