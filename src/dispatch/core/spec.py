@@ -127,7 +127,8 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     workdir: str | None = None
     env: dict[str, str] = {}
     # Names of variables whose values are read from the submitter's environment at submission
-    # and kept beside the record, never in it (dispatch.hostenv): the record holds the names.
+    # and kept beside the record, never in it (dispatch.backends.hostenv): the record holds
+    # the names.
     env_from_host: tuple[str, ...] = ()
     local: dict[str, Any] = {}
     slurm: dict[str, Any] = {}

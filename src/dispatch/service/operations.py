@@ -78,7 +78,7 @@ def prepare(spec: JobSpec, backends: Backends, *, ready: bool = True,
 def dry_run_of(spec: JobSpec, backends: Backends, source: str = "<spec>",
                environ: Mapping[str, str] | None = None) -> DryRun:
     """What the first submission would send to the scheduler; nothing recorded or sent."""
-    from dispatch import hostenv
+    from dispatch.backends import hostenv
     from dispatch.backends.base import Submission
 
     spec, _ = prepare(spec, backends, ready=False, source=source)
@@ -239,9 +239,9 @@ class Service:
         """Validate and record the job; no submission yet (a supervisor makes it).
 
         ``env_from_host`` values are read from ``environ`` (default: this process's
-        environment) and kept beside the record (dispatch.hostenv) before the job is
+        environment) and kept beside the record (dispatch.backends.hostenv) before the job is
         recorded, so no supervisor ever sees the job without them."""
-        from dispatch import hostenv
+        from dispatch.backends import hostenv
         from dispatch.supervise.leases import scope_at_submit  # the cluster, asked once
 
         spec, plan = self.prepare(spec, source)
@@ -281,7 +281,7 @@ class Service:
         """Run a finished job again: exactly one new job that names the old one, submitted
         (escalations of that first tick go to ``notifier``). Its ``env_from_host`` values
         are read again, from ``environ`` (default: this process's environment)."""
-        from dispatch import hostenv
+        from dispatch.backends import hostenv
 
         job_id = self.resolve(job)
         old = fold(self.store.read(job_id), self.clock())

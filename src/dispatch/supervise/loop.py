@@ -317,7 +317,7 @@ class Supervisor:
         spec = job.spec
         try:
             if spec.env_from_host:  # kept beside the record at submission, never in it
-                from dispatch import hostenv
+                from dispatch.backends import hostenv
 
                 values = hostenv.load(job.id, spec.env_from_host)
                 spec = msgspec.structs.replace(spec, env={**spec.env, **values})
@@ -390,7 +390,7 @@ _NEEDS_BACKEND = (dc.Submit, dc.RetrySubmit, dc.Stop, dc.StopDuplicate, dc.Cance
 def _forget_host_env(job_id: str) -> None:
     """The job is finished: its env_from_host values are needed no more (a supersede reads
     them again from its own environment)."""
-    from dispatch import hostenv
+    from dispatch.backends import hostenv
 
     try:
         hostenv.forget(job_id)

@@ -11,7 +11,8 @@ import subprocess
 from datetime import datetime
 from pathlib import Path
 
-from dispatch.app_capture import ERROR_FILE_VAR, capture
+from dispatch.backends.capture.app_error import ERROR_FILE_VAR, capture
+from dispatch.backends.capture.progress import read_progress
 from dispatch.backends.local.log_checkpoints import LogCheckpoints
 from dispatch.backends.local.output import NodeOutput
 from dispatch.backends.local.procs import ProcStat, descendants, read_proc_stat
@@ -23,7 +24,6 @@ from dispatch.backends.local.wire import (
 )
 from dispatch.core.app_error import AppError
 from dispatch.core.progress import PROGRESS_FILE_VAR, Progress, latest
-from dispatch.progress_capture import read_progress
 
 log = logging.getLogger("dispatch.local")
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import msgspec
 
+from dispatch.backends.capture.progress import read_progress
 from dispatch.backends.slurm.app_errors import glob_escape
 from dispatch.core.model import ObjectReport, State
 from dispatch.core.progress import latest
-from dispatch.progress_capture import read_progress
 
 
 def with_progress(report: ObjectReport, out_file: Path | None, now: datetime) -> ObjectReport:
