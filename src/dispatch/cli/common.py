@@ -52,7 +52,7 @@ LEASE_SECONDS = Seconds(LEASE_MIN_S, LEASE_MAX_S)
 def handle_errors(fn: F) -> F:
     """Every typed error becomes its documented exit code and one line (JSON with --json);
     a traceback only with --debug (the real one, re-raised where it was caught). A relative
-    path in a path variable is refused before the command starts (paths.py)."""
+    path in a path variable is refused before the command starts (support/paths.py)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:

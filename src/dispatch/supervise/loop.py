@@ -7,7 +7,7 @@ with optimistic concurrency), act on the backend, append the results. A supervis
 loses a race re-reads and re-decides; one that cannot reach its scheduler makes no
 transition that needs it (R3) and backs off.
 
-Under a lease (supervision.py) a supervisor serves one scope: it ticks that scope's jobs only,
+Under a lease (leases.py) a supervisor serves one scope: it ticks that scope's jobs only,
 every append carries its lease's fence (the store refuses a stale one, stores/lease.py) and
 the lease is checked again before each action on the scheduler.
 """
@@ -156,7 +156,7 @@ class Supervisor:
                 try:
                     self._step(job, seen.backend, seen.discovery, report)
                 except (Fenced, LeaseLost):
-                    raise  # the scope is not ours any more: no job of it is (supervision.py)
+                    raise  # the scope is not ours any more: no job of it is (leases.py)
                 except DispatchError as err:
                     report.errors.append(f"job {job.id}: {err}")
                     log.error("job %s: %s", job.id, err)

@@ -134,7 +134,7 @@ def test_supervise_once_does_not_wait_for_a_hung_controller(
     [job] = create_jobs(url, root, [spec("quick", ["true"])])
     started = time.monotonic()
     # The lease plays no part here (scontrol is asked off every loop); it must outlast the
-    # local tick's longest step on a loaded machine (supervision.py), which 1 s did not.
+    # local tick's longest step on a loaded machine (supervise/leases.py), which 1 s did not.
     once = subprocess.run([sys.executable, "-m", "dispatch.cli", "supervise", "--once",
                            "--lease", "15"], env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=HANG_S + 30)

@@ -129,7 +129,7 @@ _SAID: set[str] = set()  # notes already logged (bounded)
 def node_error(objdir: Path, node: Node | None, started_at: datetime | None,
                now: datetime) -> AppError | None:
     """The failed node's own words: its torchelastic error file, else the end of its log
-    (app_capture.py); its rank is its index, as RANK says. None without a failed node, or
+    (capture/app_error.py); its rank is its index, as RANK says. None without a failed node, or
     when they cannot be read (a courtesy: the end is written regardless)."""
     if node is None:
         return None

@@ -1,7 +1,7 @@
 """The training's progress on Slurm (G3): each node's DISPATCH_PROGRESS_FILE is
 ``<output dir>/<token>.<job>.r<restarts>.node<id>.progress.jsonl`` (script.py). Read for the
 execution that runs (or just ended), bounded and without following links
-(progress_capture.py); the latest checkpoint rides on the execution to observe()."""
+(backends/capture/progress.py); the latest checkpoint rides on the execution to observe()."""
 
 from __future__ import annotations
 
