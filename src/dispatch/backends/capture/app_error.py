@@ -26,6 +26,7 @@ from dispatch.core.app_error import (
     parse_error_file,
     reduce_output,
 )
+from dispatch.errors import BadInput
 from dispatch.support.files import read_at_most
 from dispatch.support.tails import last_lines_start
 
@@ -35,8 +36,9 @@ TAIL_LINES = 200
 TAIL_BYTES = 64 * 1024
 
 
-class Ignored(Exception):
-    """An error file dispatch does not trust; the message says why (dispatch's note)."""
+class Ignored(BadInput):
+    """An error file dispatch does not trust (the job's to write, so input like any other);
+    the message says why (dispatch's note)."""
 
 
 def read_error_file(path: Path, *, started_at: datetime | None,
