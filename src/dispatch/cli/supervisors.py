@@ -26,7 +26,7 @@ from dispatch.cli.common import (
     store_option,
 )
 from dispatch.stores.base import RecordStore
-from dispatch.stores.lease import Lease
+from dispatch.stores.fence import Lease
 from dispatch.supervise.escalations import Notifier
 from dispatch.supervise.leases import (
     DEFAULT_LEASE_S,

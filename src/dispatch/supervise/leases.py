@@ -39,7 +39,7 @@ from dispatch.backends.base import Backend
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.errors import BackendError
 from dispatch.stores.base import Fence, Fenced, RecordStore, StoreError
-from dispatch.stores.lease import Lease, LeaseLost
+from dispatch.stores.fence import Lease, LeaseLost
 from dispatch.supervise.discovery import LOOK_DEADLINE_S, Lookout
 from dispatch.supervise.escalations import Notifier
 from dispatch.supervise.loop import Supervisor, TickReport

@@ -41,7 +41,7 @@ from dispatch.core.record import Job, SegmentDecision, fold
 from dispatch.core.status import plan_of
 from dispatch.errors import DispatchError
 from dispatch.stores.base import ConflictError, Fence, Fenced, RecordStore, append_fact
-from dispatch.stores.lease import LeaseLost
+from dispatch.stores.fence import LeaseLost
 from dispatch.stores.live import LiveFolds
 from dispatch.stores.reading import fold_records
 from dispatch.supervise.discovery import OK, UNREACHABLE, Lookout, by_backend

@@ -22,7 +22,7 @@ from dispatch.core.model import token_for
 from dispatch.core.record import Job, fold
 from dispatch.core.spec import parse_spec
 from dispatch.service.requests import create_job
-from dispatch.stores.lease import Lease
+from dispatch.stores.fence import Lease
 from dispatch.stores.select import open_store
 from dispatch.supervise.leases import local_scope
 from dispatch.supervise.loop import utcnow
