@@ -200,7 +200,7 @@ def measure(url: str, live: int) -> dict[str, Any]:
     from dispatch.service.held import HeldIndex
     from dispatch.service.listing import ListRequest, list_page
     from dispatch.service.pages import ls_page
-    from dispatch.supervisor import Supervisor
+    from dispatch.supervise.loop import Supervisor
 
     standin = StandInScheduler()
     out: dict[str, Any] = {}

@@ -49,7 +49,7 @@ from tests.integration.supervision.helpers import (  # noqa: E402
 )
 
 from dispatch.backends.local import LocalBackend  # noqa: E402
-from dispatch.supervision import local_scope  # noqa: E402
+from dispatch.supervise.leases import local_scope  # noqa: E402
 
 
 def calls_per_period(cluster: ThrowawayPostgres, tmp: Path, supervisors: int, leased: bool,

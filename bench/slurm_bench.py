@@ -30,7 +30,7 @@ from dispatch.core.spec import parse_spec  # noqa: E402
 from dispatch.core.status import project  # noqa: E402
 from dispatch.service.requests import create_job  # noqa: E402
 from dispatch.stores.select import open_store  # noqa: E402
-from dispatch.supervisor import Supervisor  # noqa: E402
+from dispatch.supervise.loop import Supervisor  # noqa: E402
 
 PREFIX = "bench-"
 _LINE = re.compile(r"^\s+([A-Z][A-Z0-9_]+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:\d+\s+"

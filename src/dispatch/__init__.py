@@ -38,15 +38,15 @@ if TYPE_CHECKING:
     from dispatch.api import HistoryLine, Job, JobFailed, get, jobs, submit
     from dispatch.core.record import fold
     from dispatch.core.status import project
-    from dispatch.executor import Executor
     from dispatch.fn.calls import Call
     from dispatch.fn.checkpoint import Checkpointable
+    from dispatch.fn.executor import Executor
     from dispatch.fn.job import FunctionFailed, FunctionJob
 
 DISTRIBUTION = "dispatch-jobs"
 _API = frozenset({"HistoryLine", "Job", "JobFailed", "get", "jobs", "submit"})
 # Functions as jobs: each name and the module it lives in.
-_FN = {"Executor": "dispatch.executor", "Call": "dispatch.fn.calls",
+_FN = {"Executor": "dispatch.fn.executor", "Call": "dispatch.fn.calls",
        "Checkpointable": "dispatch.fn.checkpoint", "FunctionFailed": "dispatch.fn.job",
        "FunctionJob": "dispatch.fn.job"}
 

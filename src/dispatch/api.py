@@ -32,10 +32,10 @@ from dispatch.core.record import Job as RecordJob
 from dispatch.core.spec import JobSpec, SpecError, parse_spec
 from dispatch.core.status import plain
 from dispatch.errors import EXIT_FAILED, BadInput, DispatchError
-from dispatch.logread import text_of
 from dispatch.service import Service
 from dispatch.service.logs import Follow, Piece, check_count
 from dispatch.service.views import cause_text
+from dispatch.support.tails import text_of
 
 __all__ = ["BadArgument", "HistoryLine", "Job", "LogLine", "get", "jobs", "submit"]
 
@@ -88,7 +88,7 @@ def _spec(spec: SpecLike) -> JobSpec:
     if isinstance(spec, Mapping):
         return parse_spec(dict(spec), "<dict>")
     if isinstance(spec, (str, os.PathLike)):
-        from dispatch.specfile import load_spec
+        from dispatch.service.specfile import load_spec
 
         return load_spec(Path(spec))
     raise SpecError("<spec>", "", f"a spec is a path, a mapping or a JobSpec, not "
@@ -226,7 +226,7 @@ class Job:
         Raises ``TimeoutError`` when ``timeout`` seconds pass first (the job goes on);
         ``BadInput`` for a ``timeout`` that is not None or a finite number of seconds, 0 or
         more (nan would wait for ever), or a ``poll`` outside 0.05 s to 10 min."""
-        from dispatch.durations import poll_seconds, timeout_seconds
+        from dispatch.support.durations import poll_seconds, timeout_seconds
 
         timeout = timeout_seconds(timeout, "Job.wait timeout")
         poll = poll_seconds(poll, "Job.wait poll")

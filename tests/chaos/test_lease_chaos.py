@@ -37,7 +37,7 @@ from tests.integration.supervision.helpers import (
 
 from dispatch.core.model import State
 from dispatch.core.record import Job
-from dispatch.supervision import local_scope
+from dispatch.supervise.leases import local_scope
 
 pytestmark = [pytest.mark.chaos, pytest.mark.postgres]
 

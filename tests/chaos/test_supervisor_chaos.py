@@ -35,7 +35,7 @@ from dispatch.core.record import Job, fold
 from dispatch.core.spec import parse_spec
 from dispatch.service.requests import create_job
 from dispatch.stores.select import open_store
-from dispatch.supervisor import Supervisor, utcnow
+from dispatch.supervise.loop import Supervisor, utcnow
 
 pytestmark = pytest.mark.chaos
 

@@ -15,7 +15,7 @@ from tests.cli.conftest import invoke
 
 from dispatch.cli import main
 from dispatch.core.spec import SpecError
-from dispatch.specfile import load_yaml_text, read_text
+from dispatch.service.specfile import load_yaml_text, read_text
 from dispatch.stores.sqlite import SQLiteStore
 
 GOOD = 'name: ok\ncommand: ["true"]\n'

@@ -22,9 +22,9 @@ from click.testing import CliRunner
 from tests.cli.conftest import world_env
 
 from dispatch.cli import main
-from dispatch.durations import LEASE_MAX_S
 from dispatch.stores.select import open_store
-from dispatch.supervision import local_scope
+from dispatch.supervise.leases import local_scope
+from dispatch.support.durations import LEASE_MAX_S
 
 ROOT = Path(__file__).resolve().parents[2]
 # The last two: Arabic-Indic 7 and fullwidth 5, which float() reads as 7 and 5.

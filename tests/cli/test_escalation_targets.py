@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from dispatch.cli import main
 from dispatch.errors import EXIT_BAD_INPUT, BadInput
-from dispatch.notify import Notifier, check_webhook, split_command
+from dispatch.supervise.escalations import Notifier, check_webhook, split_command
 
 BAD_WEBHOOKS = ["ftp://h/x", "h/x", "http://", "https:///x", "http://[::1", "http://h:p/x",
                 "http://h/a b", "http://h/\x07", "javascript:alert(1)", "file:///etc/passwd"]

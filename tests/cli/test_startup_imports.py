@@ -25,8 +25,9 @@ from dispatch.stores.sqlite import SQLiteStore
 NOT_ON_STATUS_PATH = (
     "rich", "starlette", "uvicorn", "prometheus_client", "psutil", "lightkube", "tenacity",
     "psycopg", "httpx2", "yaml", "jsonschema", "hypothesis", "urllib.request", "http.client",
-    "secrets", "dispatch.http", "dispatch.segment_health", "dispatch.supervisor",
-    "dispatch.supervision", "dispatch.notify", "dispatch.discovery", "dispatch.specfile",
+    "secrets", "dispatch.http", "dispatch.segment_health", "dispatch.supervise.loop",
+    "dispatch.supervise.leases", "dispatch.supervise.escalations", "dispatch.supervise.discovery",
+    "dispatch.service.specfile",
     "dispatch.api", "dispatch.backends.base", "dispatch.backends.local",
     "dispatch.backends.slurm", "dispatch.backends.kubeflow", "dispatch.core.decide", "re2",
 )

@@ -126,7 +126,7 @@ def test_a_closed_stdout_ends_history_quietly_with_141(dispatch: Dispatch) -> No
     """A real pipe whose reader reads one line and leaves (what `| head -1` does)."""
     spec = str(dispatch.spec("p", ["true"]))
     job = dispatch.python(
-        "from dispatch.service import Service\nfrom dispatch.specfile import load_spec\n"
+        "from dispatch.service import Service\nfrom dispatch.service.specfile import load_spec\n"
         "from pathlib import Path\n"
         f"with Service.open() as s:\n    print(s.create(load_spec(Path({spec!r}))))\n"
     ).stdout.strip()

@@ -75,7 +75,7 @@ def test_resubmit_then_give_up_refuses_the_give_up_and_resubmit_is_idempotent(
 
 def test_a_refusal_is_http_409() -> None:
     """The HTTP API maps it through the one table of exit codes (6 -> 409)."""
-    from dispatch.http.app import http_status
+    from dispatch.http.endpoints import http_status
     from dispatch.service.requests import JobStateError
 
     assert http_status(JobStateError("x")) == 409

@@ -22,7 +22,7 @@ from tests.integration.stores.helpers import Backdoor
 MAKE_TWO = """
 import sys
 from dispatch.service import Service
-from dispatch.specfile import load_spec
+from dispatch.service.specfile import load_spec
 from pathlib import Path
 with Service.open() as s:
     a = s.create(load_spec(Path(sys.argv[1])), sys.argv[1])

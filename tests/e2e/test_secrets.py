@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from tests.e2e.conftest import Dispatch, script, wait_until
 
-from dispatch import hostenv
+from dispatch.backends import hostenv
 from dispatch.backends.base import Submission
 from dispatch.backends.slurm.script import render
 from dispatch.backends.slurm.scriptfile import write_script

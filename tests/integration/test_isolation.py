@@ -17,7 +17,7 @@ from dispatch.service import Service
 from dispatch.service.requests import create_job
 from dispatch.service.views import SCHEDULER_UNUSABLE, status_json
 from dispatch.stores.sqlite import SQLiteStore
-from dispatch.supervisor import utcnow
+from dispatch.supervise.loop import utcnow
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from dispatch.core import events as ev
 from dispatch.core.model import Cause, CauseKind
 from dispatch.core.record import fold
 from dispatch.core.spec import parse_spec
-from dispatch.notify import Notifier
+from dispatch.supervise.escalations import Notifier
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 JOB = fold([ev.JobCreated(seq=1, at=NOW, job_id="j1",

@@ -20,13 +20,13 @@ from dispatch.core import events as ev
 from dispatch.core.model import Cause, CauseKind, Discovery, ObjectReport, State, UnitHealth
 from dispatch.core.record import Job, fold
 from dispatch.core.spec import parse_spec
-from dispatch.notify import Notifier
 from dispatch.segment_health import read_state
 from dispatch.segment_health.directory import DecisionDirectory
 from dispatch.service.requests import create_job
 from dispatch.stores.base import RecordStore
 from dispatch.stores.select import open_store
-from dispatch.supervisor import Supervisor
+from dispatch.supervise.escalations import Notifier
+from dispatch.supervise.loop import Supervisor
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 UNIT = "segment_health_check.4242.4242"

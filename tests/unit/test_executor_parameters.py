@@ -33,7 +33,7 @@ from dispatch.fn.calls import (
 )
 from dispatch.fn.checkpoint import checkpoint_hook
 from dispatch.fn.distributed import distributed_environment, first_host
-from dispatch.isolated import LAUNCH, isolated_argv, package_parent
+from dispatch.support.isolated import LAUNCH, isolated_argv, package_parent
 
 
 def test_submitit_names_map_onto_the_spec(tmp_path: Path) -> None:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from dispatch import failpoints
 from dispatch.core import events as ev
+from dispatch.support import failpoints
 
-SRC = Path(failpoints.__file__).parent
+SRC = Path(failpoints.__file__).parent.parent  # the whole package: support/ is one floor down
 
 
 def test_off_unless_the_environment_arms_them() -> None:

@@ -23,6 +23,30 @@ def test_no_module_is_over_500_lines() -> None:
     assert too_long == {}
 
 
+# The top level holds only what users import; every other module sits in the package that
+# names its part (docs/architecture.md).
+PUBLIC_MODULES = {"__init__.py", "api.py", "errors.py", "progress.py"}
+# The root hands its names on lazily (``import dispatch`` stays quick): its __all__ is long.
+INIT_EXEMPT = {SRC / "__init__.py"}
+MAX_INIT_LINES = 60
+
+
+def test_only_the_public_modules_sit_at_the_top() -> None:
+    assert {p.name for p in SRC.glob("*.py")} == PUBLIC_MODULES
+
+
+def test_package_inits_hand_names_on() -> None:
+    """A package's __init__.py names what the package hands on; the logic lives in modules."""
+    inits = [p for p in sorted(SRC.rglob("__init__.py")) if p not in INIT_EXEMPT]
+    assert len(inits) > 10
+    long = {str(p.relative_to(REPO)): n for p in inits
+            if (n := len(p.read_text().splitlines())) > MAX_INIT_LINES}
+    defining = [str(p.relative_to(REPO)) for p in inits
+                if re.search(r"^(def|class) ", p.read_text(), re.M)]
+    assert long == {}
+    assert defining == []
+
+
 def test_test_modules_have_unique_names() -> None:
     """tests/ has no __init__.py: pytest imports each test file by its base name, and two
     files of one name fail the whole run's collection ("import file mismatch")."""

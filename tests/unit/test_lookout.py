@@ -18,9 +18,9 @@ from dispatch.backends.local import LocalBackend
 from dispatch.core.model import Discovery
 from dispatch.core.record import Job, fold
 from dispatch.core.spec import parse_spec
-from dispatch.discovery import OK, UNREACHABLE, Lookout
 from dispatch.service.requests import create_job
 from dispatch.stores.select import open_store
+from dispatch.supervise.discovery import OK, UNREACHABLE, Lookout
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +44,7 @@ class HeldLocal(LocalBackend):
 
 def _submitted_job(tmp_path: Path, backend: LocalBackend) -> Job:
     """A job with a submission intended (a token to look for), straight from the record."""
-    from dispatch.supervisor import Supervisor
+    from dispatch.supervise.loop import Supervisor
 
     url = str(tmp_path / "r.sqlite3")
     with open_store(url) as store:

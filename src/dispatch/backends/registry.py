@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from dispatch.core.policy import Declarations
 from dispatch.core.spec import BACKENDS, parse_duration
 from dispatch.errors import BackendError
-from dispatch.paths import KUBECONFIG, LOCAL_ROOT, env_path
+from dispatch.support.paths import KUBECONFIG, LOCAL_ROOT, env_path
 
 if TYPE_CHECKING:  # the protocol's module is loaded by the backends, when one is made
     from dispatch.backends.base import Backend

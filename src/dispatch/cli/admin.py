@@ -21,8 +21,8 @@ from dispatch.cli.supervisors import scope_options, serve_scopes
 from dispatch.core.policy import Plan, PolicyError, RecoveryPolicy
 from dispatch.core.spec import SpecError, parse_policy, parse_spec
 from dispatch.errors import EXIT_BAD_INPUT, BadInput, StateConflict
-from dispatch.notify import Notifier, split_command
-from dispatch.specfile import load_yaml_file
+from dispatch.service.specfile import load_yaml_file
+from dispatch.supervise.escalations import Notifier, split_command
 
 
 @click.group()

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from dispatch.durations import LEASE_MAX_S, LEASE_MIN_S, POLL_MAX_S, POLL_MIN_S
 from dispatch.errors import BadInput, DispatchError
-from dispatch.paths import check_path_variables
+from dispatch.support.durations import LEASE_MAX_S, LEASE_MIN_S, POLL_MAX_S, POLL_MIN_S
+from dispatch.support.paths import check_path_variables
 
 if TYPE_CHECKING:
     from dispatch.service import Service
@@ -21,8 +21,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class Seconds(click.ParamType[float]):
     """A duration option in seconds: a finite number within the option's documented bounds
-    (dispatch.durations); anything else (nan, inf, 1e12, -1, 0, text) is a usage error, exit 2.
-    Every duration option of the CLI uses this one type."""
+    (dispatch.support.durations); anything else (nan, inf, 1e12, -1, 0, text) is a usage error,
+    exit 2. Every duration option of the CLI uses this one type."""
 
     name = "seconds"
 
@@ -31,7 +31,7 @@ class Seconds(click.ParamType[float]):
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> float:
-        from dispatch.durations import seconds_in
+        from dispatch.support.durations import seconds_in
 
         what = (param.opts[0] if param is not None and param.opts else "seconds")
         try:
@@ -52,7 +52,7 @@ LEASE_SECONDS = Seconds(LEASE_MIN_S, LEASE_MAX_S)
 def handle_errors(fn: F) -> F:
     """Every typed error becomes its documented exit code and one line (JSON with --json);
     a traceback only with --debug (the real one, re-raised where it was caught). A relative
-    path in a path variable is refused before the command starts (paths.py)."""
+    path in a path variable is refused before the command starts (support/paths.py)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -107,7 +107,7 @@ def _escalation_target(ctx: click.Context, param: click.Parameter,
     names the option and its environment variable (either may be where it came from)."""
     if value is None:
         return None
-    from dispatch.notify import check_webhook, split_command
+    from dispatch.supervise.escalations import check_webhook, split_command
 
     where = "escalation target"
     try:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import click
 
 from dispatch.cli.common import emit_json, handle_errors, json_option, open_service, store_option
-from dispatch.clock import utcnow
 from dispatch.core.goodput import By, Split, split
+from dispatch.support.clock import utcnow
 
 
 @click.command()

@@ -21,7 +21,6 @@ from dispatch.cli.common import (
     open_service,
     store_option,
 )
-from dispatch.clock import utcnow
 from dispatch.core.model import State
 from dispatch.errors import (
     EXIT_CANCELLED,
@@ -37,16 +36,17 @@ from dispatch.service.views import (
     cause_text,
     status_json,
 )
+from dispatch.support.clock import utcnow
 
 # Imported where used: the read commands (status, ls, history) load no backend, supervisor,
 # notifier or spec-file code.
 if TYPE_CHECKING:
     from dispatch.core.record import Job
     from dispatch.core.spec import JobSpec
-    from dispatch.notify import Notifier
     from dispatch.service import Service
-    from dispatch.supervision import Supervision
-    from dispatch.supervisor import TickReport
+    from dispatch.supervise.escalations import Notifier
+    from dispatch.supervise.leases import Supervision
+    from dispatch.supervise.loop import TickReport
 
 EXIT_BY_OUTCOME = {State.SUCCEEDED: 0, State.FAILED: EXIT_FAILED, State.CANCELLED: EXIT_CANCELLED}
 SPEC = click.Path(dir_okay=False, path_type=Path)
@@ -54,7 +54,7 @@ SPEC = click.Path(dir_okay=False, path_type=Path)
 
 def load_spec(path: Path) -> JobSpec:
     # Imported here: YAML is only for the commands that read a spec, not for status or ls.
-    from dispatch.specfile import load_spec as load
+    from dispatch.service.specfile import load_spec as load
 
     return load(path)
 
@@ -78,9 +78,9 @@ def show(view: JobView, as_json: bool, service: Service | None = None,
 
 def _goodput_line(service: Service, job_id: str) -> list[render.Line]:
     """G4 for this job, from its record: goodput and its costliest causes."""
-    from dispatch.clock import utcnow
     from dispatch.core.goodput import split
     from dispatch.service.goodput import goodput_line, job_times
+    from dispatch.support.clock import utcnow
 
     found, _ = job_times(service.store, [job_id], utcnow())
     if not found:
@@ -141,7 +141,7 @@ def submit(spec_path: Path, dry_run: bool, store_url: str | None, as_json: bool,
 
 
 def _notifier(webhook: str | None, command: str | None) -> Notifier:
-    from dispatch.notify import Notifier, split_command
+    from dispatch.supervise.escalations import Notifier, split_command
 
     return Notifier(webhook=webhook, command=split_command(command) if command else None)
 
@@ -319,7 +319,7 @@ def status(job: str, no_record: bool, backend: str | None, store_url: str | None
         from dispatch.backends.registry import Backends
         from dispatch.core.model import token_for
         from dispatch.core.status import project_objects
-        from dispatch.deadline import read_deadline, tools_within
+        from dispatch.support.deadline import read_deadline, tools_within
 
         backends = Backends()
         try:

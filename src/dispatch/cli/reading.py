@@ -18,10 +18,10 @@ from dispatch.cli.common import (
     open_service,
     store_option,
 )
-from dispatch.clock import utcnow
 from dispatch.core.model import State
 from dispatch.errors import EXIT_CANCELLED
 from dispatch.service.views import cause_text, history_json, status_json
+from dispatch.support.clock import utcnow
 
 if TYPE_CHECKING:
     from dispatch.core.record import Job

@@ -38,7 +38,7 @@ def serve(host: str, port: int, token_file: str | None, poll: float, no_supervis
     Supervision is ``dispatch supervise``'s: per scope one active supervisor (this process or
     another on the same store), the others hot standbys."""
     from dispatch.http.server import serve as run_server
-    from dispatch.notify import Notifier
+    from dispatch.supervise.escalations import Notifier
 
     notifier = Notifier(webhook=escalation_webhook,
                         command=shlex.split(escalation_command) if escalation_command else None)

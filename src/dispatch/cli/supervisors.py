@@ -1,6 +1,6 @@
 """The command line of supervision under leases: the options ``supervise`` takes (--scope,
 --lease), the loop it runs, and ``dispatch supervisors`` (who is active for each scope, since
-when, last tick, lag; the rows come from dispatch.supervision, shared with serve's
+when, last tick, lag; the rows come from dispatch.supervise.leases, shared with serve's
 /api/supervisors). ``supervisors`` is mounted through ``COMMANDS``; ``supervise`` itself
 lives in cli/admin.py and calls ``serve_scopes``.
 """
@@ -25,10 +25,10 @@ from dispatch.cli.common import (
     open_service,
     store_option,
 )
-from dispatch.notify import Notifier
 from dispatch.stores.base import RecordStore
-from dispatch.stores.lease import Lease
-from dispatch.supervision import (
+from dispatch.stores.fence import Lease
+from dispatch.supervise.escalations import Notifier
+from dispatch.supervise.leases import (
     DEFAULT_LEASE_S,
     ScopeError,
     Supervision,
@@ -36,7 +36,7 @@ from dispatch.supervision import (
     supervisors_rows,
     unresolved_note,
 )
-from dispatch.supervisor import TickReport
+from dispatch.supervise.loop import TickReport
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -18,6 +18,8 @@ from enum import StrEnum
 
 import msgspec
 
+from dispatch.errors import BadInput
+
 # What one error keeps of the application's words: at most this many lines and bytes of its
 # traceback tail (the message is one line, cut to the same byte bound).
 MOST_LINES = 20
@@ -106,8 +108,9 @@ class ErrorFile(msgspec.Struct, frozen=True, kw_only=True):
     error_code: int | None = None
 
 
-class NotAnErrorFile(ValueError):
-    """The bytes are not an error file torchelastic writes; the reason says why."""
+class NotAnErrorFile(BadInput, ValueError):
+    """The bytes are not an error file torchelastic writes (a job's, so input like any
+    other); the reason says why."""
 
 
 def parse_error_file(data: bytes) -> ErrorFile:

@@ -11,7 +11,7 @@ attribution of an end to a published exclusion) only shapes decisions that are m
 Between two thresholds every one of these tests has the same answer, so an empty answer at
 `now` stays empty until the earliest threshold after `now`. Holds, give-ups and segment
 decisions wait for a person or the scheduler, never for time. A supervisor uses this to
-skip decide() for jobs where nothing changed (supervisor.py; property:
+skip decide() for jobs where nothing changed (supervise/loop.py; property:
 tests/property/test_next_due.py).
 """
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import msgspec
 
+from dispatch.errors import BadInput
+
 PROGRESS_FILE_VAR = "DISPATCH_PROGRESS_FILE"
 # Only the end of the file is read: the latest checkpoint is near it.
 TAIL_BYTES = 64 * 1024
@@ -49,8 +51,9 @@ class _Line(msgspec.Struct, frozen=True, kw_only=True):
 _line = msgspec.json.Decoder(_Line)
 
 
-class NotAProgressFile(ValueError):
-    """The bytes are not a progress file dispatch trusts; the message says why."""
+class NotAProgressFile(BadInput, ValueError):
+    """The bytes are not a progress file dispatch trusts (a job's, so input like any other);
+    the message says why."""
 
 
 def latest_checkpoint(tail: bytes, *, whole: bool, seen_at: datetime,

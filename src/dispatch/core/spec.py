@@ -1,7 +1,7 @@
 """Job specs and policy files: strict decoding from YAML with errors that name the file and key.
 
 Pure: ``parse_*`` take already-loaded data. Reading and parsing YAML files (the I/O) lives in
-``dispatch.specfile``.
+``dispatch.service.specfile``.
 """
 
 from __future__ import annotations
@@ -127,7 +127,8 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     workdir: str | None = None
     env: dict[str, str] = {}
     # Names of variables whose values are read from the submitter's environment at submission
-    # and kept beside the record, never in it (dispatch.hostenv): the record holds the names.
+    # and kept beside the record, never in it (dispatch.backends.hostenv): the record holds
+    # the names.
     env_from_host: tuple[str, ...] = ()
     local: dict[str, Any] = {}
     slurm: dict[str, Any] = {}

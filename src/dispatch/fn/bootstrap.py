@@ -1,5 +1,5 @@
 """What every node of a function's job runs: ``python -m dispatch.fn FOLDER [--array]``,
-isolated (``python -I``, dispatch/isolated.py: the Executor's command).
+isolated (``python -I``, dispatch/support/isolated.py: the Executor's command).
 
 Isolated, the interpreter puts neither the job's working directory nor a PYTHONPATH on the
 path, so dispatch and what it imports (cloudpickle, ...) come from the installation that
@@ -16,7 +16,8 @@ It sets the distributed environment (distributed.py), copies its output to the c
 (stdout and stderr per rank, as well as to the job's own log), loads the call (the stored
 checkpoint when a Checkpointable left one, else the submitted call), runs it, and writes back
 rank 0's return value, or this rank's exception with its traceback (also as a torchelastic
-error file where dispatch named one, so the job's application error says it: app_capture.py).
+error file where dispatch named one, so the job's application error says it:
+backends/capture/app_error.py).
 The exit status is 0 on success, 1 when the call raised.
 
 With a checkpoint hook, SIGTERM (the scheduler's stop before SIGKILL) asks the callable, on
@@ -57,7 +58,7 @@ from dispatch.fn.calls import (
 from dispatch.fn.checkpoint import checkpoint_hook
 from dispatch.fn.distributed import distributed_environment
 
-ERROR_FILE_VAR = "TORCHELASTIC_ERROR_FILE"  # as app_capture.py (not imported: it is heavier)
+ERROR_FILE_VAR = "TORCHELASTIC_ERROR_FILE"  # as capture/app_error.py (not imported: heavier)
 
 
 class Tee:

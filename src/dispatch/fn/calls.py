@@ -9,7 +9,7 @@ One folder per submitted call (``<executor folder>/<name>-<token>``, mode 0700),
     <job>.s<N>.r<R>.error.pkl         rank R's exception (type, message, traceback)
     <job>.s<N>.r<R>.stdout|stderr     a copy of rank R's output
 
-Every file is 0600, written whole (dispatch.files.write_atomic: a fresh temp file opened
+Every file is 0600, written whole (dispatch.support.files.write_atomic: a fresh temp file opened
 O_EXCL|O_NOFOLLOW, then a rename) and read through an O_NOFOLLOW descriptor, its size checked
 before a byte is read. The folder is ours alone (0700): a pickle there is trusted because
 nobody else can write it, so ``read_pickle`` refuses a folder or file another user owns or
@@ -21,7 +21,8 @@ naming it.
 The call is unpickled with the submitter's ``sys.path`` (``decode_call``, ``import_path``):
 a function pickled by reference (a module of yours) is imported by the same name from the
 same place as where ``submit`` ran. The bootstrap has imported dispatch and its dependencies
-before (isolated: dispatch/isolated.py), so nothing on that path can stand in for them; and a
+before (isolated: dispatch/support/isolated.py), so nothing on that path can stand in for
+them; and a
 directory on it that other users can write (a shared scratch directory, the job's working
 directory there) goes after the interpreter's own: a module planted there is never imported
 in place of the standard library's or an installed one, while your own modules there are
@@ -42,7 +43,7 @@ from typing import Any
 import cloudpickle
 
 from dispatch.errors import BadInput, DamagedFile, DispatchError, NotFound
-from dispatch.files import read_at_most, write_atomic
+from dispatch.support.files import read_at_most, write_atomic
 
 # A call (the function, its arguments and what it closes over) and a result travel through a
 # shared folder: past these sizes a data set was captured by mistake (pass a path instead).

@@ -25,9 +25,9 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from dispatch.errors import DispatchError
-from dispatch.logread import text_of
 from dispatch.service import Service
 from dispatch.service.logs import Follow
+from dispatch.support.tails import text_of
 
 log = logging.getLogger("dispatch.http")
 T = TypeVar("T")

@@ -14,9 +14,9 @@ from datetime import timedelta
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from dispatch.clock import utcnow
 from dispatch.core.goodput import ZERO
 from dispatch.service import Service
+from dispatch.support.clock import utcnow
 
 
 class GoodputCollector(Collector):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from dispatch.errors import BadInput
 from dispatch.http.auth import write_secret_file
-from dispatch.paths import state_home
+from dispatch.support.paths import state_home
 
 SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes with its NUL
 

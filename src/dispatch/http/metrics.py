@@ -26,7 +26,7 @@ from dispatch.backends.base import Backend
 from dispatch.core.model import CauseKind, State
 from dispatch.service import Service
 from dispatch.service.views import SCHEDULER_UNREACHABLE
-from dispatch.supervisor import TickReport
+from dispatch.supervise.loop import TickReport
 
 # The backend contract's calls that reach a scheduler (or the local runner).
 COUNTED = ("submit", "discover", "stop", "cancel", "open_gate", "logs")

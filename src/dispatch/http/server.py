@@ -1,6 +1,6 @@
 """One process: the supervision loop in a thread, the HTTP server (uvicorn) in the main one.
 
-The loop is ``dispatch supervise``'s (dispatch.supervision), over this machine's local
+The loop is ``dispatch supervise``'s (dispatch.supervise.leases), over this machine's local
 backend, the scopes of the record's live jobs (looked at again every lease period, so a job
 submitted for another scope is served too) and the scopes asked for with --scope; a backend
 no live job uses is not probed. Each scope is ticked only while this process holds its
@@ -32,9 +32,9 @@ from dispatch.http.follow import LogStreams
 from dispatch.http.listeners import listen
 from dispatch.http.protocol import MAX_CONNECTIONS, GuardedH11Protocol, QuietUvicornWarnings
 from dispatch.http.refusals import REFUSALS
-from dispatch.notify import Notifier
 from dispatch.stores.base import RecordStore
-from dispatch.supervision import (
+from dispatch.supervise.escalations import Notifier
+from dispatch.supervise.leases import (
     DEFAULT_LEASE_S,
     ScopeError,
     Supervision,
@@ -42,7 +42,7 @@ from dispatch.supervision import (
     resolve_scopes,
     unresolved_note,
 )
-from dispatch.supervisor import TickReport
+from dispatch.supervise.loop import TickReport
 
 log = logging.getLogger("dispatch.http")
 

@@ -30,8 +30,8 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from dispatch.files import read_at_most
 from dispatch.segment_health.artifact import SegmentHealthError, lock_filename
+from dispatch.support.files import read_at_most
 
 # Every open in the shared directory: never follow the name, never block on a FIFO, never
 # take a terminal, never leak into a child.

@@ -59,6 +59,7 @@ from torch.distributed.elastic.rendezvous.api import (  # noqa: E402
     RendezvousParameters,
 )
 
+from dispatch.errors import DispatchError  # noqa: E402
 from dispatch.segment_health.consumer import CheckResult, SegmentCheck, install  # noqa: E402
 
 BACKEND_NAME = "dispatch-segment-c10d"
@@ -68,11 +69,12 @@ DIR_ENV = "DISPATCH_SEGMENT_DIR"
 log = logging.getLogger("dispatch.segment_health.rendezvous")
 
 
-class SegmentExcludedError(RendezvousError):
+class SegmentExcludedError(RendezvousError, DispatchError):
     """This allocation unit is excluded by a segment health decision; do not rejoin.
 
     A RendezvousError that is not RendezvousGracefulExitError: the elastic agent lets it
     propagate, torchrun exits non-zero, and ``srun --kill-on-bad-exit=1`` ends the step.
+    Also a DispatchError, as every error dispatch raises.
     """
 
     def __init__(self, result: CheckResult) -> None:

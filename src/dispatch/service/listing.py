@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from dispatch.core.model import CauseKind, State
 from dispatch.errors import BadInput
-from dispatch.service import Service
+from dispatch.service.operations import Service
 from dispatch.service.views import JobView, status_json
 from dispatch.stores.base import JobRow, sort_key_us
 from dispatch.stores.query import ORDERS, JobQuery, Key, Order

@@ -9,18 +9,101 @@ serve`` awaits, so an open stream holds no thread between looks (http/follow.py)
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable, Generator, Iterator, Sequence
+from pathlib import Path
 
 from dispatch.backends.base import LogSource
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.core.record import Job
 from dispatch.errors import BadInput
-from dispatch.logread import LogTail
-from dispatch.service import Service
+from dispatch.service.operations import Service
 from dispatch.service.views import cause_text
+from dispatch.support.tails import (
+    MOST_LINE,
+    READ_CHUNK,
+    last_lines,
+    last_lines_start,
+    text_of,
+    utf8_cut,
+)
 
 # (submission, stream or None for dispatch's own line, whole lines, one of several streams)
 Piece = tuple[int, str | None, bytes, bool]
+
+
+class LogTail:
+    """What each stream wrote since it was last read, in whole lines: a line still being
+    written waits for its end (or for ``final``). A file is read from the offset reached so
+    far, in pieces; a reader (``LogReader``: a pod's log) from the cursor it last gave, kept
+    by its key. ``tail``: a stream read for the first time gives only its last lines."""
+
+    def __init__(self) -> None:
+        self.tail: int | None = None
+        self.offsets: dict[Path, int] = {}
+        self.partial: dict[Path, bytes] = {}
+        self.cursors: dict[str, str | None] = {}
+
+    def read(self, sources: Sequence[LogSource], *, final: bool) -> Iterator[str]:
+        """Whole lines as text; with several streams each line led by ``[stream] ``."""
+        many = len(sources) > 1
+        for name, data in self.pieces(sources, final=final):
+            yield text_of(data, f"[{name}] " if many else "")
+
+    def pieces(self, sources: Sequence[LogSource], *,
+               final: bool) -> Iterator[tuple[str, bytes]]:
+        """(stream name, whole lines as bytes) in pieces of at most a few MiB: a file's name
+        (a node's log), or a reader's label (a pod)."""
+        for src in sources:
+            name = src.name if isinstance(src, Path) else src.label
+            if isinstance(src, Path):
+                for data in self._file(src, final=final):
+                    yield name, data
+                continue
+            cut = src.key not in self.cursors and self.tail is not None
+            kept = b""  # with tail: the last lines so far, never more
+            more = True
+            while more:
+                got = src.read(self.cursors.get(src.key), final=final)
+                self.cursors[src.key] = got.cursor
+                more = got.more
+                if cut:
+                    assert self.tail is not None
+                    kept = last_lines(kept + got.data, self.tail)
+                elif got.data:
+                    yield name, got.data
+            if kept:
+                yield name, kept
+
+    def _file(self, f: Path, *, final: bool) -> Iterator[bytes]:
+        try:
+            # Never through a symlink: the object directory is the job's to write in.
+            fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except OSError:
+            return
+        with os.fdopen(fd, "rb", buffering=0) as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return  # a FIFO or a device is nobody's log
+            if f not in self.offsets:
+                self.offsets[f] = 0 if self.tail is None else last_lines_start(fh, self.tail)
+            fh.seek(self.offsets[f])
+            while True:
+                chunk = fh.read(READ_CHUNK)
+                if not chunk:
+                    break
+                self.offsets[f] += len(chunk)
+                data = self.partial.pop(f, b"") + chunk
+                cut = data.rfind(b"\n") + 1
+                if cut == 0 and len(data) >= MOST_LINE:
+                    cut = utf8_cut(data)
+                if cut < len(data):
+                    self.partial[f] = data[cut:]
+                if cut:
+                    yield data[:cut]
+        rest = self.partial.pop(f, b"") if final else b""
+        if rest:
+            yield rest
 
 
 class Follow:

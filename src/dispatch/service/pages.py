@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from dispatch.core.model import State
 from dispatch.errors import BadInput
-from dispatch.service import Service
+from dispatch.service.operations import Service
 from dispatch.service.views import JobView
 from dispatch.stores.base import sort_key_us
 from dispatch.stores.query import JobQuery

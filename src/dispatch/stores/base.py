@@ -36,11 +36,16 @@ from dispatch.core.codec import DecodeError, decode_event
 from dispatch.core.events import Event, JobCreated, OutcomeCommitted, Superseded
 from dispatch.core.record import check_record
 from dispatch.errors import NotFound, StateConflict, StoreUnusable
+
+# Fence and Fenced live in stores/fence.py (so lease.py needs nothing of this module's to
+# name them); they are handed on here for the stores that import them from base.
+from dispatch.stores.fence import Fence as Fence
+from dispatch.stores.fence import Fenced as Fenced
 from dispatch.stores.query import JobQuery
 
 if TYPE_CHECKING:
     from dispatch.core.record import Job
-    from dispatch.stores.lease import LeaseBook
+    from dispatch.stores.fence import LeaseBook
     from dispatch.stores.snapshot_sql import Stored
 
 # snapshot.encode: (the snapshot's body, its digest) of a Job and its last event's body.
@@ -70,34 +75,6 @@ class ConflictError(StoreError):
         now = f"is at version {actual}" if actual is not None else "moved on concurrently"
         super().__init__(
             f"job {job_id}: expected version {expected} but the record {now}; nothing written"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Fence:
-    """What an append by an active supervisor carries: its lease on ``scope`` at ``epoch``."""
-
-    scope: str
-    holder: str
-    epoch: int
-
-
-class Fenced(StateConflict):
-    """An append carried a fence that is no longer current (the lease expired, or another
-    supervisor holds the scope at a later epoch) or names another scope than the job's.
-    Nothing was written.
-
-    A StateConflict, not a ConflictError: the store is healthy and the writer's *own* state
-    (its lease) forbids the write, and re-reading and retrying — what every caller does with a
-    ConflictError — must not happen; the writer stops acting and goes back to standby."""
-
-    def __init__(self, job_id: str, fence: Fence, why: str) -> None:
-        self.job_id = job_id
-        self.fence = fence
-        self.why = why
-        super().__init__(
-            f"job {job_id}: {fence.holder}'s lease on scope {fence.scope} at epoch "
-            f"{fence.epoch} is not current ({why}); nothing written"
         )
 
 

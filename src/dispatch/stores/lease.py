@@ -35,91 +35,20 @@ reason SQLite is for one machine.
 
 from __future__ import annotations
 
-import abc
 import math
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from dispatch.durations import LEASE_MAX_S
-from dispatch.errors import StateConflict
-from dispatch.stores.base import Fence, Fenced, StoreError
+from dispatch.stores.base import StoreError
+from dispatch.stores.fence import Fence, Fenced, Lease, LeaseBook
+from dispatch.support.durations import LEASE_MAX_S
 
 LEASE_COLUMNS = ("scope, holder, epoch, period_s, acquired_at, expires_at, last_tick_at, "
                  "released_at")
-
-
-class LeaseLost(StateConflict):
-    """The supervisor's lease on a scope ended (not renewed in time, taken, or released):
-    it must stop acting on that scope and go back to standby."""
-
-    def __init__(self, scope: str, holder: str, why: str) -> None:
-        self.scope = scope
-        self.holder = holder
-        self.why = why
-        super().__init__(f"{holder} lost its lease on scope {scope}: {why}")
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """One lease row as the store's clock saw it at ``now``."""
-
-    scope: str
-    holder: str
-    epoch: int
-    period_s: float
-    acquired_at: datetime
-    expires_at: datetime
-    last_tick_at: datetime | None
-    released_at: datetime | None
-    now: datetime
-
-    @property
-    def active(self) -> bool:
-        return self.expires_at > self.now
-
-    @property
-    def state(self) -> str:
-        if self.active:
-            return "active"
-        return "released" if self.released_at is not None else "expired"
-
-    @property
-    def fence(self) -> Fence:
-        return Fence(scope=self.scope, holder=self.holder, epoch=self.epoch)
-
-
-class LeaseBook(abc.ABC):
-    """The leases of one record store. Every method is one short transaction."""
-
-    @abc.abstractmethod
-    def acquire(self, scope: str, holder: str, period_s: float) -> Lease | None:
-        """Take ``scope`` for ``holder`` when it is free (never taken, expired or released),
-        at the next epoch; None when another supervisor holds it."""
-
-    @abc.abstractmethod
-    def renew(self, fence: Fence, period_s: float) -> Lease | None:
-        """Push the expiry to now + period when ``fence`` is still the current, unexpired
-        lease; None when it is not (the holder must stop acting)."""
-
-    @abc.abstractmethod
-    def ticked(self, fence: Fence) -> bool:
-        """Note that the holder finished a tick (``supervisors`` shows it as last tick/lag)."""
-
-    @abc.abstractmethod
-    def release(self, fence: Fence) -> bool:
-        """End the lease now (a planned stop), so a standby takes over at once."""
-
-    @abc.abstractmethod
-    def all(self) -> list[Lease]:
-        """Every scope's lease, ordered by scope."""
-
-    def get(self, scope: str) -> Lease | None:
-        return next((lease for lease in self.all() if lease.scope == scope), None)
 
 
 def _check_period(period_s: float) -> None:

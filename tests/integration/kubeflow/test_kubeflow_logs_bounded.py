@@ -9,7 +9,7 @@ from test_kubeflow_logs import running  # noqa: F401  (the fixture below uses it
 
 from dispatch.backends.kubeflow import KubeflowBackend
 from dispatch.backends.kubeflow.podlogs import PodLog
-from dispatch.logread import LogTail
+from dispatch.service.logs import LogTail
 from kube_fake import FakeApiServer
 
 LINES = [f"line {i:04d}" for i in range(400)]

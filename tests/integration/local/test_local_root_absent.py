@@ -25,7 +25,7 @@ from dispatch.core.spec import parse_spec
 from dispatch.service.requests import create_job
 from dispatch.stores.base import RecordStore
 from dispatch.stores.select import open_store
-from dispatch.supervisor import Supervisor, utcnow
+from dispatch.supervise.loop import Supervisor, utcnow
 
 
 def _tick_until(sup: Supervisor, done: Callable[[], bool]) -> None:

@@ -9,10 +9,10 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from dispatch.backends.capture.progress import read_progress
 from dispatch.backends.local.log_checkpoints import LogCheckpoints
 from dispatch.backends.local.output import NodeOutput
 from dispatch.core.progress import MOST_LINE_BYTES
-from dispatch.progress_capture import read_progress
 
 PATTERN = r"saved checkpoint at step (?P<step>\d+)"
 

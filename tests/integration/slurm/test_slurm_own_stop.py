@@ -26,7 +26,7 @@ from dispatch.core.spec import parse_spec
 from dispatch.service.requests import create_job
 from dispatch.stores.base import RecordStore as Store
 from dispatch.stores.select import open_store
-from dispatch.supervisor import Supervisor, utcnow
+from dispatch.supervise.loop import Supervisor, utcnow
 
 pytestmark = pytest.mark.slurm
 

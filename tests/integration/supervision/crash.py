@@ -29,7 +29,6 @@ from typing import Any
 
 from tests.integration.supervision.helpers import ROOT, child_env, objects_per_token
 
-from dispatch import failpoints
 from dispatch.backends.local import LocalBackend
 from dispatch.backends.local.procs import process_alive
 from dispatch.core import events as ev
@@ -37,8 +36,9 @@ from dispatch.core.record import Job, fold
 from dispatch.core.spec import parse_spec
 from dispatch.service.requests import create_job, give_up, request_cancel, resubmit_from_hold
 from dispatch.stores.select import open_store
-from dispatch.supervision import Supervision, local_scope
-from dispatch.supervisor import utcnow
+from dispatch.supervise.leases import Supervision, local_scope
+from dispatch.supervise.loop import utcnow
+from dispatch.support import failpoints
 
 LEASE_S = 1.0
 POLL_S = 0.1

@@ -22,10 +22,10 @@ from dispatch.core.model import token_for
 from dispatch.core.record import Job, fold
 from dispatch.core.spec import parse_spec
 from dispatch.service.requests import create_job
-from dispatch.stores.lease import Lease
+from dispatch.stores.fence import Lease
 from dispatch.stores.select import open_store
-from dispatch.supervision import local_scope
-from dispatch.supervisor import utcnow
+from dispatch.supervise.leases import local_scope
+from dispatch.supervise.loop import utcnow
 
 ROOT = Path(__file__).resolve().parents[3]
 CHILD = Path(__file__).with_name("sup_child.py")

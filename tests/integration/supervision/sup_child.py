@@ -32,10 +32,10 @@ from dispatch.backends.local import LocalBackend
 from dispatch.core.events import Event
 from dispatch.core.model import Discovery
 from dispatch.stores.base import Fence, Fenced, RecordStore
-from dispatch.stores.lease import Lease
+from dispatch.stores.fence import Lease
 from dispatch.stores.select import open_store
-from dispatch.supervision import Supervision
-from dispatch.supervisor import Supervisor
+from dispatch.supervise.leases import Supervision
+from dispatch.supervise.loop import Supervisor
 
 
 def say(*words: object) -> None:

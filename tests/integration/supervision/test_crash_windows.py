@@ -14,7 +14,7 @@ import pytest
 from tests.integration.supervision.crash import run
 from tests.integration.supervision.helpers import ROOT, child_env
 
-from dispatch import failpoints
+from dispatch.support import failpoints
 
 
 @pytest.mark.parametrize(("action", "point", "state"), [
@@ -43,7 +43,7 @@ def test_an_unknown_failpoint_is_an_error_naming_the_known_ones(tmp_path: Path) 
         run("sqlite://" + str(tmp_path / "r.sqlite3"), tmp_path, "submit", "acted:nothing")
     assert "acted:nothing" in str(err.value) and "local-submit:staged" in str(err.value)
     # In a process: it refuses to start, naming them (never a supervisor with a typo armed).
-    res = subprocess.run([sys.executable, "-c", "import dispatch.supervisor"], cwd=ROOT,
+    res = subprocess.run([sys.executable, "-c", "import dispatch.supervise.loop"], cwd=ROOT,
                          env=child_env(DISPATCH_FAILPOINTS="lease:renewing, nope"),
                          capture_output=True, text=True, timeout=60)
     assert res.returncode != 0

@@ -48,7 +48,7 @@ from tests.integration.supervision.helpers import (
 
 from dispatch.backends.local import LocalBackend
 from dispatch.core.model import State
-from dispatch.supervision import local_scope
+from dispatch.supervise.leases import local_scope
 
 LEASE_S = 1.0
 POLL_S = 0.1
@@ -134,7 +134,7 @@ def test_supervise_once_does_not_wait_for_a_hung_controller(
     [job] = create_jobs(url, root, [spec("quick", ["true"])])
     started = time.monotonic()
     # The lease plays no part here (scontrol is asked off every loop); it must outlast the
-    # local tick's longest step on a loaded machine (supervision.py), which 1 s did not.
+    # local tick's longest step on a loaded machine (supervise/leases.py), which 1 s did not.
     once = subprocess.run([sys.executable, "-m", "dispatch.cli", "supervise", "--once",
                            "--lease", "15"], env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=HANG_S + 30)
@@ -157,7 +157,7 @@ def test_a_slow_local_backend_is_resolved_while_slurm_hangs(tmp_path: Path) -> N
     schedulers' wait, so ``supervise --once`` served only the bare name ``local`` and never
     ticked the local scope (KeyError on it in the summary). The local scope asks no
     scheduler: it is waited for, while the hung Slurm is still cut at the wait."""
-    from dispatch.scopes import resolve_scopes
+    from dispatch.supervise.scopes import resolve_scopes
 
     root, hung = tmp_path / "local", threading.Event()
 

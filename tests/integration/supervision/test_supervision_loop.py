@@ -16,7 +16,7 @@ from dispatch.backends.local import LocalBackend
 from dispatch.backends.registry import Backends
 from dispatch.cli.supervisors import once_summary
 from dispatch.stores.select import open_store
-from dispatch.supervision import (
+from dispatch.supervise.leases import (
     ScopeError,
     Supervision,
     local_scope,
@@ -69,7 +69,7 @@ def test_a_supervisor_that_missed_its_renewal_acts_no_more_and_waits_to_retake(
 
 def _subs(store, job_id):  # type: ignore[no-untyped-def]
     from dispatch.core.record import fold
-    from dispatch.supervisor import utcnow
+    from dispatch.supervise.loop import utcnow
 
     return fold(store.read(job_id), utcnow()).submissions
 

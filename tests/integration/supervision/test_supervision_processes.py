@@ -31,7 +31,7 @@ from tests.integration.supervision.helpers import (
 
 from dispatch.core.model import State
 from dispatch.stores.select import open_store
-from dispatch.supervision import local_scope
+from dispatch.supervise.leases import local_scope
 
 
 def _all_succeeded(url: str) -> bool:

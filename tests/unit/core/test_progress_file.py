@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from dispatch.backends.capture.progress import read_progress
 from dispatch.core.progress import PROGRESS_FILE_VAR, TAIL_BYTES, Checkpoint
 from dispatch.progress import report
-from dispatch.progress_capture import read_progress
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 STARTED = NOW - timedelta(hours=1)

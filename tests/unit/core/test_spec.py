@@ -16,7 +16,7 @@ from dispatch.core.spec import (
     parse_size,
     parse_spec,
 )
-from dispatch.specfile import load_policy, load_spec
+from dispatch.service.specfile import load_policy, load_spec
 
 ISSUE_POLICY = """\
 rules:

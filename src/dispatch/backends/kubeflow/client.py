@@ -44,7 +44,7 @@ from lightkube.types import CascadeType, PatchType
 
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.errors import BackendError
-from dispatch.retry import with_backoff
+from dispatch.support.retry import with_backoff
 
 BACKEND = "kubeflow"
 

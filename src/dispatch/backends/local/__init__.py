@@ -1,6 +1,6 @@
 """The local backend: jobs as processes on this machine. ``backend`` (LocalBackend), ``runner``
 (one process per object: ``python -m dispatch.backends.local.runner OBJDIR``, isolated as
-dispatch/isolated.py says), ``wire`` (the
+dispatch/support/isolated.py says), ``wire`` (the
 on-disk formats), ``root`` (the root and its marker), ``procs`` (finding and stopping
 processes), ``nodes``/``endings`` (the runner's parts), ``reports``/``plan`` (the backend's)."""
 

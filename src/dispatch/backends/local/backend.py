@@ -23,7 +23,6 @@ from typing import Literal
 
 import msgspec
 
-from dispatch import failpoints as fp
 from dispatch.backends.base import DryRun, Submission, SubmitRejected
 from dispatch.backends.local.errors import (
     BadInjection,
@@ -75,9 +74,10 @@ from dispatch.core.model import (
 )
 from dispatch.core.policy import Declarations
 from dispatch.core.spec import JobSpec, SpecError
-from dispatch.files import create_exclusive, fsync_dir, write_atomic
-from dispatch.isolated import isolated_argv, package_parent
-from dispatch.paths import state_home
+from dispatch.support import failpoints as fp
+from dispatch.support.files import create_exclusive, fsync_dir, write_atomic
+from dispatch.support.isolated import isolated_argv, package_parent
+from dispatch.support.paths import state_home
 
 RUNNER_MODULE = "dispatch.backends.local.runner"
 _REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -144,8 +144,9 @@ class LocalBackend:
                        runner_argv=self.runner_argv(f"{self.root}/objects/<ref>"))
 
     def runner_argv(self, objdir: str) -> tuple[str, ...]:
-        """``python -m dispatch.backends.local.runner OBJDIR``, isolated (dispatch/isolated.py):
-        the runner imports nothing from a working directory or a PYTHONPATH."""
+        """``python -m dispatch.backends.local.runner OBJDIR``, isolated
+        (dispatch/support/isolated.py): the runner imports nothing from a working directory or
+        a PYTHONPATH."""
         return tuple(isolated_argv(self.python, RUNNER_MODULE, [objdir], package_parent()))
 
     def ready(self) -> None:

@@ -11,7 +11,8 @@ import subprocess
 from datetime import datetime
 from pathlib import Path
 
-from dispatch.app_capture import ERROR_FILE_VAR, capture
+from dispatch.backends.capture.app_error import ERROR_FILE_VAR, capture
+from dispatch.backends.capture.progress import read_progress
 from dispatch.backends.local.log_checkpoints import LogCheckpoints
 from dispatch.backends.local.output import NodeOutput
 from dispatch.backends.local.procs import ProcStat, descendants, read_proc_stat
@@ -23,7 +24,6 @@ from dispatch.backends.local.wire import (
 )
 from dispatch.core.app_error import AppError
 from dispatch.core.progress import PROGRESS_FILE_VAR, Progress, latest
-from dispatch.progress_capture import read_progress
 
 log = logging.getLogger("dispatch.local")
 
@@ -129,7 +129,7 @@ _SAID: set[str] = set()  # notes already logged (bounded)
 def node_error(objdir: Path, node: Node | None, started_at: datetime | None,
                now: datetime) -> AppError | None:
     """The failed node's own words: its torchelastic error file, else the end of its log
-    (app_capture.py); its rank is its index, as RANK says. None without a failed node, or
+    (capture/app_error.py); its rank is its index, as RANK says. None without a failed node, or
     when they cannot be read (a courtesy: the end is written regardless)."""
     if node is None:
         return None
@@ -179,7 +179,7 @@ def node_environment(meta: ObjectMeta, master_port: int) -> dict[str, str]:
 
 def runner_environment() -> dict[str, str]:
     """The runner's: the submitter's environment as it is, for the nodes. The runner itself
-    runs isolated (``python -I``, dispatch/isolated.py): no PYTHON* variable of it reaches
+    runs isolated (``python -I``, dispatch/support/isolated.py): no PYTHON* variable of it reaches
     the runner's own imports."""
     return dict(os.environ)
 

@@ -34,7 +34,7 @@ from dispatch.backends.local.wire import (
     utcnow,
 )
 from dispatch.core.model import SchedulerUnreachable
-from dispatch.files import create_exclusive, fsync_dir, write_atomic
+from dispatch.support.files import create_exclusive, fsync_dir, write_atomic
 
 
 def _read(path: Path) -> bytes:

@@ -89,14 +89,15 @@ from dispatch.backends.local.wire import (
     utcnow,
 )
 from dispatch.core.model import Cause, CauseKind, Execution, State
-from dispatch.files import write_atomic
+from dispatch.errors import NotFound
+from dispatch.support.files import write_atomic
 
 HEARTBEAT_S = 30.0
 MEMORY_SAMPLE_S = 0.1
 IDLE_POLL_S = 0.5
 
 
-class ObjectRemoved(Exception):
+class ObjectRemoved(NotFound):
     """Someone removed the directory of a live object: nothing of it may keep running."""
 
 

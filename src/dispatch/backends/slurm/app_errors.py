@@ -11,7 +11,7 @@ from pathlib import Path
 
 import msgspec
 
-from dispatch.app_capture import Ignored, output_tail, read_error_file
+from dispatch.backends.capture.app_error import Ignored, output_tail, read_error_file
 from dispatch.core.app_error import (
     AppError,
     ErrorSource,

@@ -1,7 +1,7 @@
 """The training's progress on Slurm (G3): each node's DISPATCH_PROGRESS_FILE is
 ``<output dir>/<token>.<job>.r<restarts>.node<id>.progress.jsonl`` (script.py). Read for the
 execution that runs (or just ended), bounded and without following links
-(progress_capture.py); the latest checkpoint rides on the execution to observe()."""
+(backends/capture/progress.py); the latest checkpoint rides on the execution to observe()."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import msgspec
 
+from dispatch.backends.capture.progress import read_progress
 from dispatch.backends.slurm.app_errors import glob_escape
 from dispatch.core.model import ObjectReport, State
 from dispatch.core.progress import latest
-from dispatch.progress_capture import read_progress
 
 
 def with_progress(report: ObjectReport, out_file: Path | None, now: datetime) -> ObjectReport:

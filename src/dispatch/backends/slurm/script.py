@@ -51,7 +51,6 @@ from dispatch.backends.base import Submission
 from dispatch.backends.slurm.parse import expand_array_tasks
 from dispatch.core.policy import Action, Enforcer
 from dispatch.core.spec import JobSpec, SpecError
-from dispatch.paths import env_path, state_home
 from dispatch.segment_health.launch import (
     Launcher,
     LaunchRequest,
@@ -59,6 +58,7 @@ from dispatch.segment_health.launch import (
     LaunchShapeError,
     launch_shape,
 )
+from dispatch.support.paths import env_path, state_home
 
 # Options a spec may add through ``slurm.extra``. Everything dispatch itself sets (comment,
 # hold, requeue, output, job name, nodes, time, memory, partition, array, wrap, parsable) is

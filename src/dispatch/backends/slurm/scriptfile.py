@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dispatch.files import write_atomic
+from dispatch.support.files import write_atomic
 
 
 def write_script(path: Path, script: str) -> None:

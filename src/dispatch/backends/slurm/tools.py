@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dispatch.core.model import SchedulerUnreachable
-from dispatch.deadline import time_left
 from dispatch.errors import BackendError
+from dispatch.support.deadline import time_left
 
 NAME = "slurm"
 
@@ -49,7 +49,7 @@ Runner = Callable[[Sequence[str], float], Result]
 
 def run_tool(argv: Sequence[str], timeout: float) -> Result:
     """Run one Slurm tool. A tool that hangs or is missing is an unreachable scheduler.
-    Under a read's deadline (dispatch.deadline) it gets at most the time left, and is
+    Under a read's deadline (dispatch.support.deadline) it gets at most the time left, and is
     killed when that runs out."""
     limit = time_left(timeout)
     if limit <= 0:

@@ -1,5 +1,5 @@
-"""dispatch.files (atomic, durable writes that never follow a planted link) and dispatch.paths
-(the state directory), as the local backend uses them."""
+"""dispatch.support.files (atomic, durable writes that never follow a planted link) and
+dispatch.support.paths (the state directory), as the local backend uses them."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dispatch.backends.local import default_root
-from dispatch.files import create_exclusive, write_atomic
-from dispatch.paths import state_home
+from dispatch.support.files import create_exclusive, write_atomic
+from dispatch.support.paths import state_home
 
 
 def test_write_atomic_replaces_whole_with_the_mode_asked(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from dispatch.backends.base import Submission, SubmitRejected
 from dispatch.backends.local import LocalBackend, LocalDryRun
 from dispatch.core.spec import JobSpec, SpecError, parse_spec
 from dispatch.errors import BadInput
-from dispatch.isolated import LAUNCH, package_parent
+from dispatch.support.isolated import LAUNCH, package_parent
 
 
 def _spec(**fields: object) -> JobSpec:

@@ -23,7 +23,7 @@ from dispatch.backends.local.procs import (
     read_proc_stat,
 )
 from dispatch.backends.local.wire import ObjectMeta, ObjectStatus
-from dispatch.files import create_exclusive, write_atomic
+from dispatch.support.files import create_exclusive, write_atomic
 
 # A real line from proc(5)'s layout: fields 3.. after the command name.
 TAIL = (b"S 10 20 30 0 -1 4194304 103 0 0 0 0 0 0 0 20 0 1 0 31927 3133440 413 "

@@ -21,7 +21,7 @@ from dispatch.core.progress import (
     Progress,
     latest_checkpoint,
 )
-from dispatch.files import read_at_most
+from dispatch.support.files import read_at_most
 
 
 def read_progress(path: Path, *, started: datetime | None, now: datetime,

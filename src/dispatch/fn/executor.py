@@ -11,7 +11,7 @@ way dispatch supervises any job.
 Each call is one job whose spec is made from the executor's parameters (submitit's names
 mapped onto the spec's keys; the spec's own keys are taken too) and whose command is the
 bootstrap ``python -m dispatch.fn FOLDER`` (dispatch/fn/bootstrap.py), run isolated
-(``python -I``, dispatch/isolated.py) so that nothing in the job's working directory or
+(``python -I``, dispatch/support/isolated.py) so that nothing in the job's working directory or
 PYTHONPATH is imported as dispatch or as one of its dependencies. The function and its
 arguments are cloudpickled into the call's own folder under ``folder`` before anything is
 recorded, so a function that cannot be pickled fails at ``submit``.
@@ -43,7 +43,7 @@ from dispatch.fn.calls import (
     write_file,
 )
 from dispatch.fn.job import FunctionJob
-from dispatch.isolated import isolated_argv, package_parent
+from dispatch.support.isolated import isolated_argv, package_parent
 
 __all__ = ["Executor"]
 

@@ -23,10 +23,10 @@ from datetime import datetime
 from dispatch.backends.base import Backend
 from dispatch.core.model import Discovery, SchedulerUnreachable
 from dispatch.core.record import Job
-from dispatch.deadline import tools_within
 from dispatch.errors import DispatchError
+from dispatch.support.deadline import tools_within
 
-log = logging.getLogger("dispatch.discovery")
+log = logging.getLogger("dispatch.supervise.discovery")
 
 OK = "ok"
 UNREACHABLE = "unreachable"
@@ -90,7 +90,7 @@ def by_backend(jobs: Iterable[Job]) -> dict[str, list[Job]]:
 
 
 # The reader's margin past the deadline for a look to return on its own: the tool it ran is
-# killed at the deadline (dispatch.deadline), so the look ends and leaves nothing behind.
+# killed at the deadline (dispatch.support.deadline), so the look ends and leaves nothing behind.
 READ_GRACE_S = 1.0
 
 

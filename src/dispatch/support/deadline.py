@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from dispatch.durations import seconds_in
+from dispatch.support.durations import seconds_in
 
 # How long a read (status, ls, watch, the HTTP API) waits for one backend's look before it
 # shows that backend's jobs as their record last committed them, marked unreachable (R5);

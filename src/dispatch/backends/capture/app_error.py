@@ -26,8 +26,9 @@ from dispatch.core.app_error import (
     parse_error_file,
     reduce_output,
 )
-from dispatch.files import read_at_most
-from dispatch.logread import last_lines_start
+from dispatch.errors import BadInput
+from dispatch.support.files import read_at_most
+from dispatch.support.tails import last_lines_start
 
 ERROR_FILE_VAR = "TORCHELASTIC_ERROR_FILE"
 # The end of a node's output read for its error: at most this many lines and bytes.
@@ -35,8 +36,9 @@ TAIL_LINES = 200
 TAIL_BYTES = 64 * 1024
 
 
-class Ignored(Exception):
-    """An error file dispatch does not trust; the message says why (dispatch's note)."""
+class Ignored(BadInput):
+    """An error file dispatch does not trust (the job's to write, so input like any other);
+    the message says why (dispatch's note)."""
 
 
 def read_error_file(path: Path, *, started_at: datetime | None,

@@ -35,32 +35,32 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn
 
-from dispatch import failpoints as fp
 from dispatch.backends.base import Backend
 from dispatch.core.model import SchedulerUnreachable
-from dispatch.discovery import LOOK_DEADLINE_S, Lookout
-from dispatch.durations import lease_seconds, poll_seconds
 from dispatch.errors import BackendError
-from dispatch.notify import Notifier
-from dispatch.scopes import BACKENDS as BACKENDS
-from dispatch.scopes import RESOLVE_WAIT_S as RESOLVE_WAIT_S
-from dispatch.scopes import ScopeError as ScopeError
-from dispatch.scopes import Unresolved as Unresolved
-from dispatch.scopes import ask_scope
-from dispatch.scopes import backend_of as backend_of
-from dispatch.scopes import kubeflow_scope as kubeflow_scope
-from dispatch.scopes import local_scope as local_scope
-from dispatch.scopes import resolve_scopes as resolve_scopes
-from dispatch.scopes import scope_at_submit as scope_at_submit
-from dispatch.scopes import scope_for as scope_for
-from dispatch.scopes import slurm_cluster_name as slurm_cluster_name
-from dispatch.scopes import slurm_scope as slurm_scope
-from dispatch.scopes import unresolved_note as unresolved_note
 from dispatch.stores.base import Fence, Fenced, RecordStore, StoreError
-from dispatch.stores.lease import Lease, LeaseLost
-from dispatch.supervisor import Supervisor, TickReport
+from dispatch.stores.fence import Lease, LeaseLost
+from dispatch.supervise.discovery import LOOK_DEADLINE_S, Lookout
+from dispatch.supervise.escalations import Notifier
+from dispatch.supervise.loop import Supervisor, TickReport
+from dispatch.supervise.scopes import BACKENDS as BACKENDS
+from dispatch.supervise.scopes import RESOLVE_WAIT_S as RESOLVE_WAIT_S
+from dispatch.supervise.scopes import ScopeError as ScopeError
+from dispatch.supervise.scopes import Unresolved as Unresolved
+from dispatch.supervise.scopes import ask_scope
+from dispatch.supervise.scopes import backend_of as backend_of
+from dispatch.supervise.scopes import kubeflow_scope as kubeflow_scope
+from dispatch.supervise.scopes import local_scope as local_scope
+from dispatch.supervise.scopes import resolve_scopes as resolve_scopes
+from dispatch.supervise.scopes import scope_at_submit as scope_at_submit
+from dispatch.supervise.scopes import scope_for as scope_for
+from dispatch.supervise.scopes import slurm_cluster_name as slurm_cluster_name
+from dispatch.supervise.scopes import slurm_scope as slurm_scope
+from dispatch.supervise.scopes import unresolved_note as unresolved_note
+from dispatch.support import failpoints as fp
+from dispatch.support.durations import lease_seconds, poll_seconds
 
-log = logging.getLogger("dispatch.supervision")
+log = logging.getLogger("dispatch.supervise.leases")
 
 DEFAULT_LEASE_S = 15.0
 # How long a planned stop waits for the backends' loops to finish their step before it

@@ -24,8 +24,8 @@ import msgspec
 
 from dispatch.core.spec import SpecError
 from dispatch.errors import BadInput
-from dispatch.files import write_atomic
-from dispatch.paths import state_home
+from dispatch.support.files import write_atomic
+from dispatch.support.paths import state_home
 
 SECRETS = "secrets"
 ENV_FILE = "env.json"

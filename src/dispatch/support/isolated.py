@@ -30,10 +30,9 @@ LAUNCH = ("import sys,runpy;p,m=sys.argv[1:3];del sys.argv[1:3];"
 
 
 def package_parent() -> str:
-    """The directory this process imported the ``dispatch`` package from."""
-    import dispatch
-
-    return str(Path(dispatch.__file__).resolve().parent.parent)
+    """The directory this process imported the ``dispatch`` package from: this file is
+    dispatch/support/isolated.py there (found from it, so support imports nothing above)."""
+    return str(Path(__file__).resolve().parent.parent.parent)
 
 
 def isolated_argv(python: str, module: str, args: Sequence[str],

@@ -145,7 +145,7 @@ class Notifier:
         import urllib.error
         import urllib.request
 
-        from dispatch.retry import with_backoff
+        from dispatch.support.retry import with_backoff
 
         assert self.webhook is not None
         body = json.dumps(payload).encode()

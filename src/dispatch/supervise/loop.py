@@ -7,7 +7,7 @@ with optimistic concurrency), act on the backend, append the results. A supervis
 loses a race re-reads and re-decides; one that cannot reach its scheduler makes no
 transition that needs it (R3) and backs off.
 
-Under a lease (supervision.py) a supervisor serves one scope: it ticks that scope's jobs only,
+Under a lease (leases.py) a supervisor serves one scope: it ticks that scope's jobs only,
 every append carries its lease's fence (the store refuses a stale one, stores/lease.py) and
 the lease is checked again before each action on the scheduler.
 """
@@ -24,9 +24,7 @@ from datetime import datetime, timedelta
 
 import msgspec
 
-from dispatch import failpoints as fp
 from dispatch.backends.base import Backend, Submission, SubmitRejected
-from dispatch.clock import Clock, utcnow
 from dispatch.core import decide as dc
 from dispatch.core import events as ev
 from dispatch.core.model import (
@@ -41,15 +39,17 @@ from dispatch.core.next_due import next_due, objects_seen
 from dispatch.core.observe import observe
 from dispatch.core.record import Job, SegmentDecision, fold
 from dispatch.core.status import plan_of
-from dispatch.discovery import OK, UNREACHABLE, Lookout, by_backend
 from dispatch.errors import DispatchError
-from dispatch.notify import Notifier
 from dispatch.stores.base import ConflictError, Fence, Fenced, RecordStore, append_fact
-from dispatch.stores.lease import LeaseLost
+from dispatch.stores.fence import LeaseLost
 from dispatch.stores.live import LiveFolds
 from dispatch.stores.reading import fold_records
+from dispatch.supervise.discovery import OK, UNREACHABLE, Lookout, by_backend
+from dispatch.supervise.escalations import Notifier
+from dispatch.support import failpoints as fp
+from dispatch.support.clock import Clock, utcnow
 
-log = logging.getLogger("dispatch.supervisor")
+log = logging.getLogger("dispatch.supervise.loop")
 
 @dataclass
 class TickReport:
@@ -156,7 +156,7 @@ class Supervisor:
                 try:
                     self._step(job, seen.backend, seen.discovery, report)
                 except (Fenced, LeaseLost):
-                    raise  # the scope is not ours any more: no job of it is (supervision.py)
+                    raise  # the scope is not ours any more: no job of it is (leases.py)
                 except DispatchError as err:
                     report.errors.append(f"job {job.id}: {err}")
                     log.error("job %s: %s", job.id, err)
@@ -317,7 +317,7 @@ class Supervisor:
         spec = job.spec
         try:
             if spec.env_from_host:  # kept beside the record at submission, never in it
-                from dispatch import hostenv
+                from dispatch.backends import hostenv
 
                 values = hostenv.load(job.id, spec.env_from_host)
                 spec = msgspec.structs.replace(spec, env={**spec.env, **values})
@@ -390,7 +390,7 @@ _NEEDS_BACKEND = (dc.Submit, dc.RetrySubmit, dc.Stop, dc.StopDuplicate, dc.Cance
 def _forget_host_env(job_id: str) -> None:
     """The job is finished: its env_from_host values are needed no more (a supersede reads
     them again from its own environment)."""
-    from dispatch import hostenv
+    from dispatch.backends import hostenv
 
     try:
         hostenv.forget(job_id)

@@ -10,7 +10,7 @@ Asking a scheduler which cluster it is can hang (a controller down, DNS, a parti
 supervisor asks on a thread of its own (``ask_scope``) and waits at most ``RESOLVE_WAIT_S``
 at start (a backend that asks no scheduler, local, as long as this machine takes to build
 it); a backend that has not answered by then is served by its bare name and its answer
-is taken when it comes (supervision.py), so it never holds up the other backends.
+is taken when it comes (leases.py), so it never holds up the other backends.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from dispatch.backends.base import Backend
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.errors import BackendError, BadInput
 
-log = logging.getLogger("dispatch.supervision")
+log = logging.getLogger("dispatch.supervise.leases")
 
 BACKENDS = ("local", "slurm", "kubeflow")
 # How long a supervisor's start waits for the schedulers to say their clusters.

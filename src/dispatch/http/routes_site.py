@@ -1,0 +1,36 @@
+"""What a browser and a scraper read: the dashboard page and its static files, the login
+(http/login.py), and /metrics (Prometheus text format)."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from dispatch.http.endpoints import Server
+from dispatch.http.login import login_routes
+
+
+def site_routes(server: Server) -> list[BaseRoute]:
+    def metrics(request: Request) -> Response:
+        return Response(generate_latest(server.registry), media_type=CONTENT_TYPE_LATEST)
+
+    def dashboard(request: Request) -> Response:
+        html = resources.files("dispatch.http").joinpath("static/index.html").read_text()
+        return Response(html, media_type="text/html; charset=utf-8",
+                        headers={"Cache-Control": "no-store"})
+
+    login_page, login_form = login_routes(server.access)
+    static = StaticFiles(directory=str(resources.files("dispatch.http").joinpath("static")))
+    return [
+        Route("/", dashboard),
+        Route("/jobs/{job}", dashboard),  # the job's page: the same page, which reads the URL
+        Route("/login", login_page, methods=["GET"]),
+        Route("/login", login_form, methods=["POST"]),
+        Mount("/static", static, name="static"),
+        Route("/metrics", metrics),
+    ]

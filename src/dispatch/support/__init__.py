@@ -1,0 +1,3 @@
+"""Support: the small helpers every layer may use (time, durable files, path safety,
+durations, retries, isolated child processes, read deadlines, test crash points). It imports
+nothing else of dispatch's."""
