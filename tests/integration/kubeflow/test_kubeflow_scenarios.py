@@ -179,7 +179,9 @@ def test_node_lost_failure_target_stuck_pods_terminating(
     assert report.cause.kind is CauseKind.NODE_LOST
     assert report.lost_since == datetime(2026, 3, 1, 10, 5, tzinfo=UTC)
     assert clock.now - report.lost_since < window
-    assert "Terminating" in report.cause.detail and "FailureTarget" in report.cause.detail
+    assert "Terminating" in report.cause.detail
+    # The Job's FailureTarget is no evidence of node loss (issue 35, M3): the taint is.
+    assert "FailureTarget" not in report.cause.detail
     # Past the window the supervisor stops it; foreground deletion keeps the TrainJob until the
     # stuck pod is gone, so the object has not ended and a replacement's gate stays shut.
     clock.now = report.lost_since + window + timedelta(seconds=1)
@@ -463,18 +465,26 @@ def test_open_gate_of_a_gone_trainjob(fake: FakeApiServer, backend: KubeflowBack
         backend.open_gate(f"{ns}/{name}")
 
 
-def test_node_list_forbidden_still_fences_on_failure_target(
+def test_node_list_forbidden_still_fences_on_a_node_loss_disruption(
     fake: FakeApiServer,
     backend: KubeflowBackend,
     running,  # type: ignore[no-untyped-def]
 ) -> None:
-    token, ns, name, _ = running
+    token, ns, name, pods = running
+    # A Job's FailureTarget alone is not node loss (issue 35, M3)...
     tr.set_conditions(
         fake,
         "Job",
         ns,
         f"{name}-node-0",
         tr.builtin_cond("FailureTarget", reason="PodFailurePolicy", at=tr.T1),
+    )
+    fake.fail_next(1, code=403, match=lambda m, p: p.endswith("/nodes"))
+    assert look(backend, token).cause.kind is not CauseKind.NODE_LOST
+    # ...the taint manager's DisruptionTarget on the pod is, without the nodes.
+    tr.set_conditions(
+        fake, "Pod", ns, pods[1],
+        tr.builtin_cond("DisruptionTarget", reason="DeletionByTaintManager", at=tr.T1),
     )
     fake.fail_next(1, code=403, match=lambda m, p: p.endswith("/nodes"))
     report = look(backend, token)

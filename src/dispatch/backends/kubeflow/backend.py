@@ -58,6 +58,8 @@ from dispatch.backends.kubeflow.informer import Informer, InformerSettings, Pred
 from dispatch.backends.kubeflow.manifest import build_trainjob, parse_section
 from dispatch.backends.kubeflow.mapping import (
     SOMEONE_ELSE,
+    awaits_evidence,
+    current_objects,
     deleted_by,
     report_gone,
     report_trainjob,
@@ -74,7 +76,7 @@ from dispatch.backends.kubeflow.objects import (
 )
 from dispatch.backends.kubeflow.pod_errors import error_of, first_failed_container
 from dispatch.backends.kubeflow.podlogs import PodLog, log_tail, pod_logs
-from dispatch.backends.kubeflow.pods import restart_attempt
+from dispatch.backends.kubeflow.pods import evidence_of, with_evidence
 from dispatch.core.app_error import AppError
 from dispatch.core.model import CauseKind, Discovery, ObjectReport, SchedulerUnreachable, State
 from dispatch.core.policy import Action, Declarations
@@ -82,6 +84,8 @@ from dispatch.core.spec import JobSpec
 from dispatch.errors import NotFound
 
 DEFAULT_NODE_LOSS_WINDOW = timedelta(minutes=5)
+# How long a failed end may wait for its pods' evidence to arrive on their own watch (M11).
+DEFAULT_EVIDENCE_GRACE = timedelta(seconds=10)
 MANAGED = ((MANAGED_LABEL, "true"),)
 IN_A_JOBSET = ((JOBSET_NAME_LABEL, None),)
 NODES = Watched(NodeRes, None)
@@ -127,6 +131,11 @@ class Look:
             self.jobs.setdefault((ns, str(labels(job).get(JOBSET_NAME_LABEL))), []).append(job)
         for pod in pods:
             self.pods.setdefault((ns, str(labels(pod).get(JOBSET_NAME_LABEL))), []).append(pod)
+
+
+def _keep_gone(watched: Watched, obj: dict[str, Any]) -> dict[str, Any] | None:
+    """A deleted pod's failure evidence, kept by the informer past the deletion (M2)."""
+    return evidence_of(obj) if watched.res is PodRes else None
 
 
 def _created(uid: str) -> Predicate:
@@ -175,6 +184,7 @@ class KubeflowBackend:
         backoff_s: float = 0.5,
         informer: bool = True,
         informer_settings: InformerSettings | None = None,
+        evidence_grace: timedelta = DEFAULT_EVIDENCE_GRACE,
         clock: Callable[[], datetime] = _utcnow,
         client: KubeClient | None = None,
     ) -> None:
@@ -204,6 +214,11 @@ class KubeflowBackend:
         self._use_informer = informer
         self._informer_settings = informer_settings or InformerSettings()
         self._informer: Informer | None = None
+        # ref -> (pod uid -> the pod's failure evidence), kept past the pod's deletion (M2)
+        self._evidence: dict[str, dict[str, Any]] = {}
+        # ref -> when a failed end without its evidence was first seen (M11)
+        self._awaiting: dict[str, datetime] = {}
+        self._evidence_grace = evidence_grace
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -218,7 +233,7 @@ class KubeflowBackend:
     def informer(self) -> Informer | None:
         """The list+watch cache, started by the first discover(); None with informer=False."""
         if self._use_informer and self._informer is None:
-            self._informer = Informer(self.kube, self._informer_settings)
+            self._informer = Informer(self.kube, self._informer_settings, _keep_gone)
         return self._informer
 
     def _expect(self, namespace: str, name: str, seen: Predicate) -> None:
@@ -358,6 +373,7 @@ class KubeflowBackend:
 
         reports: list[ObjectReport] = []
         seen_refs: set[str] = set()
+        withheld = False
         for tj in look.trainjobs:
             ns = str(tj.get("metadata", {}).get("namespace", ""))
             name = name_of(tj)
@@ -373,22 +389,42 @@ class KubeflowBackend:
                 self._deleted[ref] = who
             elif who is not None:
                 self._deleted.setdefault(ref, who)
+            pods, kept = with_evidence(look.pods.get((ns, name), []), self._evidence.get(ref, {}))
+            if kept:
+                self._evidence[ref] = kept
+            jobset = look.jobsets.get((ns, name))
             report = report_trainjob(
-                tj,
-                look.jobsets.get((ns, name)),
-                look.jobs.get((ns, name), []),
-                look.pods.get((ns, name), []),
-                look.nodes,
-                now,
+                tj, jobset, look.jobs.get((ns, name), []), pods, look.nodes, now
             )
-            report = self._with_log_error(ns, report, look.pods.get((ns, name), []))
+            if self._withheld(ref, report, now):
+                withheld = True
+                continue
+            report = self._with_log_error(ns, report, current_objects(jobset, pods))
             reports.append(self._remember_loss(report))
         for ref in sorted(wanted_refs - seen_refs):
             if parse_ref(ref)[0] in look.refused:
                 continue
             self._lost_seen.pop(ref, None)
             reports.append(report_gone(ref, self._tokens.get(ref), self._deleted.get(ref), now))
-        return Discovery(at=now, objects=tuple(reports), complete=not look.refused)
+        for kept_for in (self._evidence, self._awaiting):
+            for ref in [r for r in kept_for if r not in seen_refs]:
+                del kept_for[ref]
+        return Discovery(
+            at=now, objects=tuple(reports), complete=not look.refused and not withheld
+        )
+
+    def _withheld(self, ref: str, report: ObjectReport, now: datetime) -> bool:
+        """A failed end whose evidence has not arrived (M11: the TrainJob's Failed came on its
+        watch before the pod's termination on another): not committed from this look, which is
+        reported incomplete, for at most ``evidence_grace`` from when it was first seen; then
+        it is committed as it reads (unknown, the scheduler's words kept)."""
+        if not awaits_evidence(report):
+            self._awaiting.pop(ref, None)
+            return False
+        first = self._awaiting.setdefault(ref, now)
+        if now - first < self._evidence_grace:
+            return True
+        return False
 
     def _look_listed(self, namespaces: set[str]) -> Look:
         """Lists per tick: 4 per namespace + 1 for the nodes."""
@@ -430,8 +466,7 @@ class KubeflowBackend:
         last = report.executions[-1] if report.executions else None
         if report.state is not State.FAILED or last is None or last.error is not None:
             return report
-        failed = first_failed_container(
-            [p for p in pods if restart_attempt(p) in (None, last.index)])
+        failed = first_failed_container(pods)
         if failed is None:
             return report
         key = (failed.uid, failed.container)

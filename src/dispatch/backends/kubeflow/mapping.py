@@ -381,6 +381,12 @@ def report_trainjob(
     return live(State.PENDING, Cause(kind=CauseKind.NONE))
 
 
+def awaits_evidence(report: ObjectReport) -> bool:
+    """A failed end that names no cause: its pods' evidence (an exit, an OOM, a disruption)
+    may still be on its way on another watch (M11), so it is not committed at once."""
+    return report.state is State.FAILED and report.cause.kind is CauseKind.UNKNOWN
+
+
 # Who deleted a TrainJob when the API server says only that it is being deleted.
 SOMEONE_ELSE = "unknown"
 

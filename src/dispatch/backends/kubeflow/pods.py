@@ -297,3 +297,74 @@ def job_slot(obj: Any) -> tuple[str, str]:
 # -- the failure and the fence -----------------------------------------------------------------
 
 
+
+
+# -- the evidence kept past the pod (issue 35, M2) ----------------------------------------------
+
+
+def _ended_badly(term: Mapping[str, Any]) -> bool:
+    code = as_int(term.get("exitCode"))
+    return code not in (None, 0) or as_str(term.get("reason")) == "OOMKilled"
+
+
+def evidence_of(pod: Any) -> dict[str, Any] | None:
+    """What a pod says about a failure, kept as a pod that has ended (phase Failed) so the
+    mapping reads it the same way once the Job controller has deleted the pod: its
+    identifying metadata, node, disruption condition, the kubelet's status words, and each
+    container's last bad termination (exit code, reason, message) as its state. None when the
+    pod shows no failure. Pure."""
+    p = as_map(pod)
+    status = as_map(p.get("status"))
+    kept: dict[str, list[dict[str, Any]]] = {}
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for cs in as_list(status.get(key)):
+            c = as_map(cs)
+            for holder in (as_map(c.get("state")), as_map(c.get("lastState"))):
+                term = as_map(holder.get("terminated"))
+                if term:
+                    if _ended_badly(term):
+                        kept.setdefault(key, []).append({
+                            "name": c.get("name"),
+                            "restartCount": c.get("restartCount"),
+                            "state": {"terminated": dict(term)},
+                        })
+                    break
+    disruption = true_condition(p, "DisruptionTarget")
+    kubelet = status.get("reason") in KUBELET_POD_REASONS
+    if not kept and disruption is None and not kubelet:
+        return None
+    md = as_map(p.get("metadata"))
+    out_status: dict[str, Any] = {"phase": "Failed", **kept}
+    if disruption is not None:
+        out_status["conditions"] = [dict(disruption)]
+    if kubelet:
+        out_status["reason"] = status.get("reason")
+        out_status["message"] = status.get("message")
+    return {
+        "metadata": {
+            key: md.get(key)
+            for key in ("name", "namespace", "uid", "labels", "annotations")
+            if md.get(key) is not None
+        },
+        "spec": {"nodeName": pod_node(p)} if pod_node(p) else {},
+        "status": out_status,
+    }
+
+
+def with_evidence(
+    pods: list[Any], kept: Mapping[str, Any]
+) -> tuple[list[Any], dict[str, Any]]:
+    """The pods to map (those the API server still has, plus the kept evidence of those it no
+    longer has) and the evidence to keep (by pod uid; the newest look of a pod wins). Pure."""
+    now_kept = dict(kept)
+    present = set()
+    for pod in pods:
+        uid = as_str(as_map(as_map(pod).get("metadata")).get("uid"))
+        if uid is None:
+            continue
+        present.add(uid)
+        found = evidence_of(pod)
+        if found is not None:
+            now_kept[uid] = found
+    gone = [ev for uid, ev in now_kept.items() if uid not in present]
+    return [*pods, *gone], now_kept
