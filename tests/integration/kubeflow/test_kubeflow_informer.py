@@ -54,7 +54,7 @@ def jobs(fake: FakeApiServer, backend: KubeflowBackend) -> tuple[list[str], list
         refs.append(f"{ns}/{name}")
     found = backend.discover(tokens, refs)
     assert [o.state for o in found.objects] == [State.RUNNING] * 3
-    assert eventually(lambda: fake.open_watches() == 5)  # every collection listed and watched
+    assert eventually(lambda: fake.open_watches() == 6)  # every collection listed and watched
     return tokens, refs
 
 
@@ -68,11 +68,12 @@ def test_first_tick_lists_and_watches_then_a_steady_tick_makes_no_request(
     tr.materialize(fake, ns, name, NODES)
     fake.reset_requests()
     fresh.discover([token], [f"{ns}/{name}"])
-    # The first tick: one LIST per collection (4 in the namespace + nodes), then their WATCHes.
+    # The first tick: one LIST per collection (5 in the namespace, its Warning Events included,
+    # + nodes), then their WATCHes.
     assert sorted(p.rsplit("/", 1)[-1] for p in lists(fake)) == sorted(
-        ["trainjobs", "jobsets", "jobs", "pods", "nodes"]
+        ["trainjobs", "jobsets", "jobs", "pods", "events", "nodes"]
     )
-    assert eventually(lambda: fake.open_watches() == 5)
+    assert eventually(lambda: fake.open_watches() == 6)
     assert caught_up(fresh, fake)
     fake.reset_requests()
     for _ in range(3):
@@ -189,9 +190,9 @@ def test_410_gone_leads_to_a_fresh_list_and_a_correct_cache(
     fake.compact()
     fake.reset_requests()
     fake.drop_watches()  # each re-WATCHes from its old version: 410 Expired, then a LIST
-    assert eventually(lambda: informer.lists() >= before + 5)
+    assert eventually(lambda: informer.lists() >= before + 6)
     assert sorted(p.rsplit("/", 1)[-1] for p in lists(fake)) == sorted(
-        ["trainjobs", "jobsets", "jobs", "pods", "nodes"]
+        ["trainjobs", "jobsets", "jobs", "pods", "events", "nodes"]
     )
     found = {o.ref: o for o in backend.discover(tokens, refs).objects}
     assert found[refs[0]].state is State.CANCELLED  # removed during the gap: not in the cache

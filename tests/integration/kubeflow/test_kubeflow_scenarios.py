@@ -367,12 +367,14 @@ def test_calls_per_discover_are_constant_in_the_number_of_jobs(
     found = backend.discover(tokens, refs)
     assert len(found.objects) == jobs
     assert all(o.state is State.RUNNING for o in found.objects)
-    # One namespace: TrainJobs, JobSets, Jobs, Pods, then Nodes: five GETs, whatever ``jobs``.
+    # One namespace: TrainJobs, JobSets, Jobs, Pods, its Warning Events, then Nodes: six GETs,
+    # whatever ``jobs``.
     assert [(r.method, r.path.rsplit("/", 1)[-1]) for r in fake.requests] == [
         ("GET", "trainjobs"),
         ("GET", "jobsets"),
         ("GET", "jobs"),
         ("GET", "pods"),
+        ("GET", "events"),
         ("GET", "nodes"),
     ]
     assert fake.requests[0].query["labelSelector"] == "dispatch.io/managed=true"
@@ -385,7 +387,7 @@ def test_second_namespace_adds_one_set_of_lists(
     token, ns, name = submit(backend)
     fake.reset_requests()
     backend.discover([token], [f"{ns}/{name}", "other/train-x"])
-    assert len(fake.requests) == 9
+    assert len(fake.requests) == 11  # 5 per namespace (Warning Events included) + nodes
 
 
 # -- transport: unreachable is never a state ----------------------------------------------------
@@ -510,3 +512,24 @@ def test_the_stand_in_refuses_and_records_a_schema_violation(
     with pytest.raises(AssertionError):
         fake.put({**bad, "status": {"conditions": [{"type": "Failed"}]}})  # a bad fixture fails
     fake.violations.clear()  # seen and asserted here; the fixture would fail the test otherwise
+
+
+def test_a_trainjob_whose_objects_cannot_be_made_is_launch_failed_from_its_event(
+    fake: FakeApiServer, backend: KubeflowBackend
+) -> None:
+    # M5: Trainer reports TrainJobResourcesCreationFailed only as an Event (v2.3.0
+    # trainjob_controller.go); read from the namespace's one Warning Events watch.
+    for n in NODES:
+        fake.put(tr.node(n))
+    token, ns, name = submit(backend)
+    tj = fake.get("TrainJob", ns, name)
+    assert tj is not None
+    words = "TrainJob resources reconciliation failed: admission webhook denied the JobSet"
+    fake.put(tr.event(ns, tj, "TrainJobResourcesCreationFailed", words, count=3))
+    fake.put(tr.event(ns, tj, "Scheduled", "not a warning", etype="Normal"))
+    report = look(backend, token)
+    assert (report.state, report.cause.kind) == (State.PENDING, CauseKind.LAUNCH_FAILED)
+    assert words in report.cause.detail and "count=3" in report.cause.detail
+    # Trainer retried and made the JobSet: the Event no longer holds.
+    tr.materialize(fake, ns, name, NODES)
+    assert look(backend, token).state is State.RUNNING

@@ -5,15 +5,16 @@ The imperative shell around ``mapping`` (pure) and ``manifest`` (pure). Choices,
 - Discovery reads a **list+watch cache** (``informer``, docs/semantics.md#p2) by default: per
   namespace one collection each of TrainJobs (``dispatch.io/managed=true``), JobSets (same
   label, set through the TrainJob's runtimePatches), Jobs and Pods
-  (``jobset.sigs.k8s.io/jobset-name`` exists), plus Nodes cluster-wide, each listed once and
-  then watched. A steady ``discover`` makes no
+  (``jobset.sigs.k8s.io/jobset-name`` exists) and Warning Events (``type=Warning``: one
+  collection for all its jobs, for the failures only an Event tells, ``events``), plus Nodes
+  cluster-wide, each listed once and then watched (``look``). A steady ``discover`` makes no
   request at all, and a pod that fails is in the cache as soon as its watch event arrives, not
   a poll interval later. It is the default because it is what the supervisor's loop wants and
   it falls back safely: a cache that is not synced (never listed, or its watch broken for
   longer than ``stale_after_s``) raises ``SchedulerUnreachable`` rather than answer (R3), and a
   cache that does not yet show this process's own create / delete / ungate after ``settle_s``
   is not read that tick (plain lists are, and the cache re-lists).
-  ``informer=False`` keeps the **lists per tick**: ``4 x namespaces + 1`` requests per
+  ``informer=False`` keeps the **lists per tick**: ``5 x namespaces + 1`` requests per
   ``discover``, constant in the number of jobs, and no background threads (one-shot tools).
 - Stop and cancel delete with **foreground** propagation: the TrainJob stays visible (with a
   deletionTimestamp) until its JobSet, Jobs and Pods are gone, so "the old object ended" (S11:
@@ -35,7 +36,6 @@ The imperative shell around ``mapping`` (pure) and ``manifest`` (pure). Choices,
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -47,14 +47,12 @@ from dispatch.backends.base import DryRun, Submission, SubmitRejected
 from dispatch.backends.kubeflow.client import (
     ApiAnswer,
     ClientSettings,
-    JobRes,
-    JobSetRes,
     KubeClient,
-    NodeRes,
     PodRes,
     TrainJobRes,
 )
 from dispatch.backends.kubeflow.informer import Informer, InformerSettings, Predicate, Watched
+from dispatch.backends.kubeflow.look import collections_of, look_cached, look_listed
 from dispatch.backends.kubeflow.manifest import build_trainjob, parse_section
 from dispatch.backends.kubeflow.mapping import (
     SOMEONE_ELSE,
@@ -67,7 +65,6 @@ from dispatch.backends.kubeflow.mapping import (
 from dispatch.backends.kubeflow.objects import (
     GATE_ANNOTATION,
     JOBSET_NAME_LABEL,
-    MANAGED_LABEL,
     STOP_ANNOTATION,
     TOKEN_LABEL,
     labels,
@@ -86,51 +83,8 @@ from dispatch.errors import NotFound
 DEFAULT_NODE_LOSS_WINDOW = timedelta(minutes=5)
 # How long a failed end may wait for its pods' evidence to arrive on their own watch (M11).
 DEFAULT_EVIDENCE_GRACE = timedelta(seconds=10)
-MANAGED = ((MANAGED_LABEL, "true"),)
-IN_A_JOBSET = ((JOBSET_NAME_LABEL, None),)
-NODES = Watched(NodeRes, None)
-
-
-def collections_of(namespace: str) -> tuple[Watched, Watched, Watched, Watched]:
-    """What discover() reads in one namespace: TrainJobs, JobSets, Jobs, Pods."""
-    return (
-        Watched(TrainJobRes, namespace, MANAGED),
-        Watched(JobSetRes, namespace, MANAGED),
-        Watched(JobRes, namespace, IN_A_JOBSET),
-        Watched(PodRes, namespace, IN_A_JOBSET),
-    )
-
-
 # Failed containers whose log-read error is kept (insertion order; the oldest goes first).
 LOG_ERRORS_KEPT = 4096
-
-
-@dataclass
-class Look:
-    """The raw objects of one discover(), however they were read."""
-
-    trainjobs: list[dict[str, Any]] = field(default_factory=list)
-    jobsets: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    jobs: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
-    pods: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
-    nodes: list[dict[str, Any]] = field(default_factory=list)
-    refused: set[str] = field(default_factory=set)  # namespaces we were not allowed to see
-
-    def add(
-        self,
-        ns: str,
-        trainjobs: list[dict[str, Any]],
-        jobsets: list[dict[str, Any]],
-        jobs: list[dict[str, Any]],
-        pods: list[dict[str, Any]],
-    ) -> None:
-        self.trainjobs.extend(trainjobs)
-        for js in jobsets:
-            self.jobsets[(ns, name_of(js))] = js
-        for job in jobs:
-            self.jobs.setdefault((ns, str(labels(job).get(JOBSET_NAME_LABEL))), []).append(job)
-        for pod in pods:
-            self.pods.setdefault((ns, str(labels(pod).get(JOBSET_NAME_LABEL))), []).append(pod)
 
 
 def _keep_gone(watched: Watched, obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -367,9 +321,9 @@ class KubeflowBackend:
             namespaces.add(self.kube.default_namespace)
 
         informer = self.informer
-        look = self._look_cached(informer, namespaces) if informer is not None else None
+        look = look_cached(informer, namespaces) if informer is not None else None
         if look is None:
-            look = self._look_listed(namespaces)
+            look = look_listed(self.kube, namespaces)
 
         reports: list[ObjectReport] = []
         seen_refs: set[str] = set()
@@ -394,7 +348,8 @@ class KubeflowBackend:
                 self._evidence[ref] = kept
             jobset = look.jobsets.get((ns, name))
             report = report_trainjob(
-                tj, jobset, look.jobs.get((ns, name), []), pods, look.nodes, now
+                tj, jobset, look.jobs.get((ns, name), []), pods, look.nodes, now,
+                look.events.get(ns, []),
             )
             if self._withheld(ref, report, now):
                 withheld = True
@@ -425,40 +380,6 @@ class KubeflowBackend:
         if now - first < self._evidence_grace:
             return True
         return False
-
-    def _look_listed(self, namespaces: set[str]) -> Look:
-        """Lists per tick: 4 per namespace + 1 for the nodes."""
-        look = Look()
-        for ns in sorted(namespaces):
-            try:
-                found = [self.kube.list(w.res, ns, dict(w.labels)) for w in collections_of(ns)]
-            except ApiAnswer:
-                # Refused (403, CRD missing): an incomplete look, never a made-up answer.
-                look.refused.add(ns)
-                continue
-            look.add(ns, *found)
-        try:
-            look.nodes = self.kube.list(NodeRes, None, {})
-        except ApiAnswer:
-            look.nodes = []  # nodes may be forbidden; FailureTarget and disruptions still fence
-        return look
-
-    def _look_cached(self, informer: Informer, namespaces: set[str]) -> Look | None:
-        """The informer's cache: no request on a steady tick. None: the cache does not show
-        our own writes yet (the caller lists this tick)."""
-        wanted = {ns: collections_of(ns) for ns in sorted(namespaces)}
-        view = informer.view([w for ws in wanted.values() for w in ws] + [NODES])
-        if view is None:
-            return None
-        look = Look()
-        for ns, ws in wanted.items():
-            if any(w in view.refused for w in ws):
-                look.refused.add(ns)
-                continue
-            tjs, jss, jobs, pods = (view.objects[w] for w in ws)
-            look.add(ns, tjs, jss, jobs, pods)
-        look.nodes = view.objects.get(NODES, [])  # refused nodes: as with lists
-        return look
 
     def _with_log_error(self, ns: str, report: ObjectReport, pods: list[Any]) -> ObjectReport:
         """A failed end whose first failing container left no termination message: its

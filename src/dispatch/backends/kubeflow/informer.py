@@ -60,6 +60,7 @@ class Watched:
     res: ResourceType
     namespace: str | None
     labels: tuple[tuple[str, str | None], ...] = ()
+    fields: tuple[tuple[str, str], ...] = ()  # a field selector (equality only)
 
     @property
     def what(self) -> str:
@@ -142,13 +143,14 @@ class Reflector:
         inf = self._informer
         w = self.watched
         labels = dict(w.labels)
+        fields = dict(w.fields)
         need_list = True
         failures = 0
         while not inf.stopping.is_set():
             try:
                 if need_list:
                     started = time.monotonic()
-                    items, rv = inf.kube.list_versioned(w.res, w.namespace, labels)
+                    items, rv = inf.kube.list_versioned(w.res, w.namespace, labels, fields)
                     with inf.cond:
                         self.items = {str(_meta(o).get("name")): o for o in items}
                         self._resource_version = rv
@@ -164,7 +166,8 @@ class Reflector:
                     need_list = False
                     failures = 0
                 stream = inf.kube.open_watch(
-                    w.res, w.namespace, labels, self._resource_version, inf.settings.watch_timeout_s
+                    w.res, w.namespace, labels, self._resource_version,
+                    inf.settings.watch_timeout_s, fields,
                 )
                 with inf.cond:
                     if inf.stopping.is_set() or self._relist:

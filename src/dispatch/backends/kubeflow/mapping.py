@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from dispatch.backends.kubeflow.events import creation_failure
 from dispatch.backends.kubeflow.objects import (
     GATE_ANNOTATION,
     STOP_ANNOTATION,
@@ -249,8 +250,10 @@ def report_trainjob(
     pods: Sequence[Any],
     nodes: Iterable[Any],
     now: datetime,
+    events: Sequence[Any] = (),
 ) -> ObjectReport:
-    """One TrainJob and what hangs off it -> the ObjectReport (state, cause, executions)."""
+    """One TrainJob and what hangs off it -> the ObjectReport (state, cause, executions).
+    ``events``: Warning Events of its namespace (``events.creation_failure`` picks its own)."""
     tj = as_map(trainjob)
     js = as_map(jobset)
     ref = f"{namespace_of(tj)}/{name_of(tj)}"
@@ -335,6 +338,11 @@ def report_trainjob(
             at=at,
         )
         return live(State.HELD, cause)
+
+    # Its objects cannot be made (M5): only an Event says so.
+    cannot = creation_failure(tj, jobset, jobs, events)
+    if cannot is not None:
+        return live(State.PENDING, cannot)
 
     # The fence: alive, but a node under it is lost (or its pods are deleted for node loss).
     active = any(pod_alive(p) for p in cur_pods) or any(
