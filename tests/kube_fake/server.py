@@ -105,6 +105,8 @@ class _Fault:
     code: int | None
     delay_s: float
     match: Callable[[str, str], bool]
+    reason: str = "InternalError"
+    message: str = "injected failure"
 
 
 class ApiFailure(Exception):
@@ -289,11 +291,20 @@ class FakeApiServer:
     # -- fault injection and counting -----------------------------------------------------------
 
     def fail_next(
-        self, count: int = 1, code: int = 503, match: Callable[[str, str], bool] | None = None
+        self,
+        count: int = 1,
+        code: int = 503,
+        match: Callable[[str, str], bool] | None = None,
+        reason: str = "InternalError",
+        message: str = "injected failure",
     ) -> None:
+        """Answer the next ``count`` matching requests with ``code`` and a Status carrying
+        ``reason`` and ``message`` (e.g. an admission webhook's denial)."""
         with self._lock:
             for _ in range(count):
-                self._faults.append(_Fault(code, 0.0, match or (lambda m, p: True)))
+                self._faults.append(
+                    _Fault(code, 0.0, match or (lambda m, p: True), reason, message)
+                )
 
     def hang_next(self, seconds: float, count: int = 1) -> None:
         with self._lock:
@@ -509,7 +520,7 @@ class FakeApiServer:
                 if fault.delay_s:
                     time.sleep(fault.delay_s)
                 if fault.code is not None:
-                    raise ApiFailure(fault.code, "InternalError", "injected failure")
+                    raise ApiFailure(fault.code, fault.reason, fault.message)
             if query.get("watch") in ("true", "1"):
                 if h.command != "GET":
                     raise ApiFailure(405, "MethodNotAllowed", f"watch with {h.command}")

@@ -533,3 +533,17 @@ def test_a_trainjob_whose_objects_cannot_be_made_is_launch_failed_from_its_event
     # Trainer retried and made the JobSet: the Event no longer holds.
     tr.materialize(fake, ns, name, NODES)
     assert look(backend, token).state is State.RUNNING
+
+
+def test_a_webhook_rejection_at_create_carries_the_webhooks_words_and_is_bad_input(
+    fake: FakeApiServer, backend: KubeflowBackend
+) -> None:
+    # M5: the API server answers a denied admission with the webhook's words
+    # (k8s.io/apiserver webhook errors.ToStatusErr: 'admission webhook "..." denied the request: ').
+    words = ('admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request: '
+             'spec.trainer.numNodes: Invalid value: 0: must be greater than or equal to 1')
+    fake.fail_next(1, code=422, match=lambda m, p: m == "POST", reason="Invalid", message=words)
+    with pytest.raises(SubmitRejected) as err:
+        submit(backend)
+    assert words in err.value.detail
+    assert err.value.exit_code == 2  # the CLI's bad-input exit
