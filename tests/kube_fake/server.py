@@ -76,6 +76,7 @@ KINDS = {
         Kind("Job", "batch", "v1", "jobs"),
         Kind("Pod", "", "v1", "pods"),
         Kind("Node", "", "v1", "nodes", namespaced=False),
+        Kind("Event", "", "v1", "events"),
     )
 }
 BY_KIND = {k.kind: k for k in KINDS.values()}
@@ -104,6 +105,8 @@ class _Fault:
     code: int | None
     delay_s: float
     match: Callable[[str, str], bool]
+    reason: str = "InternalError"
+    message: str = "injected failure"
 
 
 class ApiFailure(Exception):
@@ -142,6 +145,20 @@ def _split_selector(text: str) -> list[str]:
     if cur.strip():
         parts.append(cur.strip())
     return parts
+
+
+def fields_match(selector: str, obj: dict[str, Any]) -> bool:
+    """A field selector (``a.b=v``, ``a.b==v``, ``a.b!=v``, comma-joined), as the API server
+    reads it for the fields it supports; a missing field reads as ""."""
+    for term in (t.strip() for t in selector.split(",") if t.strip()):
+        negate = "!=" in term
+        path, _, want = term.replace("!=", "=").replace("==", "=").partition("=")
+        value: Any = obj
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if (str(value if value is not None else "") == want) == negate:
+            return False
+    return True
 
 
 def selector_matches(selector: str, labels: dict[str, str]) -> bool:
@@ -274,11 +291,20 @@ class FakeApiServer:
     # -- fault injection and counting -----------------------------------------------------------
 
     def fail_next(
-        self, count: int = 1, code: int = 503, match: Callable[[str, str], bool] | None = None
+        self,
+        count: int = 1,
+        code: int = 503,
+        match: Callable[[str, str], bool] | None = None,
+        reason: str = "InternalError",
+        message: str = "injected failure",
     ) -> None:
+        """Answer the next ``count`` matching requests with ``code`` and a Status carrying
+        ``reason`` and ``message`` (e.g. an admission webhook's denial)."""
         with self._lock:
             for _ in range(count):
-                self._faults.append(_Fault(code, 0.0, match or (lambda m, p: True)))
+                self._faults.append(
+                    _Fault(code, 0.0, match or (lambda m, p: True), reason, message)
+                )
 
     def hang_next(self, seconds: float, count: int = 1) -> None:
         with self._lock:
@@ -494,7 +520,7 @@ class FakeApiServer:
                 if fault.delay_s:
                     time.sleep(fault.delay_s)
                 if fault.code is not None:
-                    raise ApiFailure(fault.code, "InternalError", "injected failure")
+                    raise ApiFailure(fault.code, fault.reason, fault.message)
             if query.get("watch") in ("true", "1"):
                 if h.command != "GET":
                     raise ApiFailure(405, "MethodNotAllowed", f"watch with {h.command}")
@@ -555,6 +581,7 @@ class FakeApiServer:
         """Stream events as newline-delimited JSON in HTTP chunks until timeoutSeconds, a
         dropped watch, stop(), or the client going away."""
         selector = query.get("labelSelector", "")
+        fields = query.get("fieldSelector", "")
         bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
         try:
             timeout = float(query.get("timeoutSeconds") or 1800)
@@ -567,7 +594,7 @@ class FakeApiServer:
         with self._lock:
             epoch = self._watch_epoch
             if from_rv == 0:  # no version: the current objects first, as ADDED
-                listed = self._list(kind, ns, selector)
+                listed = self._list(kind, ns, selector, fields)
                 pending = [{"type": "ADDED", "object": o} for o in listed["items"]]
                 from_rv = self._rv
             elif from_rv < self._compacted_rv:
@@ -614,7 +641,7 @@ class FakeApiServer:
                         from_rv = news[-1].rv
                     last_seen = None
                     for e in news:
-                        out = self._as_seen(e, kind, ns, selector)
+                        out = self._as_seen(e, kind, ns, selector, fields)
                         if out is not None:
                             pending.append(out)
                             last_seen = e.rv
@@ -642,9 +669,13 @@ class FakeApiServer:
                 self._open_watches -= 1
 
     @staticmethod
-    def _as_seen(e: _Event, kind: Kind, ns: str, selector: str) -> dict[str, Any] | None:
-        """The event as a watch on (kind, ns, selector) reports it, or None."""
+    def _as_seen(
+        e: _Event, kind: Kind, ns: str, selector: str, fields: str = ""
+    ) -> dict[str, Any] | None:
+        """The event as a watch on (kind, ns, selector, fields) reports it, or None."""
         if e.plural != kind.plural or (kind.namespaced and e.namespace != ns):
+            return None
+        if fields and not fields_match(fields, e.obj):
             return None
         now_in = selector_matches(selector, e.obj["metadata"].get("labels") or {})
         if e.type == "MODIFIED" and e.old is not None:
@@ -695,7 +726,9 @@ class FakeApiServer:
         kind, ns, name = self._resolve(path)
         body = json.loads(raw) if raw else None
         if method == "GET" and name is None:
-            return 200, self._list(kind, ns, query.get("labelSelector", ""))
+            return 200, self._list(
+                kind, ns, query.get("labelSelector", ""), query.get("fieldSelector", "")
+            )
         if method == "GET":
             return 200, self._get(kind, ns, name)
         if method == "POST" and name is None:
@@ -721,13 +754,14 @@ class FakeApiServer:
             return 200, obj
         raise ApiFailure(405, "MethodNotAllowed", f"{method} {path}")
 
-    def _list(self, kind: Kind, ns: str, selector: str) -> dict[str, Any]:
+    def _list(self, kind: Kind, ns: str, selector: str, fields: str = "") -> dict[str, Any]:
         items = [
             copy.deepcopy(obj)
             for (plural, ons, _), obj in sorted(self._objects.items())
             if plural == kind.plural
             and (not kind.namespaced or ons == ns)
             and selector_matches(selector, obj["metadata"].get("labels") or {})
+            and fields_match(fields, obj)
         ]
         return {
             "kind": f"{kind.kind}List",

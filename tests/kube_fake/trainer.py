@@ -279,3 +279,39 @@ def finish_jobs_status(
             }
         },
     )
+
+
+def event(
+    namespace: str,
+    about: dict[str, Any],
+    reason: str,
+    message: str,
+    *,
+    etype: str = "Warning",
+    count: int = 1,
+    at: str = T1,
+) -> dict[str, Any]:
+    """A core/v1 Event about ``about`` (a TrainJob, JobSet...), as a controller's recorder
+    leaves it (the API server serves events.k8s.io/v1 Events in this view too)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": f"{about['metadata']['name']}.{reason.lower()}",
+            "namespace": namespace,
+        },
+        "involvedObject": {
+            "apiVersion": about.get("apiVersion"),
+            "kind": about.get("kind"),
+            "name": about["metadata"]["name"],
+            "namespace": namespace,
+            "uid": about["metadata"].get("uid"),
+        },
+        "reason": reason,
+        "message": message,
+        "type": etype,
+        "count": count,
+        "lastTimestamp": at,
+        "eventTime": None,
+        "reportingComponent": "trainer",
+    }

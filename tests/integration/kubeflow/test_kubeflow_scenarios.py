@@ -179,7 +179,9 @@ def test_node_lost_failure_target_stuck_pods_terminating(
     assert report.cause.kind is CauseKind.NODE_LOST
     assert report.lost_since == datetime(2026, 3, 1, 10, 5, tzinfo=UTC)
     assert clock.now - report.lost_since < window
-    assert "Terminating" in report.cause.detail and "FailureTarget" in report.cause.detail
+    assert "Terminating" in report.cause.detail
+    # The Job's FailureTarget is no evidence of node loss (issue 35, M3): the taint is.
+    assert "FailureTarget" not in report.cause.detail
     # Past the window the supervisor stops it; foreground deletion keeps the TrainJob until the
     # stuck pod is gone, so the object has not ended and a replacement's gate stays shut.
     clock.now = report.lost_since + window + timedelta(seconds=1)
@@ -365,12 +367,14 @@ def test_calls_per_discover_are_constant_in_the_number_of_jobs(
     found = backend.discover(tokens, refs)
     assert len(found.objects) == jobs
     assert all(o.state is State.RUNNING for o in found.objects)
-    # One namespace: TrainJobs, JobSets, Jobs, Pods, then Nodes: five GETs, whatever ``jobs``.
+    # One namespace: TrainJobs, JobSets, Jobs, Pods, its Warning Events, then Nodes: six GETs,
+    # whatever ``jobs``.
     assert [(r.method, r.path.rsplit("/", 1)[-1]) for r in fake.requests] == [
         ("GET", "trainjobs"),
         ("GET", "jobsets"),
         ("GET", "jobs"),
         ("GET", "pods"),
+        ("GET", "events"),
         ("GET", "nodes"),
     ]
     assert fake.requests[0].query["labelSelector"] == "dispatch.io/managed=true"
@@ -383,7 +387,7 @@ def test_second_namespace_adds_one_set_of_lists(
     token, ns, name = submit(backend)
     fake.reset_requests()
     backend.discover([token], [f"{ns}/{name}", "other/train-x"])
-    assert len(fake.requests) == 9
+    assert len(fake.requests) == 11  # 5 per namespace (Warning Events included) + nodes
 
 
 # -- transport: unreachable is never a state ----------------------------------------------------
@@ -463,18 +467,26 @@ def test_open_gate_of_a_gone_trainjob(fake: FakeApiServer, backend: KubeflowBack
         backend.open_gate(f"{ns}/{name}")
 
 
-def test_node_list_forbidden_still_fences_on_failure_target(
+def test_node_list_forbidden_still_fences_on_a_node_loss_disruption(
     fake: FakeApiServer,
     backend: KubeflowBackend,
     running,  # type: ignore[no-untyped-def]
 ) -> None:
-    token, ns, name, _ = running
+    token, ns, name, pods = running
+    # A Job's FailureTarget alone is not node loss (issue 35, M3)...
     tr.set_conditions(
         fake,
         "Job",
         ns,
         f"{name}-node-0",
         tr.builtin_cond("FailureTarget", reason="PodFailurePolicy", at=tr.T1),
+    )
+    fake.fail_next(1, code=403, match=lambda m, p: p.endswith("/nodes"))
+    assert look(backend, token).cause.kind is not CauseKind.NODE_LOST
+    # ...the taint manager's DisruptionTarget on the pod is, without the nodes.
+    tr.set_conditions(
+        fake, "Pod", ns, pods[1],
+        tr.builtin_cond("DisruptionTarget", reason="DeletionByTaintManager", at=tr.T1),
     )
     fake.fail_next(1, code=403, match=lambda m, p: p.endswith("/nodes"))
     report = look(backend, token)
@@ -500,3 +512,38 @@ def test_the_stand_in_refuses_and_records_a_schema_violation(
     with pytest.raises(AssertionError):
         fake.put({**bad, "status": {"conditions": [{"type": "Failed"}]}})  # a bad fixture fails
     fake.violations.clear()  # seen and asserted here; the fixture would fail the test otherwise
+
+
+def test_a_trainjob_whose_objects_cannot_be_made_is_launch_failed_from_its_event(
+    fake: FakeApiServer, backend: KubeflowBackend
+) -> None:
+    # M5: Trainer reports TrainJobResourcesCreationFailed only as an Event (v2.3.0
+    # trainjob_controller.go); read from the namespace's one Warning Events watch.
+    for n in NODES:
+        fake.put(tr.node(n))
+    token, ns, name = submit(backend)
+    tj = fake.get("TrainJob", ns, name)
+    assert tj is not None
+    words = "TrainJob resources reconciliation failed: admission webhook denied the JobSet"
+    fake.put(tr.event(ns, tj, "TrainJobResourcesCreationFailed", words, count=3))
+    fake.put(tr.event(ns, tj, "Scheduled", "not a warning", etype="Normal"))
+    report = look(backend, token)
+    assert (report.state, report.cause.kind) == (State.PENDING, CauseKind.LAUNCH_FAILED)
+    assert words in report.cause.detail and "count=3" in report.cause.detail
+    # Trainer retried and made the JobSet: the Event no longer holds.
+    tr.materialize(fake, ns, name, NODES)
+    assert look(backend, token).state is State.RUNNING
+
+
+def test_a_webhook_rejection_at_create_carries_the_webhooks_words_and_is_bad_input(
+    fake: FakeApiServer, backend: KubeflowBackend
+) -> None:
+    # M5: the API server answers a denied admission with the webhook's words
+    # (k8s.io/apiserver webhook errors.ToStatusErr: 'admission webhook "..." denied the request: ').
+    words = ('admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request: '
+             'spec.trainer.numNodes: Invalid value: 0: must be greater than or equal to 1')
+    fake.fail_next(1, code=422, match=lambda m, p: m == "POST", reason="Invalid", message=words)
+    with pytest.raises(SubmitRejected) as err:
+        submit(backend)
+    assert words in err.value.detail
+    assert err.value.exit_code == 2  # the CLI's bad-input exit

@@ -5,15 +5,16 @@ The imperative shell around ``mapping`` (pure) and ``manifest`` (pure). Choices,
 - Discovery reads a **list+watch cache** (``informer``, docs/semantics.md#p2) by default: per
   namespace one collection each of TrainJobs (``dispatch.io/managed=true``), JobSets (same
   label, set through the TrainJob's runtimePatches), Jobs and Pods
-  (``jobset.sigs.k8s.io/jobset-name`` exists), plus Nodes cluster-wide, each listed once and
-  then watched. A steady ``discover`` makes no
+  (``jobset.sigs.k8s.io/jobset-name`` exists) and Warning Events (``type=Warning``: one
+  collection for all its jobs, for the failures only an Event tells, ``events``), plus Nodes
+  cluster-wide, each listed once and then watched (``look``). A steady ``discover`` makes no
   request at all, and a pod that fails is in the cache as soon as its watch event arrives, not
   a poll interval later. It is the default because it is what the supervisor's loop wants and
   it falls back safely: a cache that is not synced (never listed, or its watch broken for
   longer than ``stale_after_s``) raises ``SchedulerUnreachable`` rather than answer (R3), and a
   cache that does not yet show this process's own create / delete / ungate after ``settle_s``
   is not read that tick (plain lists are, and the cache re-lists).
-  ``informer=False`` keeps the **lists per tick**: ``4 x namespaces + 1`` requests per
+  ``informer=False`` keeps the **lists per tick**: ``5 x namespaces + 1`` requests per
   ``discover``, constant in the number of jobs, and no background threads (one-shot tools).
 - Stop and cancel delete with **foreground** propagation: the TrainJob stays visible (with a
   deletionTimestamp) until its JobSet, Jobs and Pods are gone, so "the old object ended" (S11:
@@ -35,7 +36,6 @@ The imperative shell around ``mapping`` (pure) and ``manifest`` (pure). Choices,
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -47,17 +47,17 @@ from dispatch.backends.base import DryRun, Submission, SubmitRejected
 from dispatch.backends.kubeflow.client import (
     ApiAnswer,
     ClientSettings,
-    JobRes,
-    JobSetRes,
     KubeClient,
-    NodeRes,
     PodRes,
     TrainJobRes,
 )
 from dispatch.backends.kubeflow.informer import Informer, InformerSettings, Predicate, Watched
+from dispatch.backends.kubeflow.look import collections_of, look_cached, look_listed
 from dispatch.backends.kubeflow.manifest import build_trainjob, parse_section
 from dispatch.backends.kubeflow.mapping import (
     SOMEONE_ELSE,
+    awaits_evidence,
+    current_objects,
     deleted_by,
     report_gone,
     report_trainjob,
@@ -65,7 +65,6 @@ from dispatch.backends.kubeflow.mapping import (
 from dispatch.backends.kubeflow.objects import (
     GATE_ANNOTATION,
     JOBSET_NAME_LABEL,
-    MANAGED_LABEL,
     STOP_ANNOTATION,
     TOKEN_LABEL,
     labels,
@@ -74,7 +73,7 @@ from dispatch.backends.kubeflow.objects import (
 )
 from dispatch.backends.kubeflow.pod_errors import error_of, first_failed_container
 from dispatch.backends.kubeflow.podlogs import PodLog, log_tail, pod_logs
-from dispatch.backends.kubeflow.pods import restart_attempt
+from dispatch.backends.kubeflow.pods import evidence_of, with_evidence
 from dispatch.core.app_error import AppError
 from dispatch.core.model import CauseKind, Discovery, ObjectReport, SchedulerUnreachable, State
 from dispatch.core.policy import Action, Declarations
@@ -82,51 +81,15 @@ from dispatch.core.spec import JobSpec
 from dispatch.errors import NotFound
 
 DEFAULT_NODE_LOSS_WINDOW = timedelta(minutes=5)
-MANAGED = ((MANAGED_LABEL, "true"),)
-IN_A_JOBSET = ((JOBSET_NAME_LABEL, None),)
-NODES = Watched(NodeRes, None)
-
-
-def collections_of(namespace: str) -> tuple[Watched, Watched, Watched, Watched]:
-    """What discover() reads in one namespace: TrainJobs, JobSets, Jobs, Pods."""
-    return (
-        Watched(TrainJobRes, namespace, MANAGED),
-        Watched(JobSetRes, namespace, MANAGED),
-        Watched(JobRes, namespace, IN_A_JOBSET),
-        Watched(PodRes, namespace, IN_A_JOBSET),
-    )
-
-
+# How long a failed end may wait for its pods' evidence to arrive on their own watch (M11).
+DEFAULT_EVIDENCE_GRACE = timedelta(seconds=10)
 # Failed containers whose log-read error is kept (insertion order; the oldest goes first).
 LOG_ERRORS_KEPT = 4096
 
 
-@dataclass
-class Look:
-    """The raw objects of one discover(), however they were read."""
-
-    trainjobs: list[dict[str, Any]] = field(default_factory=list)
-    jobsets: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    jobs: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
-    pods: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
-    nodes: list[dict[str, Any]] = field(default_factory=list)
-    refused: set[str] = field(default_factory=set)  # namespaces we were not allowed to see
-
-    def add(
-        self,
-        ns: str,
-        trainjobs: list[dict[str, Any]],
-        jobsets: list[dict[str, Any]],
-        jobs: list[dict[str, Any]],
-        pods: list[dict[str, Any]],
-    ) -> None:
-        self.trainjobs.extend(trainjobs)
-        for js in jobsets:
-            self.jobsets[(ns, name_of(js))] = js
-        for job in jobs:
-            self.jobs.setdefault((ns, str(labels(job).get(JOBSET_NAME_LABEL))), []).append(job)
-        for pod in pods:
-            self.pods.setdefault((ns, str(labels(pod).get(JOBSET_NAME_LABEL))), []).append(pod)
+def _keep_gone(watched: Watched, obj: dict[str, Any]) -> dict[str, Any] | None:
+    """A deleted pod's failure evidence, kept by the informer past the deletion (M2)."""
+    return evidence_of(obj) if watched.res is PodRes else None
 
 
 def _created(uid: str) -> Predicate:
@@ -175,6 +138,7 @@ class KubeflowBackend:
         backoff_s: float = 0.5,
         informer: bool = True,
         informer_settings: InformerSettings | None = None,
+        evidence_grace: timedelta = DEFAULT_EVIDENCE_GRACE,
         clock: Callable[[], datetime] = _utcnow,
         client: KubeClient | None = None,
     ) -> None:
@@ -204,6 +168,11 @@ class KubeflowBackend:
         self._use_informer = informer
         self._informer_settings = informer_settings or InformerSettings()
         self._informer: Informer | None = None
+        # ref -> (pod uid -> the pod's failure evidence), kept past the pod's deletion (M2)
+        self._evidence: dict[str, dict[str, Any]] = {}
+        # ref -> when a failed end without its evidence was first seen (M11)
+        self._awaiting: dict[str, datetime] = {}
+        self._evidence_grace = evidence_grace
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -218,7 +187,7 @@ class KubeflowBackend:
     def informer(self) -> Informer | None:
         """The list+watch cache, started by the first discover(); None with informer=False."""
         if self._use_informer and self._informer is None:
-            self._informer = Informer(self.kube, self._informer_settings)
+            self._informer = Informer(self.kube, self._informer_settings, _keep_gone)
         return self._informer
 
     def _expect(self, namespace: str, name: str, seen: Predicate) -> None:
@@ -352,12 +321,13 @@ class KubeflowBackend:
             namespaces.add(self.kube.default_namespace)
 
         informer = self.informer
-        look = self._look_cached(informer, namespaces) if informer is not None else None
+        look = look_cached(informer, namespaces) if informer is not None else None
         if look is None:
-            look = self._look_listed(namespaces)
+            look = look_listed(self.kube, namespaces)
 
         reports: list[ObjectReport] = []
         seen_refs: set[str] = set()
+        withheld = False
         for tj in look.trainjobs:
             ns = str(tj.get("metadata", {}).get("namespace", ""))
             name = name_of(tj)
@@ -373,56 +343,43 @@ class KubeflowBackend:
                 self._deleted[ref] = who
             elif who is not None:
                 self._deleted.setdefault(ref, who)
+            pods, kept = with_evidence(look.pods.get((ns, name), []), self._evidence.get(ref, {}))
+            if kept:
+                self._evidence[ref] = kept
+            jobset = look.jobsets.get((ns, name))
             report = report_trainjob(
-                tj,
-                look.jobsets.get((ns, name)),
-                look.jobs.get((ns, name), []),
-                look.pods.get((ns, name), []),
-                look.nodes,
-                now,
+                tj, jobset, look.jobs.get((ns, name), []), pods, look.nodes, now,
+                look.events.get(ns, []),
             )
-            report = self._with_log_error(ns, report, look.pods.get((ns, name), []))
+            if self._withheld(ref, report, now):
+                withheld = True
+                continue
+            report = self._with_log_error(ns, report, current_objects(jobset, pods))
             reports.append(self._remember_loss(report))
         for ref in sorted(wanted_refs - seen_refs):
             if parse_ref(ref)[0] in look.refused:
                 continue
             self._lost_seen.pop(ref, None)
             reports.append(report_gone(ref, self._tokens.get(ref), self._deleted.get(ref), now))
-        return Discovery(at=now, objects=tuple(reports), complete=not look.refused)
+        for kept_for in (self._evidence, self._awaiting):
+            for ref in [r for r in kept_for if r not in seen_refs]:
+                del kept_for[ref]
+        return Discovery(
+            at=now, objects=tuple(reports), complete=not look.refused and not withheld
+        )
 
-    def _look_listed(self, namespaces: set[str]) -> Look:
-        """Lists per tick: 4 per namespace + 1 for the nodes."""
-        look = Look()
-        for ns in sorted(namespaces):
-            try:
-                found = [self.kube.list(w.res, ns, dict(w.labels)) for w in collections_of(ns)]
-            except ApiAnswer:
-                # Refused (403, CRD missing): an incomplete look, never a made-up answer.
-                look.refused.add(ns)
-                continue
-            look.add(ns, *found)
-        try:
-            look.nodes = self.kube.list(NodeRes, None, {})
-        except ApiAnswer:
-            look.nodes = []  # nodes may be forbidden; FailureTarget and disruptions still fence
-        return look
-
-    def _look_cached(self, informer: Informer, namespaces: set[str]) -> Look | None:
-        """The informer's cache: no request on a steady tick. None: the cache does not show
-        our own writes yet (the caller lists this tick)."""
-        wanted = {ns: collections_of(ns) for ns in sorted(namespaces)}
-        view = informer.view([w for ws in wanted.values() for w in ws] + [NODES])
-        if view is None:
-            return None
-        look = Look()
-        for ns, ws in wanted.items():
-            if any(w in view.refused for w in ws):
-                look.refused.add(ns)
-                continue
-            tjs, jss, jobs, pods = (view.objects[w] for w in ws)
-            look.add(ns, tjs, jss, jobs, pods)
-        look.nodes = view.objects.get(NODES, [])  # refused nodes: as with lists
-        return look
+    def _withheld(self, ref: str, report: ObjectReport, now: datetime) -> bool:
+        """A failed end whose evidence has not arrived (M11: the TrainJob's Failed came on its
+        watch before the pod's termination on another): not committed from this look, which is
+        reported incomplete, for at most ``evidence_grace`` from when it was first seen; then
+        it is committed as it reads (unknown, the scheduler's words kept)."""
+        if not awaits_evidence(report):
+            self._awaiting.pop(ref, None)
+            return False
+        first = self._awaiting.setdefault(ref, now)
+        if now - first < self._evidence_grace:
+            return True
+        return False
 
     def _with_log_error(self, ns: str, report: ObjectReport, pods: list[Any]) -> ObjectReport:
         """A failed end whose first failing container left no termination message: its
@@ -430,8 +387,7 @@ class KubeflowBackend:
         last = report.executions[-1] if report.executions else None
         if report.state is not State.FAILED or last is None or last.error is not None:
             return report
-        failed = first_failed_container(
-            [p for p in pods if restart_attempt(p) in (None, last.index)])
+        failed = first_failed_container(pods)
         if failed is None:
             return report
         key = (failed.uid, failed.container)

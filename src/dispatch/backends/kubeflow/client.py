@@ -67,6 +67,10 @@ class PodRes(GenericNamespacedResource):
     _api_info = create_api_info("", "v1", "Pod", "pods")
 
 
+class EventRes(GenericNamespacedResource):
+    _api_info = create_api_info("", "v1", "Event", "events")
+
+
 class NodeRes(GenericGlobalResource):
     _api_info = create_api_info("", "v1", "Node", "nodes")
 
@@ -240,31 +244,40 @@ class KubeClient:
             raise SchedulerUnreachable(BACKEND, err.reason) from None
 
     def list(
-        self, res: ResourceType, namespace: str | None, labels: Mapping[str, str | None]
+        self,
+        res: ResourceType,
+        namespace: str | None,
+        labels: Mapping[str, str | None],
+        fields: Mapping[str, str] | None = None,
     ) -> list[dict[str, Any]]:
-        """One list call (no chunking: one request). ``labels`` value None means 'exists'."""
+        """One list call (no chunking: one request). ``labels`` value None means 'exists';
+        ``fields``: a field selector (equality only)."""
         kind = res._api_info.resource.kind
 
         def run() -> list[dict[str, Any]]:
             if namespace is None:
-                items = self._client.list(res, labels=labels)
+                items = self._client.list(res, labels=labels, fields=fields)
             else:
-                items = self._client.list(res, namespace=namespace, labels=labels)
+                items = self._client.list(res, namespace=namespace, labels=labels, fields=fields)
             return [dict(item) for item in items]
 
         return self._call(f"list {kind} in {namespace or 'cluster'}", run)
 
     def list_versioned(
-        self, res: ResourceType, namespace: str | None, labels: Mapping[str, str | None]
+        self,
+        res: ResourceType,
+        namespace: str | None,
+        labels: Mapping[str, str | None],
+        fields: Mapping[str, str] | None = None,
     ) -> tuple[Objects, str]:
         """One list call, and the collection's resourceVersion (where a watch starts)."""
         kind = res._api_info.resource.kind
 
         def run() -> tuple[Objects, str]:
             if namespace is None:
-                found = self._client.list(res, labels=labels)
+                found = self._client.list(res, labels=labels, fields=fields)
             else:
-                found = self._client.list(res, namespace=namespace, labels=labels)
+                found = self._client.list(res, namespace=namespace, labels=labels, fields=fields)
             items = [dict(item) for item in found]
             return items, str(found.resourceVersion)
 
@@ -277,6 +290,7 @@ class KubeClient:
         labels: Mapping[str, str | None],
         resource_version: str,
         server_timeout_s: int,
+        fields: Mapping[str, str] | None = None,
     ) -> WatchStream:
         """One watch request from ``resource_version``. The server ends it after
         ``server_timeout_s``; a read silent for that long plus the client timeout means the
@@ -291,6 +305,8 @@ class KubeClient:
         }
         if labels:
             params["labelSelector"] = build_selector(dict(labels))
+        if fields:
+            params["fieldSelector"] = build_selector(dict(fields), for_fields=True)
         timeout = httpx2.Timeout(
             self.settings.timeout_s, read=server_timeout_s + self.settings.timeout_s
         )

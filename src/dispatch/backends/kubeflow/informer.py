@@ -47,6 +47,9 @@ from dispatch.backends.kubeflow.client import (
 from dispatch.core.model import SchedulerUnreachable
 
 Predicate = Callable[[str, dict[str, Any]], bool]  # (event type, object) -> the write is seen
+# (collection, a deleted object) -> what to keep of it (None: nothing), shown with the cache
+KeepGone = Callable[["Watched", dict[str, Any]], dict[str, Any] | None]
+GONE_KEPT = 4096
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class Watched:
     res: ResourceType
     namespace: str | None
     labels: tuple[tuple[str, str | None], ...] = ()
+    fields: tuple[tuple[str, str], ...] = ()  # a field selector (equality only)
 
     @property
     def what(self) -> str:
@@ -93,6 +97,9 @@ class Reflector:
         self.watched = watched
         self._informer = informer
         self.items: dict[str, dict[str, Any]] = {}
+        # What deleted objects said, as ``keep_gone`` keeps it (a pod's failure evidence,
+        # M2: the Job controller deletes pods past backoffLimit), newest GONE_KEPT kept.
+        self.gone: dict[str, dict[str, Any]] = {}
         self.synced = False  # listed at least once
         self.outcome = False  # a first LIST has succeeded or failed
         self.refused: ApiAnswer | None = None
@@ -136,13 +143,14 @@ class Reflector:
         inf = self._informer
         w = self.watched
         labels = dict(w.labels)
+        fields = dict(w.fields)
         need_list = True
         failures = 0
         while not inf.stopping.is_set():
             try:
                 if need_list:
                     started = time.monotonic()
-                    items, rv = inf.kube.list_versioned(w.res, w.namespace, labels)
+                    items, rv = inf.kube.list_versioned(w.res, w.namespace, labels, fields)
                     with inf.cond:
                         self.items = {str(_meta(o).get("name")): o for o in items}
                         self._resource_version = rv
@@ -158,7 +166,8 @@ class Reflector:
                     need_list = False
                     failures = 0
                 stream = inf.kube.open_watch(
-                    w.res, w.namespace, labels, self._resource_version, inf.settings.watch_timeout_s
+                    w.res, w.namespace, labels, self._resource_version,
+                    inf.settings.watch_timeout_s, fields,
                 )
                 with inf.cond:
                     if inf.stopping.is_set() or self._relist:
@@ -219,10 +228,17 @@ class Reflector:
         if etype == "BOOKMARK":
             return
         name = str(_meta(obj).get("name"))
+        keep = self._informer.keep_gone
         if etype == "DELETED":
             self.items.pop(name, None)
+            kept = keep(self.watched, obj) if keep is not None else None
+            if kept is not None:
+                self.gone[name] = kept
+                if len(self.gone) > GONE_KEPT:
+                    del self.gone[next(iter(self.gone))]
         elif etype in ("ADDED", "MODIFIED"):
             self.items[name] = obj
+            self.gone.pop(name, None)
         else:
             return  # an event type this client does not know: ignored, the next LIST corrects
         self._informer.observed(self, etype, obj)
@@ -240,8 +256,14 @@ class View:
 class Informer:
     """The reflectors of one backend, made on first use of each collection."""
 
-    def __init__(self, kube: KubeClient, settings: InformerSettings = InformerSettings()) -> None:
+    def __init__(
+        self,
+        kube: KubeClient,
+        settings: InformerSettings = InformerSettings(),
+        keep_gone: KeepGone | None = None,
+    ) -> None:
         self.kube = kube
+        self.keep_gone = keep_gone
         self.settings = settings
         self.cond = threading.Condition()
         self.stopping = threading.Event()
@@ -332,7 +354,7 @@ class Informer:
                         BACKEND,
                         f"watch broken for more than {s.stale_after_s}s: {r.error}",
                     )
-                out.objects[w] = list(r.items.values())
+                out.objects[w] = [*r.items.values(), *r.gone.values()]
             return out
 
     def resource_versions(self) -> list[str]:

@@ -13,6 +13,12 @@ Kubeflow's docs)::
       labels: {team: a}                 # extra labels on the TrainJob
       annotations: {}
 
+Restarts (issue 35; docs/kubeflow.md "Who restarts what"): dispatch's rules should be the only
+recovery budget, but Trainer v2.3.0's ``runtimePatches`` patch no ``restartPolicy`` and no Job
+``backoffLimit`` (``PodSpecPatch`` / ``JobSpecPatch`` in its trainjob_types.go), so the TrainJob
+cannot switch Kubernetes' own restarts off: the runtime must (``restartPolicy: Never``,
+``backoffLimit: 0``), and the mapping reads native restarts where a runtime forces them.
+
 Idempotency: the object's name is derived from the token, so a repeated create answers
 409 AlreadyExists instead of making a second object; the token itself rides as a label.
 """

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from dispatch.backends.kubeflow.events import creation_failure
 from dispatch.backends.kubeflow.objects import (
     GATE_ANNOTATION,
     STOP_ANNOTATION,
@@ -37,6 +38,9 @@ from dispatch.backends.kubeflow.pod_errors import first_pod_error
 from dispatch.backends.kubeflow.pods import (
     DISRUPTION_KINDS,
     RANK_DEADLINE,
+    crash_loop,
+    job_restart_attempt,
+    job_slot,
     pending_signal,
     pod_alive,
     pod_end_signals,
@@ -45,6 +49,9 @@ from dispatch.backends.kubeflow.pods import (
     restart_attempt,
 )
 from dispatch.core.model import Cause, CauseKind, Execution, ObjectReport, Provenance, State
+
+# A reason of the TrainJob's Failed condition: its runtimeRef names no runtime Trainer runs.
+RUNTIME_NOT_SUPPORTED = "TrainingRuntimeNotSupported"
 
 
 def first_cause(signals: Iterable[tuple[int, datetime | None, Cause]]) -> Cause | None:
@@ -72,8 +79,12 @@ def failure_cause(
     said = join_words(*(words(what, cond) for what, cond in ended))
     at = next((parse_time(c.get("lastTransitionTime")) for _, c in ended), None)
     for _, cond in ended:
-        if cond.get("type") == "DeadlineExceeded" or cond.get("reason") == "DeadlineExceeded":
+        # DeadlineExceeded and TrainingRuntimeNotSupported are reasons of Failed, never
+        # condition types (Trainer v2.3.0 trainjob_types.go, the Job controller).
+        if cond.get("reason") == "DeadlineExceeded":
             return Cause(kind=CauseKind.TIME_LIMIT, detail=said, at=at)
+        if cond.get("reason") == RUNTIME_NOT_SUPPORTED:
+            return Cause(kind=CauseKind.LAUNCH_FAILED, detail=said, at=at)
     signals: list[tuple[int, datetime | None, Cause]] = []
     for job in jobs:
         for ctype in ("Failed", "FailureTarget"):
@@ -112,13 +123,15 @@ def failure_cause(
 
 
 def node_lost(
-    jobs: Sequence[Any],
     pods: Sequence[Any],
     lost: Mapping[str, tuple[datetime | None, str]],
     now: datetime,
 ) -> tuple[datetime, str] | None:
-    """The fence's input (S11): alive pods on a lost node, a lost-node disruption, or a Job
-    holding FailureTarget. Returns (since, words); since falls back to ``now``."""
+    """The fence's input (S11): alive pods on a lost node, or a disruption whose reason means
+    node loss (DeletionByTaintManager, DeletionByPodGC, DeletionByDeviceTaintManager). A Job's
+    FailureTarget is not one: every Job failure passes through it while its pods terminate
+    (the Job controller's BackoffLimitExceeded, PodFailurePolicy, DeadlineExceeded...).
+    Returns (since, words); since falls back to ``now``."""
     times: list[datetime | None] = []
     said: list[str] = []
     for pod in pods:
@@ -137,11 +150,6 @@ def node_lost(
         ):
             times.append(parse_time(disruption.get("lastTransitionTime")))
             said.append(f"{pod_ref(as_map(pod))}: {words('pod', disruption)}")
-    for job in jobs:
-        cond = true_condition(job, "FailureTarget")
-        if cond is not None and true_condition(job, "Failed") is None:
-            times.append(parse_time(cond.get("lastTransitionTime")))
-            said.append(f"job {name_of(job)}: {words('job', cond)}")
     if not said:
         return None
     known = [t for t in times if t is not None]
@@ -154,6 +162,47 @@ def node_lost(
 def _restarts(jobset: Any) -> int:
     value = as_int(as_map(as_map(jobset).get("status")).get("restarts"))
     return value if value is not None and value > 0 else 0
+
+
+def job_restarts(objs: Sequence[Any]) -> dict[tuple[str, str], int]:
+    """Per Job of the JobSet (replicated job, index): the newest job-restart-attempt seen on
+    its Jobs and pods (JobSet's RestartJob actions), when above 0."""
+    latest: dict[tuple[str, str], int] = {}
+    for obj in objs:
+        attempt = job_restart_attempt(obj)
+        if attempt is not None and attempt > 0:
+            slot = job_slot(obj)
+            latest[slot] = max(latest.get(slot, 0), attempt)
+    return latest
+
+
+def current_objects(jobset: Any, objs: Sequence[Any]) -> list[Any]:
+    """The objects of the JobSet's current attempt (no label: current, no JobSet yet) that a
+    RestartJob has not superseded."""
+    restarts = _restarts(jobset)
+    mine = [o for o in objs if restart_attempt(o) in (None, restarts)]
+    latest = job_restarts(mine)
+    return [
+        o for o in mine if (job_restart_attempt(o) or 0) >= latest.get(job_slot(o), 0)
+    ]
+
+
+def _job_restart_cause(slot: tuple[str, str], attempt: int, objs: Sequence[Any]) -> Cause:
+    """Why attempt ``attempt`` of one Job ended before JobSet's RestartJob recreated it."""
+    mine = [o for o in objs if job_slot(o) == slot and (job_restart_attempt(o) or 0) == attempt]
+    header = f"job {slot[0]}-{slot[1]}: job-restart-attempt={attempt + 1}"
+    note = f"JobSet RestartJob {attempt + 1} of job {slot[0]}-{slot[1]}"
+    found = first_cause(s for p in mine for s in pod_end_signals(p))
+    if found is None:
+        return Cause(kind=CauseKind.REQUEUED, detail=header, note=note)
+    return Cause(
+        kind=found.kind,
+        provenance=found.provenance,
+        detail=join_words(header, found.detail),
+        note=note,
+        exit_code=found.exit_code,
+        at=found.at,
+    )
 
 
 def _started(pods: Sequence[Any]) -> datetime | None:
@@ -201,19 +250,30 @@ def report_trainjob(
     pods: Sequence[Any],
     nodes: Iterable[Any],
     now: datetime,
+    events: Sequence[Any] = (),
 ) -> ObjectReport:
-    """One TrainJob and what hangs off it -> the ObjectReport (state, cause, executions)."""
+    """One TrainJob and what hangs off it -> the ObjectReport (state, cause, executions).
+    ``events``: Warning Events of its namespace (``events.creation_failure`` picks its own)."""
     tj = as_map(trainjob)
     js = as_map(jobset)
     ref = f"{namespace_of(tj)}/{name_of(tj)}"
     token = as_str(labels(tj).get(TOKEN_LABEL))
-    restarts = _restarts(js)
+    global_restarts = _restarts(js)
     # The current attempt's objects; objects without the label belong to it (no JobSet yet).
-    cur_jobs = [j for j in jobs if restart_attempt(j) in (None, restarts)]
-    cur_pods = [p for p in pods if restart_attempt(p) in (None, restarts)]
-    past = tuple(
-        Execution(index=i, cause=_restart_cause(i, jobs, pods, js)) for i in range(restarts)
-    )
+    attempt_objs = [
+        o for o in (*jobs, *pods) if restart_attempt(o) in (None, global_restarts)
+    ]
+    per_job = job_restarts(attempt_objs)
+    cur_jobs = current_objects(js, jobs)
+    cur_pods = current_objects(js, pods)
+    past_causes = [_restart_cause(i, jobs, pods, js) for i in range(global_restarts)]
+    past_causes += [
+        _job_restart_cause(slot, a, attempt_objs)
+        for slot, n in sorted(per_job.items())
+        for a in range(n)
+    ]
+    restarts = len(past_causes)
+    past = tuple(Execution(index=i, cause=c) for i, c in enumerate(past_causes))
     started = _started(cur_pods)
     cur_nodes = _nodes(cur_pods)
     spec = as_map(tj.get("spec"))
@@ -259,18 +319,10 @@ def report_trainjob(
     failed = [
         (what, cond)
         for what, obj in (("trainjob", tj), ("jobset", js))
-        for ctype in ("Failed", "DeadlineExceeded")
-        if (cond := true_condition(obj, ctype)) is not None
+        if (cond := true_condition(obj, "Failed")) is not None
     ]
     if failed:
         return ended(State.FAILED, failure_cause(failed, cur_jobs, cur_pods))
-    unsupported = true_condition(tj, "TrainingRuntimeNotSupported")
-    if unsupported is not None:
-        at = parse_time(unsupported.get("lastTransitionTime"))
-        return ended(
-            State.FAILED,
-            Cause(kind=CauseKind.LAUNCH_FAILED, detail=words("trainjob", unsupported), at=at),
-        )
 
     # Held: suspended (our gate, or someone's).
     suspended = true_condition(tj, "Suspended")
@@ -287,13 +339,18 @@ def report_trainjob(
         )
         return live(State.HELD, cause)
 
-    # The fence: alive, but a node under it is lost or a Job waits at FailureTarget.
+    # Its objects cannot be made (M5): only an Event says so.
+    cannot = creation_failure(tj, jobset, jobs, events)
+    if cannot is not None:
+        return live(State.PENDING, cannot)
+
+    # The fence: alive, but a node under it is lost (or its pods are deleted for node loss).
     active = any(pod_alive(p) for p in cur_pods) or any(
         (as_int(as_map(s).get("active")) or 0) > 0
         for s in as_list(as_map(tj.get("status")).get("jobsStatus"))
     )
     if active:
-        lost = node_lost(cur_jobs, cur_pods, lost_nodes(nodes), now)
+        lost = node_lost(cur_pods, lost_nodes(nodes), now)
         if lost is not None:
             since, said = lost
             return live(
@@ -305,6 +362,11 @@ def report_trainjob(
         sig = pending_signal(pod)
         if sig is not None:
             return live(*sig)
+    # Restarts in place (a runtime's restartPolicy OnFailure): a crash loop is a failure in
+    # progress, recovering with its last termination; running again keeps dispatch's note.
+    loops = [sig for p in cur_pods if (sig := crash_loop(p)) is not None]
+    if loops:
+        return live(*min(loops, key=lambda sc: sc[0] is not State.RECOVERING))
     running = any(as_map(as_map(p).get("status")).get("phase") == "Running" for p in cur_pods) or (
         not cur_pods
         and any(
@@ -325,6 +387,12 @@ def report_trainjob(
             Cause(kind=CauseKind.RELEASED, detail=words("trainjob", resumed), at=at),
         )
     return live(State.PENDING, Cause(kind=CauseKind.NONE))
+
+
+def awaits_evidence(report: ObjectReport) -> bool:
+    """A failed end that names no cause: its pods' evidence (an exit, an OOM, a disruption)
+    may still be on its way on another watch (M11), so it is not committed at once."""
+    return report.state is State.FAILED and report.cause.kind is CauseKind.UNKNOWN
 
 
 # Who deleted a TrainJob when the API server says only that it is being deleted.

@@ -16,6 +16,12 @@ GATE_ANNOTATION = "dispatch.io/gate"
 STOP_ANNOTATION = "dispatch.io/stop"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+# JobSet's RestartJob / RestartJobAndIgnoreMaxRestarts actions recreate one Job and bump this
+# (a label and an annotation on the Job and its pods), not status.restarts (JobSet v0.12.0
+# pkg/constants JobRestartAttemptKey).
+JOB_RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/job-restart-attempt"
+REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 
 # Node taints that mean the node (and so the pods on it) may be gone (docs/scheduler-signals.md).
 LOST_NODE_TAINTS = frozenset(

@@ -10,6 +10,9 @@ from datetime import datetime
 from typing import Any
 
 from dispatch.backends.kubeflow.objects import (
+    JOB_INDEX_LABEL,
+    JOB_RESTART_ATTEMPT_LABEL,
+    REPLICATED_JOB_LABEL,
     RESTART_ATTEMPT_LABEL,
     as_int,
     as_list,
@@ -30,6 +33,9 @@ DISRUPTION_KINDS: dict[str, CauseKind] = {
     "EvictionByEvictionAPI": CauseKind.PREEMPTED,
     "DeletionByTaintManager": CauseKind.NODE_LOST,
     "DeletionByPodGC": CauseKind.NODE_LOST,
+    # A device (a GPU) on the node tainted NoExecute: the hardware under the pod is lost
+    # (Kubernetes pkg/controller/devicetainteviction).
+    "DeletionByDeviceTaintManager": CauseKind.NODE_LOST,
 }
 # What the kubelet itself writes when it ends a pod (DisruptionTarget reason
 # TerminationByKubelet, or the pod's status reason/message), from Kubernetes'
@@ -44,9 +50,25 @@ KUBELET_MESSAGES: dict[str, CauseKind] = {
     "Pod was preempted by Kubelet to accommodate a critical pod.": CauseKind.PREEMPTED,
     "Preempted in order to admit critical pod": CauseKind.PREEMPTED,
 }
+# The kubelet's waiting reasons that mean the container cannot be started (Kubernetes
+# pkg/kubelet/images/types.go, kuberuntime/kuberuntime_container.go, container/sync_result.go).
+# CrashLoopBackOff is not here: it follows a start that happened (``crash_loop``), and is a
+# launch failure only when the last termination was one (StartError, ContainerCannotRun).
 WAITING_LAUNCH_FAILED = frozenset(
-    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError"}
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "ImageInspectError",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
 )
+# A pod's status.reason that the kubelet writes when it ends the pod itself: eviction,
+# preemption for a critical pod, a graceful node shutdown ("Terminated", nodeshutdown_manager.go).
+KUBELET_POD_REASONS = frozenset({"Evicted", "Preempting", "Terminated"})
 TERMINATED_LAUNCH_FAILED = frozenset({"StartError", "ContainerCannotRun"})
 ALIVE_POD_PHASES = frozenset({"Pending", "Running"})
 
@@ -148,7 +170,7 @@ def pod_end_signals(pod: Any) -> list[tuple[int, datetime | None, Cause]]:
             )
         )
     status = as_map(p.get("status"))
-    if status.get("reason") in ("Evicted", "Preempting"):
+    if status.get("reason") in KUBELET_POD_REASONS:
         message = as_str(status.get("message")) or ""
         found.append(
             (
@@ -191,6 +213,56 @@ def pending_signal(pod: Any) -> tuple[State, Cause] | None:
             return State.PENDING, Cause(kind=CauseKind.NO_CAPACITY, detail=said, at=at)
         if reason == "SchedulingGated":
             return State.HELD, Cause(kind=CauseKind.HELD, detail=said, at=at)
+        if reason == "SchedulerError":
+            # The scheduler's own internal error (e.g. a nodeAffinity it cannot parse): not
+            # capacity, not surely the job's fault. Pending, the words kept, never guessed.
+            return State.PENDING, Cause(kind=CauseKind.UNKNOWN, detail=said, at=at)
+    return None
+
+
+def crash_loop(pod: Any) -> tuple[State, Cause] | None:
+    """A container Kubernetes restarts in place (a runtime's ``restartPolicy: OnFailure``;
+    JobSet's webhook defaults it): restartCount > 0 and a last termination. Waiting again
+    (CrashLoopBackOff or any other wait): recovering, the cause read from that last termination
+    (exit code, reason, message); running again: running, the restarts in dispatch's note.
+    None when no container of the pod was restarted."""
+    p = as_map(pod)
+    for cs in _container_statuses(p):
+        count = as_int(cs.get("restartCount")) or 0
+        term = as_map(as_map(cs.get("lastState")).get("terminated"))
+        if count <= 0 or not term:
+            continue
+        state = as_map(cs.get("state"))
+        note = (
+            f"restarted in place by Kubernetes {count} time(s) (restartPolicy OnFailure),"
+            " not by a dispatch rule"
+        )
+        sig = _terminated_signal(p, cs, term)
+        waiting = as_map(state.get("waiting"))
+        if not waiting:
+            if state.get("running") is not None:
+                return State.RUNNING, Cause(kind=CauseKind.NONE, note=note)
+            continue
+        said = (
+            f"{pod_ref(p)} container {cs.get('name')}: waiting reason={waiting.get('reason')}"
+            f" restartCount={count}"
+        )
+        if waiting.get("message"):
+            said += f" message={waiting.get('message')!r}"
+        if sig is None:
+            code = as_int(term.get("exitCode"))
+            cause = Cause(kind=CauseKind.UNKNOWN, detail=said, exit_code=code, note=note)
+        else:
+            _, _, last = sig
+            cause = Cause(
+                kind=last.kind,
+                provenance=last.provenance,
+                detail=f"{said}; last {last.detail}",
+                exit_code=last.exit_code,
+                note=note,
+                at=last.at,
+            )
+        return State.RECOVERING, cause
     return None
 
 
@@ -207,6 +279,92 @@ def restart_attempt(obj: Any) -> int | None:
     return int(text) if text is not None and text.isdigit() else None
 
 
+def job_restart_attempt(obj: Any) -> int | None:
+    """JobSet's per-Job restart attempt (RestartJob), from the label or the annotation."""
+    for where in (labels(obj), as_map(as_map(as_map(obj).get("metadata")).get("annotations"))):
+        text = as_str(where.get(JOB_RESTART_ATTEMPT_LABEL))
+        if text is not None and text.isdigit():
+            return int(text)
+    return None
+
+
+def job_slot(obj: Any) -> tuple[str, str]:
+    """Which Job of the JobSet an object belongs to: (replicated job, job index)."""
+    lab = labels(obj)
+    return as_str(lab.get(REPLICATED_JOB_LABEL)) or "", as_str(lab.get(JOB_INDEX_LABEL)) or ""
+
+
 # -- the failure and the fence -----------------------------------------------------------------
 
 
+
+
+# -- the evidence kept past the pod (issue 35, M2) ----------------------------------------------
+
+
+def _ended_badly(term: Mapping[str, Any]) -> bool:
+    code = as_int(term.get("exitCode"))
+    return code not in (None, 0) or as_str(term.get("reason")) == "OOMKilled"
+
+
+def evidence_of(pod: Any) -> dict[str, Any] | None:
+    """What a pod says about a failure, kept as a pod that has ended (phase Failed) so the
+    mapping reads it the same way once the Job controller has deleted the pod: its
+    identifying metadata, node, disruption condition, the kubelet's status words, and each
+    container's last bad termination (exit code, reason, message) as its state. None when the
+    pod shows no failure. Pure."""
+    p = as_map(pod)
+    status = as_map(p.get("status"))
+    kept: dict[str, list[dict[str, Any]]] = {}
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for cs in as_list(status.get(key)):
+            c = as_map(cs)
+            for holder in (as_map(c.get("state")), as_map(c.get("lastState"))):
+                term = as_map(holder.get("terminated"))
+                if term:
+                    if _ended_badly(term):
+                        kept.setdefault(key, []).append({
+                            "name": c.get("name"),
+                            "restartCount": c.get("restartCount"),
+                            "state": {"terminated": dict(term)},
+                        })
+                    break
+    disruption = true_condition(p, "DisruptionTarget")
+    kubelet = status.get("reason") in KUBELET_POD_REASONS
+    if not kept and disruption is None and not kubelet:
+        return None
+    md = as_map(p.get("metadata"))
+    out_status: dict[str, Any] = {"phase": "Failed", **kept}
+    if disruption is not None:
+        out_status["conditions"] = [dict(disruption)]
+    if kubelet:
+        out_status["reason"] = status.get("reason")
+        out_status["message"] = status.get("message")
+    return {
+        "metadata": {
+            key: md.get(key)
+            for key in ("name", "namespace", "uid", "labels", "annotations")
+            if md.get(key) is not None
+        },
+        "spec": {"nodeName": pod_node(p)} if pod_node(p) else {},
+        "status": out_status,
+    }
+
+
+def with_evidence(
+    pods: list[Any], kept: Mapping[str, Any]
+) -> tuple[list[Any], dict[str, Any]]:
+    """The pods to map (those the API server still has, plus the kept evidence of those it no
+    longer has) and the evidence to keep (by pod uid; the newest look of a pod wins). Pure."""
+    now_kept = dict(kept)
+    present = set()
+    for pod in pods:
+        uid = as_str(as_map(as_map(pod).get("metadata")).get("uid"))
+        if uid is None:
+            continue
+        present.add(uid)
+        found = evidence_of(pod)
+        if found is not None:
+            now_kept[uid] = found
+    gone = [ev for uid, ev in now_kept.items() if uid not in present]
+    return [*pods, *gone], now_kept

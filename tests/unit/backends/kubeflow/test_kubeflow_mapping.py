@@ -495,10 +495,11 @@ ROWS = [
         lambda: row(
             trainjob(
                 [
+                    # Trainer v2.3.0: a reason of Failed (trainjob_controller.go), never a type
                     cond(
-                        "TrainingRuntimeNotSupported",
-                        reason="Unsupported",
-                        message="runtime torch not found",
+                        "Failed",
+                        reason="TrainingRuntimeNotSupported",
+                        message="unsupported runtime: ClusterTrainingRuntime.trainer.kubeflow.org",
                     )
                 ],
                 active=0,
@@ -508,7 +509,7 @@ ROWS = [
         CauseKind.LAUNCH_FAILED,
         Provenance.SCHEDULER,
         None,
-        "runtime torch not found",
+        "unsupported runtime",
     ),
     (
         "image-pull-error",
@@ -614,7 +615,9 @@ ROWS = [
         "node.kubernetes.io/unreachable",
     ),
     (
-        "failure-target-stuck-pods-terminating",
+        # M3: every Job failure passes through FailureTarget while its pods terminate;
+        # it is not node loss (the old row read it as node-lost).
+        "failure-target-is-not-node-loss",
         lambda: row(
             trainjob(),
             jobset(),
@@ -633,10 +636,10 @@ ROWS = [
             [pod(0, deleting=True), pod(1, node_name="n2", deleting=True)],
         ),
         State.RUNNING,
-        CauseKind.NODE_LOST,
+        CauseKind.NONE,
         Provenance.SCHEDULER,
         None,
-        "FailureTarget",
+        "",
     ),
     (
         "restarted-recovering",
@@ -688,22 +691,25 @@ def test_node_lost_since_is_the_taint_time_inside_the_window() -> None:
     assert report.alive and report.cause.at == report.lost_since
 
 
-def test_failure_target_since_is_its_transition_time() -> None:
-    report = row(
-        trainjob(),
-        jobset(),
-        [
-            job(
-                [
-                    builtin_cond(
-                        "FailureTarget", reason="PodFailurePolicy", at="2026-03-01T10:03:00Z"
-                    )
-                ]
-            )
-        ],
-        [pod(0, deleting=True)],
-    )
+def test_a_failure_target_of_any_reason_never_fences() -> None:
+    # M3: BackoffLimitExceeded, PodFailurePolicy, DeadlineExceeded all pass through
+    # FailureTarget (Kubernetes pkg/controller/job); none of them is node loss.
+    for reason in ("BackoffLimitExceeded", "PodFailurePolicy", "DeadlineExceeded"):
+        failing = job([builtin_cond("FailureTarget", reason=reason, at="2026-03-01T10:03:00Z")])
+        report = row(trainjob(), jobset(), [failing], [pod(0, deleting=True)])
+        assert report.cause.kind is not CauseKind.NODE_LOST, reason
+        assert report.lost_since is None
+
+
+@pytest.mark.parametrize("reason", ["DeletionByTaintManager", "DeletionByPodGC",
+                                    "DeletionByDeviceTaintManager"])
+def test_a_node_loss_disruption_fences_from_its_transition_time(reason: str) -> None:
+    lost = pod(0, deleting=True, conditions=[
+        builtin_cond("DisruptionTarget", reason=reason, at="2026-03-01T10:03:00Z")])
+    report = row(trainjob(), jobset(), [job()], [lost])
+    assert report.state is State.RUNNING and report.cause.kind is CauseKind.NODE_LOST
     assert report.lost_since == datetime(2026, 3, 1, 10, 3, tzinfo=UTC)
+    assert reason in report.cause.detail
 
 
 def test_lost_node_without_a_time_falls_back_to_now() -> None:
@@ -930,3 +936,113 @@ def test_a_message_with_quotes_and_a_newline_is_kept_verbatim() -> None:
 ])
 def test_who_deleted_a_trainjob(metadata: dict[str, object], who: str | None) -> None:
     assert deleted_by({"metadata": metadata}) == who
+
+
+# -- issue 35: what the real controllers do ----------------------------------------------------
+
+
+def crash_looping(count: int, last: dict[str, Any], now_state: dict[str, Any]) -> dict[str, Any]:
+    """A pod restarted in place (JobSet's webhook defaults restartPolicy OnFailure)."""
+    obj = pod(0)
+    cs = obj["status"]["containerStatuses"][0]
+    cs.update(restartCount=count, lastState=last, state=now_state, ready=False)
+    schemas.validate("Pod", obj)
+    return obj
+
+
+def test_a_crash_loop_is_recovering_with_its_last_termination() -> None:
+    # M1: pod Running, container waiting CrashLoopBackOff, restartCount rising.
+    last = {"terminated": {"reason": "Error", "exitCode": 3, "finishedAt": T1,
+                           "message": "ValueError: bad lr"}}
+    looping = crash_looping(4, last, waiting("CrashLoopBackOff", "back-off 40s restarting"))
+    report = row(trainjob(), jobset(), [job()], [looping])
+    assert report.state is State.RECOVERING
+    assert report.cause.kind is CauseKind.NON_ZERO_EXIT
+    assert report.cause.provenance is Provenance.APPLICATION
+    assert report.cause.exit_code == 3
+    assert "restartCount=4" in report.cause.detail
+    assert "CrashLoopBackOff" in report.cause.detail
+    assert "ValueError: bad lr" in report.cause.detail
+    assert "not by a dispatch rule" in report.cause.note
+
+
+def test_a_crash_loop_after_an_oom_is_out_of_memory_and_after_a_start_error_launch_failed() -> None:
+    oom = {"terminated": {"reason": "OOMKilled", "exitCode": 137, "finishedAt": T1}}
+    start = {"terminated": {"reason": "StartError", "exitCode": 128, "finishedAt": T1}}
+    for last, kind in ((oom, CauseKind.OUT_OF_MEMORY), (start, CauseKind.LAUNCH_FAILED)):
+        report = row(trainjob(), jobset(), [job()],
+                     [crash_looping(1, last, waiting("CrashLoopBackOff"))])
+        assert (report.state, report.cause.kind) == (State.RECOVERING, kind)
+
+
+def test_a_container_running_again_after_a_restart_in_place_says_so() -> None:
+    last = {"terminated": {"reason": "Error", "exitCode": 3, "finishedAt": T1}}
+    report = row(trainjob(), jobset(), [job()],
+                 [crash_looping(2, last, {"running": {"startedAt": T1}})])
+    assert report.state is State.RUNNING
+    assert "restarted in place by Kubernetes 2 time(s)" in report.cause.note
+
+
+@pytest.mark.parametrize("reason", ["CreateContainerError", "RunContainerError",
+                                    "ErrImageNeverPull", "ImageInspectError"])
+def test_waiting_reasons_that_cannot_start_a_container_are_launch_failed(reason: str) -> None:
+    # M6: the kubelet's words (pkg/kubelet/images, kuberuntime, container/sync_result.go).
+    stuck = pod(0, phase="Pending", state=waiting(reason, "the runtime's words"))
+    report = row(trainjob(), jobset(), [job()], [stuck])
+    assert report.cause.kind is CauseKind.LAUNCH_FAILED
+    assert reason in report.cause.detail and "the runtime's words" in report.cause.detail
+
+
+def test_a_deadline_exceeded_condition_type_is_not_read() -> None:
+    # M8: DeadlineExceeded is a reason of Failed, never a condition type.
+    odd = trainjob([cond("DeadlineExceeded", reason="DeadlineExceeded")])
+    report = row(odd, jobset(), [job()], [pod(0)])
+    assert report.state is State.RUNNING
+
+
+def test_a_scheduler_error_is_pending_unknown_with_its_words() -> None:
+    # M9: PodScheduled=False reason SchedulerError (k8s.io/api core/v1 PodReasonSchedulerError).
+    waiting_pod = pod(0, phase="Pending", scheduled=False, conditions=[builtin_cond(
+        "PodScheduled", status="False", reason="SchedulerError",
+        message="nodeaffinity: parse error")])
+    report = row(trainjob(), jobset(), [job()], [waiting_pod])
+    assert (report.state, report.cause.kind) == (State.PENDING, CauseKind.UNKNOWN)
+    assert "nodeaffinity: parse error" in report.cause.detail
+
+
+def test_a_pod_the_kubelet_terminated_for_node_shutdown_is_node_lost() -> None:
+    # M9: the pod's status reason "Terminated" (kubelet nodeshutdown_manager.go).
+    ended = pod(0, phase="Failed", state=terminated("Error", 143))
+    ended["status"].update(reason="Terminated",
+                           message="Pod was terminated in response to imminent node shutdown.")
+    schemas.validate("Pod", ended)
+    report = row(trainjob([FAILED_JOBS], active=0), jobset([FAILED_JOBS]), [job(active=0)],
+                 [ended])
+    assert (report.state, report.cause.kind) == (State.FAILED, CauseKind.NODE_LOST)
+
+
+def _restarted_job(attempt: int, active: int) -> dict[str, Any]:
+    obj = job(active=active)
+    obj["metadata"]["name"] = f"{NAME}-node-0-j{attempt}"
+    obj["metadata"]["labels"].update({
+        "jobset.sigs.k8s.io/job-restart-attempt": str(attempt),
+        "jobset.sigs.k8s.io/replicatedjob-name": "node", "jobset.sigs.k8s.io/job-index": "0"})
+    return obj
+
+
+def test_jobset_restart_job_attempts_are_past_executions() -> None:
+    # M7: RestartJob bumps job-restart-attempt (JobSet v0.12.0), not status.restarts.
+    old = pod(0, phase="Failed", state=terminated("Error", 3))
+    old["metadata"]["labels"].update({
+        "jobset.sigs.k8s.io/job-restart-attempt": "0",
+        "jobset.sigs.k8s.io/replicatedjob-name": "node", "jobset.sigs.k8s.io/job-index": "0"})
+    new = pod(1)
+    new["metadata"]["labels"].update({
+        "jobset.sigs.k8s.io/job-restart-attempt": "1",
+        "jobset.sigs.k8s.io/replicatedjob-name": "node", "jobset.sigs.k8s.io/job-index": "0"})
+    report = row(trainjob(), jobset(), [_restarted_job(1, 1)], [old, new])
+    assert [e.index for e in report.executions] == [0, 1]
+    first = report.executions[0].cause
+    assert first is not None and first.kind is CauseKind.NON_ZERO_EXIT and first.exit_code == 3
+    assert "RestartJob 1" in first.note
+    assert report.state is State.RUNNING and report.executions[1].cause is None
