@@ -127,6 +127,8 @@ def submit(spec_path: Path, dry_run: bool, store_url: str | None, as_json: bool,
         notifier.close()
         view = service.view(job_id)
         show(view, as_json)
+        if not as_json:
+            _say_unsupervised(service, view)
     # A root that could not be made reads as an empty one afterwards: the submission's own
     # word counts too, not only what the view shows now.
     problem = view.problem if view.scheduler == SCHEDULER_UNREACHABLE else (
@@ -138,6 +140,14 @@ def submit(spec_path: Path, dry_run: bool, store_url: str | None, as_json: bool,
                    f"({problem}); a running `dispatch supervise` submits it (or carries "
                    "it on) once the scheduler answers", err=True)
         sys.exit(EXIT_UNREACHABLE)
+
+
+def _say_unsupervised(service: Service, view: JobView) -> None:
+    """On stderr: no live supervisor serves this unfinished job's scope, and what to run."""
+    from dispatch.cli.notes import unsupervised_notes
+
+    for note in unsupervised_notes(service, [view]):
+        click.echo(note, err=True)
 
 
 def _notifier(webhook: str | None, command: str | None) -> Notifier:
@@ -336,6 +346,8 @@ def status(job: str, no_record: bool, backend: str | None, store_url: str | None
     with open_service(store_url) as service:
         view = service.view(job)
         show(view, as_json, service, verbose)
+        if not as_json:
+            _say_unsupervised(service, view)
         try:
             view.checked()  # an unreachable scheduler or an untrusted record: its exit code
         except DispatchError as e:
