@@ -1,5 +1,6 @@
-"""The job commands: submit, run, status, ls, watch, history, cancel, resubmit, give-up,
-supersede, logs. Each parses its input, calls the service, renders the result."""
+"""The job commands: submit, run, status, resubmit, give-up, supersede (cancel and prune:
+cli/bulk.py; ls, watch, history, logs: cli/reading.py). Each parses its input, calls the
+service, renders the result."""
 
 from __future__ import annotations
 
@@ -370,16 +371,6 @@ def _request(what: str, job: str, store_url: str | None, as_json: bool) -> None:
 @store_option
 @json_option
 @handle_errors
-def cancel(job: str, store_url: str | None, as_json: bool) -> None:
-    """Cancel a job: the supervisor cancels its objects and commits cancelled."""
-    _request("cancel", job, store_url, as_json)
-
-
-@click.command()
-@click.argument("job")
-@store_option
-@json_option
-@handle_errors
 def resubmit(job: str, store_url: str | None, as_json: bool) -> None:
     """Resolve a recovery hold by submitting the job again (spends no budget)."""
     _request("resubmit", job, store_url, as_json)
@@ -428,4 +419,4 @@ def supersede(job: str, foreground: bool, poll: float, with_logs: bool, store_ur
         show(service.view(new_id), as_json)
 
 
-COMMANDS = (submit, run, status, cancel, resubmit, give_up, supersede)
+COMMANDS = (submit, run, status, resubmit, give_up, supersede)
