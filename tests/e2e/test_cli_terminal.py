@@ -103,3 +103,25 @@ def test_nothing_moves_without_a_supervisor_and_the_cli_says_so(dispatch: Dispat
         assert quiet.returncode == 0 and "waits" in quiet.stdout, quiet.stderr
         assert "no live supervisor" not in quiet.stderr, (args, quiet.stderr)
     dispatch("cancel", "waits", check=True)
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_supervise_once_and_supervisors_read_on_a_terminal(dispatch: Dispatch,
+                                                          columns: int) -> None:
+    dispatch("submit", str(dispatch.spec("waits", script("print('hi')"))), check=True)
+    scope = dispatch.json("status", "waits")["scope"]
+    code, lines, err = shown(dispatch, columns, "supervise", "--once")
+    assert code == 0, err
+    assert lines[0].startswith("one pass: 1 job, "), lines  # a summary, not JSON
+    assert any(x.split()[:2] == [scope, "ticked,"] for x in lines), lines
+    # without --scope only the backends of live jobs are asked: here the local one
+    assert {x.split()[0] for x in lines[1:]} == {scope, "local"}, lines
+    code, raw, err = on_terminal(dispatch.argv("supervise", "--once", "--json"),
+                                 dispatch.env, str(dispatch.tmp), columns)
+    assert code == 0 and json.loads(raw)["scopes"][scope]["ticked"], err
+    code, lines, err = shown(dispatch, columns, "supervisors")
+    assert code == 0, err
+    assert all(len(x) <= columns for x in lines), lines
+    assert lines[0].split()[:3] == ["SCOPE", "STATE", "ACTIVE"]
+    row = next(x for x in lines if x.startswith(scope + " "))  # the scope on one line
+    assert row.split()[1] == "released"
