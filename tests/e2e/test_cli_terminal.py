@@ -81,7 +81,7 @@ def test_nothing_moves_without_a_supervisor_and_the_cli_says_so(dispatch: Dispat
     # a bare ls after the demo: the finished jobs it hides, counted, and how to see them
     code, lines, err = shown(dispatch, 80, "ls")
     assert code == 0 and lines == ["JOB  NAME  STATE  CAUSE  SUBMISSIONS  BUDGET USED  AGE"]
-    assert "1 finished job not shown: `dispatch ls --all` shows them" in err, err
+    assert "1 finished job not shown: `dispatch ls --all` shows it" in err, err
     assert done not in err
     spec = dispatch.spec("waits", script("import time; time.sleep(300)"))
     submitted = dispatch("submit", str(spec))

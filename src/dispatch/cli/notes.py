@@ -63,8 +63,9 @@ def hidden_line(hidden: int, filters: Sequence[str]) -> list[str]:
     if not hidden:
         return []
     again = " ".join(["dispatch ls", *filters])
+    them = "them" if hidden != 1 else "it"
     return [f"{hidden} finished job{'s' if hidden != 1 else ''} not shown: `{again} --all` "
-            f"shows them (`{again} --state failed` only the failed ones)"]
+            f"shows {them} (`{again} --state failed` only the failed ones)"]
 
 
 def hidden_note(service: Service, *, backend: str | None, name: str | None,
