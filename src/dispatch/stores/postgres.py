@@ -407,7 +407,10 @@ class PostgresStore(RecordStore):
         return [job_row(self.describe(), r) for r in self._query("list jobs", sql, params)]
 
     def prune(self, before_us: int, *, act: bool = False) -> list[str]:
-        return self._write("prune", *pg_prune_steps(before_us, act))
+        try:
+            return self._write("prune", *pg_prune_steps(before_us, act))
+        except psycopg.Error as err:
+            raise self._fail("prune finished jobs", err) from None
 
     def stamp(self) -> tuple[int, int]:
         count, versions = self._query("look for changes", stamp_sql("dispatch_jobs"))[0]

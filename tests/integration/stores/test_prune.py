@@ -15,7 +15,7 @@ from tests.integration.stores.test_supersede import DECL, T0, created, failed
 from dispatch.core.record import fold
 from dispatch.service.requests import supersede
 from dispatch.stores import snapshot
-from dispatch.stores.base import JobNotFound, RecordStore, sort_key_us
+from dispatch.stores.base import JobNotFound, RecordStore, StoreError, sort_key_us
 
 CUT = sort_key_us(T0 + timedelta(seconds=1))  # created_us of created(..., us=N) is below
 
@@ -64,3 +64,24 @@ def test_a_supersede_chain_goes_whole_or_not_at_all(store: RecordStore,
     # a cutoff after both: the chain goes, both jobs whole
     assert sorted(store.prune(second_us + 1, act=True)) == sorted(["first", second])
     assert rows_of(backdoor, "first") == rows_of(backdoor, second) == (0, 0, 0)
+
+
+def test_a_prune_that_fails_part_way_removes_nothing(store: RecordStore,
+                                                    backdoor: Backdoor) -> None:
+    for i, job_id in enumerate(("first", "second", "third")):
+        store.create(created(job_id, us=i + 1))
+        store.append(job_id, [failed()], 1)
+    # The database refuses to remove the last job's row, after the others' rows, events
+    # and snapshots were deleted in the same transaction.
+    backdoor.execute(
+        "CREATE TRIGGER refuse BEFORE DELETE ON jobs WHEN old.job_id = 'third' "
+        "BEGIN SELECT RAISE(ABORT, 'planted refusal'); END",
+        "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF old.job_id = 'third' THEN RAISE EXCEPTION 'planted refusal'; END IF; "
+        "RETURN old; END $$; CREATE TRIGGER refuse BEFORE DELETE ON dispatch_jobs "
+        "FOR EACH ROW EXECUTE FUNCTION refuse()")
+    with pytest.raises(StoreError, match="planted refusal"):
+        store.prune(CUT, act=True)
+    for job_id in ("first", "second", "third"):
+        assert rows_of(backdoor, job_id) == (1, 2, 0), job_id
+        assert len(store.read(job_id)) == 2
