@@ -90,3 +90,20 @@ def test_utc_is_per_invocation(env: dict[str, str], tmp_path: Path) -> None:
     assert render.when(at).endswith(" UTC")
     invoke(env, "ls")
     assert not render.when(at).endswith(" UTC")
+
+
+def test_a_mistyped_job_name_gets_the_closest_names(env: dict[str, str],
+                                                   tmp_path: Path) -> None:
+    for name in ("training-nan", "training-ok"):
+        spec = tmp_path / f"{name}.yaml"
+        spec.write_text(f'name: {name}\nbackend: local\ncommand: ["true"]\n')
+        code, _, err = invoke(env, "submit", str(spec))
+        assert code == 0, err
+    code, _, err = invoke(env, "status", "trainng-nan")
+    assert code == 3
+    assert "no such job: trainng-nan (did you mean 'training-nan'" in err, err
+    code, out, _ = invoke(env, "cancel", "training-nam", "--json")
+    assert code == 3
+    assert "did you mean 'training-nan'" in json.loads(out)["error"]["message"]
+    code, _, err = invoke(env, "history", "resnet-sweep")
+    assert code == 3 and "did you mean" not in err  # nothing close: no guess

@@ -79,8 +79,9 @@ def test_a_pipe_gets_whole_rows_and_plain_gets_tabs(dispatch: Dispatch) -> None:
     assert all(row == row.rstrip() for row in rows)  # no padding after the last column
     plain = dispatch("ls", "--all", "--plain", check=True).stdout.splitlines()
     assert plain[0].split("\t") == ["JOB", "NAME", "STATE", "CAUSE", "SUBMISSIONS",
-                                    "BUDGET USED", "AGE"]
+                                    "BUDGET USED", "AGE", "ERROR"]
     assert plain[1].split("\t")[:5] == [job, name, "succeeded", "none (exit 0)", "1"]
+    assert plain[1].split("\t")[-1] == ""  # it succeeded: no error, an empty last cell
 
 
 def test_watch_on_a_pipe_prints_each_refresh(dispatch: Dispatch) -> None:

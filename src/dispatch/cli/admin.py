@@ -71,13 +71,15 @@ def _policy_from_file(file: Path) -> RecoveryPolicy:
 @click.command()
 @click.option("--poll", type=SECONDS, default=2.0, show_default=True,
               help="Seconds between ticks.")
-@click.option("--once", is_flag=True, help="Run one tick and exit.")
+@click.option("--once", is_flag=True, help="Run one tick and exit, printing what it did (a "
+              "summary on a terminal; JSON with --json or on a pipe).")
 @scope_options
 @store_option
+@json_option
 @notify_options
 @handle_errors
 def supervise(poll: float, once: bool, scopes: tuple[str, ...], lease_s: float,
-              store_url: str | None, escalation_webhook: str | None,
+              store_url: str | None, as_json: bool, escalation_webhook: str | None,
               escalation_command: str | None) -> None:
     """Supervise every unfinished job of the scopes served until SIGTERM/SIGINT (a clean
     stop hands the scopes over): one active supervisor per scope, the others standbys."""
@@ -86,7 +88,7 @@ def supervise(poll: float, once: bool, scopes: tuple[str, ...], lease_s: float,
                         else None)
     with open_service(store_url) as service:
         serve_scopes(service.store, service.backends, scopes, poll=poll, lease_s=lease_s,
-                     notifier=notifier, once=once)
+                     notifier=notifier, once=once, as_json=True if as_json else None)
         notifier.close()
 
 

@@ -17,7 +17,8 @@ import click
 # Which module defines each command (its ``COMMANDS`` tuple); tests check they agree.
 COMMAND_MODULES: dict[str, str] = {
     **{name: "dispatch.cli.jobs" for name in (
-        "submit", "run", "status", "cancel", "resubmit", "give-up", "supersede")},
+        "submit", "run", "status", "resubmit", "give-up", "supersede")},
+    **{name: "dispatch.cli.bulk" for name in ("cancel", "prune")},
     **{name: "dispatch.cli.reading" for name in ("ls", "watch", "history", "logs")},
     **{name: "dispatch.cli.admin" for name in ("policy", "supervise", "local")},
     "segment": "dispatch.cli.segment",

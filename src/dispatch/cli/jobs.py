@@ -1,5 +1,6 @@
-"""The job commands: submit, run, status, ls, watch, history, cancel, resubmit, give-up,
-supersede, logs. Each parses its input, calls the service, renders the result."""
+"""The job commands: submit, run, status, resubmit, give-up, supersede (cancel and prune:
+cli/bulk.py; ls, watch, history, logs: cli/reading.py). Each parses its input, calls the
+service, renders the result."""
 
 from __future__ import annotations
 
@@ -127,6 +128,8 @@ def submit(spec_path: Path, dry_run: bool, store_url: str | None, as_json: bool,
         notifier.close()
         view = service.view(job_id)
         show(view, as_json)
+        if not as_json:
+            _say_unsupervised(service, view)
     # A root that could not be made reads as an empty one afterwards: the submission's own
     # word counts too, not only what the view shows now.
     problem = view.problem if view.scheduler == SCHEDULER_UNREACHABLE else (
@@ -138,6 +141,14 @@ def submit(spec_path: Path, dry_run: bool, store_url: str | None, as_json: bool,
                    f"({problem}); a running `dispatch supervise` submits it (or carries "
                    "it on) once the scheduler answers", err=True)
         sys.exit(EXIT_UNREACHABLE)
+
+
+def _say_unsupervised(service: Service, view: JobView) -> None:
+    """On stderr: no live supervisor serves this unfinished job's scope, and what to run."""
+    from dispatch.cli.notes import unsupervised_notes
+
+    for note in unsupervised_notes(service, [view]):
+        click.echo(note, err=True)
 
 
 def _notifier(webhook: str | None, command: str | None) -> Notifier:
@@ -336,6 +347,8 @@ def status(job: str, no_record: bool, backend: str | None, store_url: str | None
     with open_service(store_url) as service:
         view = service.view(job)
         show(view, as_json, service, verbose)
+        if not as_json:
+            _say_unsupervised(service, view)
         try:
             view.checked()  # an unreachable scheduler or an untrusted record: its exit code
         except DispatchError as e:
@@ -351,16 +364,6 @@ def _request(what: str, job: str, store_url: str | None, as_json: bool) -> None:
             click.echo(f"{view.job}: {what.replace('_', '-')} requested; the supervisor "
                        "carries it out")
         show(view, as_json)
-
-
-@click.command()
-@click.argument("job")
-@store_option
-@json_option
-@handle_errors
-def cancel(job: str, store_url: str | None, as_json: bool) -> None:
-    """Cancel a job: the supervisor cancels its objects and commits cancelled."""
-    _request("cancel", job, store_url, as_json)
 
 
 @click.command()
@@ -416,4 +419,4 @@ def supersede(job: str, foreground: bool, poll: float, with_logs: bool, store_ur
         show(service.view(new_id), as_json)
 
 
-COMMANDS = (submit, run, status, cancel, resubmit, give_up, supersede)
+COMMANDS = (submit, run, status, resubmit, give_up, supersede)

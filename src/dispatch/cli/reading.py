@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -18,7 +19,7 @@ from dispatch.cli.common import (
     open_service,
     store_option,
 )
-from dispatch.core.model import State
+from dispatch.core.model import CauseKind, State
 from dispatch.errors import EXIT_CANCELLED
 from dispatch.service.views import cause_text, history_json, status_json
 from dispatch.support.clock import utcnow
@@ -30,14 +31,22 @@ PLAIN_HELP = ("Tab-separated lines (a header, then one line per job), for script
               "pipe the table is never cut or wrapped either way.")
 
 
+STATES = ["live", *(s.value for s in State)]
+
+
 @click.command("ls")
 @click.option("--all", "show_all", is_flag=True, help="Include finished jobs.")
 @click.option("--name", default=None, help="Only jobs with this name.")
-@click.option("--state", type=click.Choice([s.value for s in State]), default=None,
-              help="Only jobs in this state (a finished state implies --all).")
+@click.option("--state", type=click.Choice(STATES), default=None,
+              help="Only jobs in this state (a finished state implies --all; live: every "
+                   "unfinished job), as the HTTP API's state=.")
+@click.option("--cause", type=click.Choice([c.value for c in CauseKind]), default=None,
+              help="Only jobs whose cause is this (the job's own, else the last one it "
+                   "recovered from), as the HTTP API's cause=; implies --all.")
 @click.option("--backend", default=None, help="Only jobs of this backend.")
 @click.option("--since", default=None, metavar="TIME",
-              help="Only jobs created at or after TIME (ISO 8601, UTC unless it says).")
+              help="Only jobs created at or after TIME: ISO 8601 (UTC unless it says), or an "
+                   "age (90m, 2h, 30d, 1w).")
 @click.option("--limit", type=click.IntRange(min=1), default=100,
               show_default=True, help="At most this many jobs: the newest.")
 @click.option("--before", default=None, metavar="CURSOR",
@@ -46,24 +55,39 @@ PLAIN_HELP = ("Tab-separated lines (a header, then one line per job), for script
 @store_option
 @json_option
 @handle_errors
-def ls(show_all: bool, name: str | None, state: str | None, backend: str | None,
-       since: str | None, limit: int, before: str | None, plain: bool,
+def ls(show_all: bool, name: str | None, state: str | None, cause: str | None,
+       backend: str | None, since: str | None, limit: int, before: str | None, plain: bool,
        store_url: str | None, as_json: bool) -> None:
-    """Jobs: state, cause, submissions, budget used, age. The newest --limit jobs, oldest
-    first; when there are older ones, how to see them is said on stderr."""
+    """Jobs: state, cause, submissions, budget used, age, the application's error. The
+    newest --limit jobs, oldest first; when there are older ones, how to see them is said on
+    stderr, and so are the finished jobs a bare `ls` hides and the jobs no supervisor
+    serves."""
+    from dispatch.cli.notes import hidden_note, unsupervised_notes
     from dispatch.service.pages import ls_page, parse_cursor, parse_since
 
+    now = utcnow()
+    live = state == "live"
+    since_us = parse_since(since, now) if since is not None else None
     with open_service(store_url) as service:
-        page = ls_page(service, finished=show_all, state=State(state) if state else None,
-                       backend=backend, name=name,
-                       since_us=parse_since(since) if since is not None else None,
-                       limit=limit, before=parse_cursor(before) if before else None)
+        page = ls_page(service, finished=show_all,
+                       state=State(state) if state and not live else None, live=live,
+                       cause=CauseKind(cause) if cause else None, backend=backend,
+                       name=name, since_us=since_us, limit=limit,
+                       before=parse_cursor(before) if before else None)
+        notes = [] if as_json else unsupervised_notes(service, page.jobs)
+        if not (as_json or show_all or state or cause or before):
+            filters = [f"--{k} {shlex.quote(v)}" for k, v in (
+                ("name", name), ("backend", backend), ("since", since)) if v is not None]
+            notes += hidden_note(service, backend=backend, name=name, since_us=since_us,
+                                 filters=filters)
     if as_json:
         emit_json([status_json(v) for v in page.jobs])
     else:
-        render.print_table(page.jobs, utcnow(), plain=plain)
+        render.print_table(page.jobs, now, plain=plain)
     if page.older is not None:
         click.echo(f"older jobs: dispatch ls ... --before {page.older}", err=True)
+    for note in notes:
+        click.echo(note, err=True)
 
 
 @click.command()

@@ -175,64 +175,93 @@ def forecast_text(view: JobView) -> str:
     return "" if f is None else f"{f.state.value}?"
 
 
-def table(rows: Sequence[JobView], now: datetime) -> Table:
+def table(rows: Sequence[JobView], now: datetime, width: int | None = None) -> Table:
     """One row per job; a state marked "!" comes from the record alone (its scheduler could
-    not be asked: the caption says why)."""
+    not be asked: the caption says why). On a terminal (or with ``width``) the table fits
+    its width as cli/fit.py says: the application's error is the column that is cut."""
+    from rich.cells import cell_len
     from rich.table import Table
-    from rich.text import Text
 
     problems = sorted({visible(f"{v.status.backend if v.status else v.job}: scheduler "
                                f"{v.scheduler}: {v.problem}")
                        for v in rows if v.scheduler != SCHEDULER_OK})
     forecasts = any(v.status is not None and v.status.forecast is not None for v in rows)
+    errors = any(v.status is not None and v.status.error is not None for v in rows)
     caption = [f"! {p}" for p in problems]
     if forecasts:
         caption.append("FORECAST: what the plan will commit; not yet the state")
+    heads = [*COLUMNS, *(["FORECAST"] if forecasts else []), *(["ERROR"] if errors else [])]
+    cells = [_cells(v, now, forecasts, errors) for v in rows]
+    if width is None and styles_stdout():
+        width = out().width
+    widths: dict[str, int] | None = None
+    natural = {h: max([cell_len(h), *(c[i].cell_len for c in cells)])
+               for i, h in enumerate(heads)}
+    if width is not None:
+        from dispatch.cli.fit import SHORT_HEADERS, fit
+
+        short = {h: max([cell_len(s), *(c[heads.index(h)].cell_len for c in cells)])
+                 for h, s in SHORT_HEADERS.items() if h in natural}
+        widths = fit(natural, width, short)
+        if widths != natural:
+            heads_shown = [SHORT_HEADERS.get(h, h) for h in heads]
+        else:
+            heads_shown = heads
     t = Table(box=None, header_style="bold", pad_edge=False,
               caption="\n".join(caption) or None, caption_justify="left")
-    cols = list(COLUMNS)
-    for col in cols + (["FORECAST"] if forecasts else []):
-        t.add_column(col)
-    errors = any(v.status is not None and v.status.error is not None for v in rows)
-    if errors:  # the application's words, short; cut only on a terminal
-        cut = styles_stdout()
-        t.add_column("ERROR", no_wrap=cut, overflow="ellipsis" if cut else "fold",
-                     max_width=60 if cut else None)
-    for v in rows:
-        s = v.status
-        extra = [Text(forecast_text(v), style="italic")] if forecasts else []
-        if errors:
-            extra.append(Text(error_short(s.error) if s is not None and s.error else ""))
-        if s is None:
-            t.add_row(Text(visible(v.job)), Text("?"), state_text(v), Text(visible(v.problem)),
-                      "-", "-", "-", *extra)
-            continue
-        used = ", ".join(f"{k}={n}" for k, n in s.budget_used.items() if n) or "-"
-        t.add_row(Text(visible(s.job)), Text(visible(s.name)), state_text(v),
-                  Text(visible(cause_text(s.cause))), str(s.submissions), used,
-                  age(s.created_at, now), *extra)
+    shown = [i for i, h in enumerate(heads) if widths is None or h in widths]
+    for i in shown:
+        h = heads[i]
+        if widths is None:  # a pipe: nothing cut, an error folded rather than lost
+            t.add_column(h, overflow="fold" if h == "ERROR" else "ellipsis")
+        else:
+            t.add_column(heads_shown[i], width=widths[h], no_wrap=True, overflow="ellipsis")
+    for c in cells:
+        t.add_row(*(c[i] for i in shown))
     return t
+
+
+def _cells(v: JobView, now: datetime, forecasts: bool, errors: bool) -> list[Text]:
+    from rich.text import Text
+
+    s = v.status
+    extra = [Text(forecast_text(v), style="italic")] if forecasts else []
+    if errors:  # the application's words, short
+        extra.append(Text(error_short(s.error) if s is not None and s.error else ""))
+    if s is None:
+        return [Text(visible(v.job)), Text("?"), state_text(v), Text(visible(v.problem)),
+                Text("-"), Text("-"), Text("-"), *extra]
+    used = ", ".join(f"{k}={n}" for k, n in s.budget_used.items() if n) or "-"
+    return [Text(visible(s.job)), Text(visible(s.name)), state_text(v),
+            Text(visible(cause_text(s.cause))), Text(str(s.submissions)), Text(used),
+            Text(age(s.created_at, now)), *extra]
 
 
 COLUMNS = ("JOB", "NAME", "STATE", "CAUSE", "SUBMISSIONS", "BUDGET USED", "AGE")
 
 
+PLAIN_COLUMNS = (*COLUMNS, "ERROR")
+
+
 def plain_rows(rows: Sequence[JobView], now: datetime) -> list[str]:
     """``ls --plain``: a header and one tab-separated line per job, nothing cut or padded
-    (tabs and newlines inside a value are shown as escapes, so a row stays one row)."""
+    (tabs and newlines inside a value are shown as escapes, so a row stays one row). The
+    last column is the application's error, short (empty when it gave none)."""
     def cell(text: str) -> str:
         return visible(text).replace("\t", "\\t")
 
-    out = ["\t".join(COLUMNS)]
+    out = ["\t".join(PLAIN_COLUMNS)]
     for v in rows:
         s = v.status
         if s is None:
-            out.append("\t".join([cell(v.job), "?", "error", cell(v.problem), "-", "-", "-"]))
+            out.append("\t".join([cell(v.job), "?", "error", cell(v.problem), "-", "-", "-",
+                                  ""]))
             continue
         used = ", ".join(f"{k}={n}" for k, n in s.budget_used.items() if n) or "-"
         out.append("\t".join([cell(s.job), cell(s.name), state_text(v).plain,
                               cell(cause_text(s.cause)), str(s.submissions), used,
-                              age(s.created_at, now)]))
+                              age(s.created_at, now),
+                              cell(error_short(s.error)) if s.error is not None else ""]))
     return out
 
 

@@ -33,6 +33,7 @@ from dispatch.supervise.leases import (
     ScopeError,
     Supervision,
     resolve_scopes,
+    scopes_to_serve,
     supervisors_rows,
     unresolved_note,
 )
@@ -52,17 +53,23 @@ def scope_options(fn: F) -> F:
         "--scope", "scopes", multiple=True, metavar="SCOPE",
         help="Serve this scope: a backend (local, slurm, kubeflow: this machine's cluster of "
              "it, plus jobs recorded before scopes) or backend:cluster, e.g. slurm:clusterA. "
-             "Repeatable. Default: every backend this machine can reach.")(fn)
+             "Repeatable. Default: the local backend and the scopes of the unfinished jobs "
+             "(only the backends they use are asked which cluster they are), and the "
+             "scopes of jobs recorded later.")(fn)
     return fn
 
 
 def serve_scopes(store: RecordStore, backends: Callable[[str], Backend],
                  scopes: Sequence[str], *, poll: float, lease_s: float, notifier: Notifier,
-                 once: bool = False, echo: Callable[[str], None] = click.echo) -> None:
-    """Resolve the scopes, then serve them until SIGTERM/SIGINT (which hand the leases back).
-    ``once``: take each free scope, tick it once, hand it back, print a JSON summary."""
+                 once: bool = False, echo: Callable[[str], None] = click.echo,
+                 as_json: bool | None = None) -> None:
+    """Resolve the scopes (none given: the local backend and the scopes of live jobs, and
+    later ones as they come), then serve them until SIGTERM/SIGINT (which hand the leases
+    back). ``once``: take each free scope, tick it once, hand it back, print a summary: JSON
+    with ``as_json`` (None: when stdout is not a terminal), else lines for a person."""
     try:
-        resolved, unresolved = resolve_scopes(scopes, backends)
+        resolved, unresolved = (resolve_scopes(scopes, backends) if scopes else
+                                scopes_to_serve([], store, backends))
     except ScopeError as err:  # exit 2 with the reason, whichever CLI mounts this
         raise click.BadParameter(str(err), param_hint="--scope") from None
     for u in unresolved:
@@ -74,15 +81,23 @@ def serve_scopes(store: RecordStore, backends: Callable[[str], Backend],
             reports = sup.step()
         finally:
             sup.release_all()
-        echo(json.dumps(once_summary(resolved, reports, {s: lease for s in resolved
-                                                          if (lease := sup.book.get(s))},
-                                     sup.untick)))
+        summary = once_summary(resolved, reports, {s: lease for s in resolved
+                                                    if (lease := sup.book.get(s))},
+                               sup.untick)
+        if as_json is None:
+            from dispatch.cli.render import styles_stdout
+
+            as_json = not styles_stdout()
+        for line in [json.dumps(summary)] if as_json else once_lines(summary):
+            echo(line)
         return
 
     def stop(signum: int, _frame: Any) -> None:
         sup.stop()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    if not scopes:  # a job recorded later for a backend not served yet: served too
+        sup.follow_live_scopes()
     logging.getLogger("dispatch").setLevel(logging.INFO)
     click.echo(f"supervising as {sup.holder}: {', '.join(resolved)} (lease {lease_s:g}s)",
                err=True)
@@ -111,6 +126,26 @@ def once_summary(scopes: Sequence[str], reports: dict[str, TickReport],
             "unreachable": [u for r in reports.values() for u in r.unreachable],
             "errors": [e for r in reports.values() for e in r.errors],
             "scopes": per}
+
+
+def once_lines(summary: dict[str, Any]) -> list[str]:
+    """``supervise --once`` on a terminal: the totals, a line a scope, then what could not
+    be reached and the errors (the JSON summary's content, for a person)."""
+    def jobs(n: int, decisions: int) -> str:
+        return (f"{n} job{'s' if n != 1 else ''}, {decisions} "
+                f"decision{'s' if decisions != 1 else ''}")
+    from dispatch.cli.render import visible
+
+    lines = [f"one pass: {jobs(summary['jobs'], summary['decisions'])}"]
+    width = max((len(s) for s in summary["scopes"]), default=0)
+    for scope, r in summary["scopes"].items():
+        what = (f"ticked, {jobs(r['jobs'], r['decisions'])}" if r["ticked"] else
+                f"not ticked: {r['why']}"
+                + (f" (active supervisor: {r['held_by']})" if r.get("held_by") else ""))
+        lines.append(visible(f"  {scope:<{width}}  {what}"))
+    lines += [visible(f"unreachable: {u}") for u in summary["unreachable"]]
+    lines += [visible(f"error: {e}") for e in summary["errors"]]
+    return lines
 
 
 IDLE_HIDDEN = timedelta(days=1)
@@ -148,8 +183,14 @@ def supervisors(show_all: bool, store_url: str | None, as_json: bool) -> None:
         emit_json(rows)
         return
     table = Table(box=None, pad_edge=False)
-    for col in ("SCOPE", "STATE", "ACTIVE", "EPOCH", "SINCE", "LAST TICK", "LAG", "LIVE JOBS"):
-        table.add_column(col, overflow="fold")  # never cut a scope or holder short
+    # Never cut a scope or holder short: the scope is kept on one line (it is what a person
+    # reads along the row, and pastes into --scope); the holder folds when the row is narrow
+    # (at 80 columns a long host name), never below its header. JOBS: the live jobs.
+    longest = {"SCOPE": max([5, *(len(r["scope"]) for r in rows)]),
+               "ACTIVE": min(max([6, *(len(r["holder"] or "-") for r in rows)]), 12)}
+    for col in ("SCOPE", "STATE", "ACTIVE", "EPOCH", "SINCE", "LAST TICK", "LAG", "JOBS"):
+        table.add_column(col, overflow="fold", no_wrap=col != "ACTIVE",
+                         min_width=longest.get(col))
     style = {"active": "green", "unserved": "bold red", "expired": "bold red",
              "released": "yellow"}
     for r in rows:

@@ -135,7 +135,8 @@ class Service:
         unrelated jobs share the name (``AmbiguousName``, listing them)."""
         from dispatch.service.resolve import LISTED, choose
 
-        return choose(job, self.store.matches(job, LISTED + 1), self._describe)
+        return choose(job, self.store.matches(job, LISTED + 1), self._describe,
+                      lambda: (r.name for r in self.store.list_jobs()))
 
     def _describe(self, found: Sequence[JobMatch]) -> list[str]:
         """Each candidate of an ambiguous reference: id, state, created (the record's word,

@@ -10,12 +10,12 @@ or the jobs run out, never all at once.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from dispatch.core.model import State
+from dispatch.core.model import CauseKind, State
 from dispatch.errors import BadInput
 from dispatch.service.operations import Service
-from dispatch.service.views import JobView
+from dispatch.service.views import JobView, status_json
 from dispatch.stores.base import sort_key_us
 from dispatch.stores.query import JobQuery
 
@@ -39,21 +39,48 @@ def parse_cursor(text: str) -> tuple[int, str]:
     return int(us), job_id
 
 
-def parse_since(text: str) -> int:
-    """``--since``: an ISO 8601 date or time (UTC unless it names its zone)."""
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_since(text: str, now: datetime | None = None, option: str = "--since") -> int:
+    """``--since`` (and ``prune --before``): an ISO 8601 date or time (UTC unless it names
+    its zone), or an age before ``now``: a whole number and a unit, ``90m``, ``2h``, ``30d``,
+    ``1w``."""
+    age = text.strip()
+    if now is not None and age[:-1].isdigit() and age[-1:] in _UNITS:
+        return sort_key_us(now - timedelta(seconds=int(age[:-1]) * _UNITS[age[-1]]))
     try:
         at = datetime.fromisoformat(text)
     except ValueError:
-        raise BadInput(f"--since {text!r}: not an ISO 8601 date or time "
-                       "(e.g. 2026-12-01 or 2026-12-01T08:00)") from None
+        raise BadInput(f"{option} {text!r}: not an ISO 8601 date or time (e.g. 2026-12-01 "
+                       "or 2026-12-01T08:00) nor an age (e.g. 90m, 2h, 30d, 1w)") from None
     return sort_key_us(at if at.tzinfo else at.replace(tzinfo=UTC))
+
+
+def shows(view: JobView, state: State | None, live: bool, cause: CauseKind | None) -> bool:
+    """Whether a job is in ``ls``'s page: the HTTP API's filters (service/listing.py), with
+    their meaning: ``state`` the job's state, ``live`` any unfinished one, ``cause`` the cause
+    the list shows (the job's own, else the last one it recovered from)."""
+    from dispatch.service.listing import shown_cause
+
+    s = view.status
+    if state is not None and (s is None or s.state is not state):
+        return False
+    if live and (s is None or s.state.terminal):
+        return False
+    return cause is None or (s is not None and shown_cause(status_json(view)) == cause.value)
 
 
 def ls_page(service: Service, *, finished: bool, state: State | None = None,
             backend: str | None = None, name: str | None = None, since_us: int | None = None,
-            limit: int = DEFAULT_LIMIT, before: tuple[int, str] | None = None) -> Page:
+            limit: int = DEFAULT_LIMIT, before: tuple[int, str] | None = None,
+            live: bool = False, cause: CauseKind | None = None) -> Page:
     if state is not None:
         finished = finished or state.terminal
+    if cause is not None:  # as the API's: a cause is looked for in every job ...
+        finished = True
+    if live:  # ... unless only the unfinished ones are asked for
+        finished = False
     query = JobQuery(terminal=None if finished else False, backend=backend, name=name,
                      since_us=since_us, descending=True, after=before, limit=limit + 1)
     if state is not None:
@@ -66,8 +93,7 @@ def ls_page(service: Service, *, finished: bool, state: State | None = None,
         views = {v.job: v for v in service.views([r.job_id for r in rows])}
         for row in rows:
             view = views.get(row.job_id)
-            if view is None or (state is not None and (
-                    view.status is None or view.status.state is not state)):
+            if view is None or not shows(view, state, live, cause):
                 continue
             chosen.append(view)
             keys.append((sort_key_us(row.created_at), row.job_id))

@@ -389,6 +389,12 @@ class RecordStore(abc.ABC):
         """One page of jobs: filtered, ordered and keyset-paged (stores/query.py)."""
 
     @abc.abstractmethod
+    def prune(self, before_us: int, *, act: bool = False) -> list[str]:
+        """The finished jobs created before ``before_us`` (whole supersede chains only,
+        stores/prune.py): removed, each whole and all in one transaction, when ``act``;
+        else only named (a dry run)."""
+
+    @abc.abstractmethod
     def stamp(self) -> tuple[int, int]:
         """A cheap marker that changes whenever any job is created or appended to, or has a
         stored event edited in place: the number of jobs and the sum of their versions and

@@ -61,6 +61,7 @@ from dispatch.stores.changes import (
 )
 from dispatch.stores.lease import PostgresLeases, check_fence_pg
 from dispatch.stores.postgres_schema import set_up
+from dispatch.stores.prune import pg_prune_steps
 from dispatch.stores.query import JobQuery, matches_sql, query_sql, stamp_sql
 from dispatch.stores.reading import decode_rows, job_row
 from dispatch.stores.snapshot_sql import Stored, stored_rows
@@ -404,6 +405,12 @@ class PostgresStore(RecordStore):
     def query_jobs(self, query: JobQuery) -> list[JobRow]:
         sql, params = query_sql(query, "dispatch_jobs", "%s")
         return [job_row(self.describe(), r) for r in self._query("list jobs", sql, params)]
+
+    def prune(self, before_us: int, *, act: bool = False) -> list[str]:
+        try:
+            return self._write("prune", *pg_prune_steps(before_us, act))
+        except psycopg.Error as err:
+            raise self._fail("prune finished jobs", err) from None
 
     def stamp(self) -> tuple[int, int]:
         count, versions = self._query("look for changes", stamp_sql("dispatch_jobs"))[0]

@@ -56,6 +56,7 @@ from dispatch.stores.changes import (
     decode_tails,
 )
 from dispatch.stores.lease import SQLiteLeases, check_fence_sqlite
+from dispatch.stores.prune import sqlite_prune
 from dispatch.stores.query import JobQuery, matches_sql, query_sql, stamp_sql
 from dispatch.stores.reading import decode_rows, job_row
 from dispatch.stores.snapshot_sql import Stored, stored_rows
@@ -361,6 +362,15 @@ class SQLiteStore(RecordStore):
         with self._guard("list jobs") as c:
             rows = c.execute(sql, params).fetchall()
         return [job_row(self.describe(), r) for r in rows]
+
+    def prune(self, before_us: int, *, act: bool = False) -> list[str]:
+        with self._guard("prune finished jobs") as c:
+            if not act:
+                return sqlite_prune(c, before_us, act=False)
+            self._begin("prune")
+            ids = sqlite_prune(c, before_us, act=True)
+            c.execute("COMMIT")
+        return ids
 
     def stamp(self) -> tuple[int, int]:
         with self._guard("look for changes") as c:

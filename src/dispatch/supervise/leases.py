@@ -50,10 +50,12 @@ from dispatch.supervise.scopes import Unresolved as Unresolved
 from dispatch.supervise.scopes import ask_scope
 from dispatch.supervise.scopes import backend_of as backend_of
 from dispatch.supervise.scopes import kubeflow_scope as kubeflow_scope
+from dispatch.supervise.scopes import live_scopes as live_scopes
 from dispatch.supervise.scopes import local_scope as local_scope
 from dispatch.supervise.scopes import resolve_scopes as resolve_scopes
 from dispatch.supervise.scopes import scope_at_submit as scope_at_submit
 from dispatch.supervise.scopes import scope_for as scope_for
+from dispatch.supervise.scopes import scopes_to_serve as scopes_to_serve
 from dispatch.supervise.scopes import slurm_cluster_name as slurm_cluster_name
 from dispatch.supervise.scopes import slurm_scope as slurm_scope
 from dispatch.supervise.scopes import unresolved_note as unresolved_note
@@ -126,6 +128,40 @@ class Supervision:
             sup.stopping.set()
         with self._scopes_lock:
             self.supervisors[scope] = sup
+
+    def follow_live_scopes(self) -> None:
+        """From now on also serve the scope of each live job recorded later (one submitted
+        for a backend not served yet): looked for once a lease period, on a thread of its
+        own (asking a scheduler which cluster it is can take seconds)."""
+        refused: set[str] = set()
+
+        def watch() -> None:
+            while not self.stopping.wait(self.lease_s):
+                try:
+                    self.add_live_scopes(refused)
+                except Exception:  # noqa: BLE001 - the next look tries again; the log says why
+                    log.exception("cannot look for new scopes")
+        threading.Thread(target=watch, daemon=True, name="dispatch-live-scopes").start()
+
+    def add_live_scopes(self, refused: set[str]) -> list[str]:
+        """Serve each live job's scope not served yet that this machine can serve (another
+        machine's cluster goes into ``refused``, not asked about again); the scopes added."""
+        added: list[str] = []
+        for scope in live_scopes(self.store):
+            if scope in self.supervisors or scope in refused:
+                continue
+            try:
+                resolved, _ = resolve_scopes([scope], self.backend_for)
+            except ScopeError as err:
+                log.info("not serving %s: %s", scope, err)
+                refused.add(scope)
+                continue
+            for more in resolved:
+                if more not in self.supervisors:
+                    self._add(more)
+                    added.append(more)
+                    log.info("serving %s too (a live job of it)", more)
+        return added
 
     def _by_backend(self) -> dict[str, list[tuple[str, Supervisor]]]:
         """The scopes served, grouped by backend (a backend's scopes are one scheduler)."""

@@ -21,15 +21,19 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_all
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dispatch.backends.base import Backend
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.errors import BackendError, BadInput
+
+if TYPE_CHECKING:
+    from dispatch.stores.base import RecordStore
 
 log = logging.getLogger("dispatch.supervise.leases")
 
@@ -207,3 +211,31 @@ def resolve_scopes(requested: Iterable[str], backend_for: Callable[[str], Backen
             raise ScopeError(f"--scope {item}: this machine's {name} backend is scope {mine}")
         out.extend([mine] if item != name else [mine, name])
     return list(dict.fromkeys(out)), unresolved
+
+
+def live_scopes(store: RecordStore) -> list[str]:
+    """The scopes of the record's unfinished jobs, as the record names them."""
+    return sorted({row.scope for row in store.list_jobs(live_only=True)})
+
+
+def scopes_to_serve(requested: Sequence[str], store: RecordStore,
+                    backend_for: Callable[[str], Backend]
+                    ) -> tuple[list[str], list[Unresolved]]:
+    """What a supervisor started without a choice of scopes serves (``supervise`` without
+    --scope, ``serve``): the ``requested`` ones and the local backend (a requested scope this
+    machine cannot serve is refused: ScopeError), then each live job's scope this machine can
+    serve (one of another machine's cluster is left to its own supervisor). No other
+    backend is asked which cluster it is: a machine where only local jobs run never probes
+    Slurm or Kubernetes."""
+    resolved, unresolved = resolve_scopes([*requested, "local"], backend_for)
+    for scope in live_scopes(store):
+        if scope in resolved:
+            continue
+        try:
+            more, pending = resolve_scopes([scope], backend_for)
+        except ScopeError as err:
+            log.info("not serving %s: %s", scope, err)
+            continue
+        resolved += [s for s in more if s not in resolved]
+        unresolved += [u for u in pending if u not in unresolved]
+    return resolved, unresolved

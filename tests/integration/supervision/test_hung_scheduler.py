@@ -135,9 +135,10 @@ def test_supervise_once_does_not_wait_for_a_hung_controller(
     started = time.monotonic()
     # The lease plays no part here (scontrol is asked off every loop); it must outlast the
     # local tick's longest step on a loaded machine (supervise/leases.py), which 1 s did not.
+    # Slurm asked for (without --scope only the backends of live jobs are: issue 36)
     once = subprocess.run([sys.executable, "-m", "dispatch.cli", "supervise", "--once",
-                           "--lease", "15"], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=HANG_S + 30)
+                           "--lease", "15", "--scope", "local", "--scope", "slurm"], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=HANG_S + 30)
     took = time.monotonic() - started
     assert once.returncode == 0, once.stderr
     assert "scontrol" in {n for n, _ in _calls(calls)}, "the hung scontrol was never asked"
@@ -149,6 +150,26 @@ def test_supervise_once_does_not_wait_for_a_hung_controller(
     assert "slurm" in summary["scopes"]  # served by its bare name meanwhile
     assert "slurm is served by its bare name" in once.stderr
     assert "did not say which cluster it is within" in once.stderr
+    assert jobs(url)[job].submissions, "the local job was not submitted"
+
+
+def test_supervise_without_scope_asks_only_the_backends_of_live_jobs(
+        tmp_path: Path, hung_slurm: tuple[Path, Path]) -> None:
+    """Issue 36: a machine where only local jobs run: ``supervise`` without --scope serves
+    the local backend and never asks Slurm (nor Kubernetes) which cluster it is."""
+    bin_dir, calls = hung_slurm
+    env = _env(tmp_path, bin_dir)
+    url, root = env["DISPATCH_STORE"], tmp_path / "local"
+    [job] = create_jobs(url, root, [spec("quick", ["true"])])
+    once = subprocess.run([sys.executable, "-m", "dispatch.cli", "supervise", "--once",
+                           "--json"], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=HANG_S + 30)
+    assert once.returncode == 0, once.stderr
+    summary = json.loads(once.stdout)
+    assert set(summary["scopes"]) == {local_scope(root), "local"}, summary
+    assert summary["scopes"][local_scope(root)]["jobs"] == 1
+    assert _calls(calls) == [], "a Slurm tool was asked"
+    assert "kubeflow" not in once.stderr and "slurm" not in once.stderr
     assert jobs(url)[job].submissions, "the local job was not submitted"
 
 
@@ -271,3 +292,32 @@ def test_a_read_does_not_count_building_a_backend_against_the_deadline(
         with Service(open_store(url), Backends(slow_local), read_deadline_s=0.2) as service:
             [view] = service.views([job])
     assert view.scheduler == "ok", view.problem
+
+
+def test_a_live_job_of_a_backend_not_served_yet_gets_served(
+        tmp_path: Path, hung_slurm: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 36: ``supervise`` without --scope serves the backends of live jobs; a job
+    recorded later for another backend is served from the next look on (by its bare name
+    while its controller hangs), and only then is that backend asked anything."""
+    from dispatch.backends.registry import Backends
+    from dispatch.stores.select import open_store
+    from dispatch.supervise.leases import Supervision
+
+    bin_dir, calls = hung_slurm
+    for k, v in _env(tmp_path, bin_dir).items():
+        monkeypatch.setenv(k, v)
+    url = os.environ["DISPATCH_STORE"]
+    backends = Backends()
+    try:
+        with open_store(url) as store:
+            sup = Supervision(store, backends, [local_scope(tmp_path / "local")])
+            refused: set[str] = set()
+            assert sup.add_live_scopes(refused) == []
+            assert _calls(calls) == []  # no Slurm job: Slurm is never asked
+            slurm_job(url)
+            assert sup.add_live_scopes(refused) == ["slurm"]
+            assert "slurm" in sup.supervisors and not refused
+            assert sup.add_live_scopes(refused) == []  # served already
+            sup.stop()
+    finally:
+        backends.close()
