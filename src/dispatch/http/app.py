@@ -3,8 +3,8 @@ service, mirroring the Python API.
 
     GET  /api/jobs[?all=1][&state=S]       status JSON of each job (as ``dispatch ls --json``)
     GET  /api/jobs?limit=N[&after=C][&order=[-]COL][&state=S][&backend=B][&cause=K][&q=T]
-                                           one page: {"jobs", "next", "held", "held_count"}
-                                           (service/listing.py)
+                                           one page: {"jobs", "next", "held_count"}, each
+                                           job a list row (service/listing.py, rows.py)
     GET  /api/jobs/{job}                   status JSON (as ``dispatch status --json``)
     GET  /api/jobs/{job}/history           as ``dispatch history --json``
     GET  /api/jobs/{job}/timeline          the dashboard's timeline (http/timeline.py)
@@ -24,7 +24,8 @@ The endpoints sit by route group: routes_jobs.py, routes_logs.py, routes_goodput
 routes_site.py (the dashboard, login, /metrics), over what endpoints.py shares.
 
 The list and the job's reads answer with an ETag (http/etag.py) and 304 to a matching
-If-None-Match: a refresh of unchanged data costs one cheap query and no body.
+If-None-Match: a refresh of unchanged data costs one cheap query and no body. The lists
+(and /metrics) are gzipped when the client accepts it.
 
 Errors are ``{"error": {"code", "exit_code", "message"}}`` (``views.error_json``) with the
 HTTP status of the CLI's exit code: 2 -> 400, 3 -> 404, 4 -> 503, 5 -> 500 (a record store

@@ -163,9 +163,8 @@ class RecordCollector(Collector):
         recoveries: Counter[str] = Counter()
         escalations: Counter[str] = Counter()
         app_errors: Counter[str] = Counter()
-        budget = GaugeMetricFamily("dispatch_budget_used",
-                                   "Recoveries spent per policy rule, by unfinished job.",
-                                   labels=["job", "name", "rule"])
+        # Summed by scope and rule: a series per job would grow with the fleet (issue 36).
+        budget_used: Counter[tuple[str, str]] = Counter()
         unreachable: dict[str, int] = {}
         for v in views:
             s = v.status
@@ -182,7 +181,7 @@ class RecordCollector(Collector):
                 app_errors[s.cause.kind.value] += 1  # the kind only: never the words
             if not s.state.terminal:
                 for rule, n in s.budget_used.items():
-                    budget.add_metric([s.job, s.name, rule], n)
+                    budget_used[(s.scope or s.backend, rule)] += n
                 unreachable[s.backend] = max(unreachable.get(s.backend, 0),
                                              int(v.scheduler == SCHEDULER_UNREACHABLE))
         family = CounterMetricFamily("dispatch_outcomes", "Committed outcomes by state and "
@@ -207,6 +206,11 @@ class RecordCollector(Collector):
         for cause, n in sorted(app_errors.items()):
             family.add_metric([cause], n)
         yield family
+        budget = GaugeMetricFamily("dispatch_budget_used", "Recoveries spent per policy rule "
+                                   "by the unfinished jobs, summed by scope and rule.",
+                                   labels=["scope", "rule"])
+        for (scope, rule), n in sorted(budget_used.items()):
+            budget.add_metric([scope, rule], n)
         yield budget
         gauge = GaugeMetricFamily("dispatch_scheduler_unreachable",
                                   "1 when a backend's scheduler could not be asked at this "

@@ -128,15 +128,6 @@ function causeTitle(c) {
   return parts.join("\n");
 }
 
-// The cause a row shows: the job's own, else the last one it recovered from.
-function shownCause(j) {
-  if (j.cause) return { cause: j.cause, recovered: false };
-  for (const t of [...(j.history || [])].reverse()) {
-    if (t.cause) return { cause: t.cause, recovered: true };
-  }
-  return { cause: null, recovered: false };
-}
-
 // A badge: the word always, the colour only beside it.
 function stateBadge(state, settled) {
   const b = el("span", { class: "state " + state }, state);
@@ -173,13 +164,13 @@ function listPath() {
   return "/api/jobs?" + p.toString();
 }
 
-function jobRow(j, pinned) {
-  const tr = el("tr", { "data-job": j.job, class: pinned ? "pinned" : "" });
+function jobRow(j) {
+  const tr = el("tr", { "data-job": j.job });
   const idCell = el("td", { class: "id" });
   idCell.append(el("a", { href: "/jobs/" + encodeURIComponent(j.job) }, j.job));
   tr.append(idCell);
   if (j.error) {
-    tr.append(el("td", { colspan: 6 }, "record unusable: " + j.error.message));
+    tr.append(el("td", { colspan: 7 }, "record unusable: " + j.error.message));
     return tr;
   }
   tr.append(el("td", { class: "name" }, j.name));
@@ -187,10 +178,11 @@ function jobRow(j, pinned) {
   st.append(stateBadge(j.state, j.settled));
   if (j.state === "held") st.append(el("span", { class: "waits" }, " waits for you"));
   tr.append(st);
-  const shown = shownCause(j);
   const cause = el("td", { class: "cause" });
-  cause.append(causeBadge(shown.cause, shown.recovered));
+  cause.append(causeBadge(j.cause, j.recovered));
   tr.append(cause);
+  // the application's own error, shortened (the job's page has it whole)
+  tr.append(el("td", { class: "app-error-cell", title: j.app_error || "" }, j.app_error || ""));
   tr.append(el("td", { class: "num" }, j.submissions));
   tr.append(el("td", { class: "time" }, fmtTime(j.created_at)));
   tr.append(el("td", {}, j.backend));
@@ -203,20 +195,14 @@ function jobRow(j, pinned) {
 }
 
 function drawList(page) {
-  const pinned = $("held-rows");
   const rows = $("job-rows");
-  pinned.replaceChildren();
   rows.replaceChildren();
-  const shownPinned = new Set();
-  if (listState.page === 0) {
-    for (const j of page.held) { pinned.append(jobRow(j, true)); shownPinned.add(j.job); }
-  }
   const problems = new Set();
   for (const j of page.jobs) {
-    if (!shownPinned.has(j.job)) rows.append(jobRow(j, false));
+    rows.append(jobRow(j));
     if (j.scheduler_problem) problems.add(j.backend + " " + j.scheduler + ": " + j.scheduler_problem);
   }
-  $("empty").hidden = page.jobs.length + shownPinned.size > 0;
+  $("empty").hidden = page.jobs.length > 0;
   listState.next = page.next;
   $("older").disabled = !page.next;
   $("newer").disabled = listState.page === 0;
@@ -225,10 +211,17 @@ function drawList(page) {
   showProblem([...problems].join("\n"));
 }
 
+// Held jobs wait for a person: a count in the header and, on the list, a banner whose
+// button shows only them (never rows pinned above every result).
 function drawHeldCount(n) {
   const held = $("held-count");
   held.hidden = n === 0;
   held.textContent = n + " held: waiting for you";
+  const banner = $("held-banner");
+  if (!banner) return;
+  banner.hidden = n === 0 || $("state-filter").value === "held";
+  $("held-banner-text").textContent = (n === 1 ? "1 job is held" : n + " jobs are held") +
+    ", waiting for you to resubmit or give up.";
 }
 
 function drawSortMarks() {
@@ -253,9 +246,16 @@ async function refreshList() {
 function resetPages() {
   listState.cursors = [null];
   listState.page = 0;
-  // the filters belong in the address, so a list can be linked to (and reloads as it was)
+  writeListUrl();
+}
+
+// the filters and the page belong in the address, so a list can be linked to (and reloads
+// as it was): page N is its number and the cursor that starts it
+function writeListUrl() {
   const p = listQuery();
   if (listState.order !== "created" || !listState.desc) p.set("order", (listState.desc ? "-" : "") + listState.order);
+  const cursor = listState.cursors[listState.page];
+  if (listState.page > 0 && cursor) { p.set("page", listState.page + 1); p.set("after", cursor); }
   const url = "/" + (p.toString() ? "?" + p.toString() : "");
   if (location.pathname + location.search !== url) history.replaceState(null, "", url);
 }
@@ -271,6 +271,12 @@ function filtersFromUrl() {
     listState.order = order.replace(/^-/, "");
     listState.desc = order.startsWith("-");
   }
+  // page N of a link: its cursor is known, the pages before it are not (newer goes to page 1)
+  const n = parseInt(p.get("page") || "1", 10);
+  const after = p.get("after");
+  listState.cursors = [null];
+  listState.page = 0;
+  if (after && Number.isInteger(n) && n > 1) { listState.page = n - 1; listState.cursors[n - 1] = after; }
   drawSortMarks();
 }
 
@@ -308,10 +314,10 @@ function fillTable(id, rows) {
 }
 
 function drawStatus(status, created) {
-  const jobId = view.job;
+  const jobId = status.job || view.job; // the page may have been opened by the job's name
   $("detail").dataset.job = jobId;
-  $("detail-title").textContent = (status.name || "") + " · " + jobId;
-  document.title = (status.name || jobId) + " · dispatch";
+  $("detail-title").textContent = (status.name && status.name !== jobId ? status.name + " · " : "") + jobId;
+  document.title = jobId + (status.name && status.name !== jobId ? " (" + status.name + ")" : "") + " · dispatch";
   $("detail-state").className = "state " + status.state;
   $("detail-state").textContent = status.state;
   $("detail-cause").replaceChildren(document.createTextNode("cause: "));
@@ -519,9 +525,13 @@ function drawTimeline(tl) {
   if (!tl.submissions.length) box.append(el("p", { class: "muted" }, "No submission yet."));
   if (tl.goodput) box.append(goodputRow(tl.goodput, span, end));
   const axis = el("div", { class: "tl-axis" });
+  let last = null; // a short job's ticks fall in one second: each label is shown once
   for (let i = 0; i <= 4; i++) {
     const t = new Date(t0 + ((t1 - t0) * i) / 4);
-    axis.append(el("span", { style: { left: i * 25 + "%" } }, fmtClock(t.toISOString())));
+    const label = fmtClock(t.toISOString());
+    if (label === last) continue;
+    last = label;
+    axis.append(el("span", { style: { left: i * 25 + "%" } }, label));
   }
   box.append(axis);
   const legend = $("legend");
@@ -738,11 +748,19 @@ function start() {
     if (!listState.next) return;
     listState.cursors[listState.page + 1] = listState.next;
     listState.page += 1;
+    writeListUrl();
     tick();
   });
   $("newer").addEventListener("click", () => {
     if (listState.page === 0) return;
     listState.page -= 1;
+    if (listState.page > 0 && !listState.cursors[listState.page]) listState.page = 0;
+    writeListUrl();
+    tick();
+  });
+  $("held-filter").addEventListener("click", () => {
+    $("state-filter").value = "held";
+    resetPages();
     tick();
   });
   for (const a of [$("home"), $("back"), $("held-count")]) {
