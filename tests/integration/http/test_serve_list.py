@@ -1,6 +1,7 @@
 """GET /api/jobs as pages (filters, search over names, ids, causes and application errors,
-order, keyset cursor, the held jobs' count), light rows gzipped when asked, ETag/304 on the list and a job's reads, and a 400 naming each bad parameter; against
-a real `dispatch serve` over a real SQLite record and local jobs."""
+order, keyset cursor, the held jobs' count), light rows gzipped when asked, ETag/304 on the
+list and a job's reads, and a 400 naming each bad parameter; against a real `dispatch serve`
+over a real SQLite record and local jobs."""
 
 from __future__ import annotations
 
