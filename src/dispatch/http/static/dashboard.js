@@ -357,9 +357,11 @@ function drawStatus(status, created) {
 }
 
 function drawTimelineFacts(tl) {
+  // the goodput split's phases: the same computation as the goodput table (issue 36)
   const d = tl.durations || {};
   fillTable("durations", [["queued", fmtDuration(d.queued || 0)], ["running", fmtDuration(d.running || 0)],
     ["recovering", fmtDuration(d.recovering || 0)], ["held", fmtDuration(d.held || 0)],
+    ["stopping", fmtDuration(d.stopping || 0)],
     ["total", fmtDuration(d.total || 0) + (tl.outcome ? "" : " (as of " + fmtClock(tl.now) + ")")]]);
   fillTable("times", [["created", fmtTime(tl.start)], ["ended", tl.outcome ? fmtTime(tl.outcome.at) : "not yet"]]);
   const esc = $("escalations");
@@ -550,8 +552,17 @@ function drawTimeline(tl) {
 
 // ---- goodput (G1-G4) ------------------------------------------------------------------------
 
-const HOUR = 3600;
-function nodeHours(seconds) { return (seconds / HOUR).toFixed(2); }
+// Node-time in the unit that fits it (as service/goodput.py's node_time_text): node-s under
+// two minutes, node-min under two hours, node-h above; never a column of 0.00 node-h.
+function figure(v) {
+  return v < 10 ? v.toFixed(2) : v < 100 ? v.toFixed(1) : Math.round(v).toLocaleString("en-US");
+}
+function nodeTime(seconds) {
+  if (seconds < 120) return figure(seconds) + " node-s";
+  if (seconds < 7200) return figure(seconds / 60) + " node-min";
+  return figure(seconds / 3600) + " node-h";
+}
+function share(g) { return g === null || g === undefined ? "–" : Math.round(100 * g) + "%"; }
 
 // The timeline's last row: the job's wall time in its phases, lost work hatched over them.
 function goodputRow(g, span, end) {
@@ -577,9 +588,14 @@ function goodputRow(g, span, end) {
 function drawGoodput(g) {
   if (!g) return;
   const s = g.split;
-  const rows = s.parts.map((p) => [p.phase + (p.cause !== "none" ? " · " + p.cause : ""), nodeHours(p.node_seconds)]);
-  for (const l of s.lost_work) rows.push(["lost work · " + l.cause, nodeHours(l.node_seconds)]);
-  rows.push(["goodput", s.goodput === null ? "–" : Math.round(100 * s.goodput) + "%"]);
+  const rows = s.parts.map((p) => [p.phase + (p.cause !== "none" ? " · " + p.cause : ""), nodeTime(p.node_seconds)]);
+  for (const l of s.lost_work) rows.push(["lost work · " + l.cause, nodeTime(l.node_seconds)]);
+  // two denominators, never confused: every phase (what a person waited) and only the
+  // phases that hold nodes (running, stopping)
+  rows.push(["time to result", nodeTime(s.node_seconds)]);
+  rows.push(["allocated node-time", nodeTime(s.allocated_node_seconds)]);
+  rows.push(["goodput of time to result", share(s.goodput)]);
+  rows.push(["goodput of allocated", share(s.goodput_allocated)]);
   fillTable("goodput", rows);
 }
 
@@ -603,7 +619,7 @@ async function refreshFleetGoodput() {
 function drawBadputChart(doc) {
   const box = $("badput-chart");
   const W = 700, H = 160, pad = 28;
-  const chart = svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "badput by cause per day, node-hours" });
+  const chart = svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "badput by cause per day, node-time" });
   const days = doc.days;
   const totals = days.map((d) => Object.values(d.badput).reduce((a, b) => a + b, 0));
   const top = Math.max(...totals, 1e-9);
@@ -615,12 +631,12 @@ function drawBadputChart(doc) {
       y -= h;
       const rect = svg("rect", { x: pad + i * bw + 2, y: y, width: Math.max(1, bw - 4), height: h,
         fill: CAUSE_COLOURS[cause] || "#111", "data-cause": cause, "data-day": d.day });
-      rect.append(svg("title", {}, d.day + ": " + cause + " " + v.toFixed(2) + " node-h"));
+      rect.append(svg("title", {}, d.day + ": " + cause + " " + nodeTime(v * 3600)));
       chart.append(rect);
     }
     if (i % 2 === 0) chart.append(svg("text", { x: pad + i * bw + bw / 2, y: H - 8, "text-anchor": "middle", "font-size": 10 }, d.day.slice(5)));
   });
-  chart.append(svg("text", { x: 2, y: pad - 8, "font-size": 10 }, top.toFixed(2) + " node-h"));
+  chart.append(svg("text", { x: 2, y: pad - 8, "font-size": 10 }, nodeTime(top * 3600)));
   chart.append(svg("line", { x1: pad, y1: H - pad, x2: W, y2: H - pad, stroke: "#94a3b8" }));
   box.replaceChildren(chart);
   const causes = [...new Set(days.flatMap((d) => Object.keys(d.badput)))];
@@ -634,7 +650,9 @@ function drawBadputChart(doc) {
   if (!causes.length) legend.append(el("span", { class: "muted" }, "no badput in these days"));
   const s = doc.split;
   $("fleet-goodput-line").textContent = s && s.goodput !== null
-    ? "· goodput " + Math.round(100 * s.goodput) + "% of " + nodeHours(s.node_seconds) + " node-h, " + s.jobs + " job(s)" : "";
+    ? "· goodput " + share(s.goodput) + " of time to result (" + nodeTime(s.node_seconds) + "), " +
+      share(s.goodput_allocated) + " of allocated node-time (" + nodeTime(s.allocated_node_seconds) + "), " +
+      s.jobs + " job(s)" : "";
 }
 
 // ---- requests -------------------------------------------------------------------------------
