@@ -53,12 +53,13 @@ def _figure(v: float) -> str:
     return f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 100 else f"{v:,.0f}"
 
 
-def node_time_text(seconds: float) -> str:
+def node_time_text(seconds: float, *, nodes: bool = True) -> str:
     """``'2.80 node-s'``, ``'21.3 node-min'``, ``'1,204 node-h'``: node-time in the unit that
-    fits it, with three significant figures or more (the dashboard's JS does the same)."""
+    fits it, with three significant figures or more (the dashboard's JS does the same);
+    ``nodes=False``: plain time (``'21.3 min'``)."""
     for below, scale, unit in _UNITS:
         if seconds < below:
-            return f"{_figure(seconds / scale)} {unit}"
+            return f"{_figure(seconds / scale)} {unit if nodes else unit[5:]}"
     raise AssertionError("unreachable: the last unit has no bound")
 
 
