@@ -99,7 +99,7 @@ def timeline_json(events: Sequence[ev.Event], now: datetime) -> dict[str, Any]: 
                 start = s["executions"][-1]["end"] if s["executions"] else s["bound_at"]
                 s["executions"].append({"index": len(s["executions"]), "start": start,
                                         "end": None, "cause": None, "final": False})
-    doc = {
+    doc: dict[str, Any] = {
         "start": _t(created), "end": end, "now": now.isoformat(),
         "submissions": [subs[n] for n in sorted(subs)], "holds": holds, "marks": marks,
         "escalations": escalations, "outcome": outcome,
@@ -107,6 +107,7 @@ def timeline_json(events: Sequence[ev.Event], now: datetime) -> dict[str, Any]: 
     if events and isinstance(events[0], ev.JobCreated):
         # G1-G4: the exact split, its pieces and the lost work (service/goodput.py); the
         # page's durations are the same split's phases (one computation: issue 36).
-        doc["goodput"] = job_goodput_json(job_time(events, now))
-        doc["durations"] = doc["goodput"]["durations"]
+        goodput = job_goodput_json(job_time(events, now))
+        doc["goodput"] = goodput
+        doc["durations"] = goodput["durations"]
     return doc
