@@ -53,6 +53,8 @@ from dispatch.http.routes_jobs import job_routes
 from dispatch.http.routes_logs import log_routes
 from dispatch.http.routes_site import site_routes
 from dispatch.service.requests import whoami
+from dispatch.stores.select import open_store
+from dispatch.support.clock import utcnow
 
 
 def build_app(server: Server) -> Starlette:
@@ -72,6 +74,8 @@ def make_server(store_url: str | None, tokens: Tokens, *, loopback_bind: bool = 
     server.streams = LogStreams(server.service, registry)
     registry.register(RecordCollector(server.service))
     registry.register(GoodputCollector(server.service))
+    # the held jobs' count is built in the background: the first list refresh never waits
+    server.held_index.warm(lambda: open_store(store_url), utcnow)
     return server
 
 

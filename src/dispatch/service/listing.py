@@ -214,7 +214,8 @@ def find_jobs(service: Service, req: ListRequest) -> tuple[list[JobView], str | 
 def list_page(service: Service, req: ListRequest) -> dict[str, Any]:
     """``{"jobs", "next", "held_count"}``: one page of list rows (service/rows.py: what the
     list shows, not the whole status), the cursor of the next page (None on the last), and
-    how many jobs are held (the dashboard's banner; ``state=held`` lists them)."""
+    how many jobs are held (the dashboard's banner; ``state=held`` lists them; None while
+    a server is still counting them)."""
     views, nxt = find_jobs(service, req)
     return {"jobs": [list_row_json(v) for v in views], "next": nxt,
             "held_count": held_count(service)}
@@ -232,7 +233,12 @@ def held_ids(service: Service) -> list[str]:
             if v.status is not None and v.status.state is State.HELD]
 
 
-def held_count(service: Service) -> int:
+def held_count(service: Service) -> int | None:
+    """How many jobs are held; None while a server's held index is still being built in
+    the background (service/held.py), so that the first refresh does not wait for it."""
+    if service.held_index is not None:
+        ids = service.held_index.held_if_ready(service.store, service.clock())
+        return None if ids is None else len(ids)
     return len(held_ids(service))
 
 

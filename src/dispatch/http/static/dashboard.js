@@ -214,6 +214,7 @@ function drawList(page) {
 // Held jobs wait for a person: a count in the header and, on the list, a banner whose
 // button shows only them (never rows pinned above every result).
 function drawHeldCount(n) {
+  if (n === null || n === undefined) return; // the server is still counting them
   const held = $("held-count");
   held.hidden = n === 0;
   held.textContent = n + " held: waiting for you";
