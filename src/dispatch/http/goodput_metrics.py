@@ -20,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from dispatch.core.goodput import ZERO, JobTime
+from dispatch.http.versions import JobVersions
 from dispatch.service import Service
 from dispatch.support.clock import utcnow
 
@@ -29,6 +30,7 @@ class GoodputCollector(Collector):
         self.open_service = open_service
         self._lock = threading.Lock()
         self._times: dict[str, tuple[int, JobTime]] = {}  # job -> (version read, its time)
+        self._versions = JobVersions()
 
     def describe(self) -> Iterable[Metric]:
         return []  # registering must not read the record
@@ -37,7 +39,7 @@ class GoodputCollector(Collector):
         from dispatch.service.goodput import job_times
 
         with self._lock, self.open_service() as service:
-            rows = {r.job_id: r.version for r in service.store.list_jobs()}
+            rows = {j: v for j, (v, _) in self._versions.refresh(service.store).items()}
             stale = [j for j, v in rows.items() if self._times.get(j, (-1,))[0] != v]
             fresh, _ = job_times(service.store, stale, utcnow())
             for jt in fresh:

@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 
 from dispatch.backends.base import Backend
 from dispatch.core.model import CauseKind, State
+from dispatch.http.versions import JobVersions
 from dispatch.service import Service
 from dispatch.service.views import SCHEDULER_UNREACHABLE, JobView
 from dispatch.supervise.loop import TickReport
@@ -187,23 +188,24 @@ class RecordCollector(Collector):
         self.open_service = open_service
         self._lock = threading.Lock()
         self._done: dict[str, tuple[int, _Tally]] = {}
+        self._versions = JobVersions()
 
     def describe(self) -> Iterable[Metric]:
         return []  # registering must not read the record or ask a scheduler
 
     def _tallies(self) -> list[_Tally]:
         with self._lock, self.open_service() as service:
-            rows = service.store.list_jobs()
-            versions = {r.job_id: r.version for r in rows}
-            stale = [r.job_id for r in rows if r.terminal
-                     and self._done.get(r.job_id, (-1,))[0] != r.version]
+            rows = self._versions.refresh(service.store)
+            versions = {j: v for j, (v, _) in rows.items()}
+            stale = [j for j, (v, done) in rows.items()
+                     if done and self._done.get(j, (-1,))[0] != v]
             for v in service.views(stale, ask_scheduler=False):
                 t = _tally(v)
                 if t.state is not None and not t.live:
                     self._done[v.job] = (versions[v.job], t)
             for gone in self._done.keys() - versions.keys():
                 del self._done[gone]
-            others = [r.job_id for r in rows if r.job_id not in self._done]
+            others = [j for j in rows if j not in self._done]
             return ([t for _, t in self._done.values()]
                     + [_tally(v) for v in service.views(others)])
 
