@@ -72,3 +72,20 @@ def test_held_banner_error_column_search_and_no_jobs(server: Server, page: Page)
     expect(banner).to_be_hidden()  # the filter is on: the banner has said its piece
     assert "state=held" in page.url
     shot(page, "dashboard-held-filter.png")
+
+
+def test_a_job_page_opened_by_name_shows_its_id_and_each_axis_label_once(
+        server: Server, page: Page) -> None:
+    """Issue 36 (9): a job page opened by the job's name is titled with its id (never
+    "name · name"); a short job's timeline axis shows each time once."""
+    job = server.submit("training-nan", NAN)
+    server.log_in(page)
+    page.goto(server.url + "/jobs/training-nan")
+    expect(page.locator("#detail-state")).to_have_text("failed", timeout=WAIT_MS)
+    expect(page.locator("#detail-title")).to_have_text(f"training-nan · {job}")
+    assert page.title() == f"{job} (training-nan) · dispatch"
+    labels = [str(t) for t in page.locator("#timeline .tl-axis span").all_inner_texts()]
+    assert labels and len(labels) == len(set(labels)), labels
+    # one node: nothing says other nodes were killed
+    expect(page.locator("#detail-cause")).not_to_contain_text("other nodes")
+    shot(page, "dashboard-job-by-name.png")

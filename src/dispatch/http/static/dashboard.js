@@ -64,6 +64,7 @@ function fmtTime(iso) {
 function fmtClock(iso) { return fmtTime(iso).slice(11); }
 
 function fmtDuration(seconds) {
+  if (seconds < 10) return Math.round(seconds * 10) / 10 + "s"; // a short job's tenths
   const s = Math.round(seconds);
   if (s < 60) return s + "s";
   if (s < 3600) return Math.floor(s / 60) + "m " + pad(s % 60) + "s";
