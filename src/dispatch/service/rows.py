@@ -12,10 +12,16 @@ from typing import Any
 
 from dispatch.core.app_error import one_line, short
 from dispatch.core.model import Cause
-from dispatch.service.views import JobView, error_json
+from dispatch.service.views import SCHEDULER_OK, JobView, error_json
 
-ROW_WORDS = 160  # a cause's detail and note, cut for the row (the job's page has them whole)
-ROW_ERROR = 100  # the application's error, shortened for the row
+# What a row keeps of the words (the job's page has them whole), so that a row stays under
+# 600 bytes whatever the words (tests/unit/http/test_list_rows.py): issue 36.
+ROW_NAME = 40
+ROW_DETAIL = 48  # the scheduler's words
+ROW_NOTE = 32  # dispatch's note
+ROW_ACTOR = 24
+ROW_ERROR = 64  # the application's error
+ROW_PROBLEM = 40  # why the scheduler could not be asked
 
 
 def shown_cause(view: JobView) -> tuple[Cause | None, bool]:
@@ -40,37 +46,41 @@ def _row_cause(c: Cause | None) -> dict[str, Any] | None:
     if c is None:
         return None
     doc: dict[str, Any] = {"kind": c.kind.value, "provenance": c.provenance.value}
-    for key, value in (("actor", c.actor), ("exit_code", c.exit_code)):
-        if value is not None and value != "":
-            doc[key] = value
-    for key, text in (("detail", c.detail), ("note", c.note)):
+    if c.exit_code is not None:
+        doc["exit_code"] = c.exit_code
+    for key, text, width in (("actor", c.actor, ROW_ACTOR), ("detail", c.detail, ROW_DETAIL),
+                             ("note", c.note, ROW_NOTE)):
         if text:
-            doc[key] = _cut(text, ROW_WORDS)
-    if c.at is not None:
-        doc["at"] = c.at.isoformat()
+            doc[key] = _cut(text, width)
     return doc
 
 
 def list_row_json(view: JobView) -> dict[str, Any]:
-    """One row of the list: id, name, state (settled or not), the shown cause (its words cut
-    to ROW_WORDS), the application's error shortened to ROW_ERROR characters, submissions,
-    creation, backend and what the scheduler said. A job whose record cannot be trusted is
-    its id and the error."""
+    """One row of the list: id, name, state (settled or not), the shown cause (its words
+    cut), the application's error shortened to ROW_ERROR characters (``app_error``, absent
+    when none), submissions, creation, backend, and what the scheduler said when it was not
+    ``ok`` (``scheduler``, ``scheduler_problem``); ``recovered`` only when true. A job whose
+    record cannot be trusted is its id and the error."""
     s = view.status
     if s is None:
         assert view.error is not None
         return {"job": view.job_id, **error_json(view.error)}
     cause, recovered = shown_cause(view)
     row: dict[str, Any] = {
-        "job": s.job, "name": s.name, "state": s.state.value, "settled": s.settled,
-        "cause": _row_cause(cause), "recovered": recovered,
-        "app_error": short(s.error, ROW_ERROR) if s.error is not None else None,
+        "job": s.job, "name": _cut(s.name, ROW_NAME), "state": s.state.value,
+        "settled": s.settled, "cause": _row_cause(cause),
         "submissions": s.submissions, "backend": s.backend,
         "created_at": s.created_at.isoformat() if s.created_at else None,
-        "scheduler": view.scheduler,
     }
+    # what most rows lack is left out, not sent as null
+    if recovered:
+        row["recovered"] = True
+    if s.error is not None:
+        row["app_error"] = short(s.error, ROW_ERROR)
+    if view.scheduler != SCHEDULER_OK:
+        row["scheduler"] = view.scheduler
     if view.problem:
-        row["scheduler_problem"] = _cut(view.problem, ROW_WORDS)
+        row["scheduler_problem"] = _cut(view.problem, ROW_PROBLEM)
     return row
 
 
@@ -94,4 +104,4 @@ def answers(view: JobView, text: str, *, job_id: str = "", name: str = "") -> bo
     return any(needle in w.lower() for w in words if w)
 
 
-__all__ = ["ROW_ERROR", "ROW_WORDS", "answers", "list_row_json", "shown_cause"]
+__all__ = ["ROW_ERROR", "answers", "list_row_json", "shown_cause"]
