@@ -3,6 +3,7 @@ service, mirroring the Python API.
 
     GET  /api/jobs[?all=1][&state=S]       status JSON of each job (as ``dispatch ls --json``)
     GET  /api/jobs?limit=N[&after=C][&order=[-]COL][&state=S][&backend=B][&cause=K][&q=T]
+                   [&since=ISO]
                                            one page: {"jobs", "next", "held_count"}, each
                                            job a list row (service/listing.py, rows.py)
     GET  /api/jobs/{job}                   status JSON (as ``dispatch status --json``)

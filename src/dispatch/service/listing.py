@@ -21,6 +21,7 @@ from typing import Any, Literal
 from dispatch.core.model import CauseKind, State
 from dispatch.errors import BadInput
 from dispatch.service.operations import Service
+from dispatch.service.pages import parse_since
 from dispatch.service.rows import answers, list_row_json
 from dispatch.service.rows import shown_cause as row_cause
 from dispatch.service.views import JobView, status_json
@@ -56,6 +57,7 @@ class ListRequest:
     cause: CauseKind | None = None
     backend: str | None = None
     search: str | None = None
+    since_us: int | None = None  # created at or after (stores/base.py sort_key_us)
 
     @property
     def derived(self) -> bool:
@@ -130,6 +132,12 @@ def parse_list_request(params: dict[str, str], backends: Sequence[str]) -> ListR
         raise BadParameter("q", "longer than 200 characters")
     if search:
         req = replace(req, search=search)
+    if params.get("since"):
+        try:
+            req = replace(req, since_us=parse_since(params["since"]))
+        except BadInput:
+            raise BadParameter("since", f"{params['since']!r} is not an ISO 8601 date or "
+                               "time (e.g. 2026-12-01 or 2026-12-01T08:00)") from None
     if "after" in params:
         req = replace(req, after=decode_cursor(params["after"], req.order, req.descending))
     return req
@@ -183,7 +191,8 @@ def find_jobs(service: Service, req: ListRequest) -> tuple[list[JobView], str | 
                 None if req.state is None else req.state.terminal)
     # A finished state is the store's outcome column: filtered in SQL, not by folding.
     outcome = req.state.value if req.state is not None and req.state.terminal else None
-    base = JobQuery(terminal=terminal, backend=req.backend, outcome=outcome)
+    base = JobQuery(terminal=terminal, backend=req.backend, outcome=outcome,
+                    since_us=req.since_us)
     if not req.derived:
         order: Order = req.order  # type: ignore[assignment]  # a store column here
         rows = service.store.query_jobs(replace(base, order=order, descending=req.descending,
@@ -250,4 +259,4 @@ def held_jobs(service: Service) -> list[dict[str, Any]]:
 
 
 # The parameters that ask for a page (the shape above) rather than the plain list.
-PAGE_PARAMETERS = frozenset({"limit", "after", "order", "q", "backend", "cause"})
+PAGE_PARAMETERS = frozenset({"limit", "after", "order", "q", "backend", "cause", "since"})

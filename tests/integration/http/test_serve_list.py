@@ -87,6 +87,8 @@ def test_search_finds_causes_and_application_errors_and_rows_stay_light(
                       order="name") == [exit3, nan]
     assert _all_pages(s, limit=5, q="no job says this") == []
     assert _all_pages(s, limit=5, q="fin") == [ok]  # names still match
+    assert _all_pages(s, limit=5, since="2099-01-01") == []  # created since (as ls --since)
+    assert _all_pages(s, limit=5, since="2000-01-01", q="exits") == [exit3]
     row = next(j for j in _page(s, limit=5)["jobs"] if j["job"] == nan)
     assert row["app_error"] == "FloatingPointError: loss is NaN at step 7"
     assert row["cause"]["kind"] == "non-zero-exit" and row["state"] == "failed"

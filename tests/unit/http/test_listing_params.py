@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from dispatch.core.model import CauseKind, State
@@ -28,6 +30,8 @@ def test_parameters_are_read() -> None:
             req.search) == ("name", False, 7, State.HELD, CauseKind.NODE_LOST, "slurm", "ab")
     assert parse_list_request({"order": "-submissions"}, BACKENDS).descending
     assert parse_list_request({"state": "live"}, BACKENDS).live_only
+    since = parse_list_request({"since": "2026-12-01"}, BACKENDS).since_us
+    assert since == int(datetime(2026, 12, 1, tzinfo=UTC).timestamp()) * 1_000_000
 
 
 @pytest.mark.parametrize(("params", "name", "says"), [
@@ -37,6 +41,7 @@ def test_parameters_are_read() -> None:
     ({"cause": "preemted"}, "cause", "preempted"),
     ({"backend": "pbs"}, "backend", "local, slurm, kubeflow"),
     ({"after": "!!"}, "after", "cursor"),
+    ({"since": "yesterday"}, "since", "ISO 8601"),
 ])
 def test_a_bad_parameter_names_itself_and_the_valid_values(
         params: dict[str, str], name: str, says: str) -> None:
