@@ -1,6 +1,6 @@
 """Dashboard refresh benchmark (a benchmark, not a test: nothing here asserts a time).
 
-    python bench/bench_dashboard.py               # 1,000 jobs
+    python bench/bench_dashboard.py                          # 1,000 and 10,000 jobs
     python bench/bench_dashboard.py --jobs 5000
 
 Builds a SQLite record of JOBS jobs (most finished, some held, the rest pending), runs the
@@ -12,7 +12,11 @@ token) and measures what one open dashboard tab costs per refresh:
    application's time per request;
 2. a refresh when nothing changed: the same requests with ``If-None-Match`` -> 304;
 3. a refresh after one job changed (one event appended): a full answer again;
-4. for comparison, the old list (``?all=1``: every job's status and history).
+4. for comparison, the old list (``?all=1``: every job's status and history);
+5. issue 36: the list's bytes per job (the JSON of its rows, and on the wire gzipped), the
+   first list refresh of a fresh server (which folds every live job into the held index),
+   and a /metrics scrape (median of a few), for each ``--jobs`` given (1,000 and 10,000 by
+   default).
 
 The time is measured around each request through Starlette's in-process client, so it is
 the application's work (routing, the store's queries, JSON) without a network: the median
@@ -22,6 +26,7 @@ of ``--reps`` requests. Printed as Markdown, copied into bench/RESULTS.md.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -81,6 +86,15 @@ def wire_bytes(resp: object) -> int:
     return head + 2 + len(r.content)  # type: ignore[attr-defined]
 
 
+def gzipped(resp: object) -> int:
+    """Bytes on the wire of a gzipped answer (httpx hands the body on decompressed)."""
+    r = resp
+    assert r.headers.get("content-encoding") == "gzip"  # type: ignore[attr-defined]
+    head = len(f"HTTP/1.1 {r.status_code} {r.reason_phrase}\r\n")  # type: ignore[attr-defined]
+    head += sum(len(k) + len(v) + 4 for k, v in r.headers.items())  # type: ignore[attr-defined]
+    return head + 2 + int(r.headers["content-length"])  # type: ignore[attr-defined]
+
+
 def measure(call: Callable[[], object], reps: int) -> tuple[float, int, int]:
     """(median ms, bytes, status) of ``reps`` calls."""
     times, last = [], None
@@ -93,40 +107,66 @@ def measure(call: Callable[[], object], reps: int) -> tuple[float, int, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--jobs", type=int, default=1000)
+    ap.add_argument("--jobs", type=int, action="append")
     ap.add_argument("--reps", type=int, default=30)
     args = ap.parse_args()
+    for jobs in args.jobs or [1000, 10000]:
+        one_size(jobs, args.reps)
+
+
+def one_size(jobs: int, reps: int) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-dash-"))
     os.environ["DISPATCH_LOCAL_ROOT"] = str(tmp / "local")
     db = tmp / "record.sqlite3"
-    ids = fill(db, args.jobs)
+    ids = fill(db, jobs)
     server = make_server(f"sqlite://{db}", Tokens({}), loopback_bind=False)
     auth = {"Authorization": f"Bearer {server.access.start_token}"}
     job = ids[-2]  # a finished job near the top of the list
     page = "/api/jobs?limit=50"
     job_paths = [f"/api/jobs/{job}", f"/api/jobs/{job}/timeline", f"/api/jobs/{job}/history"]
     rows: list[tuple[str, float, int, int]] = []
+    light: list[str] = []
     with TestClient(build_app(server), base_url="http://127.0.0.1") as client:
-        def get(path: str, etag: str | None = None) -> object:
+        def get(path: str, etag: str | None = None, gzip: bool = False) -> object:
             headers = dict(auth, **({"If-None-Match": etag} if etag else {}))
+            headers["Accept-Encoding"] = "gzip" if gzip else "identity"
             return client.get(path, headers=headers)
+
+        # issue 36: the first refresh of a fresh server (it folds every live job into the
+        # held index), the rows' bytes per job, gzipped on the wire, a /metrics scrape
+        first_ms, _, _ = measure(lambda: get(page), 1)
+        plain = get(page)
+        body = json.loads(plain.content)  # type: ignore[attr-defined]
+        per_job = len(json.dumps(body["jobs"]).encode()) / max(1, len(body["jobs"]))
+        zipped = get(page, gzip=True)
+        first_scrape_ms, _, _ = measure(lambda: get("/metrics", gzip=True), 1)
+        scrape_ms, _, _ = measure(lambda: get("/metrics", gzip=True), 3)
+        scrape_bytes = gzipped(get("/metrics", gzip=True))
+        light += [f"| first list refresh (fresh server) | {first_ms:.1f} ms |",
+                  f"| list row, JSON | {per_job:.0f} bytes a job |",
+                  f"| list page of {len(body['jobs'])}, on the wire | "
+                  f"{wire_bytes(plain):,} bytes plain, {gzipped(zipped):,} gzipped |",
+                  f"| /metrics scrape | first {first_scrape_ms:.1f} ms, then {scrape_ms:.1f} "
+                  f"ms (median), {scrape_bytes:,} bytes gzipped |"]
 
         for path in [page, *job_paths]:
             rows.append((f"first load `{path.replace(job, 'JOB')}`",
-                         *measure(lambda p=path: get(p), args.reps)))
+                         *measure(lambda p=path: get(p), reps)))
         tags = {p: get(p).headers["etag"] for p in [page, *job_paths]}
         for path in [page, *job_paths]:
             rows.append((f"unchanged `{path.replace(job, 'JOB')}` (If-None-Match)",
-                         *measure(lambda p=path: get(p, tags[p]), args.reps)))
+                         *measure(lambda p=path: get(p, tags[p]), reps)))
         with SQLiteStore(db) as store:  # one job changes: the list's tag changes
             v = store.version(ids[0])
             store.append(ids[0], [ev.EscalationRaised(seq=v + 1, at=T0, message="bench")], v)
         rows.append((f"after one change `{page}` (old tag)",
                      *measure(lambda: get(page, tags[page]), 1)))
         rows.append(("old list `/api/jobs?all=1` (every job, no tag)",
-                     *measure(lambda: get("/api/jobs?all=1"), max(3, args.reps // 10))))
-    print(f"{args.jobs} jobs ({sum(1 for i in range(args.jobs) if i % 50 == 1)} held), "
+                     *measure(lambda: get("/api/jobs?all=1"), max(3, reps // 10))))
+    print(f"{jobs} jobs ({sum(1 for i in range(jobs) if i % 50 == 1)} held), "
           f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs\n")
+    print("| issue 36 | measured |\n| --- | --- |")
+    print("\n".join(light) + "\n")
     print("| request | status | bytes | median ms |\n| --- | --- | --- | --- |")
     for what, ms, size, status in rows:
         print(f"| {what} | {status} | {size:,} | {ms:.1f} |")

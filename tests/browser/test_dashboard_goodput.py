@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
-from test_dashboard import ARTIFACTS, WAIT_MS, Server
+from test_dashboard import ARTIFACTS, WAIT_MS, Server, screenshot
 from tests.goodput_stories import preempted_once
 
 from dispatch.core import events as ev
@@ -46,12 +46,29 @@ def test_the_job_page_shades_lost_work_and_shows_the_split(stocked: Server,
     phases = page.locator('#timeline .tl-row[data-goodput="1"] .tl-phase')
     expect(phases).to_have_count(4)  # queued, running, recovering, running
     table = page.locator("#goodput")
-    # 20 s recovering on 64 nodes = 0.36 node-h; 35 s lost = 0.62 node-h; 140/200 good.
-    expect(table.locator('tr[data-key="recovering · preempted"] td')).to_have_text("0.36")
-    expect(table.locator('tr[data-key="lost work · preempted"] td')).to_have_text("0.62")
-    expect(table.locator('tr[data-key="goodput"] td')).to_have_text("70%")
+    # units that fit the figures (issue 36): 20 s recovering on 64 nodes = 21.3 node-min;
+    # 35 s lost = 37.3 node-min; 5 s queued = 5.33 node-min; 200 s waited = 3.56 node-h
+    expect(table.locator('tr[data-key="recovering · preempted"] td')).to_have_text(
+        "21.3 node-min")
+    expect(table.locator('tr[data-key="lost work · preempted"] td')).to_have_text(
+        "37.3 node-min")
+    expect(table.locator('tr[data-key="queued"] td')).to_have_text("5.33 node-min")
+    expect(table.locator('tr[data-key="time to result"] td')).to_have_text("3.56 node-h")
+    # only running holds nodes here: 175 s on 64 nodes; 140 of its 175 s were useful
+    expect(table.locator('tr[data-key="allocated node-time"] td')).to_have_text("3.11 node-h")
+    expect(table.locator('tr[data-key="goodput of time to result"] td')).to_have_text("70%")
+    expect(table.locator('tr[data-key="goodput of allocated"] td')).to_have_text("80%")
+    # the durations are the same split's phases (one computation), in plain time
+    durations = page.locator("#durations")
+    for phase, text in (("queued", "5s"), ("running", "2m 55s"), ("recovering", "20s"),
+                        ("held", "0s"), ("stopping", "0s"), ("total", "3m 20s")):
+        expect(durations.locator(f'tr[data-key="{phase}"] td')).to_have_text(text)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-goodput-job.png"), full_page=True)
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.locator("#goodput").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "dashboard-goodput-table.png"))
+    screenshot(page, "dashboard-goodput.png")
 
 
 def test_the_fleet_chart_draws_badput_by_cause_per_day(stocked: Server, page: Page) -> None:
@@ -60,5 +77,7 @@ def test_the_fleet_chart_draws_badput_by_cause_per_day(stocked: Server, page: Pa
     expect(bars.first).to_be_visible(timeout=WAIT_MS)
     assert bars.count() in (1, 2)  # the story may straddle midnight UTC
     expect(page.locator("#badput-legend")).to_contain_text("preempted")
-    expect(page.locator("#fleet-goodput-line")).to_contain_text("goodput 70%")
+    expect(page.locator("#fleet-goodput-line")).to_have_text(
+        "· goodput 70% of time to result (3.56 node-h), 80% of allocated node-time "
+        "(3.11 node-h), 1 job(s)")
     page.screenshot(path=str(ARTIFACTS / "dashboard-goodput-fleet.png"), full_page=True)

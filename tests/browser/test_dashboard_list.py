@@ -1,7 +1,8 @@
 """The dashboard's list and job page in Debian's chromium (as test_dashboard.py): search,
-sort, pagination, the held jobs pinned on top, a job's own URL with the back button, its
-logs pane following a running local job, and the confirm dialogs. With DISPATCH_SCREENSHOTS=1
-the list and a job's page are saved to docs/images/ (for docs/serve.md) at 1280x800."""
+sort, pagination (the page in the address), the held jobs' banner, a job's own URL with the
+back button, its logs pane following a running local job, and the confirm dialogs. With
+DISPATCH_SCREENSHOTS=1 the list and a job's page are saved to docs/images/ (for
+docs/serve.md) at 1280x800."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def ids_shown(page: Page) -> list[str]:
         "rows => rows.map(r => r.dataset.job)")]
 
 
-def test_search_sort_pages_and_the_held_job_on_top(server: Server, page: Page) -> None:
+def test_search_sort_pages_and_the_held_banner(server: Server, page: Page) -> None:
     jobs = [server.submit(f"alpha-{i}", QUICK) for i in range(5)]
     jobs += [server.submit(f"beta-{i}", QUICK) for i in range(3)]
     held = server.submit("stuck", HOLD_ON_SEGV,
@@ -31,12 +32,13 @@ def test_search_sort_pages_and_the_held_job_on_top(server: Server, page: Page) -
     page.set_viewport_size({"width": 1280, "height": 800})
     server.log_in(page)
     expect(page.locator("#held-count")).to_have_text("1 held: waiting for you", timeout=WAIT_MS)
-    expect(page.locator(f'#held-rows tr[data-job="{held}"]')).to_be_visible()
-    expect(page.locator(f'#held-rows tr[data-job="{held}"] .state')).to_have_text("held")
+    expect(page.locator("#held-banner")).to_contain_text("1 job is held")
+    # the held job is a row in its place (the newest), not pinned above every result
+    expect(page.locator(f'#job-rows tr[data-job="{held}"] .state')).to_have_text("held")
     # newest first, page by page
     page.select_option("#page-size", "25")
-    expect(page.locator("#job-rows tr")).to_have_count(8, timeout=WAIT_MS)
-    assert ids_shown(page) == list(reversed(jobs))
+    expect(page.locator("#job-rows tr")).to_have_count(9, timeout=WAIT_MS)
+    assert ids_shown(page) == [held, *reversed(jobs)]
     for j in jobs:  # every finished job says why, in words beside the colour
         expect(row(page, j).locator("td.cause")).to_have_text("none (exit 0)", timeout=WAIT_MS)
     screenshot(page, "dashboard-list.png")
@@ -48,28 +50,38 @@ def test_search_sort_pages_and_the_held_job_on_top(server: Server, page: Page) -
     expect(page.locator("#job-rows tr")).to_have_count(1, timeout=WAIT_MS)
     expect(page.locator("#job-rows tr")).to_have_attribute("data-job", jobs[0])
     page.fill("#q", "")
-    expect(page.locator("#job-rows tr")).to_have_count(8, timeout=WAIT_MS)
+    expect(page.locator("#job-rows tr")).to_have_count(9, timeout=WAIT_MS)
 
     page.click('#jobs th[data-sort="name"]')  # sort by name, then the other way
     expect(page.locator('#jobs th[data-sort="name"]')).to_have_attribute("aria-sort", "ascending")
     expect(page.locator("#job-rows tr").first).to_have_attribute("data-job", jobs[0],
                                                                  timeout=WAIT_MS)
-    page.click('#jobs th[data-sort="name"]')
-    expect(page.locator("#job-rows tr").first).to_have_attribute("data-job", jobs[7],
+    page.click('#jobs th[data-sort="name"]')  # "stuck" (held) after every beta-*
+    expect(page.locator("#job-rows tr").first).to_have_attribute("data-job", held,
                                                                  timeout=WAIT_MS)
 
     page.click('#jobs th[data-sort="created"]')  # newest first again, three to a page
     page.goto(server.url + "/?order=-created")
     page.evaluate("document.getElementById('page-size').append(new Option('3', '3'))")
     page.select_option("#page-size", "3")
-    # page 1 holds the held job (pinned on top, not repeated) and the two newest
-    expect(page.locator("#job-rows tr")).to_have_count(2, timeout=WAIT_MS)
+    # page 1: the held job (the newest) and the two before it
+    expect(page.locator("#job-rows tr")).to_have_count(3, timeout=WAIT_MS)
     seen = ids_shown(page)
     page.click("#older")
     expect(page.locator("#page-info")).to_have_text("page 2")
     expect(page.locator("#job-rows tr").first).to_have_attribute("data-job", jobs[5],
                                                                  timeout=WAIT_MS)
-    expect(page.locator(f'#held-rows tr[data-job="{held}"]')).to_have_count(0)
+    assert "page=2" in page.url  # page 2 is in the address: a reload stays on it
+    page.reload()
+    expect(page.locator("#page-info")).to_have_text("page 2", timeout=WAIT_MS)
+    expect(page.locator("#job-rows tr").first).to_have_attribute("data-job", jobs[5],
+                                                                 timeout=WAIT_MS)
+    page.evaluate("document.getElementById('page-size').append(new Option('3', '3'))")
+    page.select_option("#page-size", "3")
+    page.click("#older")
+    expect(page.locator("#page-info")).to_have_text("page 2")
+    expect(page.locator("#job-rows tr").first).to_have_attribute("data-job", jobs[5],
+                                                                 timeout=WAIT_MS)
     seen += ids_shown(page)
     page.click("#older")
     expect(page.locator("#page-info")).to_have_text("page 3")
@@ -77,7 +89,7 @@ def test_search_sort_pages_and_the_held_job_on_top(server: Server, page: Page) -
                                                                  timeout=WAIT_MS)
     seen += ids_shown(page)
     expect(page.locator("#older")).to_be_disabled()
-    assert seen == list(reversed(jobs))  # each job once, in order
+    assert seen == [held, *reversed(jobs)]  # each job once, in order
     page.click("#newer")
     expect(page.locator("#page-info")).to_have_text("page 2")
     expect(page.locator("#job-rows tr").first).to_have_attribute("data-job", jobs[5],

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -81,11 +89,63 @@ def test_since_keeps_only_time_in_the_span(env: dict[str, str]) -> None:
     assert code == 0 and "no job has time in that span" in out
 
 
-def test_the_table_names_phases_causes_and_node_hours(env: dict[str, str]) -> None:
+def test_the_table_names_phases_causes_and_units_that_fit(env: dict[str, str]) -> None:
     code, out, err = invoke(env, "goodput", "big")
     assert code == 0, err
-    for word in ("recovering", "preempted", "node-hours", "lost work", "goodput 70%"):
-        assert word in out
+    for word in ("recovering", "preempted", "node-time", "lost work",
+                 "21.3 node-min",  # 20 s on 64 nodes, never 0.36 node-h
+                 "goodput 70% of time to result (3.56 node-h)",
+                 "80% of allocated node-time (3.11 node-h)"):
+        assert word in out, (word, out)
+    code, out, err = invoke(env, "goodput", "small")  # one node: node-seconds, not 0.00 node-h
+    assert code == 0, err
+    assert "20.0 node-s" in out and "0.00" not in out, out
+
+
+def test_allocated_node_time_leaves_out_queued_and_recovering(env: dict[str, str]) -> None:
+    (group,) = json.loads(invoke(env, "goodput", "big", "--json")[1])["groups"]
+    assert group["allocated_node_seconds"] == 175 * 64  # running only: no stopping here
+    assert group["goodput_allocated"] == pytest.approx(140 / 175)
+    assert group["goodput"] == pytest.approx(140 / 200)  # time to result, as before
+
+
+def run_in_pty(env: dict[str, str], columns: int, *args: str) -> str:
+    """The command as a person runs it: on a terminal ``columns`` wide."""
+    main_fd, child_fd = pty.openpty()
+    fcntl.ioctl(child_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    full = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    full.update(env, TERM="xterm", NO_COLOR="1")
+    proc = subprocess.Popen([sys.executable, "-m", "dispatch.cli", *args], env=full,
+                            stdin=child_fd, stdout=child_fd, stderr=child_fd)
+    os.close(child_fd)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main_fd, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(main_fd)
+    assert proc.wait(timeout=120) == 0, b"".join(chunks)
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).replace("\r", "")
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_by_job_is_one_row_a_job_with_its_name(env: dict[str, str], columns: int) -> None:
+    """Issue 36: ``--by job`` prints one table, a row a job with its name (never a table a
+    job), within the terminal's width."""
+    out = run_in_pty(env, columns, "goodput", "--by", "job")
+    lines = out.splitlines()
+    assert all(len(line) <= columns for line in lines), out
+    for job in ("big", "small"):
+        rows = [line for line in lines if re.match(rf"^\W*{job}\b", line)]
+        assert len(rows) == 1, out
+        assert "train" in rows[0], out  # the job's name beside its id
+    big = next(line for line in lines if re.match(r"^\W*big\b", line))
+    assert "70%" in big and "80%" in big, out  # both goodputs, side by side
+    assert out.count("job(s)") == 1, out  # one table
 
 
 # "\u0667d" (Arabic-Indic 7), a fullwidth 7: \d and int() read any Unicode digit.
@@ -105,4 +165,5 @@ def test_no_such_job_exits_3(env: dict[str, str]) -> None:
 def test_status_shows_the_goodput_line(env: dict[str, str]) -> None:
     code, out, err = invoke(env, "status", "big")
     assert code == 0, (out, err)
-    assert "goodput 70% of 3.56 node-h" in out and "badput preempted 0.98 node-h" in out
+    assert "goodput 70% of time to result (3.56 node-h)" in out
+    assert "badput preempted 58.7 node-min" in out

@@ -19,7 +19,7 @@ from dispatch.core.policy import Declarations
 from dispatch.core.spec import JobSpec
 from dispatch.service import Service
 from dispatch.service.held import HeldIndex
-from dispatch.service.listing import held_jobs
+from dispatch.service.listing import held_count, held_jobs
 from dispatch.stores.sqlite import SQLiteStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -99,3 +99,22 @@ def test_a_refresh_folds_only_the_jobs_written_to(tmp_path: Path) -> None:
     refolded = {j for j, job in live.folded.items() if job is not before.get(j)}
     assert refolded == {"j9", "j3"}  # the other 48 jobs were not read again
     store.close()
+
+
+def test_the_count_waits_for_the_background_build_never_the_request(tmp_path: Path) -> None:
+    """Issue 36: serve builds the index in the background; until it is built a list says
+    the count is not known (None) instead of folding every live job itself."""
+    path = tmp_path / "r.sqlite3"
+    store = SQLiteStore(path)
+    store.create_many([created(i) for i in range(20)])
+    for i in (2, 5):
+        store.append(f"j{i}", [event_for("hold", 2)], 1)
+    index = HeldIndex()
+    service = Service(store, held_index=index)
+    assert held_count(service) is None  # not built yet: nothing folded by the request
+    assert index._live is None
+    index.warm(lambda: SQLiteStore(path), lambda: T0 + timedelta(hours=2)).join()
+    assert held_count(service) == 2
+    store.append("j9", [event_for("hold", 2)], 1)
+    assert held_count(service) == 3  # built: later refreshes fold on
+    assert held_count(Service(store)) == 3  # without an index: every live job folded

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from tests.strategies import records, times
 
 from dispatch.core.goodput import ZERO, Phase, job_time, split
+from dispatch.service.goodput import node_time_text
 
 RECORDS = records(max_events=25)
 
@@ -86,3 +87,40 @@ def test_counters_never_go_down_as_events_are_appended(record: list, now, later)
         for key, value in prev.items():
             assert cur.get(key, ZERO) >= value, (k, key)
         prev = cur
+
+
+@settings(max_examples=150, deadline=None)
+@given(record=RECORDS, now=times)
+def test_allocated_node_time_is_running_and_stopping_only(record: list, now) -> None:  # type: ignore[type-arg]
+    """Issue 36: allocated node-time counts only the phases that hold nodes; a queued,
+    recovering or held second never counts; it bounds time to result from below and its
+    goodput from above."""
+    jt = job_time(record, now)
+    part = split(jt)
+    holding = sum(((s.end - s.start) * s.nodes for s in jt.segments
+                   if s.phase in (Phase.RUNNING, Phase.STOPPING)), ZERO)
+    assert part.allocated() == holding
+    assert ZERO <= part.allocated() <= part.node_wall
+    waiting = sum(((s.end - s.start) * s.nodes for s in jt.segments
+                   if s.phase in (Phase.QUEUED, Phase.RECOVERING, Phase.HELD)), ZERO)
+    assert part.allocated() + waiting == part.node_wall
+    g, ga = part.goodput(), part.allocated_goodput()
+    assert (ga is None) == (part.allocated() == ZERO)
+    if ga is not None:
+        assert 0.0 <= ga <= 1.0
+        assert g is not None and g <= ga + 1e-12
+
+
+@settings(max_examples=100, deadline=None)
+@given(seconds=st.floats(min_value=0, max_value=1e9, allow_nan=False))
+def test_node_time_text_scales_its_unit_and_reads_back(seconds: float) -> None:
+    """Issue 36: a figure is shown in the unit that fits it, never a row of 0.00 node-h:
+    the text read back is within its rounding of the figure."""
+    text = node_time_text(seconds)
+    number, unit = text.split(" ")
+    scale = {"node-s": 1, "node-min": 60, "node-h": 3600}[unit]
+    value = float(number.replace(",", ""))
+    assert value > 0 or seconds < 0.05
+    assert abs(value * scale - seconds) <= max(0.05, 0.0051 * seconds)
+    if seconds >= 1:
+        assert value >= 1  # each unit is used from one of it up

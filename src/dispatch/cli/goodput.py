@@ -22,8 +22,10 @@ from dispatch.support.clock import utcnow
 @handle_errors
 def goodput(job: str | None, since: str | None, by: str, store_url: str | None,
             as_json: bool) -> None:
-    """Node-hours per phase (queued, running, recovering, held, stopping) and cause, lost
-    work since the last checkpoint, and goodput = (running - lost work) / wall time.
+    """Node-time per phase (queued, running, recovering, held, stopping) and cause, lost
+    work since the last checkpoint, and goodput = (running - lost work) over time to result
+    (wall time x nodes, every phase) and over allocated node-time (running, stopping).
+    --by job: one row a job.
 
     JOB: one job (id or unique name); without it, every job in the store."""
     from dispatch.service.goodput import fleet_times, groups, job_times, span_of, split_json
@@ -43,11 +45,16 @@ def goodput(job: str | None, since: str | None, by: str, store_url: str | None,
             found, errors = fleet_times(service.store, now)
             parts = groups(found, By(by), now, span)
     if as_json:
+        names = {jt.job_id: jt.name for jt in found}
         emit_json({"since": since, "by": by, "at": now.isoformat(),
-                   "groups": [{"key": k, **split_json(v)} for k, v in sorted(parts.items())],
+                   "groups": [{"key": k, **({"name": names.get(k, "")} if by == "job" else {}),
+                               **split_json(v)} for k, v in sorted(parts.items())],
                    "unreadable": {k: str(v) for k, v in sorted(errors.items())}})
         return
-    _print(parts, By(by))
+    if By(by) is By.JOB and job is None:
+        _print_jobs(parts, {jt.job_id: jt.name for jt in found})
+    else:
+        _print(parts, By(by))
     for job_id, err in sorted(errors.items()):
         click.echo(f"not counted: {job_id}: {err}", err=True)
 
@@ -56,7 +63,7 @@ def _print(parts: dict[str, Split], by: By) -> None:
     from rich.table import Table
 
     from dispatch.cli import render
-    from dispatch.service.goodput import goodput_line, hours
+    from dispatch.service.goodput import goodput_line, node_time_text
 
     if not parts:
         click.echo("no job has time in that span")
@@ -64,20 +71,48 @@ def _print(parts: dict[str, Split], by: By) -> None:
     for key, s in sorted(parts.items()):
         title = f"{by.value} {key}" if key else "all jobs"
         table = Table(title=f"{title}: {s.jobs} job(s)", title_justify="left")
-        for col in ("phase", "cause", "hours", "node-hours", "share"):
-            table.add_column(col, justify="right" if col in ("hours", "node-hours", "share")
-                             else "left")
+        for col in ("phase", "cause", "time", "node-time", "share"):
+            table.add_column(col, justify="left" if col in ("phase", "cause") else "right")
         for (phase, cause), v in sorted(s.parts.items()):
             nv = s.node_parts[(phase, cause)]
             share = nv / s.node_wall if s.node_wall else 0.0
-            table.add_row(phase.value, cause.value, f"{hours(v):.2f}", f"{hours(nv):.2f}",
-                          f"{share:.0%}")
+            table.add_row(phase.value, cause.value,
+                          node_time_text(v.total_seconds(), nodes=False),
+                          node_time_text(nv.total_seconds()), f"{share:.0%}")
         for cause, v in sorted(s.lost.items()):
             nv = s.node_lost[cause]
-            table.add_row("lost work", cause.value, f"{hours(v):.2f}", f"{hours(nv):.2f}",
+            table.add_row("lost work", cause.value, node_time_text(v.total_seconds(), nodes=False),
+                          node_time_text(nv.total_seconds()),
                           f"{nv / s.node_wall:.0%}" if s.node_wall else "")
         render.out().print(table)
         click.echo(goodput_line(s))
+
+
+def _print_jobs(parts: dict[str, Split], names: dict[str, str]) -> None:
+    """``--by job``: one row a job, with its name (cut first when the terminal is narrow);
+    both denominators side by side."""
+    from rich.table import Table
+
+    from dispatch.cli import render
+    from dispatch.service.goodput import node_time_text, share_text
+
+    if not parts:
+        click.echo("no job has time in that span")
+        return
+    table = Table(title=f"goodput by job ({len(parts)} job(s))", title_justify="left",
+                  box=None, pad_edge=False, padding=(0, 1))
+    table.add_column("job", no_wrap=True)
+    table.add_column("name", overflow="ellipsis", no_wrap=True, min_width=4)
+    for col in ("to result", "allocated", "lost work", "goodput", "alloc."):
+        table.add_column(col, justify="right", no_wrap=True)
+    for key, s in sorted(parts.items(), key=lambda kv: (names.get(kv[0], ""), kv[0])):
+        table.add_row(key, names.get(key, ""), node_time_text(s.node_wall.total_seconds()),
+                      node_time_text(s.allocated().total_seconds()),
+                      node_time_text(s.lost_total().total_seconds()),
+                      share_text(s.goodput()), share_text(s.allocated_goodput()))
+    render.out().print(table)
+    click.echo("goodput: of time to result (wall time x nodes, every phase);")
+    click.echo("alloc.: of allocated node-time (running, stopping: never queued or held)")
 
 
 COMMANDS = (goodput,)

@@ -12,6 +12,11 @@ G3 Lost work: once the training has reported a durable checkpoint (CheckpointRec
 G4 Goodput = (running - lost work) / wall, in node-time; badput of a cause = its recovering
    and held time plus the lost work charged to it.
 
+Two denominators, never confused: time to result (the wall time times the nodes, every
+phase: what a person waited) and allocated node-time (only the phases in which the
+scheduler held nodes: running and stopping; never queued, recovering or held). A job held
+for a day costs a day of time to result and no allocated node-time.
+
 Event times are kept in order for the split: a boundary earlier than the one before it counts
 as that one, so a record whose clocks disagree still splits exactly; the wall time ends at the
 outcome's boundary (or ``now``, or the last boundary if ``now`` is before it).
@@ -66,6 +71,7 @@ class JobTime:
     # and may still change phase, so counters (/metrics) leave it out.
     closed: int = 0
     gpus_per_node: int = 0  # the spec's slurm.gpus_per_node; 0: the spec does not say
+    name: str = ""  # the spec's name (a person reads a job by it)
 
 
 def _clamp(t: datetime, low: datetime, high: datetime) -> datetime:
@@ -152,6 +158,7 @@ def job_time(record: Sequence[ev.Event], now: datetime) -> JobTime:
     return JobTime(job_id=created.job_id, backend=created.spec.backend,
                    user=created.actor or "", start=created.at, end=cut.at, settled=settled,
                    segments=tuple(cut.segments), lost=tuple(cut.lost), closed=closed,
+                   name=created.spec.name,
                    gpus_per_node=gpus if type(gpus) is int and gpus > 0 else 0)
 
 
@@ -203,6 +210,10 @@ def _apply(cut: _Cutter, e: ev.Event, current: int) -> None:  # noqa: C901 - one
                 cut.move(e.at, Phase.STOPPING, CauseKind.CANCELLED, cut.nodes)
 
 
+# The phases in which the scheduler holds the job's nodes (allocated node-time).
+ALLOCATED = (Phase.RUNNING, Phase.STOPPING)
+
+
 @dataclass(slots=True)
 class Split:
     """G1-G4 totals. ``wall``/``parts``: time; ``node_*``: node-time (G2). Keys of ``parts``:
@@ -233,6 +244,16 @@ class Split:
         """G4: useful over wall (node-time by default); None for no wall time."""
         wall = self.node_wall if nodes else self.wall
         return None if wall <= ZERO else self.good(nodes=nodes) / wall
+
+    def allocated(self) -> timedelta:
+        """Allocated node-time: only the phases in which the scheduler held nodes (running,
+        stopping); never queued, recovering or held."""
+        return sum((self.phase(p) for p in ALLOCATED), ZERO)
+
+    def allocated_goodput(self) -> float | None:
+        """Useful node-time over allocated node-time; None when nothing was allocated."""
+        alloc = self.allocated()
+        return None if alloc <= ZERO else self.good() / alloc
 
     def badput(self, *, nodes: bool = True) -> dict[CauseKind, timedelta]:
         """G4: per cause, recovering and held time plus the lost work charged to it."""

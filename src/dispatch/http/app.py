@@ -3,8 +3,9 @@ service, mirroring the Python API.
 
     GET  /api/jobs[?all=1][&state=S]       status JSON of each job (as ``dispatch ls --json``)
     GET  /api/jobs?limit=N[&after=C][&order=[-]COL][&state=S][&backend=B][&cause=K][&q=T]
-                                           one page: {"jobs", "next", "held", "held_count"}
-                                           (service/listing.py)
+                   [&since=ISO]
+                                           one page: {"jobs", "next", "held_count"}, each
+                                           job a list row (service/listing.py, rows.py)
     GET  /api/jobs/{job}                   status JSON (as ``dispatch status --json``)
     GET  /api/jobs/{job}/history           as ``dispatch history --json``
     GET  /api/jobs/{job}/timeline          the dashboard's timeline (http/timeline.py)
@@ -24,7 +25,8 @@ The endpoints sit by route group: routes_jobs.py, routes_logs.py, routes_goodput
 routes_site.py (the dashboard, login, /metrics), over what endpoints.py shares.
 
 The list and the job's reads answer with an ETag (http/etag.py) and 304 to a matching
-If-None-Match: a refresh of unchanged data costs one cheap query and no body.
+If-None-Match: a refresh of unchanged data costs one cheap query and no body. The lists
+(and /metrics) are gzipped when the client accepts it.
 
 Errors are ``{"error": {"code", "exit_code", "message"}}`` (``views.error_json``) with the
 HTTP status of the CLI's exit code: 2 -> 400, 3 -> 404, 4 -> 503, 5 -> 500 (a record store
@@ -52,6 +54,8 @@ from dispatch.http.routes_jobs import job_routes
 from dispatch.http.routes_logs import log_routes
 from dispatch.http.routes_site import site_routes
 from dispatch.service.requests import whoami
+from dispatch.stores.select import open_store
+from dispatch.support.clock import utcnow
 
 
 def build_app(server: Server) -> Starlette:
@@ -71,6 +75,8 @@ def make_server(store_url: str | None, tokens: Tokens, *, loopback_bind: bool = 
     server.streams = LogStreams(server.service, registry)
     registry.register(RecordCollector(server.service))
     registry.register(GoodputCollector(server.service))
+    # the held jobs' count is built in the background: the first list refresh never waits
+    server.held_index.warm(lambda: open_store(store_url), utcnow)
     return server
 
 

@@ -1,5 +1,5 @@
 """ETags for the dashboard's polls: a refresh of unchanged data is one cheap query and a
-304 without a body.
+304 without a body; a changed one is gzipped when the client accepts it (``compressed``).
 
 A list's tag is the store's stamp (the number of jobs and the sum of their versions: any
 new job or event changes it) with the query asked; a job's is its version. Both carry the
@@ -10,6 +10,7 @@ did not move.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import time
 
@@ -46,4 +47,26 @@ def tagged(response: Response, etag: str) -> Response:
     may then get a 304."""
     response.headers["ETag"] = etag
     response.headers["Cache-Control"] = "no-cache"
+    return response
+
+
+GZIP_MIN = 1024  # smaller bodies gain little from compression
+
+
+def accepts_gzip(request: Request) -> bool:
+    for part in request.headers.get("accept-encoding", "").split(","):
+        coding, _, params = part.strip().partition(";")
+        if coding.strip().lower() in ("gzip", "*") and params.replace(" ", "") != "q=0":
+            return True
+    return False
+
+
+def compressed(request: Request, response: Response) -> Response:
+    """``response`` gzipped when the client accepts gzip and the body is worth it; the
+    answer varies by Accept-Encoding either way. Only for whole (not streamed) bodies."""
+    response.headers["Vary"] = "Accept-Encoding"
+    if accepts_gzip(request) and len(response.body) >= GZIP_MIN:
+        response.body = gzip.compress(response.body, compresslevel=6, mtime=0)
+        response.headers["Content-Encoding"] = "gzip"
+        response.headers["Content-Length"] = str(len(response.body))
     return response

@@ -4,17 +4,23 @@ summed over every job's record at scrape time.
 Counters, derived from committed events only: a job's time is counted up to the boundary
 its latest event closed (the segment still running to ``now`` is left out until an event
 closes it), so a value never goes down and a restart of ``serve`` reads the same totals
-from the same record: nothing is kept in memory, nothing is counted twice."""
+from the same record: nothing is counted twice.
+
+Each job's time is kept between scrapes with the version it was read at (a job's counted
+time depends on its committed events only), so a scrape reads only the jobs written to
+since the last one: at 10,000 jobs a scrape is one query over the jobs table (issue 36)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from dispatch.core.goodput import ZERO
+from dispatch.core.goodput import ZERO, JobTime
+from dispatch.http.versions import JobVersions
 from dispatch.service import Service
 from dispatch.support.clock import utcnow
 
@@ -22,15 +28,25 @@ from dispatch.support.clock import utcnow
 class GoodputCollector(Collector):
     def __init__(self, open_service: Callable[[], Service]) -> None:
         self.open_service = open_service
+        self._lock = threading.Lock()
+        self._times: dict[str, tuple[int, JobTime]] = {}  # job -> (version read, its time)
+        self._versions = JobVersions()
 
     def describe(self) -> Iterable[Metric]:
         return []  # registering must not read the record
 
     def collect(self) -> Iterator[Metric]:
-        from dispatch.service.goodput import fleet_times
+        from dispatch.service.goodput import job_times
 
-        with self.open_service() as service:
-            found, _ = fleet_times(service.store, utcnow())
+        with self._lock, self.open_service() as service:
+            rows = {j: v for j, (v, _) in self._versions.refresh(service.store).items()}
+            stale = [j for j, v in rows.items() if self._times.get(j, (-1,))[0] != v]
+            fresh, _ = job_times(service.store, stale, utcnow())
+            for jt in fresh:
+                self._times[jt.job_id] = (rows[jt.job_id], jt)
+            for gone in self._times.keys() - rows.keys():
+                del self._times[gone]
+            found = [jt for _, jt in self._times.values()]
         phases: dict[tuple[str, str, str], timedelta] = {}
         lost: dict[tuple[str, str], timedelta] = {}
         for jt in found:

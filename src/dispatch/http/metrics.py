@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -24,8 +25,9 @@ from prometheus_client.registry import Collector
 
 from dispatch.backends.base import Backend
 from dispatch.core.model import CauseKind, State
+from dispatch.http.versions import JobVersions
 from dispatch.service import Service
-from dispatch.service.views import SCHEDULER_UNREACHABLE
+from dispatch.service.views import SCHEDULER_UNREACHABLE, JobView
 from dispatch.supervise.loop import TickReport
 
 # The backend contract's calls that reach a scheduler (or the local runner).
@@ -136,55 +138,107 @@ class _CallsCollector(Collector):
         return [by_call, by_tool]
 
 
+@dataclass(frozen=True, slots=True)
+class _Tally:
+    """What one job adds to the record's metrics (a finished job's never changes)."""
+
+    state: str | None  # None: the record cannot be used
+    outcomes: tuple[tuple[str, str], ...] = ()
+    recoveries: tuple[str, ...] = ()
+    escalations: tuple[str, ...] = ()
+    app_error: str | None = None
+    budget: tuple[tuple[str, str, int], ...] = ()  # (scope, rule, used) of an unfinished job
+    backend: str = ""
+    unreachable: bool = False
+    live: bool = False
+
+
+def _tally(v: JobView) -> _Tally:
+    s = v.status
+    if s is None:
+        return _Tally(state=None)
+    outcomes, recoveries = [], []
+    for t in s.history:
+        if t.state is State.RECOVERING and t.cause is not None:
+            recoveries.append(t.cause.kind.value)
+        elif t.state.terminal and t.cause is not None:
+            outcomes.append((t.state.value, t.cause.kind.value))
+    live = not s.state.terminal
+    return _Tally(
+        state=s.state.value, outcomes=tuple(outcomes), recoveries=tuple(recoveries),
+        escalations=tuple(x.cause.kind.value if x.cause is not None else "none"
+                          for x in s.escalations),
+        # the kind only: never the words
+        app_error=(s.cause.kind.value if s.settled and s.error is not None
+                   and s.cause is not None else None),
+        budget=tuple((s.scope or s.backend, rule, n) for rule, n in s.budget_used.items())
+        if live else (),
+        backend=s.backend, unreachable=v.scheduler == SCHEDULER_UNREACHABLE, live=live)
+
+
 class RecordCollector(Collector):
-    """Jobs, outcomes, recoveries, escalations and budget, from the record at scrape time."""
+    """Jobs, outcomes, recoveries, escalations and budget, from the record at scrape time.
+
+    A finished job's part is kept between scrapes with the version it was read at (its
+    outcome never changes), so a scrape folds only the unfinished jobs and those written
+    to since: one look per backend for the live ones, as ``ls`` does (issue 36). Every
+    series is by state, cause, scope, rule or backend: never one per job."""
 
     def __init__(self, open_service: Callable[[], Service]) -> None:
         self.open_service = open_service
+        self._lock = threading.Lock()
+        self._done: dict[str, tuple[int, _Tally]] = {}
+        self._versions = JobVersions()
 
     def describe(self) -> Iterable[Metric]:
         return []  # registering must not read the record or ask a scheduler
 
+    def _tallies(self) -> list[_Tally]:
+        with self._lock, self.open_service() as service:
+            rows = self._versions.refresh(service.store)
+            versions = {j: v for j, (v, _) in rows.items()}
+            stale = [j for j, (v, done) in rows.items()
+                     if done and self._done.get(j, (-1,))[0] != v]
+            for v in service.views(stale, ask_scheduler=False):
+                t = _tally(v)
+                if t.state is not None and not t.live:
+                    self._done[v.job] = (versions[v.job], t)
+            for gone in self._done.keys() - versions.keys():
+                del self._done[gone]
+            others = [j for j in rows if j not in self._done]
+            return ([t for _, t in self._done.values()]
+                    + [_tally(v) for v in service.views(others)])
+
     def collect(self) -> Iterator[Metric]:
-        with self.open_service() as service:
-            views = service.jobs(include_finished=True)
+        tallies = self._tallies()
         jobs = GaugeMetricFamily("dispatch_jobs", "Jobs by state (finished ones included).",
                                  labels=["state"])
-        by_state = Counter(v.status.state.value for v in views if v.status is not None)
+        by_state = Counter(t.state for t in tallies if t.state is not None)
         for state in State:
             jobs.add_metric([state.value], by_state.get(state.value, 0))
         yield jobs
         broken = GaugeMetricFamily("dispatch_jobs_record_unusable",
                                    "Jobs whose record cannot be used.")
-        broken.add_metric([], sum(1 for v in views if v.status is None))
+        broken.add_metric([], sum(1 for t in tallies if t.state is None))
         yield broken
 
         outcomes: Counter[tuple[str, str]] = Counter()
         recoveries: Counter[str] = Counter()
         escalations: Counter[str] = Counter()
         app_errors: Counter[str] = Counter()
-        budget = GaugeMetricFamily("dispatch_budget_used",
-                                   "Recoveries spent per policy rule, by unfinished job.",
-                                   labels=["job", "name", "rule"])
+        # Summed by scope and rule: a series per job would grow with the fleet (issue 36).
+        budget_used: Counter[tuple[str, str]] = Counter()
         unreachable: dict[str, int] = {}
-        for v in views:
-            s = v.status
-            if s is None:
-                continue
-            for t in s.history:
-                if t.state is State.RECOVERING and t.cause is not None:
-                    recoveries[t.cause.kind.value] += 1
-                elif t.state.terminal and t.cause is not None:
-                    outcomes[(t.state.value, t.cause.kind.value)] += 1
-            for x in s.escalations:
-                escalations[x.cause.kind.value if x.cause is not None else "none"] += 1
-            if s.settled and s.error is not None and s.cause is not None:
-                app_errors[s.cause.kind.value] += 1  # the kind only: never the words
-            if not s.state.terminal:
-                for rule, n in s.budget_used.items():
-                    budget.add_metric([s.job, s.name, rule], n)
-                unreachable[s.backend] = max(unreachable.get(s.backend, 0),
-                                             int(v.scheduler == SCHEDULER_UNREACHABLE))
+        for t in tallies:
+            outcomes.update(t.outcomes)
+            recoveries.update(t.recoveries)
+            escalations.update(t.escalations)
+            if t.app_error is not None:
+                app_errors[t.app_error] += 1
+            for scope, rule, n in t.budget:
+                budget_used[(scope, rule)] += n
+            if t.live:
+                unreachable[t.backend] = max(unreachable.get(t.backend, 0), int(t.unreachable))
         family = CounterMetricFamily("dispatch_outcomes", "Committed outcomes by state and "
                                      "cause kind.", labels=["state", "cause"])
         for (outcome, cause), n in sorted(outcomes.items()):
@@ -207,6 +261,11 @@ class RecordCollector(Collector):
         for cause, n in sorted(app_errors.items()):
             family.add_metric([cause], n)
         yield family
+        budget = GaugeMetricFamily("dispatch_budget_used", "Recoveries spent per policy rule "
+                                   "by the unfinished jobs, summed by scope and rule.",
+                                   labels=["scope", "rule"])
+        for (scope, rule), n in sorted(budget_used.items()):
+            budget.add_metric([scope, rule], n)
         yield budget
         gauge = GaugeMetricFamily("dispatch_scheduler_unreachable",
                                   "1 when a backend's scheduler could not be asked at this "

@@ -16,7 +16,7 @@ from dispatch.backends.registry import names as backend_names
 from dispatch.core.spec import SpecError, parse_spec
 from dispatch.errors import DispatchError
 from dispatch.http.endpoints import Server, actor_of, flag, handle, http_status
-from dispatch.http.etag import job_etag, list_etag, not_modified, tagged
+from dispatch.http.etag import compressed, job_etag, list_etag, not_modified, tagged
 from dispatch.http.guard import BODY
 from dispatch.http.timeline import timeline_json
 from dispatch.service import Service
@@ -40,7 +40,7 @@ def job_routes(server: Server) -> list[Route]:
         rows = [status_json(v) for v in views]
         if state:
             rows = [r for r in rows if r.get("state") == state]
-        return JSONResponse(rows)
+        return compressed(request, JSONResponse(rows))
 
     def list_jobs_page(request: Request, params: dict[str, str]) -> Response:
         req = parse_list_request(params, backend_names())
@@ -48,7 +48,7 @@ def job_routes(server: Server) -> list[Route]:
             etag = list_etag(service.store.stamp(), request.url.query)
             if not_modified(request, etag):
                 return tagged(Response(status_code=304), etag)
-            return tagged(JSONResponse(list_page(service, req)), etag)
+            return tagged(compressed(request, JSONResponse(list_page(service, req))), etag)
 
     def _job_read(request: Request, body: Callable[[Service, str], Response]) -> Response:
         """A read of one job, with its ETag (the job's version): 304 when unchanged."""

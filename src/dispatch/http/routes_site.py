@@ -12,12 +12,14 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from dispatch.http.endpoints import Server
+from dispatch.http.etag import compressed
 from dispatch.http.login import login_routes
 
 
 def site_routes(server: Server) -> list[BaseRoute]:
     def metrics(request: Request) -> Response:
-        return Response(generate_latest(server.registry), media_type=CONTENT_TYPE_LATEST)
+        return compressed(request, Response(generate_latest(server.registry),
+                                            media_type=CONTENT_TYPE_LATEST))
 
     def dashboard(request: Request) -> Response:
         html = resources.files("dispatch.http").joinpath("static/index.html").read_text()

@@ -99,45 +99,15 @@ def timeline_json(events: Sequence[ev.Event], now: datetime) -> dict[str, Any]: 
                 start = s["executions"][-1]["end"] if s["executions"] else s["bound_at"]
                 s["executions"].append({"index": len(s["executions"]), "start": start,
                                         "end": None, "cause": None, "final": False})
-    doc = {
+    doc: dict[str, Any] = {
         "start": _t(created), "end": end, "now": now.isoformat(),
         "submissions": [subs[n] for n in sorted(subs)], "holds": holds, "marks": marks,
         "escalations": escalations, "outcome": outcome,
     }
-    doc["durations"] = durations(doc)
     if events and isinstance(events[0], ev.JobCreated):
-        # G1-G4: the exact split, its pieces and the lost work (service/goodput.py).
-        doc["goodput"] = job_goodput_json(job_time(events, now))
+        # G1-G4: the exact split, its pieces and the lost work (service/goodput.py); the
+        # page's durations are the same split's phases (one computation: issue 36).
+        goodput = job_goodput_json(job_time(events, now))
+        doc["goodput"] = goodput
+        doc["durations"] = goodput["durations"]
     return doc
-
-
-def _s(iso: str | None) -> float:
-    return datetime.fromisoformat(iso).timestamp() if iso else 0.0
-
-
-def _overlap(a: float, b: float, spans: list[tuple[float, float]]) -> float:
-    return sum(max(0.0, min(b, y) - max(a, x)) for x, y in spans)
-
-
-def durations(tl: dict[str, Any]) -> dict[str, float]:
-    """Seconds the job spent: ``queued`` (created until its first object was on the
-    scheduler), ``held``, ``recovering`` (an ended submission until the next one's object
-    was on the scheduler, holds left out), ``running`` (the rest: an object on the
-    scheduler, which includes its own queue there) and ``total`` (until the outcome, or
-    now). From the timeline alone."""
-    start, end = _s(tl["start"]), _s(tl["end"])
-    holds = [(_s(h["start"]), _s(h["end"] or tl["end"])) for h in tl["holds"]]
-    subs = tl["submissions"]
-    first_bound = _s(subs[0]["bound_at"]) if subs and subs[0]["bound_at"] else end
-    queued = max(0.0, first_bound - start) - _overlap(start, first_bound, holds)
-    recovering = 0.0
-    for prev, nxt in zip(subs, subs[1:], strict=False):
-        a = _s(prev["end"] or nxt["intended_at"])
-        b = _s(nxt["bound_at"]) if nxt["bound_at"] else end
-        recovering += max(0.0, b - a) - _overlap(a, b, holds)
-    held = _overlap(start, end, holds)
-    total = max(0.0, end - start)
-    running = max(0.0, total - queued - held - recovering)
-    return {k: round(v, 3) for k, v in (("queued", queued), ("running", running),
-                                       ("recovering", recovering), ("held", held),
-                                       ("total", total))}

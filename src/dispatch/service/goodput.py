@@ -44,6 +44,29 @@ def hours(d: timedelta) -> float:
     return d.total_seconds() / 3600.0
 
 
+# A figure's unit is the one that fits it: node-seconds under two minutes, node-minutes
+# under two hours, node-hours above (issue 36: never a column of 0.00 node-h).
+_UNITS = ((120.0, 1.0, "node-s"), (7200.0, 60.0, "node-min"), (float("inf"), 3600.0, "node-h"))
+
+
+def _figure(v: float) -> str:
+    return f"{v:.2f}" if v < 10 else f"{v:.1f}" if v < 100 else f"{v:,.0f}"
+
+
+def node_time_text(seconds: float, *, nodes: bool = True) -> str:
+    """``'2.80 node-s'``, ``'21.3 node-min'``, ``'1,204 node-h'``: node-time in the unit that
+    fits it, with three significant figures or more (the dashboard's JS does the same);
+    ``nodes=False``: plain time (``'21.3 min'``)."""
+    for below, scale, unit in _UNITS:
+        if seconds < below:
+            return f"{_figure(seconds / scale)} {unit if nodes else unit[5:]}"
+    raise AssertionError("unreachable: the last unit has no bound")
+
+
+def share_text(g: float | None) -> str:
+    return "-" if g is None else f"{g:.0%}"
+
+
 def split_json(s: Split) -> dict[str, Any]:
     """One split as JSON: seconds and node-seconds per phase and cause, lost work and badput
     by cause, goodput (node-time and plain)."""
@@ -64,6 +87,9 @@ def split_json(s: Split) -> dict[str, Any]:
                    for c, v in sorted(s.badput().items()) if v > ZERO],
         "goodput": s.goodput(),
         "goodput_unweighted": s.goodput(nodes=False),
+        # issue 36: the second denominator, only the phases that hold nodes
+        "allocated_node_seconds": s.allocated().total_seconds(),
+        "goodput_allocated": s.allocated_goodput(),
     }
 
 
@@ -78,17 +104,35 @@ def goodput_line(s: Split) -> str:
     if g is None:
         return "goodput: no time yet"
     bad = sorted(((v, c.value) for c, v in s.badput().items() if v > ZERO), reverse=True)
-    text = (f"goodput {g:.0%} of {hours(s.node_wall):.2f} node-h (running "
-            f"{hours(s.phase(Phase.RUNNING)):.2f}, lost work {hours(s.lost_total()):.2f})")
+    text = (f"goodput {g:.0%} of time to result ({node_time_text(_sec(s.node_wall))}), "
+            f"{share_text(s.allocated_goodput())} of allocated node-time "
+            f"({node_time_text(_sec(s.allocated()))}); running "
+            f"{node_time_text(_sec(s.phase(Phase.RUNNING)))}, lost work "
+            f"{node_time_text(_sec(s.lost_total()))}")
     if bad:
-        text += "; badput " + ", ".join(f"{c} {hours(v):.2f} node-h" for v, c in bad[:3])
+        text += "; badput " + ", ".join(f"{c} {node_time_text(_sec(v))}" for v, c in bad[:3])
     return text
+
+
+def _sec(d: timedelta) -> float:
+    return d.total_seconds()
+
+
+def durations_json(jt: JobTime) -> dict[str, float]:
+    """The job page's durations: seconds per phase (queued, running, recovering, held,
+    stopping) and the total wall time, from the same split as its goodput table (one
+    computation: issue 36)."""
+    part = split(jt)
+    out = {p.value: round(part.phase(p, nodes=False).total_seconds(), 3) for p in Phase}
+    out["total"] = round(part.wall.total_seconds(), 3)
+    return out
 
 
 def job_goodput_json(jt: JobTime) -> dict[str, Any]:
     """The dashboard's job page: the split, and its pieces and lost work as intervals."""
     return {
         "split": split_json(split(jt)),
+        "durations": durations_json(jt),
         "phases": [{"start": x.start.isoformat(), "end": x.end.isoformat(),
                     "phase": x.phase.value, "cause": x.cause.value, "nodes": x.nodes}
                    for x in jt.segments],

@@ -6,16 +6,25 @@ those. The answer is read from the folded jobs, so it is the record's own word (
 job equals the whole fold: tests/property/test_incremental_fold.py); nothing is marked or
 stored beside the record. Shared by a server's requests; each refresh reads through the
 store of the request that asks.
+
+The first refresh folds every live job, which takes long at thousands of them: a server
+builds it in the background when it starts (``warm``), and until it is built a list says
+the count is not known yet (``held_if_ready`` is None) rather than wait (issue 36).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import datetime
 
 from dispatch.core.record import Job
 from dispatch.stores.base import RecordStore, sort_key_us
 from dispatch.stores.live import LiveFolds
+
+log = logging.getLogger(__name__)
 
 
 def is_held(job: Job) -> bool:
@@ -29,6 +38,7 @@ class HeldIndex:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._live: LiveFolds | None = None
+        self._built = threading.Event()
 
     def held(self, store: RecordStore, now: datetime) -> list[str]:
         """The held live jobs' ids, newest first. A job whose record cannot be read is left
@@ -38,9 +48,32 @@ class HeldIndex:
                 self._live = LiveFolds(store)
             self._live.store = store  # the asking request's connection to the same store
             jobs, _broken = self._live.refresh(now)
+            self._built.set()
         held = [j for j in jobs if is_held(j)]
         held.sort(key=lambda j: (sort_key_us(j.created_at), j.id), reverse=True)
         return [j.id for j in held]
+
+
+    def held_if_ready(self, store: RecordStore, now: datetime) -> list[str] | None:
+        """``held`` once the index is built (a later refresh folds on only what changed);
+        None while its first build runs, so that no request waits for it."""
+        if not self._built.is_set():
+            return None
+        return self.held(store, now)
+
+    def warm(self, open_store: Callable[[], AbstractContextManager[RecordStore]],
+             clock: Callable[[], datetime]) -> threading.Thread:
+        """Build the index in a background thread, through a store of its own."""
+        def build() -> None:
+            try:
+                with open_store() as store:
+                    self.held(store, clock())
+            except Exception:  # noqa: BLE001 - the next request that asks builds it
+                log.exception("the held index could not be built in the background")
+                self._built.set()
+        thread = threading.Thread(target=build, name="held-index", daemon=True)
+        thread.start()
+        return thread
 
 
 __all__ = ["HeldIndex", "is_held"]

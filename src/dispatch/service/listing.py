@@ -1,11 +1,13 @@
 """The dashboard's job list: one page of jobs (filters, search, any column's order, keyset
-cursor) and the held jobs pinned above it.
+cursor) and how many jobs are held (a banner with a one-click filter, never rows pinned
+above every result: issue 36).
 
 The store filters, orders and pages by what its jobs table holds (id, name, backend,
 creation: stores/query.py), so such a page reads only its own rows. A filter or order on
 what only the record says (state, cause, submissions) folds every job the store's filters
 keep and pages in memory, by the same kind of key; the store's ``terminal`` column narrows
-that set first when the state asked for is finished or not.
+that set first when the state asked for is finished or not. A search is such a filter: it
+reads causes and application errors, which only the record holds.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from typing import Any, Literal
 from dispatch.core.model import CauseKind, State
 from dispatch.errors import BadInput
 from dispatch.service.operations import Service
+from dispatch.service.pages import parse_since
+from dispatch.service.rows import answers, list_row_json
+from dispatch.service.rows import shown_cause as row_cause
 from dispatch.service.views import JobView, status_json
 from dispatch.stores.base import JobRow, sort_key_us
 from dispatch.stores.query import ORDERS, JobQuery, Key, Order
@@ -26,7 +31,6 @@ from dispatch.stores.query import ORDERS, JobQuery, Key, Order
 Column = Literal["created", "name", "backend", "job", "state", "cause", "submissions"]
 COLUMNS: tuple[Column, ...] = (*ORDERS, "state", "cause", "submissions")
 MAX_LIMIT = 500
-MAX_PINNED = 100  # held jobs shown on top; the count says how many there are in all
 
 
 class BadParameter(BadInput):
@@ -53,12 +57,14 @@ class ListRequest:
     cause: CauseKind | None = None
     backend: str | None = None
     search: str | None = None
+    since_us: int | None = None  # created at or after (stores/base.py sort_key_us)
 
     @property
     def derived(self) -> bool:
         """Whether the record must be folded to filter or order (the store cannot)."""
         return ((self.state is not None and not self.state.terminal)
-                or self.cause is not None or self.order not in ORDERS)
+                or self.cause is not None or self.search is not None
+                or self.order not in ORDERS)
 
 
 def encode_cursor(order: Column, descending: bool, key: Key) -> str:
@@ -126,19 +132,15 @@ def parse_list_request(params: dict[str, str], backends: Sequence[str]) -> ListR
         raise BadParameter("q", "longer than 200 characters")
     if search:
         req = replace(req, search=search)
+    if params.get("since"):
+        try:
+            req = replace(req, since_us=parse_since(params["since"]))
+        except BadInput:
+            raise BadParameter("since", f"{params['since']!r} is not an ISO 8601 date or "
+                               "time (e.g. 2026-12-01 or 2026-12-01T08:00)") from None
     if "after" in params:
         req = replace(req, after=decode_cursor(params["after"], req.order, req.descending))
     return req
-
-
-def shown_cause(row: dict[str, Any]) -> str:
-    """The cause the list shows: the job's own, else the last one it recovered from."""
-    if row.get("cause"):
-        return str(row["cause"]["kind"])
-    for t in reversed(row.get("history") or []):
-        if t.get("cause"):
-            return str(t["cause"]["kind"])
-    return ""
 
 
 def _store_key(order: Column, row: JobRow) -> Key:
@@ -147,76 +149,114 @@ def _store_key(order: Column, row: JobRow) -> Key:
     return (first[order], *tail) if order in first else tail
 
 
-def _derived_key(order: Column, row: JobRow, doc: dict[str, Any]) -> Key:
+def _derived_key(order: Column, row: JobRow, view: JobView) -> Key:
     if order in ORDERS:  # a store column, ordered here because a filter needed the record
         return _store_key(order, row)
-    first: str | int = (doc.get("state", "") if order == "state" else shown_cause(doc)
-                        if order == "cause" else int(doc.get("submissions") or 0))
+    s = view.status
+    first: str | int
+    if order == "state":
+        first = s.state.value if s is not None else ""
+    elif order == "cause":
+        cause, _ = row_cause(view)
+        first = cause.kind.value if cause is not None else ""
+    else:
+        first = s.submissions if s is not None else 0
     return (first, sort_key_us(row.created_at), row.job_id)
 
 
-def _matches(req: ListRequest, doc: dict[str, Any]) -> bool:
-    if req.state is not None and doc.get("state") != req.state.value:
+def _matches(req: ListRequest, view: JobView, row: JobRow | None = None) -> bool:
+    s = view.status
+    if (req.state is not None or req.cause is not None) and s is None:
         return False
-    return req.cause is None or shown_cause(doc) == req.cause.value
+    if req.state is not None and s is not None and s.state is not req.state:
+        return False
+    if req.cause is not None:
+        cause, _ = row_cause(view)
+        if cause is None or cause.kind is not req.cause:
+            return False
+    return req.search is None or answers(
+        view, req.search, job_id=row.job_id if row else "", name=row.name if row else "")
 
 
 def _after(key: Key, cursor: Key, descending: bool) -> bool:
     return key < cursor if descending else key > cursor
 
 
-def list_page(service: Service, req: ListRequest) -> dict[str, Any]:
-    """``{"jobs", "next", "held", "held_count"}``: one page of status JSON (the scheduler
-    asked for its live jobs), the cursor of the next page (None on the last), and the held
-    jobs (the record's word) with their count."""
+def find_jobs(service: Service, req: ListRequest) -> tuple[list[JobView], str | None]:
+    """One page of the list: the jobs' views (the scheduler asked for those shown) and the
+    cursor of the next page (None on the last). The dashboard, the API and the CLI share
+    it: filters (state, cause, backend), the search over names, id prefixes, causes and
+    application errors (service/rows.py ``answers``), any column's order."""
     terminal = (False if req.live_only else
                 None if req.state is None else req.state.terminal)
     # A finished state is the store's outcome column: filtered in SQL, not by folding.
     outcome = req.state.value if req.state is not None and req.state.terminal else None
-    base = JobQuery(terminal=terminal, backend=req.backend, search=req.search,
-                    outcome=outcome)
+    base = JobQuery(terminal=terminal, backend=req.backend, outcome=outcome,
+                    since_us=req.since_us)
     if not req.derived:
         order: Order = req.order  # type: ignore[assignment]  # a store column here
         rows = service.store.query_jobs(replace(base, order=order, descending=req.descending,
                                                 after=req.after, limit=req.limit + 1))
         page, more = rows[:req.limit], len(rows) > req.limit
         keys = [_store_key(req.order, r) for r in page]
-        docs = [status_json(v) for v in service.views([r.job_id for r in page])]
+        views = service.views([r.job_id for r in page])
         if req.state is not None:  # jobs finished before the store kept outcomes
-            docs = [d for d in docs if _matches(req, d)]
+            views = [v for v in views if _matches(req, v)]
     else:
         rows = service.store.query_jobs(base)
-        by_id = {v.job: status_json(v) for v in service.views([r.job_id for r in rows],
-                                                              ask_scheduler=False)}
+        by_id = {v.job: v for v in service.views([r.job_id for r in rows],
+                                                 ask_scheduler=False)}
         keyed = sorted(((_derived_key(req.order, r, by_id[r.job_id]), r) for r in rows
-                        if r.job_id in by_id and _matches(req, by_id[r.job_id])),
+                        if r.job_id in by_id and _matches(req, by_id[r.job_id], r)),
                        key=lambda kr: kr[0], reverse=req.descending)
         if req.after is not None:
             cursor = req.after
             keyed = [(k, r) for k, r in keyed if _after(k, cursor, req.descending)]
         chosen, more = keyed[:req.limit], len(keyed) > req.limit
         keys = [k for k, _ in chosen]
-        asked = {v.job: status_json(v) for v in service.views([r.job_id for _, r in chosen])}
-        docs = [asked.get(r.job_id, by_id[r.job_id]) for _, r in chosen]
-    held = held_jobs(service)
-    return {"jobs": docs,
-            "next": encode_cursor(req.order, req.descending, keys[-1]) if more else None,
-            "held": held[:MAX_PINNED], "held_count": len(held)}
+        asked = {v.job: v for v in service.views([r.job_id for _, r in chosen])}
+        views = [asked.get(r.job_id, by_id[r.job_id]) for _, r in chosen]
+    nxt = encode_cursor(req.order, req.descending, keys[-1]) if more else None
+    return views, nxt
+
+
+def list_page(service: Service, req: ListRequest) -> dict[str, Any]:
+    """``{"jobs", "next", "held_count"}``: one page of list rows (service/rows.py: what the
+    list shows, not the whole status), the cursor of the next page (None on the last), and
+    how many jobs are held (the dashboard's banner; ``state=held`` lists them; None while
+    a server is still counting them)."""
+    views, nxt = find_jobs(service, req)
+    return {"jobs": [list_row_json(v) for v in views], "next": nxt,
+            "held_count": held_count(service)}
+
+
+def held_ids(service: Service) -> list[str]:
+    """The held jobs' ids, newest first, as the record says (a hold is the record's own
+    fact). A server's held index (service/held.py) names them from the live jobs it keeps
+    folded; without one, every live job is folded here."""
+    if service.held_index is not None:
+        return service.held_index.held(service.store, service.clock())
+    ids = [r.job_id for r in service.store.query_jobs(JobQuery(terminal=False,
+                                                               descending=True))]
+    return [v.job for v in service.views(ids, ask_scheduler=False)
+            if v.status is not None and v.status.state is State.HELD]
+
+
+def held_count(service: Service) -> int | None:
+    """How many jobs are held; None while a server's held index is still being built in
+    the background (service/held.py), so that the first refresh does not wait for it."""
+    if service.held_index is not None:
+        ids = service.held_index.held_if_ready(service.store, service.clock())
+        return None if ids is None else len(ids)
+    return len(held_ids(service))
 
 
 def held_jobs(service: Service) -> list[dict[str, Any]]:
-    """The held jobs, newest first, as the record says (a hold is the record's own fact).
-    A server's held index (service/held.py) names them from the live jobs it keeps folded;
-    without one, every live job is folded here."""
-    if service.held_index is not None:
-        ids = service.held_index.held(service.store, service.clock())
-    else:
-        ids = [r.job_id for r in service.store.query_jobs(JobQuery(terminal=False,
-                                                                   descending=True))]
-    views: list[JobView] = service.views(ids, ask_scheduler=False)
+    """The held jobs' status JSON, newest first (``held_ids``)."""
+    views: list[JobView] = service.views(held_ids(service), ask_scheduler=False)
     return [status_json(v) for v in views
             if v.status is not None and v.status.state is State.HELD]
 
 
 # The parameters that ask for a page (the shape above) rather than the plain list.
-PAGE_PARAMETERS = frozenset({"limit", "after", "order", "q", "backend", "cause"})
+PAGE_PARAMETERS = frozenset({"limit", "after", "order", "q", "backend", "cause", "since"})

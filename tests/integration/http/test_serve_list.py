@@ -1,9 +1,11 @@
-"""GET /api/jobs as pages (filters, search, order, keyset cursor, the held jobs with their
-count), ETag/304 on the list and a job's reads, and a 400 naming each bad parameter; against
-a real `dispatch serve` over a real SQLite record and local jobs."""
+"""GET /api/jobs as pages (filters, search over names, ids, causes and application errors,
+order, keyset cursor, the held jobs' count), light rows gzipped when asked, ETag/304 on the
+list and a job's reads, and a 400 naming each bad parameter; against a real `dispatch serve`
+over a real SQLite record and local jobs."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -45,7 +47,8 @@ def test_pages_filters_search_and_order(serve: Callable[..., Served]) -> None:
     assert isinstance(s.client.get("/api/jobs?all=1").json(), list)  # the old shape stays
     first = _page(s, limit=3)
     assert [j["job"] for j in first["jobs"]] == everything[::-1][:3]  # newest first
-    assert first["held_count"] == 1 and [j["job"] for j in first["held"]] == [held]
+    # held jobs are counted (the dashboard's banner), never pinned into every page
+    assert first["held_count"] == 1 and "held" not in first
     assert _all_pages(s, limit=3) == everything[::-1]  # each job once
     assert _all_pages(s, limit=2, order="created") == everything
     assert _all_pages(s, limit=2, order="name") == everything  # alpha-*, beta-*, stuck
@@ -64,6 +67,39 @@ def test_pages_filters_search_and_order(serve: Callable[..., Served]) -> None:
     assert _all_pages(s, limit=2, order="-state") == [*jobs[::-1], held]
     assert _all_pages(s, limit=2, backend="slurm") == []
     assert _all_pages(s, limit=50, order="submissions") == everything
+
+
+NAN = "print('step 6', flush=True)\nraise FloatingPointError('loss is NaN at step 7')"
+
+
+def test_search_finds_causes_and_application_errors_and_rows_stay_light(
+        serve: Callable[..., Served]) -> None:
+    s = serve()
+    nan = s.submit(spec("trainer", NAN))
+    ok = s.submit(spec("fine", QUICK))
+    exit3 = s.submit(spec("exits", "import sys; sys.exit(3)"))
+    for j in (nan, ok, exit3):
+        s.wait_for(j, lambda st: st["settled"])
+    assert _all_pages(s, limit=2, q="FloatingPointError") == [nan]  # the error's words
+    assert _all_pages(s, limit=2, q="loss is nan") == [nan]  # any case
+    assert _all_pages(s, limit=5, q="non-zero-exit") == [exit3, nan]  # the cause's kind
+    assert _all_pages(s, limit=5, q="non-zero-exit", state="failed",
+                      order="name") == [exit3, nan]
+    assert _all_pages(s, limit=5, q="no job says this") == []
+    assert _all_pages(s, limit=5, q="fin") == [ok]  # names still match
+    assert _all_pages(s, limit=5, since="2099-01-01") == []  # created since (as ls --since)
+    assert _all_pages(s, limit=5, since="2000-01-01", q="exits") == [exit3]
+    row = next(j for j in _page(s, limit=5)["jobs"] if j["job"] == nan)
+    assert row["app_error"] == "FloatingPointError: loss is NaN at step 7"
+    assert row["cause"]["kind"] == "non-zero-exit" and row["state"] == "failed"
+    assert "history" not in row and "application_error" not in row  # the list's own row
+    r = s.client.get("/api/jobs", params={"limit": 50, "q": "e"},
+                     headers={"Accept-Encoding": "gzip"})
+    body = r.json()
+    per_job = len(json.dumps(body["jobs"]).encode()) / len(body["jobs"])
+    assert per_job <= 600, per_job
+    r = s.client.get("/api/jobs", params={"limit": 50}, headers={"Accept-Encoding": "identity"})
+    assert "content-encoding" not in r.headers and r.headers["vary"] == "Accept-Encoding"
 
 
 def test_unchanged_data_is_a_304_and_a_change_is_not(serve: Callable[..., Served]) -> None:

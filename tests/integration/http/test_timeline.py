@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import msgspec
+
 from dispatch.core import events as ev
 from dispatch.core.model import Cause, CauseKind, Provenance, State
 from dispatch.core.policy import Action, Declarations, RecoveryPolicy, Rule
@@ -34,6 +36,7 @@ def test_a_fenced_submission_then_a_recovered_one_then_success() -> None:
                                            action=Action.RESUBMIT, budget=3),))),
         ev.SubmissionIntended(seq=2, at=at(1), submission=1, token="j.1"),
         ev.SubmissionBound(seq=3, at=at(2), submission=1, ref="r1"),
+        ev.ExecutionStarted(seq=3, at=at(3), submission=1, execution=0),
         ev.StopRequested(seq=4, at=at(25), submission=1, ref="r1", cause=LOST),
         ev.ExecutionEnded(seq=5, at=at(30), submission=1, ref="r1", execution=0, cause=PRE),
         ev.RecoveryStarted(seq=6, at=at(30), rule=0, action=Action.RESUBMIT, cause=LOST),
@@ -41,9 +44,11 @@ def test_a_fenced_submission_then_a_recovered_one_then_success() -> None:
                               cause=LOST),
         ev.SubmissionBound(seq=8, at=at(32), submission=2, ref="r2"),
         ev.GateOpened(seq=9, at=at(33), submission=2, ref="r2"),
+        ev.ExecutionStarted(seq=9, at=at(34), submission=2, execution=0),
         ev.ExecutionEnded(seq=10, at=at(50), submission=2, ref="r2", execution=0, cause=OK),
         ev.OutcomeCommitted(seq=11, at=at(51), state=State.SUCCEEDED, cause=OK),
     ]
+    events = [msgspec.structs.replace(e, seq=i + 1) for i, e in enumerate(events)]
     tl = timeline_json(events, at(99))
     assert tl["start"] == at(0).isoformat() and tl["end"] == at(51).isoformat()
     one, two = tl["submissions"]
@@ -60,9 +65,15 @@ def test_a_fenced_submission_then_a_recovered_one_then_success() -> None:
     # the rule by what it covers, not by its index
     assert tl["marks"][0]["text"] == "resubmit by the rule for node-lost, preempted"
     assert tl["outcome"]["state"] == "succeeded"
-    # queued until the first object (0-2), recovering from its end to the next (30-32)
-    assert tl["durations"] == {"queued": 2.0, "running": 47.0, "recovering": 2.0,
-                               "held": 0.0, "total": 51.0}
+    # the goodput split's phases (one computation for both: issue 36): queued until the
+    # first run (0-3), running 3-28 (the scheduler's end time) and 34-50, recovering 28-34,
+    # stopping 50-51
+    assert tl["durations"] == {"queued": 3.0, "running": 41.0, "recovering": 6.0,
+                               "held": 0.0, "stopping": 1.0, "total": 51.0}
+    assert tl["durations"] == tl["goodput"]["durations"]
+    parts = {(p["phase"], p["cause"]): p["seconds"] for p in tl["goodput"]["split"]["parts"]}
+    for phase in ("queued", "running", "recovering", "held", "stopping"):
+        assert tl["durations"][phase] == sum(v for (p, _), v in parts.items() if p == phase)
 
 
 def test_a_running_requeued_object_and_a_hold_drawn_up_to_now() -> None:

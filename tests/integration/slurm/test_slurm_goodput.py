@@ -1,5 +1,5 @@
 """Issue 25 on the real Slurm testbed: a real preemption (a job on the high-priority
-partition) shows as `preempted` badput in node-hours in `dispatch goodput`, and the job's
+partition) shows as `preempted` badput in node-time in `dispatch goodput`, and the job's
 runs as running time on the nodes Slurm gave it."""
 
 from __future__ import annotations
@@ -82,4 +82,4 @@ def test_a_real_preemption_is_preempted_badput_in_node_hours(cli: Dispatch) -> N
     assert badput["preempted"] == pytest.approx(recovering["node_seconds"]
                                                 + lost["node_seconds"])
     table = cli("goodput", "gp", check=True).stdout
-    assert "preempted" in table and "node-hours" in table
+    assert "preempted" in table and "node-time" in table

@@ -47,23 +47,26 @@ def node_exit_ending(nodes: Sequence[Node], now: datetime) -> Ending | None:
     """What the nodes' exits say: the first bad exit ends the object (srun's
     --kill-on-bad-exit); all zero is success; None while nothing ends it."""
     first = first_failed(nodes, now)
+    # "the other nodes were killed" only where there were other nodes (issue 36)
+    others = "; the other nodes were killed" if len(nodes) > 1 else ""
     for node in [first] if first is not None else []:
         code = node.exit_code
         assert code is not None
         if code > 0:
             return State.FAILED, Cause(
                 kind=CauseKind.NON_ZERO_EXIT, provenance=Provenance.APPLICATION,
-                detail=f"{node.name} exited {code}; the other nodes were killed",
+                detail=f"{node.name} exited {code}{others}",
                 exit_code=code, at=node.ended_at)
         return State.FAILED, Cause(
             kind=CauseKind.UNKNOWN, provenance=Provenance.SCHEDULER,
             detail=f"{node.name} (pid {node.pid}) killed by signal {-code} "
-                   f"({signal_name(-code)}), not by dispatch; the other nodes were killed",
+                   f"({signal_name(-code)}), not by dispatch{others}",
             at=node.ended_at)
     if nodes and all(n.exit_code == 0 for n in nodes):
         return State.SUCCEEDED, Cause(
             kind=CauseKind.NONE, provenance=Provenance.APPLICATION, exit_code=0,
-            detail=f"all {len(nodes)} nodes exited 0", at=now)
+            detail=("the node exited 0" if len(nodes) == 1
+                    else f"all {len(nodes)} nodes exited 0"), at=now)
     return None
 
 

@@ -64,6 +64,7 @@ function fmtTime(iso) {
 function fmtClock(iso) { return fmtTime(iso).slice(11); }
 
 function fmtDuration(seconds) {
+  if (seconds < 10) return Math.round(seconds * 10) / 10 + "s"; // a short job's tenths
   const s = Math.round(seconds);
   if (s < 60) return s + "s";
   if (s < 3600) return Math.floor(s / 60) + "m " + pad(s % 60) + "s";
@@ -128,15 +129,6 @@ function causeTitle(c) {
   return parts.join("\n");
 }
 
-// The cause a row shows: the job's own, else the last one it recovered from.
-function shownCause(j) {
-  if (j.cause) return { cause: j.cause, recovered: false };
-  for (const t of [...(j.history || [])].reverse()) {
-    if (t.cause) return { cause: t.cause, recovered: true };
-  }
-  return { cause: null, recovered: false };
-}
-
 // A badge: the word always, the colour only beside it.
 function stateBadge(state, settled) {
   const b = el("span", { class: "state " + state }, state);
@@ -173,13 +165,13 @@ function listPath() {
   return "/api/jobs?" + p.toString();
 }
 
-function jobRow(j, pinned) {
-  const tr = el("tr", { "data-job": j.job, class: pinned ? "pinned" : "" });
+function jobRow(j) {
+  const tr = el("tr", { "data-job": j.job });
   const idCell = el("td", { class: "id" });
   idCell.append(el("a", { href: "/jobs/" + encodeURIComponent(j.job) }, j.job));
   tr.append(idCell);
   if (j.error) {
-    tr.append(el("td", { colspan: 6 }, "record unusable: " + j.error.message));
+    tr.append(el("td", { colspan: 7 }, "record unusable: " + j.error.message));
     return tr;
   }
   tr.append(el("td", { class: "name" }, j.name));
@@ -187,10 +179,11 @@ function jobRow(j, pinned) {
   st.append(stateBadge(j.state, j.settled));
   if (j.state === "held") st.append(el("span", { class: "waits" }, " waits for you"));
   tr.append(st);
-  const shown = shownCause(j);
   const cause = el("td", { class: "cause" });
-  cause.append(causeBadge(shown.cause, shown.recovered));
+  cause.append(causeBadge(j.cause, j.recovered));
   tr.append(cause);
+  // the application's own error, shortened (the job's page has it whole)
+  tr.append(el("td", { class: "app-error-cell", title: j.app_error || "" }, j.app_error || ""));
   tr.append(el("td", { class: "num" }, j.submissions));
   tr.append(el("td", { class: "time" }, fmtTime(j.created_at)));
   tr.append(el("td", {}, j.backend));
@@ -203,20 +196,14 @@ function jobRow(j, pinned) {
 }
 
 function drawList(page) {
-  const pinned = $("held-rows");
   const rows = $("job-rows");
-  pinned.replaceChildren();
   rows.replaceChildren();
-  const shownPinned = new Set();
-  if (listState.page === 0) {
-    for (const j of page.held) { pinned.append(jobRow(j, true)); shownPinned.add(j.job); }
-  }
   const problems = new Set();
   for (const j of page.jobs) {
-    if (!shownPinned.has(j.job)) rows.append(jobRow(j, false));
+    rows.append(jobRow(j));
     if (j.scheduler_problem) problems.add(j.backend + " " + j.scheduler + ": " + j.scheduler_problem);
   }
-  $("empty").hidden = page.jobs.length + shownPinned.size > 0;
+  $("empty").hidden = page.jobs.length > 0;
   listState.next = page.next;
   $("older").disabled = !page.next;
   $("newer").disabled = listState.page === 0;
@@ -225,10 +212,18 @@ function drawList(page) {
   showProblem([...problems].join("\n"));
 }
 
+// Held jobs wait for a person: a count in the header and, on the list, a banner whose
+// button shows only them (never rows pinned above every result).
 function drawHeldCount(n) {
+  if (n === null || n === undefined) return; // the server is still counting them
   const held = $("held-count");
   held.hidden = n === 0;
   held.textContent = n + " held: waiting for you";
+  const banner = $("held-banner");
+  if (!banner) return;
+  banner.hidden = n === 0 || $("state-filter").value === "held";
+  $("held-banner-text").textContent = (n === 1 ? "1 job is held" : n + " jobs are held") +
+    ", waiting for you to resubmit or give up.";
 }
 
 function drawSortMarks() {
@@ -253,9 +248,16 @@ async function refreshList() {
 function resetPages() {
   listState.cursors = [null];
   listState.page = 0;
-  // the filters belong in the address, so a list can be linked to (and reloads as it was)
+  writeListUrl();
+}
+
+// the filters and the page belong in the address, so a list can be linked to (and reloads
+// as it was): page N is its number and the cursor that starts it
+function writeListUrl() {
   const p = listQuery();
   if (listState.order !== "created" || !listState.desc) p.set("order", (listState.desc ? "-" : "") + listState.order);
+  const cursor = listState.cursors[listState.page];
+  if (listState.page > 0 && cursor) { p.set("page", listState.page + 1); p.set("after", cursor); }
   const url = "/" + (p.toString() ? "?" + p.toString() : "");
   if (location.pathname + location.search !== url) history.replaceState(null, "", url);
 }
@@ -271,6 +273,12 @@ function filtersFromUrl() {
     listState.order = order.replace(/^-/, "");
     listState.desc = order.startsWith("-");
   }
+  // page N of a link: its cursor is known, the pages before it are not (newer goes to page 1)
+  const n = parseInt(p.get("page") || "1", 10);
+  const after = p.get("after");
+  listState.cursors = [null];
+  listState.page = 0;
+  if (after && Number.isInteger(n) && n > 1) { listState.page = n - 1; listState.cursors[n - 1] = after; }
   drawSortMarks();
 }
 
@@ -308,10 +316,10 @@ function fillTable(id, rows) {
 }
 
 function drawStatus(status, created) {
-  const jobId = view.job;
+  const jobId = status.job || view.job; // the page may have been opened by the job's name
   $("detail").dataset.job = jobId;
-  $("detail-title").textContent = (status.name || "") + " · " + jobId;
-  document.title = (status.name || jobId) + " · dispatch";
+  $("detail-title").textContent = (status.name && status.name !== jobId ? status.name + " · " : "") + jobId;
+  document.title = jobId + (status.name && status.name !== jobId ? " (" + status.name + ")" : "") + " · dispatch";
   $("detail-state").className = "state " + status.state;
   $("detail-state").textContent = status.state;
   $("detail-cause").replaceChildren(document.createTextNode("cause: "));
@@ -351,9 +359,11 @@ function drawStatus(status, created) {
 }
 
 function drawTimelineFacts(tl) {
+  // the goodput split's phases: the same computation as the goodput table (issue 36)
   const d = tl.durations || {};
   fillTable("durations", [["queued", fmtDuration(d.queued || 0)], ["running", fmtDuration(d.running || 0)],
     ["recovering", fmtDuration(d.recovering || 0)], ["held", fmtDuration(d.held || 0)],
+    ["stopping", fmtDuration(d.stopping || 0)],
     ["total", fmtDuration(d.total || 0) + (tl.outcome ? "" : " (as of " + fmtClock(tl.now) + ")")]]);
   fillTable("times", [["created", fmtTime(tl.start)], ["ended", tl.outcome ? fmtTime(tl.outcome.at) : "not yet"]]);
   const esc = $("escalations");
@@ -519,9 +529,13 @@ function drawTimeline(tl) {
   if (!tl.submissions.length) box.append(el("p", { class: "muted" }, "No submission yet."));
   if (tl.goodput) box.append(goodputRow(tl.goodput, span, end));
   const axis = el("div", { class: "tl-axis" });
+  let last = null; // a short job's ticks fall in one second: each label is shown once
   for (let i = 0; i <= 4; i++) {
     const t = new Date(t0 + ((t1 - t0) * i) / 4);
-    axis.append(el("span", { style: { left: i * 25 + "%" } }, fmtClock(t.toISOString())));
+    const label = fmtClock(t.toISOString());
+    if (label === last) continue;
+    last = label;
+    axis.append(el("span", { style: { left: i * 25 + "%" } }, label));
   }
   box.append(axis);
   const legend = $("legend");
@@ -540,8 +554,17 @@ function drawTimeline(tl) {
 
 // ---- goodput (G1-G4) ------------------------------------------------------------------------
 
-const HOUR = 3600;
-function nodeHours(seconds) { return (seconds / HOUR).toFixed(2); }
+// Node-time in the unit that fits it (as service/goodput.py's node_time_text): node-s under
+// two minutes, node-min under two hours, node-h above; never a column of 0.00 node-h.
+function figure(v) {
+  return v < 10 ? v.toFixed(2) : v < 100 ? v.toFixed(1) : Math.round(v).toLocaleString("en-US");
+}
+function nodeTime(seconds) {
+  if (seconds < 120) return figure(seconds) + " node-s";
+  if (seconds < 7200) return figure(seconds / 60) + " node-min";
+  return figure(seconds / 3600) + " node-h";
+}
+function share(g) { return g === null || g === undefined ? "–" : Math.round(100 * g) + "%"; }
 
 // The timeline's last row: the job's wall time in its phases, lost work hatched over them.
 function goodputRow(g, span, end) {
@@ -567,9 +590,14 @@ function goodputRow(g, span, end) {
 function drawGoodput(g) {
   if (!g) return;
   const s = g.split;
-  const rows = s.parts.map((p) => [p.phase + (p.cause !== "none" ? " · " + p.cause : ""), nodeHours(p.node_seconds)]);
-  for (const l of s.lost_work) rows.push(["lost work · " + l.cause, nodeHours(l.node_seconds)]);
-  rows.push(["goodput", s.goodput === null ? "–" : Math.round(100 * s.goodput) + "%"]);
+  const rows = s.parts.map((p) => [p.phase + (p.cause !== "none" ? " · " + p.cause : ""), nodeTime(p.node_seconds)]);
+  for (const l of s.lost_work) rows.push(["lost work · " + l.cause, nodeTime(l.node_seconds)]);
+  // two denominators, never confused: every phase (what a person waited) and only the
+  // phases that hold nodes (running, stopping)
+  rows.push(["time to result", nodeTime(s.node_seconds)]);
+  rows.push(["allocated node-time", nodeTime(s.allocated_node_seconds)]);
+  rows.push(["goodput of time to result", share(s.goodput)]);
+  rows.push(["goodput of allocated", share(s.goodput_allocated)]);
   fillTable("goodput", rows);
 }
 
@@ -593,7 +621,7 @@ async function refreshFleetGoodput() {
 function drawBadputChart(doc) {
   const box = $("badput-chart");
   const W = 700, H = 160, pad = 28;
-  const chart = svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "badput by cause per day, node-hours" });
+  const chart = svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "badput by cause per day, node-time" });
   const days = doc.days;
   const totals = days.map((d) => Object.values(d.badput).reduce((a, b) => a + b, 0));
   const top = Math.max(...totals, 1e-9);
@@ -605,12 +633,12 @@ function drawBadputChart(doc) {
       y -= h;
       const rect = svg("rect", { x: pad + i * bw + 2, y: y, width: Math.max(1, bw - 4), height: h,
         fill: CAUSE_COLOURS[cause] || "#111", "data-cause": cause, "data-day": d.day });
-      rect.append(svg("title", {}, d.day + ": " + cause + " " + v.toFixed(2) + " node-h"));
+      rect.append(svg("title", {}, d.day + ": " + cause + " " + nodeTime(v * 3600)));
       chart.append(rect);
     }
     if (i % 2 === 0) chart.append(svg("text", { x: pad + i * bw + bw / 2, y: H - 8, "text-anchor": "middle", "font-size": 10 }, d.day.slice(5)));
   });
-  chart.append(svg("text", { x: 2, y: pad - 8, "font-size": 10 }, top.toFixed(2) + " node-h"));
+  chart.append(svg("text", { x: 2, y: pad - 8, "font-size": 10 }, nodeTime(top * 3600)));
   chart.append(svg("line", { x1: pad, y1: H - pad, x2: W, y2: H - pad, stroke: "#94a3b8" }));
   box.replaceChildren(chart);
   const causes = [...new Set(days.flatMap((d) => Object.keys(d.badput)))];
@@ -624,7 +652,9 @@ function drawBadputChart(doc) {
   if (!causes.length) legend.append(el("span", { class: "muted" }, "no badput in these days"));
   const s = doc.split;
   $("fleet-goodput-line").textContent = s && s.goodput !== null
-    ? "· goodput " + Math.round(100 * s.goodput) + "% of " + nodeHours(s.node_seconds) + " node-h, " + s.jobs + " job(s)" : "";
+    ? "· goodput " + share(s.goodput) + " of time to result (" + nodeTime(s.node_seconds) + "), " +
+      share(s.goodput_allocated) + " of allocated node-time (" + nodeTime(s.allocated_node_seconds) + "), " +
+      s.jobs + " job(s)" : "";
 }
 
 // ---- requests -------------------------------------------------------------------------------
@@ -738,11 +768,19 @@ function start() {
     if (!listState.next) return;
     listState.cursors[listState.page + 1] = listState.next;
     listState.page += 1;
+    writeListUrl();
     tick();
   });
   $("newer").addEventListener("click", () => {
     if (listState.page === 0) return;
     listState.page -= 1;
+    if (listState.page > 0 && !listState.cursors[listState.page]) listState.page = 0;
+    writeListUrl();
+    tick();
+  });
+  $("held-filter").addEventListener("click", () => {
+    $("state-filter").value = "held";
+    resetPages();
     tick();
   });
   for (const a of [$("home"), $("back"), $("held-count")]) {
