@@ -24,7 +24,6 @@ from typing import Any
 
 import uvicorn
 
-from dispatch.backends.base import Backend
 from dispatch.errors import BadInput
 from dispatch.http.app import Server, build_app, make_server
 from dispatch.http.auth import Tokens, is_loopback, load_tokens
@@ -32,14 +31,15 @@ from dispatch.http.follow import LogStreams
 from dispatch.http.listeners import listen
 from dispatch.http.protocol import MAX_CONNECTIONS, GuardedH11Protocol, QuietUvicornWarnings
 from dispatch.http.refusals import REFUSALS
-from dispatch.stores.base import RecordStore
 from dispatch.supervise.escalations import Notifier
 from dispatch.supervise.leases import (
     DEFAULT_LEASE_S,
     ScopeError,
     Supervision,
     Unresolved,
+    live_scopes,
     resolve_scopes,
+    scopes_to_serve,
     unresolved_note,
 )
 from dispatch.supervise.loop import TickReport
@@ -50,29 +50,6 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8642
 
 
-def live_scopes(store: RecordStore) -> list[str]:
-    """The scopes of the record's unfinished jobs, as the record names them."""
-    return sorted({row.scope for row in store.list_jobs(live_only=True)})
-
-
-def scopes_to_serve(requested: Sequence[str], store: RecordStore,
-                    backend_for: Callable[[str], Backend]
-                    ) -> tuple[list[str], list[Unresolved]]:
-    """The --scope values and the local backend (a --scope this machine cannot serve is
-    refused: ScopeError), then each live job's scope this machine can serve (one of another
-    machine's cluster is left to its own supervisor)."""
-    resolved, unresolved = resolve_scopes([*requested, "local"], backend_for)
-    for scope in live_scopes(store):
-        if scope in resolved:
-            continue
-        try:
-            more, pending = resolve_scopes([scope], backend_for)
-        except ScopeError as err:
-            log.info("not serving %s: %s", scope, err)
-            continue
-        resolved += [s for s in more if s not in resolved]
-        unresolved += [u for u in pending if u not in unresolved]
-    return resolved, unresolved
 
 
 def combined(reports: dict[str, TickReport]) -> TickReport:

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from dispatch.core.model import CauseKind, State
 from dispatch.errors import BadInput
 from dispatch.service.operations import Service
-from dispatch.service.views import JobView, status_json
+from dispatch.service.views import JobView
 from dispatch.stores.base import sort_key_us
 from dispatch.stores.query import JobQuery
 
@@ -61,14 +61,17 @@ def shows(view: JobView, state: State | None, live: bool, cause: CauseKind | Non
     """Whether a job is in ``ls``'s page: the HTTP API's filters (service/listing.py), with
     their meaning: ``state`` the job's state, ``live`` any unfinished one, ``cause`` the cause
     the list shows (the job's own, else the last one it recovered from)."""
-    from dispatch.service.listing import shown_cause
+    from dispatch.service.rows import shown_cause
 
     s = view.status
     if state is not None and (s is None or s.state is not state):
         return False
     if live and (s is None or s.state.terminal):
         return False
-    return cause is None or (s is not None and shown_cause(status_json(view)) == cause.value)
+    if cause is None:
+        return True
+    shown, _ = shown_cause(view)
+    return shown is not None and shown.kind is cause
 
 
 def ls_page(service: Service, *, finished: bool, state: State | None = None,

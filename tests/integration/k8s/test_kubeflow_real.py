@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from k8s_helpers import TESTBED, items, kubectl
-
 from tests.e2e.conftest import Dispatch
 
 RESUBMIT = {"rules": [{"on": ["preempted", "node-lost"], "action": "resubmit", "budget": 2},
