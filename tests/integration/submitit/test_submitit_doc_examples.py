@@ -103,10 +103,13 @@ def test_asyncio_with_top_level_await(tmp: Path) -> None:
 def test_errors_raise_failed_job_error_with_the_trace(tmp: Path) -> None:
     done = run(tmp, "errors.py")
     assert done.returncode == 3, done.stdout + done.stderr
-    raised = done.stdout.strip().splitlines()[-1]
+    raised = done.stdout[done.stdout.index("RAISED: "):]
     assert raised.startswith("RAISED: dispatch.submitit.core.utils.FailedJobError: "
                              "Job (task=0) failed during processing with trace:")
-    assert "ZeroDivisionError" in done.stdout and "ESCALATION" not in done.stderr
+    assert "ZeroDivisionError: division by zero" in raised and "ESCALATION" not in done.stderr
+    assert "non-zero-exit" in raised  # dispatch's cause, beside submitit's words
+    log = (tmp / "work" / "log_test" / "dispatch.log").read_text()
+    assert "ESCALATION" in log  # the supervisor's escalation, in the folder's log
 
 
 def test_command_function_and_its_arguments(tmp: Path) -> None:
