@@ -70,20 +70,21 @@ def test_a_clusters_own_names_win_there_and_are_ignored_elsewhere() -> None:
 def test_slurm_names_become_the_executors() -> None:
     mine = {"partition": "dev", "time": 30, "mem": "32G", "ntasks_per_node": 1,
             "gpus_per_node": 2, "cpus_per_task": 4, "job_name": "train",
-            "mem_per_gpu": "8G", "comment": "x", "array_parallelism": 2,
+            "mem_per_gpu": "8G", "wckey": "x", "array_parallelism": 2,
             "additional_parameters": {"mail_type": "END"}, "max_num_timeout": 5}
     assert dispatch_parameters(mine, "slurm") == {
         "slurm_partition": "dev", "timeout_min": 30, "memory": "32G", "tasks_per_node": 1,
         "gpus_per_node": 2, "cpus_per_task": 4, "name": "train",
         "slurm_array_parallelism": 2,
         "slurm_additional_parameters": {"mail_type": "END", "mem_per_gpu": "8G",
-                                        "comment": "x"}}
+                                        "wckey": "x"}}
     # a Slurm request means nothing to the local backend
     assert dispatch_parameters({"gpus_per_node": 1, "timeout_min": 3}, "local") == \
         {"timeout_min": 3}
 
 
-@pytest.mark.parametrize("name", ["setup", "srun_args", "use_srun", "signal_delay_s"])
+@pytest.mark.parametrize("name", ["setup", "srun_args", "use_srun", "signal_delay_s",
+                                  "comment", "gpus_per_task"])
 def test_slurm_names_dispatch_does_not_take_say_why(name: str) -> None:
     with pytest.raises(BadInput, match=f"slurm_{name}: not taken by dispatch.submitit: "):
         dispatch_parameters({name: ["x"]}, "slurm")

@@ -33,8 +33,8 @@ SLURM_DIRECT = {
     "additional_parameters": "slurm_additional_parameters",
 }
 # submitit's Slurm parameters that are sbatch options of the same name (--mem-per-gpu=...).
-SLURM_SBATCH = ("mem_per_gpu", "mem_per_cpu", "cpus_per_gpu", "gpus_per_task", "gres",
-                "mail_type", "mail_user", "dependency", "comment", "wckey")
+SLURM_SBATCH = ("mem_per_gpu", "mem_per_cpu", "cpus_per_gpu", "gres", "mail_type",
+                "mail_user", "dependency", "wckey")
 # Valid in submitit, with a reason dispatch does not take them.
 SLURM_REFUSED = {
     "setup": "dispatch runs argv lists, never shell lines: put the setup in the function or "
@@ -44,6 +44,9 @@ SLURM_REFUSED = {
     "srun_args": "dispatch starts the tasks with its own srun line (one task per node, "
                  "--kill-on-bad-exit)",
     "use_srun": "dispatch always starts the tasks with srun",
+    "comment": "dispatch's --comment carries the submission's token (how it finds the job "
+               "again after a crash)",
+    "gpus_per_task": "dispatch starts one task per node: use gpus_per_node",
     "signal_delay_s": "dispatch stops a job with the scheduler's own SIGTERM before SIGKILL "
                       "(KillWait, or GraceTime on a preemption)",
 }
