@@ -100,13 +100,13 @@ class Executor:
     def update_parameters(self, **kwargs: Any) -> None:
         """submitit's names (generic, or prefixed with a cluster); an unknown name raises
         ``NameError`` (``UnknownParameter``) with the closest valid one."""
-        if self._in_batch:
-            raise StateConflict("update_parameters: not inside executor.batch() (every job "
-                                "of a batch has the same parameters)")
         self.update_named(self._prefix(kwargs))
 
     def update_named(self, named: dict[str, Any]) -> None:
         """``update_parameters`` with the names as AutoExecutor takes them (prefixed)."""
+        if self._in_batch:
+            raise StateConflict("update_parameters: not inside executor.batch() (every job "
+                                "of a batch has the same parameters)")
         check_names(named)
         mine = for_cluster(named, self.cluster)
         if "max_num_timeout" in mine:
