@@ -84,3 +84,31 @@ def test_torch_distributed_environment_from_a_task(monkeypatch: pytest.MonkeyPat
     assert (env.rank, env.world_size, env.local_rank, env.local_world_size,
             env.master_addr, env.master_port) == (3, 4, 1, 2, "node0", 29511)
     assert os.environ["RANK"] == "3"
+
+
+class SlowCounter(submitit.helpers.Checkpointable):
+    """Counts to 5, one a second; its first submission outlives the 1-minute limit at 2."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self) -> tuple[int, str]:
+        while self.count < 5:
+            self.count += 1
+            if self.count == 2 and os.environ["DISPATCH_SUBMISSION"] == "1":
+                time.sleep(600)  # the time limit (60 s) ends this submission
+        return self.count, os.environ["DISPATCH_SUBMISSION"]
+
+
+def test_a_time_limit_resubmits_a_checkpointable_from_its_checkpoint(folder: Path) -> None:
+    executor = submitit.AutoExecutor(folder=folder, slurm_max_num_timeout=1)
+    executor.update_parameters(timeout_min=1)
+    job = executor.submit(SlowCounter())
+    # without a checkpoint method, a time limit ends the job, as submitit's does
+    plain = executor.submit(time.sleep, 600)
+    assert job.result() == (5, "2")
+    kinds = [t.cause.kind for t in job.handle.job.record().history
+             if t.cause is not None and t.state.value == "recovering"]
+    assert kinds == ["time-limit"]
+    assert isinstance(plain.exception(), submitit.UncompletedJobError)
+    assert plain.state == "TIMEOUT"
