@@ -32,7 +32,11 @@ from dispatch.fn.calls import (
     write_file,
 )
 from dispatch.fn.checkpoint import checkpoint_hook
-from dispatch.fn.distributed import distributed_environment, first_host
+from dispatch.fn.distributed import (
+    distributed_environment,
+    first_host,
+    tasks_per_node_environment,
+)
 from dispatch.support.isolated import LAUNCH, isolated_argv, package_parent
 
 
@@ -56,6 +60,16 @@ def test_submitit_names_map_onto_the_spec(tmp_path: Path) -> None:
                             "dispatch.fn", str(tmp_path / "call"))
 
 
+def test_tasks_per_node_on_the_local_backend_is_one_process_per_task(tmp_path: Path) -> None:
+    ex = dispatch.Executor(tmp_path, nodes=2, tasks_per_node=3)
+    spec = ex._spec(tmp_path / "call", "train")
+    assert spec.nodes == 6 and spec.env == {"DISPATCH_FN_TASKS_PER_NODE": "3"}
+    assert ex.tasks_per_node == 3 and ex.parameters["nodes"] == 2
+    assert tasks_per_node_environment({"RANK": "4", "DISPATCH_FN_TASKS_PER_NODE": "3"}) == \
+        {"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "3"}
+    assert tasks_per_node_environment({"RANK": "4"}) == {}
+
+
 def test_an_unknown_name_is_refused_with_the_valid_ones(tmp_path: Path) -> None:
     ex = dispatch.Executor(tmp_path)
     with pytest.raises(dispatch.BadInput, match="unknown parameter 'timeout_mins'") as caught:
@@ -69,7 +83,7 @@ def test_bad_values_are_refused_as_a_spec_refuses_them(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="nodes"):
         ex.update_parameters(nodes=0)
     with pytest.raises(dispatch.BadInput, match="one process per node"):
-        ex.update_parameters(tasks_per_node=4)
+        dispatch.Executor(tmp_path, backend="slurm").update_parameters(tasks_per_node=4)
     with pytest.raises(dispatch.BadInput, match="timeout_min"):
         ex.update_parameters(timeout_min="soon")
     with pytest.raises(SpecError, match="backend"):

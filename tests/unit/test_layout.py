@@ -26,6 +26,11 @@ def test_no_module_is_over_500_lines() -> None:
 # The top level holds only what users import; every other module sits in the package that
 # names its part (docs/architecture.md).
 PUBLIC_MODULES = {"__init__.py", "api.py", "errors.py", "progress.py"}
+# The public packages users import by name (``import dispatch.submitit as submitit``); every
+# other package names an internal part (docs/architecture.md).
+PUBLIC_PACKAGES = {"submitit"}
+INTERNAL_PACKAGES = {"backends", "cli", "core", "fn", "http", "segment_health", "service",
+                     "stores", "supervise", "support"}
 # The root hands its names on lazily (``import dispatch`` stays quick): its __all__ is long.
 INIT_EXEMPT = {SRC / "__init__.py"}
 MAX_INIT_LINES = 60
@@ -33,6 +38,8 @@ MAX_INIT_LINES = 60
 
 def test_only_the_public_modules_sit_at_the_top() -> None:
     assert {p.name for p in SRC.glob("*.py")} == PUBLIC_MODULES
+    packages = {p.parent.name for p in SRC.glob("*/__init__.py")}
+    assert packages == PUBLIC_PACKAGES | INTERNAL_PACKAGES
 
 
 def test_package_inits_hand_names_on() -> None:

@@ -15,7 +15,8 @@ PYTHONDONTWRITEBYTECODE are applied here; the ones that only act at start-up
 It sets the distributed environment (distributed.py), copies its output to the call folder
 (stdout and stderr per rank, as well as to the job's own log), loads the call (the stored
 checkpoint when a Checkpointable left one, else the submitted call), runs it, and writes back
-rank 0's return value, or this rank's exception with its traceback (also as a torchelastic
+rank 0's return value (every rank's with DISPATCH_FN_RESULTS=every), or this rank's
+exception with its traceback (also as a torchelastic
 error file where dispatch named one, so the job's application error says it:
 backends/capture/app_error.py).
 The exit status is 0 on success, 1 when the call raised.
@@ -56,8 +57,9 @@ from dispatch.fn.calls import (
     write_file,
 )
 from dispatch.fn.checkpoint import checkpoint_hook
-from dispatch.fn.distributed import distributed_environment
+from dispatch.fn.distributed import distributed_environment, tasks_per_node_environment
 
+RESULTS_VAR = "DISPATCH_FN_RESULTS"  # "every": each rank writes its return value back
 ERROR_FILE_VAR = "TORCHELASTIC_ERROR_FILE"  # as capture/app_error.py (not imported: heavier)
 
 
@@ -209,6 +211,7 @@ def main(argv: list[str]) -> int:
         return 2
     apply_job_settings(os.environ)
     os.environ.update(distributed_environment(os.environ))
+    os.environ.update(tasks_per_node_environment(os.environ))
     rank = int(os.environ["RANK"])
     task = int(os.environ["SLURM_ARRAY_TASK_ID"]) if len(argv) == 3 else None
     submission = int(os.environ.get("DISPATCH_SUBMISSION") or 0)
@@ -248,13 +251,13 @@ def run(names: Names, rank: int, submission: int, tee: Tee,
         value = None
     except BaseException as err:  # noqa: BLE001 - every end of the call is written back
         return _failed(names, submission, rank, err)
-    if rank == 0:
+    if rank == 0 or os.environ.get(RESULTS_VAR) == "every":
         try:
             data = dumps_bounded(value, most_result_bytes(), "the return value",
                                  ResultTooLarge)
         except Exception as err:  # unpicklable or too large: the submitter must hear why
             return _failed(names, submission, rank, err)
-        write_file(names.result(submission), data)
+        write_file(names.result(submission, rank), data)
     return 0
 
 

@@ -358,8 +358,10 @@ class Names:
     def checkpoint(self) -> Path:
         return self.folder / f"{self.job}{self._t()}.checkpoint.pkl"
 
-    def result(self, submission: int) -> Path:
-        return self.folder / f"{self.job}{self._t()}.s{submission}.result.pkl"
+    def result(self, submission: int, rank: int = 0) -> Path:
+        """Rank 0's return value; another rank's (``DISPATCH_FN_RESULTS=every``) beside it."""
+        at = "" if rank == 0 else f".r{rank}"
+        return self.folder / f"{self.job}{self._t()}.s{submission}{at}.result.pkl"
 
     def error(self, submission: int, rank: int) -> Path:
         return self.folder / f"{self.job}{self._t()}.s{submission}.r{rank}.error.pkl"

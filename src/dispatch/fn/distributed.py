@@ -54,3 +54,15 @@ def distributed_environment(env: Mapping[str, str]) -> dict[str, str]:
         }
     return {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+
+
+TASKS_VAR = "DISPATCH_FN_TASKS_PER_NODE"
+
+
+def tasks_per_node_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """With ``DISPATCH_FN_TASKS_PER_NODE`` = T > 1 (the local backend runs nodes x T
+    processes, one per task), each task's LOCAL_RANK (RANK mod T) and LOCAL_WORLD_SIZE (T)."""
+    tasks = env.get(TASKS_VAR, "")
+    if not tasks.isdigit() or int(tasks) < 2 or not env.get("RANK", "").isdigit():
+        return {}
+    return {"LOCAL_RANK": str(int(env["RANK"]) % int(tasks)), "LOCAL_WORLD_SIZE": tasks}

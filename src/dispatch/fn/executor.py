@@ -42,6 +42,7 @@ from dispatch.fn.calls import (
     make_folder,
     write_file,
 )
+from dispatch.fn.distributed import TASKS_VAR
 from dispatch.fn.job import FunctionJob
 from dispatch.support.isolated import isolated_argv, package_parent
 
@@ -93,6 +94,7 @@ class Executor:
         self.store = store
         self._fields: dict[str, Any] = {"backend": backend}
         self._array_parallelism: int | None = None
+        self._tasks_per_node = 1
         self._batch: list[tuple[FunctionJob[Any], str]] | None = None
         self.update_parameters(**parameters)
 
@@ -104,13 +106,18 @@ class Executor:
         return str(self._fields["backend"])
 
     @property
+    def tasks_per_node(self) -> int:
+        return self._tasks_per_node
+
+    @property
     def parameters(self) -> dict[str, Any]:
         """The spec fields the executor's jobs get (a copy)."""
         return copy.deepcopy(self._fields)
 
     def update_parameters(self, **parameters: Any) -> None:
         """Set job parameters: submitit's names where the meaning is the same (``nodes``,
-        ``tasks_per_node`` (1: one process per node), ``timeout_min``, ``mem_gb``,
+        ``tasks_per_node`` (1: one process per node; more only on the local backend, one
+        process per task, each with its RANK and LOCAL_RANK), ``timeout_min``, ``mem_gb``,
         ``gpus_per_node``, ``cpus_per_task``, ``slurm_partition``, ``slurm_account``,
         ``slurm_qos``, ``slurm_constraint``, ``slurm_exclude``, ``slurm_nodelist``,
         ``slurm_reservation``, ``slurm_exclusive``, ``slurm_additional_parameters`` (a mapping
@@ -125,16 +132,25 @@ class Executor:
                            f"{did_you_mean(word, NAMES)} (valid: {', '.join(sorted(NAMES))})")
         fields = copy.deepcopy(self._fields)
         parallelism = self._array_parallelism
+        tasks = self._tasks_per_node
         for key, value in parameters.items():
             if key == "slurm_array_parallelism":
                 if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                     raise BadArgument(key, "a whole number of 1 or more", value)
                 parallelism = value
+            elif key == "tasks_per_node":
+                tasks = _whole(key, value)
+                if tasks > 1 and fields["backend"] != "local":
+                    raise BadInput(f"tasks_per_node: on {fields['backend']} dispatch runs one "
+                                   f"process per node (got {value}); start more per node "
+                                   "from the function (torchrun, multiprocessing) or use "
+                                   "more nodes")
             else:
                 _set(fields, key, value)
         self._check(fields)
         self._fields = fields
         self._array_parallelism = parallelism
+        self._tasks_per_node = tasks
 
     def _check(self, fields: dict[str, Any]) -> JobSpec:
         return parse_spec({"name": "fn", **fields, "command": ["python"]}, "<executor>")
@@ -233,6 +249,10 @@ class Executor:
         fields = copy.deepcopy(self._fields)
         if array is not None:
             fields.setdefault("slurm", {})["array"] = array
+        if self._tasks_per_node > 1:  # local only: one process per task, nodes x tasks
+            fields["nodes"] = fields.get("nodes", 1) * self._tasks_per_node
+            fields["env"] = {**fields.get("env", {}),
+                             TASKS_VAR: str(self._tasks_per_node)}
         return parse_spec({**fields, "name": name, "command": command}, "<executor>")
 
 
@@ -246,11 +266,6 @@ def _set(fields: dict[str, Any], key: str, value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise BadArgument(key, "a positive number of GiB", value)
         fields["memory"] = int(value * 1024**3)
-    elif key == "tasks_per_node":
-        if _whole(key, value) != 1:
-            raise BadInput(f"tasks_per_node: dispatch runs one process per node (got "
-                           f"{value}); start more per node from the function (torchrun, "
-                           "multiprocessing) or use more nodes")
     elif key == "slurm_additional_parameters":
         if not isinstance(value, dict):
             raise BadArgument(key, "a mapping of sbatch options", value)

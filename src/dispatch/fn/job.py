@@ -121,6 +121,21 @@ class FunctionJob(Generic[R]):
                                     f"in {self.folder}")
         raise FunctionFailed(final, self._remote_error())
 
+    def results(self, ranks: int, timeout: float | None = None, *,
+                poll: float = WAIT_POLL_S) -> list[R]:
+        """Every rank's return value, rank 0 first, for a job whose ranks all write theirs
+        back (``DISPATCH_FN_RESULTS=every`` in its env). Waits and raises as ``result``."""
+        values = [self.result(timeout, poll=poll)]
+        submission = self._submission()
+        for rank in range(1, ranks):
+            path = self._names().result(submission, rank)
+            found, value = read_pickle(path, MOST_RESULT_BYTES)
+            if not found:
+                raise ResultMissing(f"job {self.id} succeeded but rank {rank}'s return value "
+                                    f"is not in {self.folder} ({path.name})")
+            values.append(cast(R, value))
+        return values
+
     def exception(self, timeout: float | None = None, *,
                   poll: float = WAIT_POLL_S) -> FunctionFailed | None:
         """Wait as ``result`` does; the error ``result`` would raise, or None on success."""

@@ -1,0 +1,256 @@
+"""submitit's executors over ``dispatch.Executor``: ``AutoExecutor``, ``LocalExecutor``,
+``SlurmExecutor`` and ``DebugExecutor``.
+
+Each call is a dispatch job (recorded, supervised, recovered by rules): submitit's
+parameters become the dispatch Executor's (parameters.py), submitit's requeueing becomes a
+policy (preempted: resubmit; time-limit: resubmit at most ``slurm_max_num_timeout`` times
+for a checkpointable callable), and a callable with a ``checkpoint`` method is asked for its
+checkpoint on a stop (helpers.Resumable). Escalations and the supervisor's other log lines go
+to ``<folder>/dispatch.log``, not to the terminal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from dispatch.errors import BadInput, StateConflict
+from dispatch.fn.bootstrap import RESULTS_VAR
+from dispatch.fn.executor import Executor as FunctionExecutor
+from dispatch.submitit.core.utils import DelayedSubmission
+from dispatch.submitit.helpers import _hook, resumable
+from dispatch.submitit.job import DebugJob, Job
+from dispatch.submitit.parameters import (
+    CLUSTERS,
+    check_names,
+    dispatch_parameters,
+    for_cluster,
+    recovery_policy,
+)
+
+R = TypeVar("R")
+CLUSTER_VAR = "DISPATCH_SUBMITIT_CLUSTER"  # AutoExecutor's choice when cluster=None
+DEFAULT_MAX_NUM_TIMEOUT = 3
+LOG_NAME = "dispatch.log"
+_LOGGED: set[Path] = set()
+
+
+def which() -> str:
+    """The cluster ``AutoExecutor`` picks when none is named: ``DISPATCH_SUBMITIT_CLUSTER``
+    when set, else slurm where ``srun`` is on the PATH (as submitit), else local."""
+    named = os.environ.get(CLUSTER_VAR)
+    if named:
+        return named
+    return "slurm" if shutil.which("srun") else "local"
+
+
+def base_folder(folder: str | os.PathLike[str]) -> Path:
+    """The folder the calls' folders go in: ``folder`` up to its first component with a
+    ``%`` pattern (``log/%j`` -> ``log``), since each call has its own folder anyway."""
+    parts = Path(os.fspath(folder)).parts
+    kept: list[str] = []
+    for part in parts:
+        if "%" in part:
+            break
+        kept.append(part)
+    return Path(*kept) if kept else Path(".")
+
+
+def log_to_folder(folder: Path) -> None:
+    """dispatch's log lines (an ESCALATION, a supervisor's warning) into
+    ``<folder>/dispatch.log`` instead of the terminal (Python's last-resort handler)."""
+    if folder in _LOGGED:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(folder / LOG_NAME, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logging.getLogger("dispatch").addHandler(handler)
+    _LOGGED.add(folder)
+
+
+class Executor:
+    """The executors' common part: ``update_parameters``, ``submit``, ``map_array``,
+    ``batch``. ``cluster``: slurm or local (the dispatch backend)."""
+
+    cluster = "local"
+
+    def __init__(self, folder: str | os.PathLike[str], *, cluster: str = "local",
+                 max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT) -> None:
+        self.cluster = cluster
+        self.folder = Path(os.fspath(folder)).absolute()
+        base = base_folder(self.folder)
+        self._functions = FunctionExecutor(base, backend=cluster)
+        self._functions.update_parameters(env={RESULTS_VAR: "every"})
+        self.max_num_timeout = max_num_timeout
+        self.parameters: dict[str, Any] = {}
+        self._in_batch = False
+        log_to_folder(base)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(folder={str(self.folder)!r}, cluster={self.cluster!r})"
+
+    def _prefix(self, parameters: dict[str, Any]) -> dict[str, Any]:
+        return parameters
+
+    def update_parameters(self, **kwargs: Any) -> None:
+        """submitit's names (generic, or prefixed with a cluster); an unknown name raises
+        ``NameError`` (``UnknownParameter``) with the closest valid one."""
+        self.update_named(self._prefix(kwargs))
+
+    def update_named(self, named: dict[str, Any]) -> None:
+        """``update_parameters`` with the names as AutoExecutor takes them (prefixed)."""
+        if self._in_batch:
+            raise StateConflict("update_parameters: not inside executor.batch() (every job "
+                                "of a batch has the same parameters)")
+        check_names(named)
+        mine = for_cluster(named, self.cluster)
+        if "max_num_timeout" in mine:
+            self.max_num_timeout = int(mine["max_num_timeout"])
+        self._functions.update_parameters(**dispatch_parameters(mine, self.cluster))
+        self.parameters.update(named)
+
+    def _tasks(self) -> int:
+        nodes = self._functions.parameters.get("nodes", 1)
+        return int(nodes) * self._functions.tasks_per_node
+
+    def _prepare(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        checkpointable = _hook(fn) is not None
+        self._functions.update_parameters(
+            policy=recovery_policy(checkpointable, self.max_num_timeout))
+        return resumable(fn)
+
+    def submit(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> Job[R]:
+        wrapped = self._prepare(fn)
+        handle = self._functions.submit(wrapped, *args, **kwargs)
+        return Job(handle, DelayedSubmission(fn, *args, **kwargs), self._tasks(),
+                   self.cluster)
+
+    def map_array(self, fn: Callable[..., R], *iterables: Iterable[Any]) -> list[Job[R]]:
+        """One job per item of the zipped iterables; on Slurm one job array (at most
+        ``slurm_array_parallelism`` tasks at once: ``%N``), job ids ``<id>_<i>``."""
+        items = [tuple(item) for item in zip(*iterables, strict=False)]
+        wrapped = self._prepare(fn)
+        handles = self._functions.map_array(wrapped, *zip(*items, strict=True)) \
+            if items else []
+        tasks = self._tasks()
+        return [Job(h, DelayedSubmission(fn, *item), tasks, self.cluster)
+                for h, item in zip(handles, items, strict=True)]
+
+    @contextmanager
+    def batch(self, allow_implicit_submissions: bool = False) -> Iterator[None]:
+        """The ``submit`` calls of the block are recorded when it ends; an error in the
+        block records none. The jobs' methods work once the block has ended."""
+        self._in_batch = True
+        try:
+            with self._functions.batch():
+                yield
+        finally:
+            self._in_batch = False
+
+
+class LocalExecutor(Executor):
+    """Jobs on this machine: dispatch's local backend (real processes, one per task)."""
+
+    def __init__(self, folder: str | os.PathLike[str],
+                 max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT, **_: Any) -> None:
+        super().__init__(folder, cluster="local", max_num_timeout=max_num_timeout)
+
+    def _prefix(self, parameters: dict[str, Any]) -> dict[str, Any]:
+        from dispatch.submitit.parameters import GENERIC
+
+        return {k if k in GENERIC else f"local_{k}": v for k, v in parameters.items()}
+
+
+class SlurmExecutor(Executor):
+    """Jobs on Slurm: dispatch's Slurm backend (sbatch; ``map_array`` as one job array).
+    Takes submitit's Slurm names without the prefix (``partition``, ``time``, ``mem``,
+    ``ntasks_per_node``, ``array_parallelism``, ...)."""
+
+    def __init__(self, folder: str | os.PathLike[str],
+                 max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT, **_: Any) -> None:
+        super().__init__(folder, cluster="slurm", max_num_timeout=max_num_timeout)
+
+    def _prefix(self, parameters: dict[str, Any]) -> dict[str, Any]:
+        return {f"slurm_{k}": v for k, v in parameters.items()}
+
+
+class DebugExecutor:
+    """Runs each call in this process when its result is asked for (``pdb`` works); no
+    dispatch job, no record."""
+
+    cluster = "debug"
+
+    def __init__(self, folder: str | os.PathLike[str], **_: Any) -> None:
+        self.folder = Path(os.fspath(folder)).absolute()
+        self.parameters: dict[str, Any] = {}
+
+    def update_parameters(self, **kwargs: Any) -> None:
+        check_names(kwargs)
+        self.parameters.update(kwargs)
+
+    def submit(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> DebugJob[R]:
+        return DebugJob(DelayedSubmission(fn, *args, **kwargs))
+
+    def map_array(self, fn: Callable[..., R], *iterables: Iterable[Any]
+                  ) -> list[DebugJob[R]]:
+        return [self.submit(fn, *item) for item in zip(*iterables, strict=False)]
+
+    @contextmanager
+    def batch(self, allow_implicit_submissions: bool = False) -> Iterator[None]:
+        yield
+
+
+class AutoExecutor:
+    """submitit's AutoExecutor: ``cluster`` "slurm", "local" or "debug" (None: see
+    ``which``); ``slurm_max_num_timeout`` (default 3) and other ``<cluster>_`` keywords as
+    submitit's."""
+
+    def __init__(self, folder: str | os.PathLike[str], cluster: str | None = None,
+                 **kwargs: Any) -> None:
+        self.cluster = cluster or which()
+        if self.cluster not in CLUSTERS:
+            raise BadInput(f"AutoExecutor doesn't know any executor named {self.cluster}"
+                           f" (known: {', '.join(CLUSTERS)})")
+        for name in kwargs:
+            prefix = name.split("_")[0]
+            if "_" not in name or prefix not in CLUSTERS:
+                raise BadInput("Extra arguments must be prefixed by executor named, received "
+                               f"unknown arg '{name}'. Known executors: {', '.join(CLUSTERS)}.")
+        own = {k.split("_", 1)[1]: v for k, v in kwargs.items()
+               if k.startswith(self.cluster + "_")}
+        self._executor: Executor | DebugExecutor
+        if self.cluster == "debug":
+            self._executor = DebugExecutor(folder)
+        else:
+            cls = SlurmExecutor if self.cluster == "slurm" else LocalExecutor
+            self._executor = cls(folder, **own)
+        self.folder = self._executor.folder
+
+    def __repr__(self) -> str:
+        return f"AutoExecutor(folder={str(self.folder)!r}, cluster={self.cluster!r})"
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self._executor.parameters
+
+    def update_parameters(self, **kwargs: Any) -> None:
+        if isinstance(self._executor, DebugExecutor):
+            self._executor.update_parameters(**kwargs)
+        else:
+            self._executor.update_named(kwargs)
+
+    def submit(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> Any:
+        return self._executor.submit(fn, *args, **kwargs)
+
+    def map_array(self, fn: Callable[..., R], *iterables: Iterable[Any]) -> list[Any]:
+        return list(self._executor.map_array(fn, *iterables))
+
+    @contextmanager
+    def batch(self, allow_implicit_submissions: bool = False) -> Iterator[None]:
+        with self._executor.batch():
+            yield

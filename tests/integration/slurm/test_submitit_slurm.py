@@ -1,0 +1,96 @@
+"""``import dispatch.submitit as submitit`` on the real Slurm testbed (issue 37): submitit's
+README call (job_id, state, result), a FailedJobError with the remote trace, map_array as one
+job array whose tasks are ``<id>_<i>`` with ``slurm_array_parallelism`` as ``%N``, and
+submitit's Slurm names (``slurm_time``, ``slurm_additional_parameters``) reaching sbatch.
+Written without the testbed at hand: the lead runs it (scripts/slurm-testbed)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from operator import truediv
+from pathlib import Path
+
+import pytest
+from slurm_helpers import slurm
+
+import dispatch.submitit as submitit
+from dispatch.errors import BadInput
+
+pytestmark = pytest.mark.slurm
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+class Where:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.jobs: list[submitit.Job[object]] = []
+
+    def keep(self, *jobs: submitit.Job[object]) -> None:
+        self.jobs.extend(jobs)
+
+
+@pytest.fixture
+def where(slurm_version: str, tmp_path: Path,
+          monkeypatch: pytest.MonkeyPatch) -> Iterator[Where]:
+    out = tmp_path / "slurm-out"
+    out.mkdir()
+    out.chmod(0o777)
+    monkeypatch.setenv("DISPATCH_SLURM_OUTPUT_DIR", str(out))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("DISPATCH_STORE", raising=False)
+    monkeypatch.delenv("DISPATCH_SUBMITIT_CLUSTER", raising=False)
+    w = Where(tmp_path / "log_test" / "%j")
+    yield w
+    refs = {r for j in w.jobs for r in j.handle.job.record().objects}
+    if refs:
+        subprocess.run(["scancel", *refs], capture_output=True, timeout=30, check=False)
+
+
+def test_the_readme_call_on_slurm(where: Where) -> None:
+    executor = submitit.AutoExecutor(folder=where.folder)  # srun is on the PATH: Slurm
+    assert executor.cluster == "slurm"
+    executor.update_parameters(timeout_min=1)
+    job = executor.submit(add, 5, 7)
+    failing = executor.submit(truediv, 1, 0)
+    where.keep(job, failing)
+    assert job.job_id == job.handle.id
+    assert job.result() == 12 and job.state == "COMPLETED"
+    with pytest.raises(submitit.FailedJobError, match="ZeroDivisionError") as caught:
+        failing.result()
+    assert caught.value.cause is not None and caught.value.cause.kind == "non-zero-exit"
+    assert failing.state == "FAILED"
+
+
+def test_map_array_is_one_job_array_with_its_parallelism(where: Where) -> None:
+    executor = submitit.AutoExecutor(folder=where.folder, cluster="slurm")
+    executor.update_parameters(timeout_min=2, slurm_array_parallelism=2)
+    jobs = executor.map_array(add, [1, 2, 3, 4], [10, 20, 30, 40])
+    where.keep(*jobs)
+    base = jobs[0].handle.id
+    assert [j.job_id for j in jobs] == [f"{base}_{i}" for i in range(4)]
+    assert [j.result() for j in jobs] == [11, 22, 33, 44]
+    refs = jobs[0].handle.job.record().objects  # submitted now (scontrol keeps it a while)
+    shown = slurm("scontrol", "show", "job", refs[-1])
+    assert "%2" in shown or "ArrayTaskThrottle=2" in shown
+
+
+def test_slurm_names_reach_sbatch(where: Where) -> None:
+    executor = submitit.AutoExecutor(folder=where.folder, cluster="slurm")
+    executor.update_parameters(slurm_time=3,
+                               slurm_additional_parameters={"mail_type": "NONE"})
+    job = executor.submit(add, 1, 1)
+    where.keep(job)
+    assert job.result() == 2
+    refs = job.handle.job.record().objects
+    shown = slurm("scontrol", "show", "job", refs[-1])
+    assert "TimeLimit=00:03:00" in shown
+
+
+def test_tasks_per_node_on_slurm_is_refused_saying_why(where: Where) -> None:
+    executor = submitit.AutoExecutor(folder=where.folder, cluster="slurm")
+    with pytest.raises(BadInput, match="one process per node"):
+        executor.update_parameters(tasks_per_node=2)

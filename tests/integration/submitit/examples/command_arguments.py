@@ -1,0 +1,1 @@
+print(submitit.helpers.CommandFunction(["which"])("pip"))  # will run  "which pip"

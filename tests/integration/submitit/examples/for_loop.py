@@ -1,0 +1,4 @@
+jobs = []
+for arg in whatever:
+    job = executor.submit(myfunc, arg)
+    jobs.append(job)
