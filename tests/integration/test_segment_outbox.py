@@ -41,6 +41,9 @@ class DrainedSlurm:
     def declarations(self) -> Any:
         return declarations_for("slurm")
 
+    def admit(self, spec: Any) -> None:
+        pass
+
     def ready(self) -> None:
         """Usable: nothing to check."""
 

@@ -732,7 +732,9 @@ class FakeApiServer:
         if method == "GET":
             return 200, self._get(kind, ns, name)
         if method == "POST" and name is None:
-            return 201, self._create(kind, ns, body)
+            # dryRun=All: validated as a create would be, nothing stored (the API server's
+            # server-side dry run; admission webhooks are not modelled here).
+            return 201, self._create(kind, ns, body, store=query.get("dryRun") != "All")
         if method == "PATCH" and name is not None:
             ctype = headers.get("Content-Type", "")
             if ctype != "application/merge-patch+json":
@@ -776,7 +778,7 @@ class FakeApiServer:
             raise ApiFailure(404, "NotFound", f'{kind.plural}.{kind.group} "{name}" not found')
         return copy.deepcopy(obj)
 
-    def _create(self, kind: Kind, ns: str, body: Any) -> dict[str, Any]:
+    def _create(self, kind: Kind, ns: str, body: Any, store: bool = True) -> dict[str, Any]:
         if not isinstance(body, dict) or not isinstance(body.get("metadata"), dict):
             raise ApiFailure(400, "BadRequest", "a body with metadata is required")
         meta = body["metadata"]
@@ -801,6 +803,8 @@ class FakeApiServer:
         obj = copy.deepcopy(body)
         obj["metadata"]["namespace"] = ns
         self._validate(kind.kind, obj)
+        if not store:  # no resourceVersion spent: no event will carry one
+            return copy.deepcopy(obj)
         obj["metadata"].update(
             uid=str(uuid.uuid4()),
             resourceVersion=self._next_rv(),

@@ -132,6 +132,13 @@ class Backend(Protocol):
         usable Kubernetes config); reaches no scheduler. Checked before a job is recorded."""
         ...
 
+    def admit(self, spec: JobSpec) -> None:
+        """Raise ``SpecError`` when the scheduler itself refuses the spec's object (e.g. a
+        Kubernetes admission webhook, asked by a server-side dry run), so a bad spec is refused
+        before it is recorded (exit 2 with the scheduler's words). Checked after ``ready``; a
+        scheduler that cannot be reached is no refusal (the supervisor's submit retries)."""
+        ...
+
     def dry_run(self, submission: Submission) -> DryRun:
         """What ``submit`` would send; no side effects, reaches no scheduler."""
         ...

@@ -66,12 +66,13 @@ def prepare(spec: JobSpec, backends: Backends, *, ready: bool = True,
     backend = backends(spec.backend)
     try:
         backend.validate(spec)
+        if ready:
+            backend.ready()
+            backend.admit(spec)
     except SpecError as err:
         if err.source != "<spec>" or source == "<spec>":
             raise
         raise SpecError(source, err.where, err.message) from None
-    if ready:
-        backend.ready()
     return spec, Plan(policy=spec.policy, declarations=backend.declarations())
 
 

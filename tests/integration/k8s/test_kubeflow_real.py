@@ -36,9 +36,16 @@ def cli(tmp_path: Path, namespace: str) -> Iterator[Dispatch]:
 
 
 def spec(d: Dispatch, namespace: str, name: str, env: dict[str, str], *, nodes: int = 1,
+         runtime: str = "torch-distributed", kubeflow: dict[str, Any] | None = None,
          **fields: Any) -> Path:
+    section = {"namespace": namespace, "runtime": runtime, **(kubeflow or {})}
     return d.spec(name, ["python", "train.py"], backend="kubeflow", nodes=nodes, env=env,
-                  kubeflow={"namespace": namespace, "runtime": "torch-distributed"}, **fields)
+                  kubeflow=section, **fields)
+
+
+# The testbed's runtime with Kubernetes' own restarts off (restartPolicy Never, backoffLimit 0)
+# and the low priority class: docs/kubeflow.md "Who restarts what".
+DISPATCH_RUNTIME = "dispatch-torch"
 
 
 def run(d: Dispatch, path: Path, timeout: float = 300) -> tuple[int, dict[str, Any]]:
@@ -131,3 +138,100 @@ def test_a_lost_node_is_node_lost_then_resubmitted(cli: Dispatch, namespace: str
     kinds = causes_in_history(cli, "lost")
     assert "node-lost" in kinds, st["history"]
     assert "non-zero-exit" not in kinds
+
+
+def test_exit_3_on_a_runtime_without_native_restarts_fails_at_once(
+        cli: Dispatch, namespace: str) -> None:
+    code, st = run(cli, spec(cli, namespace, "exit3n", {"DISPATCH_TESTBED_SECONDS": "1",
+                                                        "DISPATCH_TESTBED_EXIT": "3",
+                                                        "DISPATCH_TESTBED_MESSAGE": "bad batch"},
+                             runtime=DISPATCH_RUNTIME))
+    assert st["state"] == "failed" and kind(st) == "non-zero-exit", st
+    assert st["cause"]["exit_code"] == 3 and st["submissions"] == 1
+    assert st["application_error"]["message"] == "bad batch"
+    # The application's error where people scan: ls, and the HTTP API's row (same service).
+    rows = cli.json("ls", "--all")
+    (row,) = [r for r in (rows if isinstance(rows, list) else rows["jobs"])
+              if r["name"] == "exit3n"]
+    assert "bad batch" in json.dumps(row)
+
+
+def test_the_time_limit_is_time_limit(cli: Dispatch, namespace: str) -> None:
+    code, st = run(cli, spec(cli, namespace, "tl", {"DISPATCH_TESTBED_SECONDS": "600"},
+                             runtime=DISPATCH_RUNTIME, time_limit="6s"))
+    assert st["state"] == "failed" and kind(st) == "time-limit", st
+
+
+def test_a_person_deleting_the_trainjob_is_cancelled_never_resubmitted(
+        cli: Dispatch, namespace: str) -> None:
+    proc = cli.spawn("run", str(spec(cli, namespace, "del", {"DISPATCH_TESTBED_SECONDS": "600"},
+                                     runtime=DISPATCH_RUNTIME, policy=RESUBMIT)),
+                     "--json", "--poll", "0.5")
+    st = cli.wait_for("del", lambda s: s["state"] == "running" and bool(s["objects"]),
+                      timeout=120)
+    kubectl("delete", "trainjob", st["objects"][-1].split("/")[-1], "-n", namespace)
+    out, err = proc.communicate(timeout=180)
+    final = json.loads(out)
+    assert final["state"] == "cancelled", final
+    assert final["submissions"] == 1  # S14: never resubmitted
+
+
+def test_more_nodes_than_the_cluster_has_is_pending_with_the_schedulers_words(
+        cli: Dispatch, namespace: str) -> None:
+    proc = cli.spawn("run", str(spec(cli, namespace, "big", {}, nodes=5,
+                                     runtime=DISPATCH_RUNTIME,
+                                     kubeflow={"resourcesPerNode": {"requests": {"cpu": "8"}}})),
+                     "--json", "--poll", "0.5")
+    st = cli.wait_for("big", lambda s: bool(s.get("cause")) and "Unschedulable" in
+                      s["cause"].get("detail", ""), timeout=120)
+    assert st["state"] == "pending", st
+    cli("cancel", "big", check=True)
+    out, _ = proc.communicate(timeout=120)
+    assert json.loads(out)["state"] == "cancelled"
+
+
+def test_a_trainjob_the_webhooks_reject_is_bad_input_at_submit(
+        cli: Dispatch, namespace: str) -> None:
+    done = cli("submit", str(spec(cli, namespace, "nort", {}, runtime="no-such-runtime")))
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "no-such-runtime" in done.stderr
+
+
+def test_a_real_preemption_is_recovered_without_spending_the_failure_budget(
+        cli: Dispatch, namespace: str) -> None:
+    # dispatch's job holds one whole node (8 CPUs) at the low priority; a person's Job of the
+    # high priority class asks for all four nodes: the scheduler preempts dispatch's pod.
+    proc = cli.spawn("run", str(spec(cli, namespace, "pre", {"DISPATCH_TESTBED_SECONDS": "600"},
+                                     runtime=DISPATCH_RUNTIME, policy=RESUBMIT,
+                                     kubeflow={"resourcesPerNode": {"requests": {"cpu": "8"}}})),
+                     "--json", "--poll", "0.5")
+    hog = "hog-" + str(id(proc))[-6:]
+    try:
+        st = cli.wait_for("pre", lambda s: s["state"] == "running" and bool(s["objects"]),
+                          timeout=120)
+        trainjob = st["objects"][-1].split("/")[-1]
+        kubectl("wait", "pod", "-n", namespace, "-l",
+                f"jobset.sigs.k8s.io/jobset-name={trainjob}", "--for=condition=Ready",
+                "--timeout=120s")
+        kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": hog, "namespace": namespace},
+            "spec": {"parallelism": 4, "completions": 4, "backoffLimit": 0,
+                     "template": {"spec": {
+                         "restartPolicy": "Never", "priorityClassName": "dispatch-testbed-high",
+                         "containers": [{"name": "c", "image": "busybox",
+                                         "env": [{"name": "DISPATCH_TESTBED_SECONDS",
+                                                  "value": "8"}],
+                                         "resources": {"requests": {"cpu": "8"}}}]}}}}))
+        st = cli.wait_for("pre", lambda s: s["submissions"] >= 2, timeout=240)
+        st = cli.wait_for("pre", lambda s: s["state"] == "running", timeout=240)
+    finally:
+        kubectl("delete", "job", hog, "-n", namespace, "--wait=false", check=False)
+        cli("cancel", "pre")
+        proc.communicate(timeout=120)
+    recov = [h for h in st["history"] if h["state"] == "recovering"]
+    assert [h["cause"]["kind"] for h in recov] == ["preempted"], st["history"]
+    assert "PreemptionByScheduler" in recov[0]["cause"]["detail"]
+    # S9: a preemption never spends the failure budget.
+    used = json.dumps(st.get("budget_used") or st.get("budgets") or {})
+    assert "non-zero-exit" not in used or '"non-zero-exit": 0' in used, used

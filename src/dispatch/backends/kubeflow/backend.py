@@ -35,6 +35,7 @@ The imperative shell around ``mapping`` (pure) and ``manifest`` (pure). Choices,
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -77,7 +78,7 @@ from dispatch.backends.kubeflow.pods import evidence_of, with_evidence
 from dispatch.core.app_error import AppError
 from dispatch.core.model import CauseKind, Discovery, ObjectReport, SchedulerUnreachable, State
 from dispatch.core.policy import Action, Declarations
-from dispatch.core.spec import JobSpec
+from dispatch.core.spec import JobSpec, SpecError
 from dispatch.errors import NotFound
 
 DEFAULT_NODE_LOSS_WINDOW = timedelta(minutes=5)
@@ -117,6 +118,10 @@ def parse_ref(ref: str) -> tuple[str, str]:
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+# The API server's answers to a dry-run create that refuse the spec itself (admit).
+ADMISSION_REFUSALS = (400, 403, 404, 422)
 
 
 class KubeflowBackend:
@@ -220,6 +225,25 @@ class KubeflowBackend:
     def ready(self) -> None:
         """A usable Kubernetes config (the client is built; no request is made)."""
         _ = self.kube
+
+    def admit(self, spec: JobSpec) -> None:
+        """The cluster's own verdict before anything is recorded: a server-side dry run of the
+        TrainJob's create, which runs Trainer's and JobSet's admission webhooks and the CRD's
+        validation. A refusal (400, 403, 404, 422: a webhook's denial, a runtime or namespace
+        that is not there, no right to create) is bad input carrying the API server's words;
+        a cluster that cannot be reached is not a refusal (the supervisor's submit retries)."""
+        token = f"admit-{uuid.uuid4().hex[:12]}"
+        body = build_trainjob(Submission(job_id=token, number=1, token=f"{token}.1", spec=spec),
+                              self.kube.default_namespace)
+        try:
+            self.kube.create(TrainJobRes, body, dry_run=True)
+        except ApiAnswer as err:
+            if err.code in ADMISSION_REFUSALS:
+                raise SpecError("<spec>", "kubeflow",
+                                f"the cluster refused the TrainJob: {err}") from None
+            raise
+        except SchedulerUnreachable:
+            return
 
     def _default_namespace(self) -> str:
         if self._client is not None:

@@ -366,12 +366,15 @@ class KubeClient:
             raise
         return dict(obj)
 
-    def create(self, res: type[GenericNamespacedResource], body: dict[str, Any]) -> dict[str, Any]:
+    def create(self, res: type[GenericNamespacedResource], body: dict[str, Any], *,
+               dry_run: bool = False) -> dict[str, Any]:
+        """Create ``body``; ``dry_run``: the server-side dry run (admission webhooks and
+        validation run, nothing is stored)."""
         namespace = body["metadata"]["namespace"]
         obj = res.from_dict(body)
         created = self._call(
             f"create {res._api_info.resource.kind} {namespace}/{body['metadata']['name']}",
-            lambda: self._client.create(obj, namespace=namespace),
+            lambda: self._client.create(obj, namespace=namespace, dry_run=dry_run),
         )
         return dict(created)
 

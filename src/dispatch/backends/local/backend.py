@@ -152,6 +152,9 @@ class LocalBackend:
     def ready(self) -> None:
         """Nothing to check before the first submit creates the root."""
 
+    def admit(self, spec: JobSpec) -> None:
+        """``validate`` is the whole of what this scheduler would check."""
+
     def submit(self, submission: Submission) -> str:
         """Create the object and start its runner; the ref of an object already carrying
         ``submission.token`` when there is one (idempotent)."""

@@ -391,6 +391,10 @@ class SlurmBackend:
         """Whether the cluster answers is the scheduler's business (SchedulerUnreachable at
         submit); nothing to check locally."""
 
+    def admit(self, spec: JobSpec) -> None:
+        """sbatch's refusals (a bad partition, a limit) are read at submit: launch-failed with
+        its words (``sbatch --test-only`` is not asked: it would cost a tool run a submit)."""
+
     def submit(self, submission: Submission) -> str:
         script, argv = render(submission, out_dir=self.output_dir)
         path = Path(argv[-1])
