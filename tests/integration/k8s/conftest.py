@@ -7,10 +7,14 @@ brings the testbed up and runs this folder in its Kubeflow lane with the exports
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from k8s_helpers import testbed_problem
+from k8s_helpers import kubectl, testbed_problem
+from tests.e2e.conftest import Dispatch
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -25,3 +29,20 @@ def testbed() -> None:
 @pytest.fixture
 def namespace() -> str:
     return os.environ.get("DISPATCH_K8S_NAMESPACE", "dispatch")
+
+
+@pytest.fixture
+def cli(tmp_path: Path, namespace: str) -> Iterator[Dispatch]:
+    """The real CLI with a record of its own; what its jobs left on the cluster is deleted."""
+    d = Dispatch(tmp_path)
+    d.env["DISPATCH_KUBEFLOW_NODE_LOSS_WINDOW"] = "90s"
+    try:
+        yield d
+    finally:
+        d.close()
+        for name in [p.stem for p in tmp_path.glob("*.yaml")]:
+            done = d("status", name, "--json")
+            if done.returncode == 0:
+                for ref in json.loads(done.stdout).get("objects", []):
+                    kubectl("delete", "trainjob", ref.split("/")[-1], "-n", namespace,
+                            "--wait=false", check=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,20 @@ def items(kind: str, namespace: str, *selector: str) -> list[dict[str, Any]]:
 def wait(kind: str, name: str, namespace: str, condition: str, timeout_s: int = 180) -> None:
     kubectl("wait", f"{kind}/{name}", "-n", namespace, f"--for={condition}",
             f"--timeout={timeout_s}s", timeout=timeout_s + 30)
+
+
+def ready_pods(namespace: str, selector: str, count: int = 1,
+               timeout_s: float = 120) -> list[dict[str, Any]]:
+    """The ``count`` pods ``selector`` names, once they exist and are Ready (`kubectl wait`
+    refuses a selector that matches nothing yet, so their creation is waited for first)."""
+    deadline = time.monotonic() + timeout_s
+    while len(pods := items("pods", namespace, selector)) < count:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{count} pods {selector} never appeared: {len(pods)}")
+        time.sleep(0.5)
+    kubectl("wait", "pod", "-n", namespace, "-l", selector, "--for=condition=Ready",
+            f"--timeout={int(timeout_s)}s", timeout=timeout_s + 30)
+    return items("pods", namespace, selector)
 
 
 def version(name: str) -> str:

@@ -9,7 +9,17 @@ import json
 import subprocess
 from datetime import datetime
 
-from k8s_helpers import TESTBED, events_for, get, items, kubectl, trainjob, version, wait
+from k8s_helpers import (
+    TESTBED,
+    events_for,
+    get,
+    items,
+    kubectl,
+    ready_pods,
+    trainjob,
+    version,
+    wait,
+)
 
 
 def stamp(text: str) -> datetime:
@@ -67,9 +77,7 @@ def test_lose_node_evicts_its_pods_by_taint(namespace: str) -> None:
     name = trainjob(namespace, {"DISPATCH_TESTBED_SECONDS": "600"})
     node = None
     try:
-        kubectl("wait", "pod", "-n", namespace, "-l", f"jobset.sigs.k8s.io/jobset-name={name}",
-                "--for=condition=Ready", "--timeout=120s")
-        (pod,) = items("pods", namespace, f"jobset.sigs.k8s.io/jobset-name={name}")
+        (pod,) = ready_pods(namespace, f"jobset.sigs.k8s.io/jobset-name={name}")
         node = pod["spec"]["nodeName"]
         subprocess.run([str(TESTBED), "lose-node", node], check=True)
         # Lease stale -> Ready Unknown -> unreachable taint -> eviction after the 20 s

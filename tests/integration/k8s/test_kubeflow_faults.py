@@ -6,23 +6,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from k8s_helpers import TESTBED
 from test_kubeflow_real import DISPATCH_RUNTIME, RESUBMIT, kind, spec
-
 from tests.e2e.conftest import Dispatch
-
-
-@pytest.fixture
-def cli(tmp_path: Path) -> Iterator[Dispatch]:
-    d = Dispatch(tmp_path)
-    try:
-        yield d
-    finally:
-        d.close()
 
 
 @pytest.mark.parametrize("components", [

@@ -7,32 +7,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-from k8s_helpers import TESTBED, items, kubectl
+from k8s_helpers import TESTBED, kubectl, ready_pods
 from tests.e2e.conftest import Dispatch
 
 RESUBMIT = {"rules": [{"on": ["preempted", "node-lost"], "action": "resubmit", "budget": 2},
                       {"on": ["non-zero-exit"], "action": "resubmit", "budget": 1}]}
-
-
-@pytest.fixture
-def cli(tmp_path: Path, namespace: str) -> Iterator[Dispatch]:
-    d = Dispatch(tmp_path)
-    d.env["DISPATCH_KUBEFLOW_NODE_LOSS_WINDOW"] = "90s"
-    try:
-        yield d
-    finally:
-        d.close()
-        for name in [p.stem for p in tmp_path.glob("*.yaml")]:
-            done = d("status", name, "--json")
-            if done.returncode == 0:
-                for ref in json.loads(done.stdout).get("objects", []):
-                    kubectl("delete", "trainjob", ref.split("/")[-1], "-n", namespace,
-                            "--wait=false", check=False)
 
 
 def spec(d: Dispatch, namespace: str, name: str, env: dict[str, str], *, nodes: int = 1,
@@ -124,9 +106,7 @@ def test_a_lost_node_is_node_lost_then_resubmitted(cli: Dispatch, namespace: str
                           timeout=120)
         trainjob = st["objects"][-1].split("/")[-1]
         selector = f"jobset.sigs.k8s.io/jobset-name={trainjob}"
-        kubectl("wait", "pod", "-n", namespace, "-l", selector, "--for=condition=Ready",
-                "--timeout=120s")
-        (pod,) = items("pods", namespace, selector)
+        (pod,) = ready_pods(namespace, selector)
         node = pod["spec"]["nodeName"]
         subprocess.run([str(TESTBED), "lose-node", node], check=True)
         st = cli.wait_for("lost", lambda s: s["submissions"] >= 2, timeout=240)
@@ -210,9 +190,7 @@ def test_a_real_preemption_is_recovered_without_spending_the_failure_budget(
         st = cli.wait_for("pre", lambda s: s["state"] == "running" and bool(s["objects"]),
                           timeout=120)
         trainjob = st["objects"][-1].split("/")[-1]
-        kubectl("wait", "pod", "-n", namespace, "-l",
-                f"jobset.sigs.k8s.io/jobset-name={trainjob}", "--for=condition=Ready",
-                "--timeout=120s")
+        ready_pods(namespace, f"jobset.sigs.k8s.io/jobset-name={trainjob}")
         kubectl("apply", "-f", "-", input=json.dumps({
             "apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": hog, "namespace": namespace},

@@ -16,10 +16,13 @@ The imperative shell around ``mapping`` (pure) and ``manifest`` (pure). Choices,
   is not read that tick (plain lists are, and the cache re-lists).
   ``informer=False`` keeps the **lists per tick**: ``5 x namespaces + 1`` requests per
   ``discover``, constant in the number of jobs, and no background threads (one-shot tools).
-- Stop and cancel delete with **foreground** propagation: the TrainJob stays visible (with a
-  deletionTimestamp) until its JobSet, Jobs and Pods are gone, so "the old object ended" (S11:
-  the replacement's gate opens only then) means its pods are really gone, including pods stuck
-  Terminating on a lost node; until the node is deleted or tainted out-of-service it stays.
+- Stop and cancel delete with **background** propagation: Trainer v2.3.0 re-applies the JobSet
+  of a TrainJob being deleted (its reconciler never looks at deletionTimestamp), so under
+  foreground propagation the garbage collector and Trainer loop for ever and the TrainJob never
+  goes (seen on the real control plane). "The old object ended" (S11: the replacement's gate
+  opens only then) still means its pods are really gone: a TrainJob that is gone while pods
+  labelled with its JobSet's name remain (pods stuck Terminating on a lost node included) is
+  reported alive, its pods named, until the last one is gone (``report_pods_left``).
 - The gate is ``spec.suspend``; ``open_gate`` merge-patches it to false.
 - A TrainJob we bound that the API server no longer has is reported cancelled, cause
   cancelled, provenance actor. dispatch's stop annotates the TrainJob (``dispatch.io/stop``)
@@ -61,6 +64,7 @@ from dispatch.backends.kubeflow.mapping import (
     current_objects,
     deleted_by,
     report_gone,
+    report_pods_left,
     report_trainjob,
 )
 from dispatch.backends.kubeflow.objects import (
@@ -293,7 +297,7 @@ class KubeflowBackend:
     def _delete(self, ref: str, actor: str) -> None:
         namespace, name = parse_ref(ref)
         self._deleted[ref] = actor
-        self.kube.delete(TrainJobRes, namespace, name, cascade=CascadeType.FOREGROUND)
+        self.kube.delete(TrainJobRes, namespace, name, cascade=CascadeType.BACKGROUND)
         self._expect(namespace, name, _deleting)
 
     def stop(self, ref: str) -> None:
@@ -384,7 +388,9 @@ class KubeflowBackend:
             if parse_ref(ref)[0] in look.refused:
                 continue
             self._lost_seen.pop(ref, None)
-            reports.append(report_gone(ref, self._tokens.get(ref), self._deleted.get(ref), now))
+            gone = report_gone(ref, self._tokens.get(ref), self._deleted.get(ref), now)
+            left = look.pods.get(parse_ref(ref), [])
+            reports.append(report_pods_left(gone, left) if left else gone)
         for kept_for in (self._evidence, self._awaiting):
             for ref in [r for r in kept_for if r not in seen_refs]:
                 del kept_for[ref]

@@ -187,6 +187,13 @@ def current_objects(jobset: Any, objs: Sequence[Any]) -> list[Any]:
     ]
 
 
+def _under(found: Cause, header: str, note: str) -> Cause:
+    """``found``, told as the end of one native restart: the restart's words first."""
+    return Cause(kind=found.kind, provenance=found.provenance,
+                 detail=join_words(header, found.detail), note=note,
+                 exit_code=found.exit_code, at=found.at)
+
+
 def _job_restart_cause(slot: tuple[str, str], attempt: int, objs: Sequence[Any]) -> Cause:
     """Why attempt ``attempt`` of one Job ended before JobSet's RestartJob recreated it."""
     mine = [o for o in objs if job_slot(o) == slot and (job_restart_attempt(o) or 0) == attempt]
@@ -195,14 +202,7 @@ def _job_restart_cause(slot: tuple[str, str], attempt: int, objs: Sequence[Any])
     found = first_cause(s for p in mine for s in pod_end_signals(p))
     if found is None:
         return Cause(kind=CauseKind.REQUEUED, detail=header, note=note)
-    return Cause(
-        kind=found.kind,
-        provenance=found.provenance,
-        detail=join_words(header, found.detail),
-        note=note,
-        exit_code=found.exit_code,
-        at=found.at,
-    )
+    return _under(found, header, note)
 
 
 def _started(pods: Sequence[Any]) -> datetime | None:
@@ -233,14 +233,7 @@ def _restart_cause(attempt: int, jobs: Sequence[Any], pods: Sequence[Any], jobse
             found = None
     if found is None:
         return Cause(kind=CauseKind.REQUEUED, detail=header, note=note)
-    return Cause(
-        kind=found.kind,
-        provenance=found.provenance,
-        detail=join_words(header, found.detail),
-        note=note,
-        exit_code=found.exit_code,
-        at=found.at,
-    )
+    return _under(found, header, note)
 
 
 def report_trainjob(
@@ -387,6 +380,21 @@ def report_trainjob(
             Cause(kind=CauseKind.RELEASED, detail=words("trainjob", resumed), at=at),
         )
     return live(State.PENDING, Cause(kind=CauseKind.NONE))
+
+
+def report_pods_left(gone: ObjectReport, pods: Sequence[Any]) -> ObjectReport:
+    """A TrainJob that is gone while pods of its JobSet remain (deleted with background
+    propagation; a lost node's pods stay Terminating until the node is back, deleted or
+    tainted out-of-service): still alive, so a replacement's gate stays closed (S11) until the
+    last pod is gone; the end it will have is ``gone``'s."""
+    names = sorted(name_of(p) + (" (Terminating)" if meta(p).get("deletionTimestamp") else "")
+                   for p in pods)
+    note = f"{gone.cause.note}; {len(names)} of its pods not yet gone: {', '.join(names)}"
+    return ObjectReport(
+        ref=gone.ref, token=gone.token, state=State.RUNNING,
+        cause=Cause(kind=CauseKind.NONE, note=note, at=gone.cause.at),
+        nodes=tuple(sorted({n for p in pods if (n := pod_node(p)) is not None})),
+    )
 
 
 def awaits_evidence(report: ObjectReport) -> bool:
