@@ -78,7 +78,7 @@ from dispatch.backends.kubeflow.objects import (
 )
 from dispatch.backends.kubeflow.pod_errors import error_of, first_failed_container
 from dispatch.backends.kubeflow.podlogs import PodLog, log_tail, pod_logs
-from dispatch.backends.kubeflow.pods import evidence_of, with_evidence
+from dispatch.backends.kubeflow.pods import evidence_of, is_evidence, with_evidence
 from dispatch.core.app_error import AppError
 from dispatch.core.model import CauseKind, Discovery, ObjectReport, SchedulerUnreachable, State
 from dispatch.core.policy import Action, Declarations
@@ -389,7 +389,7 @@ class KubeflowBackend:
                 continue
             self._lost_seen.pop(ref, None)
             gone = report_gone(ref, self._tokens.get(ref), self._deleted.get(ref), now)
-            left = look.pods.get(parse_ref(ref), [])
+            left = [p for p in look.pods.get(parse_ref(ref), []) if not is_evidence(p)]
             reports.append(report_pods_left(gone, left) if left else gone)
         for kept_for in (self._evidence, self._awaiting):
             for ref in [r for r in kept_for if r not in seen_refs]:

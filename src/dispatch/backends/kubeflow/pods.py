@@ -307,6 +307,16 @@ def _ended_badly(term: Mapping[str, Any]) -> bool:
     return code not in (None, 0) or as_str(term.get("reason")) == "OOMKilled"
 
 
+# Set on kept evidence (evidence_of): what a pod said before it was deleted, not a pod the API
+# server still has (the S11 fence counts only those: report_pods_left).
+GONE = "dispatchGone"
+
+
+def is_evidence(pod: Any) -> bool:
+    """Whether ``pod`` is kept evidence of a pod that is gone, not a pod that is there."""
+    return as_map(pod).get(GONE) is True
+
+
 def evidence_of(pod: Any) -> dict[str, Any] | None:
     """What a pod says about a failure, kept as a pod that has ended (phase Failed) so the
     mapping reads it the same way once the Job controller has deleted the pod: its
@@ -348,6 +358,7 @@ def evidence_of(pod: Any) -> dict[str, Any] | None:
         },
         "spec": {"nodeName": pod_node(p)} if pod_node(p) else {},
         "status": out_status,
+        GONE: True,
     }
 
 

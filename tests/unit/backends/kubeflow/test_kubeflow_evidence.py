@@ -5,6 +5,7 @@ kept past its deletion (M2), and the Events that alone say a TrainJob's objects 
 from __future__ import annotations
 
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,17 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from dispatch.backends.kubeflow.events import creation_failure  # noqa: E402
-from dispatch.backends.kubeflow.mapping import report_trainjob  # noqa: E402
-from dispatch.backends.kubeflow.pods import evidence_of, pod_end_signals, with_evidence  # noqa: E402
+from dispatch.backends.kubeflow.mapping import (  # noqa: E402
+    report_gone,
+    report_pods_left,
+    report_trainjob,  # noqa: E402
+)
+from dispatch.backends.kubeflow.pods import (  # noqa: E402
+    evidence_of,
+    is_evidence,
+    pod_end_signals,
+    with_evidence,
+)
 from dispatch.core.model import CauseKind, State  # noqa: E402
 from kube_fake import schemas  # noqa: E402
 from kube_fake.trainer import T1, event  # noqa: E402
@@ -39,6 +49,8 @@ def a_pod(uid: str, state: dict[str, Any], *, last: dict[str, Any] | None = None
     return obj
 
 
+T1_DT = datetime.fromisoformat(T1.replace("Z", "+00:00"))
+
 EXIT3 = {"terminated": {"reason": "Error", "exitCode": 3, "finishedAt": T1,
                         "message": "ValueError: bad lr"}}
 
@@ -51,6 +63,17 @@ def test_a_crash_looping_pods_last_termination_is_kept_as_an_ended_pod() -> None
     assert sig[2].kind is CauseKind.NON_ZERO_EXIT and sig[2].exit_code == 3
     assert "ValueError: bad lr" in sig[2].detail
     assert kept["metadata"]["labels"] == looping["metadata"]["labels"]
+
+
+def test_kept_evidence_is_told_apart_from_a_pod_that_is_still_there() -> None:
+    # The S11 fence after a background delete counts the pods still there, never the
+    # evidence kept of deleted ones (else a cancelled job stays alive for ever).
+    looping = a_pod("u1", {"waiting": {"reason": "CrashLoopBackOff"}}, last=EXIT3, restarts=5)
+    kept = evidence_of(looping)
+    assert kept is not None and is_evidence(kept) and not is_evidence(looping)
+    gone = report_gone("ns/tj", "j.1", "dispatch", T1_DT)
+    left = report_pods_left(gone, [looping])
+    assert left.alive and looping["metadata"]["name"] in left.cause.note
 
 
 def test_a_healthy_pod_leaves_no_evidence() -> None:
