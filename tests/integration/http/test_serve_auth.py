@@ -113,7 +113,9 @@ def test_another_uid_gets_401_over_tcp_and_is_refused_on_the_socket(
     os.chmod(s.socket.parent, 0o755)
     os.chmod(s.socket, 0o666)
     loose = as_nobody(s, job)
-    assert loose["unix"] in ("closed", "errno 104"), loose["unix"]  # closed or reset
+    # Closed, reset, or (a loaded machine: the server closed before the client's write)
+    # a broken pipe: each is the refusal; what matters is the server's word below.
+    assert loose["unix"] in ("closed", "errno 104", "errno 32"), loose["unix"]
     assert "refused: a Unix socket connection from uid 65534" in s.output()
 
     jobs = s.unix.get("/api/jobs", params={"all": "1"}).json()
