@@ -393,7 +393,7 @@ def report_pods_left(gone: ObjectReport, pods: Sequence[Any]) -> ObjectReport:
     return ObjectReport(
         ref=gone.ref, token=gone.token, state=State.RUNNING,
         cause=Cause(kind=CauseKind.NONE, note=note, at=gone.cause.at),
-        nodes=tuple(sorted({n for p in pods if (n := pod_node(p)) is not None})),
+        nodes=_nodes(pods),
     )
 
 
