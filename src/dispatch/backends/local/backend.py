@@ -24,6 +24,7 @@ from typing import Literal
 import msgspec
 
 from dispatch.backends.base import DryRun, Submission, SubmitRejected
+from dispatch.backends.local.claims import release_published, submit_claim
 from dispatch.backends.local.errors import (
     BadInjection,
     InjectError,
@@ -42,7 +43,7 @@ from dispatch.backends.local.reports import (
     vanished,
     whoami,
 )
-from dispatch.backends.local.root import LocalRoot, new_ref, ref_root, write_request
+from dispatch.backends.local.root import LocalRoot, default_root, new_ref, ref_root, write_request
 from dispatch.backends.local.wire import (
     CANCEL,
     CONTROL,
@@ -77,17 +78,10 @@ from dispatch.core.spec import JobSpec, SpecError
 from dispatch.support import failpoints as fp
 from dispatch.support.files import create_exclusive, fsync_dir, write_atomic
 from dispatch.support.isolated import isolated_argv, package_parent
-from dispatch.support.paths import state_home
 
 RUNNER_MODULE = "dispatch.backends.local.runner"
 _REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 Injection = Literal["preempt", "lose-node"]
-
-
-def default_root() -> Path:
-    """``<state home>/local``: ``$XDG_STATE_HOME/dispatch/local``, else
-    ``~/.local/state/dispatch/local``."""
-    return state_home() / "local"
 
 
 class LocalBackend:
@@ -115,9 +109,9 @@ class LocalBackend:
 
     # ------------------------------------------------------------ Backend protocol
 
-    # A local publish is one rename inside the supervisor's own process (submit below): once
-    # that process is gone nothing of its submit is in flight (a runner it started before the
-    # rename leaves on its own when the object never appears, runner.PUBLISH_WAIT_S).
+    # A local publish is one rename inside the supervisor's own process, under the token's
+    # claim (claims.py): once that process is gone nothing of its submit is in flight; while
+    # it lives, even stopped, another submit of the token waits (SubmitInFlight).
     submit_in_flight = timedelta(0)
 
     def declarations(self) -> Declarations:
@@ -158,16 +152,22 @@ class LocalBackend:
     def submit(self, submission: Submission) -> str:
         """Create the object and start its runner; the ref of an object already carrying
         ``submission.token`` when there is one (idempotent)."""
-        spec = submission.spec
         try:
-            self.validate(spec)
+            self.validate(submission.spec)
         except SpecError as err:
             raise SubmitRejected(str(err)) from None
         marker = self.disk.claim()
-        existing = self.disk.find(lambda m: m.token == submission.token)
-        if existing:
-            return min(existing, key=lambda ref: (self._meta(ref).created_at, ref))
-        ref = self._new_ref(marker.id)
+        # Held from the look to the publish: one object per token, even across a SIGSTOP.
+        with submit_claim(self.root, submission.token) as claim:
+            existing = self.disk.find(lambda m: m.token == submission.token)
+            ref = (min(existing, key=lambda ref: (self._meta(ref).created_at, ref))
+                   if existing else self._create(submission, marker.id))
+            release_published(claim)
+            return ref
+
+    def _create(self, submission: Submission, root_id: str) -> str:
+        spec = submission.spec
+        ref = self._new_ref(root_id)
         final = self.objects_dir / ref
         stage = self.staging_dir / f"{ref}.{secrets.token_hex(4)}"
         meta = ObjectMeta(
@@ -177,7 +177,7 @@ class LocalBackend:
             workdir=str(Path(spec.workdir).resolve()) if spec.workdir else os.getcwd(),
             time_limit=float(spec.time_limit) if spec.time_limit is not None else None,
             memory=spec.memory, gated=submission.gated, kill_grace=self.kill_grace,
-            created_at=utcnow(), mark=f"{ref}:{secrets.token_hex(8)}", root_id=marker.id,
+            created_at=utcnow(), mark=f"{ref}:{secrets.token_hex(8)}", root_id=root_id,
             max_output_bytes=spec.max_output_bytes,
             checkpoint_pattern=spec.progress.checkpoint_pattern if spec.progress else "")
         try:

@@ -35,6 +35,13 @@ from dispatch.backends.local.wire import (
 )
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.support.files import create_exclusive, fsync_dir, write_atomic
+from dispatch.support.paths import state_home
+
+
+def default_root() -> Path:
+    """``<state home>/local``: ``$XDG_STATE_HOME/dispatch/local``, else
+    ``~/.local/state/dispatch/local``."""
+    return state_home() / "local"
 
 
 def _read(path: Path) -> bytes:
