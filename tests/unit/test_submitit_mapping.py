@@ -175,6 +175,12 @@ def test_the_job_environment_of_a_task() -> None:
             env.job_id) == (4, 1, 1, 6, 2, "abc")
     array = submitit.JobEnvironment({"DISPATCH_JOB_ID": "abc", "SLURM_ARRAY_TASK_ID": "3"})
     assert array.job_id == "abc_3"
+    # On Slurm: Slurm's id, as job.job_id says it (the array's id and the task in an array)
+    slurm = {"DISPATCH_JOB_ID": "abc", "SLURM_JOB_ID": "1234"}
+    assert submitit.JobEnvironment(slurm).job_id == "1234"
+    task = {**slurm, "SLURM_JOB_ID": "1236", "SLURM_ARRAY_JOB_ID": "1234",
+            "SLURM_ARRAY_TASK_ID": "2"}
+    assert submitit.JobEnvironment(task).job_id == "1234_2"
     outside = submitit.JobEnvironment({})
     assert not outside.activated()
     with pytest.raises(RuntimeError, match="not a dispatch job"):

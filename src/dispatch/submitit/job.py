@@ -42,6 +42,17 @@ def state_word(status: Status) -> str:
     return _WORDS[status.state]
 
 
+def job_id_of(handle: FunctionJob[Any], backend: str) -> str:
+    """``Job.job_id``: Slurm's id of the latest submission on Slurm (the array's id with
+    ``_<task>`` for a task of an array), else the dispatch job id (``_<task>`` likewise)."""
+    ref = handle.id
+    if backend == "slurm":
+        objects = handle.job.record().objects
+        if objects:
+            ref = objects[-1]
+    return ref if handle.task is None else f"{ref}_{handle.task}"
+
+
 def submitit_error(err: FunctionFailed, task: int) -> FailedJobError | UncompletedJobError:
     """submitit's exception for a function job that did not succeed."""
     word = state_word(err.status)
@@ -76,9 +87,12 @@ class Job(Generic[R]):
 
     @property
     def job_id(self) -> str:
-        """The dispatch job id; ``<id>_<i>`` for task i of a Slurm array (``map_array``)."""
-        task = self._handle.task
-        return self._handle.id if task is None else f"{self._handle.id}_{task}"
+        """submitit's job id. On Slurm: Slurm's id of the job's latest submission
+        (``"1234"``; ``"1234_0"`` for task 0 of an array: ``map_array``, ``batch()``); a
+        resubmitted job has its new submission's id, as ``squeue`` shows it. Locally, and on
+        Slurm before any submission reached sbatch: the dispatch job id (``8378a8771a``;
+        ``<id>_<i>`` for a task of an array), which never changes."""
+        return job_id_of(self._handle, self._backend)
 
     @property
     def state(self) -> str:

@@ -34,11 +34,15 @@ class JobEnvironment:
 
     @property
     def job_id(self) -> str:
-        job = self._env.get("DISPATCH_JOB_ID") or self._env.get("SLURM_JOB_ID")
+        """What ``job.job_id`` says: on Slurm, Slurm's (``<array id>_<task>`` in an array);
+        elsewhere the dispatch job id."""
+        array, task = self._env.get("SLURM_ARRAY_JOB_ID"), self._env.get("SLURM_ARRAY_TASK_ID")
+        if array and task:
+            return f"{array}_{task}"
+        job = self._env.get("SLURM_JOB_ID") or self._env.get("DISPATCH_JOB_ID")
         if not job:
             raise NotInAJob("JobEnvironment: DISPATCH_JOB_ID is not set; this is not a "
                             "dispatch job")
-        task = self._env.get("SLURM_ARRAY_TASK_ID")
         return f"{job}_{task}" if task else job
 
     @property

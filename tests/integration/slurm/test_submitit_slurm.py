@@ -57,7 +57,9 @@ def test_the_readme_call_on_slurm(where: Where) -> None:
     job = executor.submit(add, 5, 7)
     failing = executor.submit(truediv, 1, 0)
     where.keep(job, failing)
-    assert job.job_id == job.handle.id
+    # submitit's job_id: Slurm's job id (the number sbatch printed), at once after submit
+    refs = job.handle.job.record().objects
+    assert job.job_id == refs[-1] and job.job_id.isdigit() and job.job_id != job.handle.id
     assert job.result() == 12 and job.state == "COMPLETED"
     with pytest.raises(submitit.FailedJobError, match="ZeroDivisionError") as caught:
         failing.result()
@@ -70,12 +72,26 @@ def test_map_array_is_one_job_array_with_its_parallelism(where: Where) -> None:
     executor.update_parameters(timeout_min=2, slurm_array_parallelism=2)
     jobs = executor.map_array(add, [1, 2, 3, 4], [10, 20, 30, 40])
     where.keep(*jobs)
-    base = jobs[0].handle.id
-    assert [j.job_id for j in jobs] == [f"{base}_{i}" for i in range(4)]
+    refs = jobs[0].handle.job.record().objects  # one sbatch: one Slurm array
+    assert [j.job_id for j in jobs] == [f"{refs[-1]}_{i}" for i in range(4)]
     assert [j.result() for j in jobs] == [11, 22, 33, 44]
-    refs = jobs[0].handle.job.record().objects  # submitted now (scontrol keeps it a while)
     shown = slurm("scontrol", "show", "job", refs[-1])
     assert "%2" in shown or "ArrayTaskThrottle=2" in shown
+
+
+def job_id_inside() -> str:
+    return submitit.JobEnvironment().job_id
+
+
+def test_the_job_environment_says_the_job_id_job_id_says(where: Where) -> None:
+    executor = submitit.AutoExecutor(folder=where.folder, cluster="slurm")
+    executor.update_parameters(timeout_min=1)
+    job = executor.submit(job_id_inside)
+    jobs = executor.map_array(lambda _: job_id_inside(), [0, 1])
+    where.keep(job, *jobs)
+    assert job.result() == job.job_id
+    assert [j.result() for j in jobs] == [j.job_id for j in jobs]
+    assert jobs[1].job_id.endswith("_1")
 
 
 def test_slurm_names_reach_sbatch(where: Where) -> None:
