@@ -19,7 +19,8 @@ from dispatch.backends.slurm.script import sbatch_argv
 from dispatch.core.model import Cause, CauseKind, Level, State, Status
 from dispatch.errors import BadInput, DispatchError
 from dispatch.fn.calls import Call
-from dispatch.submitit.executors import base_folder, which
+from dispatch.submitit.executors import which
+from dispatch.submitit.folders import base_folder, calls_folder, expand, link
 from dispatch.submitit.helpers import FailedSubprocessError, Resumable, resumable
 from dispatch.submitit.job import state_word
 from dispatch.submitit.parameters import (
@@ -135,6 +136,28 @@ def test_the_folder_up_to_its_first_pattern(tmp_path: Path) -> None:
     assert base_folder("log_test/%j") == Path("log_test")
     assert base_folder(tmp_path / "a" / "%j" / "b") == tmp_path / "a"
     assert base_folder("%j") == Path(".")
+
+
+def test_the_folder_with_the_job_id_put_in(tmp_path: Path) -> None:
+    assert expand(Path("log/%j"), "1234") == Path("log/1234")
+    assert expand(Path("log/%A/task_%a/%t"), "1234_5") == Path("log/1234/task_5/0")
+    assert expand(Path("log/run_%j"), "1234_5") == Path("log/run_1234_5")
+    with pytest.raises(BadInput, match="no task of a job array"):
+        expand(Path("log/%a"), "1234")
+    assert calls_folder(tmp_path / "log") == tmp_path / "log"
+    assert calls_folder(tmp_path / "log" / "%j") == tmp_path / "log" / ".calls"
+
+
+def test_the_job_folder_is_a_link_to_the_call_folder(tmp_path: Path) -> None:
+    call = tmp_path / "log" / ".calls" / "add-1"
+    call.mkdir(parents=True)
+    (call / "call.pkl").write_bytes(b"x")
+    made = link(tmp_path / "log" / "%j" / "files", "1234", call)
+    assert made == tmp_path / "log" / "1234" / "files" and made.is_symlink()
+    assert (made / "call.pkl").read_bytes() == b"x"
+    assert not os.path.isabs(os.readlink(made))  # the folder can be moved whole
+    assert link(tmp_path / "log" / "%j" / "files", "1234", call) == made  # again: kept
+    assert link(tmp_path / "plain", "1234", call) == call
 
 
 def test_which_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

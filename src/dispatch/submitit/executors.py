@@ -23,6 +23,7 @@ from dispatch.errors import BadInput, StateConflict
 from dispatch.fn.bootstrap import RESULTS_VAR
 from dispatch.fn.executor import Executor as FunctionExecutor
 from dispatch.submitit.core.utils import DelayedSubmission
+from dispatch.submitit.folders import base_folder, calls_folder
 from dispatch.submitit.helpers import _hook, resumable
 from dispatch.submitit.job import DebugJob, Job
 from dispatch.submitit.parameters import (
@@ -49,18 +50,6 @@ def which() -> str:
     return "slurm" if shutil.which("srun") else "local"
 
 
-def base_folder(folder: str | os.PathLike[str]) -> Path:
-    """The folder the calls' folders go in: ``folder`` up to its first component with a
-    ``%`` pattern (``log/%j`` -> ``log``), since each call has its own folder anyway."""
-    parts = Path(os.fspath(folder)).parts
-    kept: list[str] = []
-    for part in parts:
-        if "%" in part:
-            break
-        kept.append(part)
-    return Path(*kept) if kept else Path(".")
-
-
 def log_to_folder(folder: Path) -> None:
     """dispatch's log lines (an ESCALATION, a supervisor's warning) into
     ``<folder>/dispatch.log`` instead of the terminal (Python's last-resort handler)."""
@@ -84,11 +73,12 @@ class Executor:
         self.cluster = cluster
         self.folder = Path(os.fspath(folder)).absolute()
         base = base_folder(self.folder)
-        self._functions = FunctionExecutor(base, backend=cluster)
+        self._functions = FunctionExecutor(calls_folder(self.folder), backend=cluster)
         self._functions.update_parameters(env={RESULTS_VAR: "every"})
         self.max_num_timeout = max_num_timeout
         self.parameters: dict[str, Any] = {}
         self._in_batch = False
+        self._batched: list[Job[Any]] = []
         log_to_folder(base)
 
     def __repr__(self) -> str:
@@ -127,8 +117,18 @@ class Executor:
     def submit(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> Job[R]:
         wrapped = self._prepare(fn)
         handle = self._functions.submit(wrapped, *args, **kwargs)
-        return Job(handle, DelayedSubmission(fn, *args, **kwargs), self._tasks(),
-                   self.cluster)
+        job = Job(handle, DelayedSubmission(fn, *args, **kwargs), self._tasks(),
+                  self.cluster, self.folder)
+        return self._submitted([job])[0]
+
+    def _submitted(self, jobs: list[Job[R]]) -> list[Job[R]]:
+        """Each job's ``%j`` folder, now that it has its id (at the end of a batch)."""
+        if self._in_batch:
+            self._batched.extend(jobs)
+        else:
+            for job in jobs:
+                job.link_folder()
+        return jobs
 
     def map_array(self, fn: Callable[..., R], *iterables: Iterable[Any]) -> list[Job[R]]:
         """One job per item of the zipped iterables; on Slurm one job array (at most
@@ -138,19 +138,24 @@ class Executor:
         handles = self._functions.map_array(wrapped, *zip(*items, strict=True)) \
             if items else []
         tasks = self._tasks()
-        return [Job(h, DelayedSubmission(fn, *item), tasks, self.cluster)
-                for h, item in zip(handles, items, strict=True)]
+        return self._submitted([Job(h, DelayedSubmission(fn, *item), tasks, self.cluster,
+                                    self.folder)
+                                for h, item in zip(handles, items, strict=True)])
 
     @contextmanager
     def batch(self, allow_implicit_submissions: bool = False) -> Iterator[None]:
         """The ``submit`` calls of the block are recorded when it ends; an error in the
         block records none. The jobs' methods work once the block has ended."""
         self._in_batch = True
+        self._batched = []
         try:
             with self._functions.batch():
                 yield
         finally:
             self._in_batch = False
+            batched, self._batched = self._batched, []
+        for job in batched:
+            job.link_folder()
 
 
 class LocalExecutor(Executor):

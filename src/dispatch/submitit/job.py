@@ -9,11 +9,13 @@ import asyncio
 import os
 import pdb
 import sys
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from dispatch.api import WAIT_POLL_S, _open
 from dispatch.core.model import CauseKind, State, Status
 from dispatch.errors import BadInput, StateConflict
+from dispatch.fn.calls import Names
 from dispatch.fn.job import FunctionFailed, FunctionJob
 from dispatch.submitit.core.utils import (
     DelayedSubmission,
@@ -21,6 +23,7 @@ from dispatch.submitit.core.utils import (
     JobPaths,
     UncompletedJobError,
 )
+from dispatch.submitit.folders import link
 
 R = TypeVar("R")
 
@@ -74,11 +77,21 @@ class Job(Generic[R]):
     there are several tasks)."""
 
     def __init__(self, handle: FunctionJob[R], submission: DelayedSubmission,
-                 num_tasks: int = 1, backend: str = "local") -> None:
+                 num_tasks: int = 1, backend: str = "local",
+                 folder: Path | None = None) -> None:
         self._handle = handle
         self._submission = submission
         self.num_tasks = num_tasks
         self._backend = backend
+        self._folder = folder  # the executor's, with its %j
+
+    def link_folder(self) -> Path:
+        """The job's folder: the executor's with this job's id put in (``log/%j`` ->
+        ``log/1234``), a link to the call folder (made if missing: a resubmitted Slurm job
+        has a new id); the call folder when the executor's has no pattern."""
+        if self._folder is None:
+            return self._handle.folder
+        return link(self._folder, self.job_id, self._handle.folder)
 
     @property
     def handle(self) -> FunctionJob[R]:
@@ -163,9 +176,10 @@ class Job(Generic[R]):
     @property
     def paths(self) -> JobPaths:
         h = self._handle
-        names = h._names()
+        folder = self.link_folder()
+        names = Names(folder, h.id, h.task)
         n = max(h._submission(), 1)
-        return JobPaths(folder=h.folder, submitted_pickle=names.call(),
+        return JobPaths(folder=folder, submitted_pickle=names.call(),
                         result_pickle=names.result(n), stdout=names.output(n, 0, "stdout"),
                         stderr=names.output(n, 0, "stderr"))
 

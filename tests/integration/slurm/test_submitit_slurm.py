@@ -61,6 +61,9 @@ def test_the_readme_call_on_slurm(where: Where) -> None:
     refs = job.handle.job.record().objects
     assert job.job_id == refs[-1] and job.job_id.isdigit() and job.job_id != job.handle.id
     assert job.result() == 12 and job.state == "COMPLETED"
+    # log_test/%j: log_test/<Slurm's id>, with the job's files
+    assert job.paths.folder == where.folder.parent / job.job_id
+    assert job.paths.result_pickle.is_file() and job.paths.stdout.parent.is_dir()
     with pytest.raises(submitit.FailedJobError, match="ZeroDivisionError") as caught:
         failing.result()
     assert caught.value.cause is not None and caught.value.cause.kind == "non-zero-exit"
@@ -75,6 +78,8 @@ def test_map_array_is_one_job_array_with_its_parallelism(where: Where) -> None:
     refs = jobs[0].handle.job.record().objects  # one sbatch: one Slurm array
     assert [j.job_id for j in jobs] == [f"{refs[-1]}_{i}" for i in range(4)]
     assert [j.result() for j in jobs] == [11, 22, 33, 44]
+    assert [j.paths.folder.name for j in jobs] == [j.job_id for j in jobs]
+    assert jobs[2].paths.result_pickle.is_file()
     shown = slurm("scontrol", "show", "job", refs[-1])
     assert "%2" in shown or "ArrayTaskThrottle=2" in shown
 

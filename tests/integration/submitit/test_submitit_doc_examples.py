@@ -58,12 +58,13 @@ def test_readme_add(tmp: Path) -> None:
 
 
 def test_explained_add_with_percent_j_in_the_folder(tmp: Path) -> None:
-    done = run(tmp, "explained_add.py", check="(str(job.paths.folder), output)")
-    folder, output = eval(checked(done))  # noqa: S307
+    done = run(tmp, "explained_add.py", check="(str(job.paths.folder), job.job_id, output)")
+    folder, job_id, output = eval(checked(done))  # noqa: S307
     assert output == 12
-    # log_test/%j: the calls' folders go under log_test (each call has its own)
-    assert Path(folder).parent == tmp / "work" / "log_test"
-    assert "%j" not in folder and not (tmp / "work" / "log_test" / "%j").exists()
+    # log_test/%j: the job's folder is log_test/<job id>, its files in it
+    assert Path(folder) == tmp / "work" / "log_test" / job_id
+    assert (Path(folder) / "call.pkl").is_file()
+    assert not (tmp / "work" / "log_test" / "%j").exists()
 
 
 def test_job_arrays_after_the_explained_example(tmp: Path) -> None:

@@ -55,8 +55,11 @@ def test_a_batchs_handles_paths_and_submission(folder: Path) -> None:
         with pytest.raises(StateConflict):
             executor.update_parameters(timeout_min=2)
     assert job.result() == (3, 1)
-    assert job.paths.folder.parent == folder.parent and job.paths.result_pickle.exists()
-    assert job.paths.submitted_pickle.exists()
+    # %j in the folder is the job id: log_test/<job_id>, with the job's files in it
+    assert job.paths.folder == folder.parent / job.job_id and job.paths.folder.is_dir()
+    assert job.paths.result_pickle.exists() and job.paths.submitted_pickle.exists()
+    assert job.paths.stdout.parent == job.paths.folder
+    assert not (folder.parent / "%j").exists()
     delayed = job.submission()
     assert delayed.function is divmod and delayed.args == (7, 2)
 
