@@ -99,6 +99,29 @@ def test_the_job_environment_says_the_job_id_job_id_says(where: Where) -> None:
     assert jobs[1].job_id.endswith("_1")
 
 
+def test_a_batch_is_one_job_array_with_its_parallelism(where: Where) -> None:
+    executor = submitit.AutoExecutor(folder=where.folder, cluster="slurm")
+    executor.update_parameters(timeout_min=2, slurm_array_parallelism=2)
+    with executor.batch():  # calls of different functions and arguments, as submitit allows
+        jobs = [executor.submit(add, 1, 2), executor.submit(pow, 2, 5),
+                executor.submit(truediv, 1, 0)]
+    where.keep(*jobs)
+    refs = jobs[0].handle.job.record().objects
+    assert len(refs) == 1 and {j.handle.id for j in jobs} == {jobs[0].handle.id}
+    assert [j.job_id for j in jobs] == [f"{refs[0]}_{i}" for i in range(3)]
+    shown = slurm("scontrol", "show", "job", refs[0])
+    assert "ArrayTaskThrottle=2" in shown
+    assert jobs[0].result() == 3 and jobs[1].result() == 32
+    with pytest.raises(submitit.FailedJobError, match="ZeroDivisionError"):
+        jobs[2].result()
+    assert jobs[1].paths.folder == where.folder.parent / jobs[1].job_id
+    # one call in a batch is a job of its own, as submitit submits it
+    with executor.batch():
+        single = executor.submit(add, 2, 2)
+    where.keep(single)
+    assert single.job_id.isdigit() and single.result() == 4
+
+
 def test_slurm_names_reach_sbatch(where: Where) -> None:
     executor = submitit.AutoExecutor(folder=where.folder, cluster="slurm")
     executor.update_parameters(slurm_time=3,
