@@ -118,8 +118,8 @@ class Executor:
 
     def update_parameters(self, **parameters: Any) -> None:
         """Set job parameters: submitit's names where the meaning is the same (``nodes``,
-        ``tasks_per_node`` (1: one process per node; more only on the local backend, one
-        process per task, each with its RANK and LOCAL_RANK), ``timeout_min``, ``mem_gb``,
+        ``tasks_per_node`` (1: one process per node; more on the local backend and Slurm,
+        one process per task, each with its RANK and LOCAL_RANK; not on kubeflow), ``timeout_min``, ``mem_gb``,
         ``gpus_per_node``, ``cpus_per_task``, ``slurm_partition``, ``slurm_account``,
         ``slurm_qos``, ``slurm_constraint``, ``slurm_exclude``, ``slurm_nodelist``,
         ``slurm_reservation``, ``slurm_exclusive``, ``slurm_additional_parameters`` (a mapping
@@ -142,11 +142,10 @@ class Executor:
                 parallelism = value
             elif key == "tasks_per_node":
                 tasks = _whole(key, value)
-                if tasks > 1 and fields["backend"] != "local":
-                    raise BadInput(f"tasks_per_node: on {fields['backend']} dispatch runs one "
-                                   f"process per node (got {value}); start more per node "
-                                   "from the function (torchrun, multiprocessing) or use "
-                                   "more nodes")
+                if tasks > 1 and fields["backend"] == "kubeflow":
+                    raise BadInput(f"tasks_per_node: on kubeflow dispatch runs one process "
+                                   f"per node (got {value}); start more per node from the "
+                                   "function (torchrun, multiprocessing) or use more nodes")
             else:
                 _set(fields, key, value)
         self._check(fields)
@@ -282,7 +281,9 @@ class Executor:
         fields = copy.deepcopy(self._fields)
         if array is not None:
             fields.setdefault("slurm", {})["array"] = array
-        if self._tasks_per_node > 1:  # local only: one process per task, nodes x tasks
+        if self._tasks_per_node > 1 and self.backend == "slurm":  # srun starts each task
+            fields.setdefault("slurm", {})["ntasks_per_node"] = self._tasks_per_node
+        elif self._tasks_per_node > 1:  # local: one process per task, nodes x tasks
             fields["nodes"] = fields.get("nodes", 1) * self._tasks_per_node
             fields["env"] = {**fields.get("env", {}),
                              TASKS_VAR: str(self._tasks_per_node)}

@@ -71,10 +71,15 @@ class JobEnvironment:
 
     @property
     def node(self) -> int:
+        """The task's node: Slurm's SLURM_NODEID where srun set it, else from the rank."""
+        if self._env.get("SLURM_NODEID", "").isdigit():
+            return int(self._env["SLURM_NODEID"])
         return self.global_rank // self.tasks_per_node
 
     @property
     def num_nodes(self) -> int:
+        if self._env.get("SLURM_JOB_NUM_NODES", "").isdigit():
+            return int(self._env["SLURM_JOB_NUM_NODES"])
         return max(1, self.num_tasks // self.tasks_per_node)
 
     @property

@@ -6,6 +6,7 @@ Written without the testbed at hand: the lead runs it (scripts/slurm-testbed).""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from operator import truediv
@@ -15,7 +16,6 @@ import pytest
 from slurm_helpers import slurm
 
 import dispatch.submitit as submitit
-from dispatch.errors import BadInput
 
 pytestmark = pytest.mark.slurm
 
@@ -134,7 +134,27 @@ def test_slurm_names_reach_sbatch(where: Where) -> None:
     assert "TimeLimit=00:03:00" in shown
 
 
-def test_tasks_per_node_on_slurm_is_refused_saying_why(where: Where) -> None:
+def where_am_i(x: int) -> dict[str, object]:
+    env = submitit.JobEnvironment()
+    return {"x": x, "job_id": env.job_id, "global_rank": env.global_rank,
+            "local_rank": env.local_rank, "node": env.node, "num_tasks": env.num_tasks,
+            "num_nodes": env.num_nodes, "hostname": env.hostname,
+            "slurm_node": os.environ["SLURMD_NODENAME"], "pid": os.getpid()}
+
+
+def test_tasks_per_node_is_one_process_per_task_with_its_environment(where: Where) -> None:
     executor = submitit.AutoExecutor(folder=where.folder, cluster="slurm")
-    with pytest.raises(BadInput, match="one process per node"):
-        executor.update_parameters(tasks_per_node=2)
+    executor.update_parameters(timeout_min=2, nodes=2, tasks_per_node=2)
+    job = executor.submit(where_am_i, 7)
+    where.keep(job)
+    values = job.results()  # every task's return value, rank 0 first
+    assert [v["global_rank"] for v in values] == [0, 1, 2, 3]
+    assert [v["local_rank"] for v in values] == [0, 1, 0, 1]
+    assert [v["node"] for v in values] == [0, 0, 1, 1]
+    assert {(v["num_tasks"], v["num_nodes"], v["x"]) for v in values} == {(4, 2, 7)}
+    assert {v["job_id"] for v in values} == {job.job_id}
+    assert len({v["pid"] for v in values}) == 4  # one process per task
+    assert values[0]["slurm_node"] == values[1]["slurm_node"] != values[2]["slurm_node"]
+    assert job.result() == values and job.task(3).result() == values[3]
+    shown = slurm("scontrol", "show", "job", job.job_id)
+    assert "NumTasks=4" in shown or "NumCPUs=4" in shown
