@@ -119,7 +119,8 @@ class Executor:
     def update_parameters(self, **parameters: Any) -> None:
         """Set job parameters: submitit's names where the meaning is the same (``nodes``,
         ``tasks_per_node`` (1: one process per node; more on the local backend and Slurm,
-        one process per task, each with its RANK and LOCAL_RANK; not on kubeflow), ``timeout_min``, ``mem_gb``,
+        one process per task, each with its RANK and LOCAL_RANK; not on kubeflow),
+        ``timeout_min``, ``mem_gb``,
         ``gpus_per_node``, ``cpus_per_task``, ``slurm_partition``, ``slurm_account``,
         ``slurm_qos``, ``slurm_constraint``, ``slurm_exclude``, ``slurm_nodelist``,
         ``slurm_reservation``, ``slurm_exclusive``, ``slurm_additional_parameters`` (a mapping
