@@ -15,7 +15,7 @@ import pytest
 
 import dispatch.submitit as submitit
 from dispatch.backends.base import Submission
-from dispatch.backends.slurm.script import sbatch_argv
+from dispatch.backends.slurm.script import render, sbatch_argv
 from dispatch.core.model import Cause, CauseKind, Level, State, Status
 from dispatch.errors import BadInput, DispatchError
 from dispatch.fn.calls import Call
@@ -84,11 +84,70 @@ def test_slurm_names_become_the_executors() -> None:
         {"timeout_min": 3}
 
 
-@pytest.mark.parametrize("name", ["setup", "srun_args", "use_srun", "signal_delay_s",
-                                  "comment", "gpus_per_task"])
+@pytest.mark.parametrize("name", ["setup", "teardown", "signal_delay_s", "comment"])
 def test_slurm_names_dispatch_does_not_take_say_why(name: str) -> None:
     with pytest.raises(BadInput, match=f"slurm_{name}: not taken by dispatch.submitit: "):
         dispatch_parameters({name: ["x"]}, "slurm")
+
+
+# Every parameter of submitit 1.5.4's SlurmExecutor (submitit/slurm/slurm.py,
+# _make_sbatch_string's keywords but command, folder and map_count), a value, and the sbatch
+# option it becomes here (None: taken, nothing on sbatch's line; a string starting "!": refused,
+# with those words in the reason).
+SUBMITIT_SLURM = {
+    "job_name": ("train", "--job-name=train"), "partition": ("dev", "--partition=dev"),
+    "time": (7, "--time=7"), "nodes": (2, "--nodes=2"),
+    "ntasks_per_node": (2, "--ntasks-per-node=2"), "cpus_per_task": (3, "--cpus-per-task=3"),
+    "cpus_per_gpu": (4, "--cpus-per-gpu=4"), "num_gpus": (2, "--gpus-per-node=2"),
+    "gpus_per_node": (2, "--gpus-per-node=2"), "gpus_per_task": (1, "--gpus-per-task=1"),
+    "qos": ("high", "--qos=high"), "setup": (["module load x"], "!shell lines"),
+    "teardown": (["rm x"], "!shell lines"), "mem": ("16GB", "--mem=16384M"),
+    "mem_per_gpu": ("8G", "--mem-per-gpu=8G"), "mem_per_cpu": ("1G", "--mem-per-cpu=1G"),
+    "signal_delay_s": (90, "!SIGTERM"), "comment": ("hi", "!token"),
+    "constraint": ("a100", "--constraint=a100"), "exclude": ("n1", "--exclude=n1"),
+    "account": ("me", "--account=me"), "gres": ("gpu:1", "--gres=gpu:1"),
+    "mail_type": ("END", "--mail-type=END"), "mail_user": ("a@b", "--mail-user=a@b"),
+    "nodelist": ("n2", "--nodelist=n2"), "dependency": ("afterok:1", "--dependency=afterok:1"),
+    "exclusive": (True, "--exclusive"), "array_parallelism": (4, None),
+    "wckey": ("w", "--wckey=w"), "stderr_to_stdout": (False, None),
+    "additional_parameters": ({"mail_type": "FAIL"}, "--mail-type=FAIL"),
+    "srun_args": (["--cpu-bind=none"], None), "use_srun": (True, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SUBMITIT_SLURM))
+def test_every_submitit_slurm_parameter_reaches_sbatch_or_is_refused_saying_why(
+        name: str, tmp_path: Path) -> None:
+    value, wanted = SUBMITIT_SLURM[name]
+    ex = submitit.AutoExecutor(folder=tmp_path / "log", cluster="slurm")
+    if wanted is not None and wanted.startswith("!"):
+        with pytest.raises(BadInput, match=f"slurm_{name}: not taken by dispatch.submitit: "
+                                           f".*{wanted[1:]}"):
+            ex.update_parameters(**{f"slurm_{name}": value})
+        return
+    ex.update_parameters(**{f"slurm_{name}": value})
+    argv = _sbatch(ex, tmp_path)
+    if wanted is not None:
+        assert wanted in argv, argv
+
+
+def test_the_other_values_of_submitit_slurm_parameters(tmp_path: Path) -> None:
+    ex = submitit.AutoExecutor(folder=tmp_path / "log", cluster="slurm")
+    ex.update_parameters(slurm_exclusive="user", slurm_mem=2048, slurm_use_srun=True,
+                         slurm_srun_args=["--cpu-bind=none"], slurm_ntasks_per_node=2)
+    assert "--exclusive=user" in _sbatch(ex, tmp_path) and "--mem=2048M" in _sbatch(ex, tmp_path)
+    script, _ = render(Submission(job_id="j1", number=1, token="j1.1",
+                                  spec=ex._executor._functions._spec(tmp_path / "c", "f")),
+                       out_dir=tmp_path)
+    assert "srun --kill-on-bad-exit=1 --nodes=1 --ntasks-per-node=2 --cpu-bind=none " in script
+    with pytest.raises(BadInput, match="use_srun=False: .*always starts the tasks with srun"):
+        ex.update_parameters(slurm_use_srun=False)
+    with pytest.raises(BadInput, match="stderr_to_stdout=True: .*apart"):
+        ex.update_parameters(slurm_stderr_to_stdout=True)
+    with pytest.raises(BadInput, match="--ntasks-per-node is set by dispatch's srun line"):
+        ex.update_parameters(slurm_srun_args=["--ntasks-per-node=3"])
+    with pytest.raises(BadInput, match="a list of srun options"):
+        ex.update_parameters(slurm_srun_args="--cpu-bind=none")
 
 
 def test_requeueing_as_a_policy() -> None:
@@ -100,9 +159,13 @@ def test_requeueing_as_a_policy() -> None:
         {"on": ["preempted"], "action": "resubmit", "budget": PREEMPTION_BUDGET}]}
 
 
+def add(a: int, b: int) -> int:
+    return a + b
+
+
 def _sbatch(executor: Any, tmp: Path, array: str | None = None) -> list[str]:
     functions = executor._executor._functions
-    spec = functions._spec(tmp / "call", "add", array=array)
+    spec = functions._spec(tmp / "call", functions._name(add), array=array)
     return sbatch_argv(Submission(job_id="j1", number=1, token="j1.1", spec=spec),
                        script=tmp / "s.sh", out_dir=tmp)
 

@@ -155,7 +155,12 @@ class Executor:
         self._tasks_per_node = tasks
 
     def _check(self, fields: dict[str, Any]) -> JobSpec:
-        return parse_spec({"name": "fn", **fields, "command": ["python"]}, "<executor>")
+        spec = parse_spec({"name": "fn", **fields, "command": ["python"]}, "<executor>")
+        if spec.backend == "slurm":  # the slurm section as sbatch would get it, checked now
+            from dispatch.backends.slurm.script import validate_spec
+
+            validate_spec(spec)
+        return spec
 
     # ---- submitting ---------------------------------------------------------------------
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs

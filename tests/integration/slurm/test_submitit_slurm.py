@@ -122,6 +122,24 @@ def test_a_batch_is_one_job_array_with_its_parallelism(where: Where) -> None:
     assert single.job_id.isdigit() and single.result() == 4
 
 
+def cpu_bind() -> str:
+    return os.environ.get("SLURM_CPU_BIND", "")
+
+
+def test_submitits_slurm_parameters_reach_sbatch_and_srun(where: Where) -> None:
+    executor = submitit.AutoExecutor(folder=where.folder, cluster="slurm")
+    executor.update_parameters(timeout_min=1, slurm_job_name="train", slurm_exclusive="user",
+                               slurm_mem_per_cpu="500M", slurm_srun_args=["--cpu-bind=none"],
+                               slurm_ntasks_per_node=2, slurm_use_srun=True)
+    job = executor.submit(cpu_bind)
+    where.keep(job)
+    binds = job.results()
+    assert len(binds) == 2 and all("none" in b for b in binds), binds
+    shown = slurm("scontrol", "show", "job", job.job_id)
+    for words in ("JobName=train", "OverSubscribe=USER", "MinMemoryCPU=500M", "NumTasks=2"):
+        assert words in shown, (words, shown)
+
+
 def test_slurm_names_reach_sbatch(where: Where) -> None:
     executor = submitit.AutoExecutor(folder=where.folder, cluster="slurm")
     executor.update_parameters(slurm_time=3,
