@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from operator import truediv
 from pathlib import Path
@@ -138,6 +139,35 @@ def test_submitits_slurm_parameters_reach_sbatch_and_srun(where: Where) -> None:
     shown = slurm("scontrol", "show", "job", job.job_id)
     for words in ("JobName=train", "OverSubscribe=USER", "MinMemoryCPU=500M", "NumTasks=2"):
         assert words in shown, (words, shown)
+
+
+class Resumable(submitit.helpers.Checkpointable):
+    """Counts to 3; its first submission outlives the 1-minute limit at 2."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self) -> tuple[int, str]:
+        while self.count < 3:
+            self.count += 1
+            if self.count == 2 and os.environ["DISPATCH_SUBMISSION"] == "1":
+                time.sleep(600)
+        return self.count, submitit.JobEnvironment().job_id
+
+
+def test_a_resubmitted_job_has_its_new_submissions_id_and_folder(where: Where) -> None:
+    executor = submitit.AutoExecutor(folder=where.folder, cluster="slurm",
+                                     slurm_max_num_timeout=1)
+    executor.update_parameters(timeout_min=1)
+    job = executor.submit(Resumable())
+    where.keep(job)
+    first = job.job_id
+    first_folder = job.paths.folder
+    count, inside = job.result()  # the time limit, the checkpoint, a new sbatch
+    assert count == 3 and inside == job.job_id != first
+    assert job.handle.job.record().objects[-1] == job.job_id
+    assert job.paths.folder == where.folder.parent / job.job_id != first_folder
+    assert job.paths.folder.resolve() == first_folder.resolve()  # one call folder
 
 
 def test_slurm_names_reach_sbatch(where: Where) -> None:
