@@ -68,8 +68,13 @@ class Executor:
 
     cluster = "local"
 
-    def __init__(self, folder: str | os.PathLike[str], *, cluster: str = "local",
-                 max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT) -> None:
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        *,
+        cluster: str = "local",
+        max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT,
+    ) -> None:
         self.cluster = cluster
         self.folder = Path(os.fspath(folder)).absolute()
         base = base_folder(self.folder)
@@ -95,8 +100,10 @@ class Executor:
     def update_named(self, named: dict[str, Any]) -> None:
         """``update_parameters`` with the names as AutoExecutor takes them (prefixed)."""
         if self._in_batch:
-            raise StateConflict("update_parameters: not inside executor.batch() (every job "
-                                "of a batch has the same parameters)")
+            raise StateConflict(
+                "update_parameters: not inside executor.batch() (every job "
+                "of a batch has the same parameters)"
+            )
         check_names(named)
         mine = for_cluster(named, self.cluster)
         if "max_num_timeout" in mine:
@@ -111,14 +118,16 @@ class Executor:
     def _prepare(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         checkpointable = _hook(fn) is not None
         self._functions.update_parameters(
-            policy=recovery_policy(checkpointable, self.max_num_timeout))
+            policy=recovery_policy(checkpointable, self.max_num_timeout)
+        )
         return resumable(fn)
 
     def submit(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> Job[R]:
         wrapped = self._prepare(fn)
         handle = self._functions.submit(wrapped, *args, **kwargs)
-        job = Job(handle, DelayedSubmission(fn, *args, **kwargs), self._tasks(),
-                  self.cluster, self.folder)
+        job = Job(
+            handle, DelayedSubmission(fn, *args, **kwargs), self._tasks(), self.cluster, self.folder
+        )
         return self._submitted([job])[0]
 
     def _submitted(self, jobs: list[Job[R]]) -> list[Job[R]]:
@@ -135,12 +144,14 @@ class Executor:
         ``slurm_array_parallelism`` tasks at once: ``%N``), job ids ``<id>_<i>``."""
         items = [tuple(item) for item in zip(*iterables, strict=False)]
         wrapped = self._prepare(fn)
-        handles = self._functions.map_array(wrapped, *zip(*items, strict=True)) \
-            if items else []
+        handles = self._functions.map_array(wrapped, *zip(*items, strict=True)) if items else []
         tasks = self._tasks()
-        return self._submitted([Job(h, DelayedSubmission(fn, *item), tasks, self.cluster,
-                                    self.folder)
-                                for h, item in zip(handles, items, strict=True)])
+        return self._submitted(
+            [
+                Job(h, DelayedSubmission(fn, *item), tasks, self.cluster, self.folder)
+                for h, item in zip(handles, items, strict=True)
+            ]
+        )
 
     @contextmanager
     def batch(self, allow_implicit_submissions: bool = False) -> Iterator[None]:
@@ -161,8 +172,12 @@ class Executor:
 class LocalExecutor(Executor):
     """Jobs on this machine: dispatch's local backend (real processes, one per task)."""
 
-    def __init__(self, folder: str | os.PathLike[str],
-                 max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT, **_: Any) -> None:
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT,
+        **_: Any,
+    ) -> None:
         super().__init__(folder, cluster="local", max_num_timeout=max_num_timeout)
 
     def _prefix(self, parameters: dict[str, Any]) -> dict[str, Any]:
@@ -176,8 +191,12 @@ class SlurmExecutor(Executor):
     Takes submitit's Slurm names without the prefix (``partition``, ``time``, ``mem``,
     ``ntasks_per_node``, ``array_parallelism``, ...)."""
 
-    def __init__(self, folder: str | os.PathLike[str],
-                 max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT, **_: Any) -> None:
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT,
+        **_: Any,
+    ) -> None:
         super().__init__(folder, cluster="slurm", max_num_timeout=max_num_timeout)
 
     def _prefix(self, parameters: dict[str, Any]) -> dict[str, Any]:
@@ -201,8 +220,7 @@ class DebugExecutor:
     def submit(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> DebugJob[R]:
         return DebugJob(DelayedSubmission(fn, *args, **kwargs))
 
-    def map_array(self, fn: Callable[..., R], *iterables: Iterable[Any]
-                  ) -> list[DebugJob[R]]:
+    def map_array(self, fn: Callable[..., R], *iterables: Iterable[Any]) -> list[DebugJob[R]]:
         return [self.submit(fn, *item) for item in zip(*iterables, strict=False)]
 
     @contextmanager
@@ -215,19 +233,23 @@ class AutoExecutor:
     ``which``); ``slurm_max_num_timeout`` (default 3) and other ``<cluster>_`` keywords as
     submitit's."""
 
-    def __init__(self, folder: str | os.PathLike[str], cluster: str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, folder: str | os.PathLike[str], cluster: str | None = None, **kwargs: Any
+    ) -> None:
         self.cluster = cluster or which()
         if self.cluster not in CLUSTERS:
-            raise BadInput(f"AutoExecutor doesn't know any executor named {self.cluster}"
-                           f" (known: {', '.join(CLUSTERS)})")
+            raise BadInput(
+                f"AutoExecutor doesn't know any executor named {self.cluster}"
+                f" (known: {', '.join(CLUSTERS)})"
+            )
         for name in kwargs:
             prefix = name.split("_")[0]
             if "_" not in name or prefix not in CLUSTERS:
-                raise BadInput("Extra arguments must be prefixed by executor named, received "
-                               f"unknown arg '{name}'. Known executors: {', '.join(CLUSTERS)}.")
-        own = {k.split("_", 1)[1]: v for k, v in kwargs.items()
-               if k.startswith(self.cluster + "_")}
+                raise BadInput(
+                    "Extra arguments must be prefixed by executor named, received "
+                    f"unknown arg '{name}'. Known executors: {', '.join(CLUSTERS)}."
+                )
+        own = {k.split("_", 1)[1]: v for k, v in kwargs.items() if k.startswith(self.cluster + "_")}
         self._executor: Executor | DebugExecutor
         if self.cluster == "debug":
             self._executor = DebugExecutor(folder)

@@ -46,8 +46,9 @@ def expand(folder: Path, job_id: str) -> Path:
     array, _, index = job_id.partition("_")
     if "%a" in text:
         if not index:
-            raise BadInput(f"%a is in the folder {folder} but job {job_id} is no task of a "
-                           "job array")
+            raise BadInput(
+                f"%a is in the folder {folder} but job {job_id} is no task of a job array"
+            )
         text = text.replace("%a", index)
     return Path(text.replace("%A", array))
 

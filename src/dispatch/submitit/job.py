@@ -28,12 +28,22 @@ from dispatch.submitit.folders import link
 R = TypeVar("R")
 
 # A failed job's word is the cause's, as Slurm's sacct says it.
-_FAILED_WORDS = {CauseKind.TIME_LIMIT: "TIMEOUT", CauseKind.OUT_OF_MEMORY: "OUT_OF_MEMORY",
-                 CauseKind.NODE_LOST: "NODE_FAIL", CauseKind.PREEMPTED: "PREEMPTED",
-                 CauseKind.CANCELLED: "CANCELLED"}
-_WORDS = {State.PENDING: "PENDING", State.HELD: "PENDING", State.RUNNING: "RUNNING",
-          State.RECOVERING: "REQUEUED", State.SUCCEEDED: "COMPLETED",
-          State.CANCELLED: "CANCELLED", State.UNKNOWN: "UNKNOWN"}
+_FAILED_WORDS = {
+    CauseKind.TIME_LIMIT: "TIMEOUT",
+    CauseKind.OUT_OF_MEMORY: "OUT_OF_MEMORY",
+    CauseKind.NODE_LOST: "NODE_FAIL",
+    CauseKind.PREEMPTED: "PREEMPTED",
+    CauseKind.CANCELLED: "CANCELLED",
+}
+_WORDS = {
+    State.PENDING: "PENDING",
+    State.HELD: "PENDING",
+    State.RUNNING: "RUNNING",
+    State.RECOVERING: "REQUEUED",
+    State.SUCCEEDED: "COMPLETED",
+    State.CANCELLED: "CANCELLED",
+    State.UNKNOWN: "UNKNOWN",
+}
 
 
 def state_word(status: Status) -> str:
@@ -65,10 +75,15 @@ def submitit_error(err: FunctionFailed, task: int) -> FailedJobError | Uncomplet
             f"----------------------\n{err.remote.traceback.rstrip()}\n"
             f"----------------------\n{err.args[0].splitlines()[0]}\n"
             f"You can check full logs with 'job.stderr({task})' and 'job.stdout({task})'",
-            err.status, err.remote)
+            err.status,
+            err.remote,
+        )
     return UncompletedJobError(
         f"Job {err.status.job} (task: {task}) has not produced any output "
-        f"(state: {word}); {err.args[0]}", err.status, None)
+        f"(state: {word}); {err.args[0]}",
+        err.status,
+        None,
+    )
 
 
 class Job(Generic[R]):
@@ -76,9 +91,14 @@ class Job(Generic[R]):
     ``results()`` has every task's return value, ``result()`` the one value (the list when
     there are several tasks)."""
 
-    def __init__(self, handle: FunctionJob[R], submission: DelayedSubmission,
-                 num_tasks: int = 1, backend: str = "local",
-                 folder: Path | None = None) -> None:
+    def __init__(
+        self,
+        handle: FunctionJob[R],
+        submission: DelayedSubmission,
+        num_tasks: int = 1,
+        backend: str = "local",
+        folder: Path | None = None,
+    ) -> None:
         self._handle = handle
         self._submission = submission
         self.num_tasks = num_tasks
@@ -179,9 +199,13 @@ class Job(Generic[R]):
         folder = self.link_folder()
         names = Names(folder, h.id, h.task)
         n = max(h._submission(), 1)
-        return JobPaths(folder=folder, submitted_pickle=names.call(),
-                        result_pickle=names.result(n), stdout=names.output(n, 0, "stdout"),
-                        stderr=names.output(n, 0, "stderr"))
+        return JobPaths(
+            folder=folder,
+            submitted_pickle=names.call(),
+            result_pickle=names.result(n),
+            stdout=names.output(n, 0, "stdout"),
+            stderr=names.output(n, 0, "stderr"),
+        )
 
     def submission(self) -> DelayedSubmission:
         return self._submission
@@ -195,11 +219,15 @@ class Job(Generic[R]):
         ``slurm_max_num_timeout`` made) resubmits it from there. ``timeout=True`` (a time
         limit) has no local equivalent."""
         if timeout:
-            raise BadInput("_interrupt(timeout=True): the local backend cannot end a job on "
-                           "its time limit on demand; use timeout=False (a preemption)")
+            raise BadInput(
+                "_interrupt(timeout=True): the local backend cannot end a job on "
+                "its time limit on demand; use timeout=False (a preemption)"
+            )
         if self._backend != "local":
-            raise BadInput(f"_interrupt: only the local backend preempts on demand (this job "
-                           f"runs on {self._backend})")
+            raise BadInput(
+                f"_interrupt: only the local backend preempts on demand (this job "
+                f"runs on {self._backend})"
+            )
         job = self._handle.job
         with _open(job.store) as service:
             service.backends("local").inject(job.id, "preempt")  # type: ignore[attr-defined]
@@ -299,8 +327,9 @@ class DebugJob(Generic[R]):
             raise self._error
         environ = dict(os.environ)
         os.environ["SUBMITIT_DEBUG_JOB_ID"] = os.environ["DISPATCH_JOB_ID"] = self.job_id
-        os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
-                           "LOCAL_WORLD_SIZE": "1"})
+        os.environ.update(
+            {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+        )
         try:
             return [self._submission.result()]
         except Exception as err:

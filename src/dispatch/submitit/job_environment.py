@@ -41,8 +41,9 @@ class JobEnvironment:
             return f"{array}_{task}"
         job = self._env.get("SLURM_JOB_ID") or self._env.get("DISPATCH_JOB_ID")
         if not job:
-            raise NotInAJob("JobEnvironment: DISPATCH_JOB_ID is not set; this is not a "
-                            "dispatch job")
+            raise NotInAJob(
+                "JobEnvironment: DISPATCH_JOB_ID is not set; this is not a dispatch job"
+            )
         return f"{job}_{task}" if task else job
 
     @property
@@ -89,9 +90,11 @@ class JobEnvironment:
     def __repr__(self) -> str:
         if not self.activated():
             return "JobEnvironment(<not in a job>)"
-        return (f"JobEnvironment(job_id={self.job_id}, hostname={self.hostname}, "
-                f"local_rank={self.local_rank}({self.tasks_per_node}), node={self.node}"
-                f"({self.num_nodes}), global_rank={self.global_rank}({self.num_tasks}))")
+        return (
+            f"JobEnvironment(job_id={self.job_id}, hostname={self.hostname}, "
+            f"local_rank={self.local_rank}({self.tasks_per_node}), node={self.node}"
+            f"({self.num_nodes}), global_rank={self.global_rank}({self.num_tasks}))"
+        )
 
 
 class NotInAJob(StateConflict, RuntimeError):

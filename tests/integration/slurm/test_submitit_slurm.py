@@ -35,8 +35,7 @@ class Where:
 
 
 @pytest.fixture
-def where(slurm_version: str, tmp_path: Path,
-          monkeypatch: pytest.MonkeyPatch) -> Iterator[Where]:
+def where(slurm_version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Where]:
     out = tmp_path / "slurm-out"
     out.mkdir()
     out.chmod(0o777)
@@ -104,8 +103,11 @@ def test_a_batch_is_one_job_array_with_its_parallelism(where: Where) -> None:
     executor = submitit.AutoExecutor(folder=where.folder, cluster="slurm")
     executor.update_parameters(timeout_min=2, slurm_array_parallelism=2)
     with executor.batch():  # calls of different functions and arguments, as submitit allows
-        jobs = [executor.submit(add, 1, 2), executor.submit(pow, 2, 5),
-                executor.submit(truediv, 1, 0)]
+        jobs = [
+            executor.submit(add, 1, 2),
+            executor.submit(pow, 2, 5),
+            executor.submit(truediv, 1, 0),
+        ]
     where.keep(*jobs)
     refs = jobs[0].handle.job.record().objects
     assert len(refs) == 1 and {j.handle.id for j in jobs} == {jobs[0].handle.id}
@@ -129,9 +131,15 @@ def cpu_bind() -> str:
 
 def test_submitits_slurm_parameters_reach_sbatch_and_srun(where: Where) -> None:
     executor = submitit.AutoExecutor(folder=where.folder, cluster="slurm")
-    executor.update_parameters(timeout_min=1, slurm_job_name="train", slurm_exclusive="user",
-                               slurm_mem_per_cpu="500M", slurm_srun_args=["--cpu-bind=none"],
-                               slurm_ntasks_per_node=2, slurm_use_srun=True)
+    executor.update_parameters(
+        timeout_min=1,
+        slurm_job_name="train",
+        slurm_exclusive="user",
+        slurm_mem_per_cpu="500M",
+        slurm_srun_args=["--cpu-bind=none"],
+        slurm_ntasks_per_node=2,
+        slurm_use_srun=True,
+    )
     job = executor.submit(cpu_bind)
     where.keep(job)
     binds = job.results()
@@ -156,8 +164,7 @@ class Resumable(submitit.helpers.Checkpointable):
 
 
 def test_a_resubmitted_job_has_its_new_submissions_id_and_folder(where: Where) -> None:
-    executor = submitit.AutoExecutor(folder=where.folder, cluster="slurm",
-                                     slurm_max_num_timeout=1)
+    executor = submitit.AutoExecutor(folder=where.folder, cluster="slurm", slurm_max_num_timeout=1)
     executor.update_parameters(timeout_min=1)
     job = executor.submit(Resumable())
     where.keep(job)
@@ -172,8 +179,7 @@ def test_a_resubmitted_job_has_its_new_submissions_id_and_folder(where: Where) -
 
 def test_slurm_names_reach_sbatch(where: Where) -> None:
     executor = submitit.AutoExecutor(folder=where.folder, cluster="slurm")
-    executor.update_parameters(slurm_time=3,
-                               slurm_additional_parameters={"mail_type": "NONE"})
+    executor.update_parameters(slurm_time=3, slurm_additional_parameters={"mail_type": "NONE"})
     job = executor.submit(add, 1, 1)
     where.keep(job)
     assert job.result() == 2
@@ -184,10 +190,18 @@ def test_slurm_names_reach_sbatch(where: Where) -> None:
 
 def where_am_i(x: int) -> dict[str, object]:
     env = submitit.JobEnvironment()
-    return {"x": x, "job_id": env.job_id, "global_rank": env.global_rank,
-            "local_rank": env.local_rank, "node": env.node, "num_tasks": env.num_tasks,
-            "num_nodes": env.num_nodes, "hostname": env.hostname,
-            "slurm_node": os.environ["SLURMD_NODENAME"], "pid": os.getpid()}
+    return {
+        "x": x,
+        "job_id": env.job_id,
+        "global_rank": env.global_rank,
+        "local_rank": env.local_rank,
+        "node": env.node,
+        "num_tasks": env.num_tasks,
+        "num_nodes": env.num_nodes,
+        "hostname": env.hostname,
+        "slurm_node": os.environ["SLURMD_NODENAME"],
+        "pid": os.getpid(),
+    }
 
 
 def test_tasks_per_node_is_one_process_per_task_with_its_environment(where: Where) -> None:

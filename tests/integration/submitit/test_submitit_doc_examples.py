@@ -21,20 +21,32 @@ RUNNER = HERE / "run_example.py"
 WAIT_S = 300  # an upper bound for a slow shared machine, never a timing assertion
 
 
-def run(tmp: Path, example: str, prelude: str = "", check: str = "",
-        ) -> subprocess.CompletedProcess[str]:
+def run(
+    tmp: Path,
+    example: str,
+    prelude: str = "",
+    check: str = "",
+) -> subprocess.CompletedProcess[str]:
     work = tmp / "work"
     if not work.exists():
         shutil.copytree(EXAMPLES, work)
-    env = {**os.environ,
-           "DISPATCH_SUBMITIT_CLUSTER": "local",  # this machine has srun: pick local
-           "DISPATCH_LOCAL_ROOT": str(tmp / "local"),
-           "XDG_STATE_HOME": str(tmp / "state"),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {
+        **os.environ,
+        "DISPATCH_SUBMITIT_CLUSTER": "local",  # this machine has srun: pick local
+        "DISPATCH_LOCAL_ROOT": str(tmp / "local"),
+        "XDG_STATE_HOME": str(tmp / "state"),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     env.pop("DISPATCH_STORE", None)
-    return subprocess.run([sys.executable, str(RUNNER), example, prelude, check],
-                          cwd=work, env=env, capture_output=True, text=True, timeout=WAIT_S,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, str(RUNNER), example, prelude, check],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
 
 
 def checked(done: subprocess.CompletedProcess[str]) -> str:
@@ -42,7 +54,7 @@ def checked(done: subprocess.CompletedProcess[str]) -> str:
     assert "ESCALATION" not in done.stderr  # escalations go to the folder's dispatch.log
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith("CHECK: "), done.stdout
-    return last[len("CHECK: "):]
+    return last[len("CHECK: ") :]
 
 
 @pytest.fixture
@@ -68,8 +80,7 @@ def test_explained_add_with_percent_j_in_the_folder(tmp: Path) -> None:
 
 
 def test_job_arrays_after_the_explained_example(tmp: Path) -> None:
-    done = run(tmp, "explained_add.py+job_arrays.py",
-               check="[j.result() for j in jobs]")
+    done = run(tmp, "explained_add.py+job_arrays.py", check="[j.result() for j in jobs]")
     assert checked(done) == "[11, 22, 33, 44]"
 
 
@@ -104,9 +115,11 @@ def test_asyncio_with_top_level_await(tmp: Path) -> None:
 def test_errors_raise_failed_job_error_with_the_trace(tmp: Path) -> None:
     done = run(tmp, "errors.py")
     assert done.returncode == 3, done.stdout + done.stderr
-    raised = done.stdout[done.stdout.index("RAISED: "):]
-    assert raised.startswith("RAISED: dispatch.submitit.core.utils.FailedJobError: "
-                             "Job (task=0) failed during processing with trace:")
+    raised = done.stdout[done.stdout.index("RAISED: ") :]
+    assert raised.startswith(
+        "RAISED: dispatch.submitit.core.utils.FailedJobError: "
+        "Job (task=0) failed during processing with trace:"
+    )
     assert "ZeroDivisionError: division by zero" in raised and "ESCALATION" not in done.stderr
     assert "non-zero-exit" in raised  # dispatch's cause, beside submitit's words
     log = (tmp / "work" / "log_test" / "dispatch.log").read_text()
@@ -151,8 +164,9 @@ def test_job_environment(tmp: Path) -> None:
     done = run(tmp, "job_environment.py", JOB_ENV_PRELUDE, "_check()")
     results, stdout = eval(checked(done))  # noqa: S307
     assert results == [sum(range(5)), sum(range(5, 10))]
-    assert stdout == ("There are 2 in this job\nI'm the task #1 on the node 0\n"
-                      "I'm the task #1 in the job\n")
+    assert stdout == (
+        "There are 2 in this job\nI'm the task #1 on the node 0\nI'm the task #1 in the job\n"
+    )
 
 
 CHECKPOINT_PRELUDE = """
