@@ -23,7 +23,7 @@ from dispatch.errors import BadInput, StateConflict
 from dispatch.fn.bootstrap import RESULTS_VAR
 from dispatch.fn.executor import Executor as FunctionExecutor
 from dispatch.submitit.core.utils import DelayedSubmission
-from dispatch.submitit.folders import base_folder, calls_folder
+from dispatch.submitit.folders import FolderPatternError, base_folder, calls_folder
 from dispatch.submitit.helpers import _hook, resumable
 from dispatch.submitit.job import DebugJob, Job
 from dispatch.submitit.parameters import (
@@ -135,8 +135,7 @@ class Executor:
         if self._in_batch:
             self._batched.extend(jobs)
         else:
-            for job in jobs:
-                job.link_folder()
+            _link_each(jobs)
         return jobs
 
     def map_array(self, fn: Callable[..., R], *iterables: Iterable[Any]) -> list[Job[R]]:
@@ -165,8 +164,18 @@ class Executor:
         finally:
             self._in_batch = False
             batched, self._batched = self._batched, []
-        for job in batched:
+        _link_each(batched)
+
+
+def _link_each(jobs: list[Job[Any]]) -> None:
+    """Each submitted job's folder link. A folder the job's id does not fit (``%a`` for a
+    job that is no array task) is no reason to lose the jobs: ``job.paths`` raises it, as
+    submitit's does."""
+    for job in jobs:
+        try:
             job.link_folder()
+        except FolderPatternError:
+            pass
 
 
 class LocalExecutor(Executor):

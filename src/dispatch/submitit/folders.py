@@ -17,6 +17,10 @@ PATTERNS = ("%j", "%A", "%a", "%t")
 CALLS = ".calls"
 
 
+class FolderPatternError(BadInput, ValueError):
+    """A folder pattern the job's id does not fit (submitit's ``ValueError``)."""
+
+
 def has_pattern(folder: Path) -> bool:
     return any(p in str(folder) for p in PATTERNS)
 
@@ -40,13 +44,13 @@ def calls_folder(folder: Path) -> Path:
 
 def expand(folder: Path, job_id: str) -> Path:
     """``folder`` with ``job_id`` put in, as submitit's ``JobPaths``: ``%j`` the id, ``%t``
-    0, ``%A`` the id before ``_``, ``%a`` the task after it (``BadInput`` when the job is no
-    array task)."""
+    0, ``%A`` the id before ``_``, ``%a`` the task after it (``FolderPatternError``, a
+    ``ValueError``, when the job is no array task)."""
     text = str(folder).replace("%j", job_id).replace("%t", "0")
     array, _, index = job_id.partition("_")
     if "%a" in text:
         if not index:
-            raise BadInput(
+            raise FolderPatternError(
                 f"%a is in the folder {folder} but job {job_id} is no task of a job array"
             )
         text = text.replace("%a", index)

@@ -60,6 +60,11 @@ def test_a_batchs_handles_paths_and_submission(folder: Path) -> None:
     assert job.paths.result_pickle.exists() and job.paths.submitted_pickle.exists()
     assert job.paths.stdout.parent == job.paths.folder
     assert not (folder.parent / "%j").exists()
+    # %a fits only an array task: the job runs, its paths say why (submitit's ValueError)
+    lone = submitit.AutoExecutor(folder=folder.parent / "%a").submit(divmod, 9, 2)
+    assert lone.result() == (4, 1)
+    with pytest.raises(ValueError, match="no task of a job array"):
+        lone.paths  # noqa: B018
     delayed = job.submission()
     assert delayed.function is divmod and delayed.args == (7, 2)
 
