@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 import dispatch
+from dispatch.backends.base import Submission
+from dispatch.backends.slurm.script import render
 from dispatch.core.spec import SpecError
 from dispatch.fn.bootstrap import job_path
 from dispatch.fn.calls import (
@@ -70,6 +72,20 @@ def test_tasks_per_node_on_the_local_backend_is_one_process_per_task(tmp_path: P
     assert tasks_per_node_environment({"RANK": "4"}) == {}
 
 
+def test_tasks_per_node_on_slurm_is_srun_tasks_per_node(tmp_path: Path) -> None:
+    ex = dispatch.Executor(tmp_path, backend="slurm", nodes=2, tasks_per_node=3)
+    spec = ex._spec(tmp_path / "call", "train")
+    assert spec.nodes == 2 and spec.slurm["ntasks_per_node"] == 3
+    submission = Submission(job_id="j1", number=1, token="j1.1", spec=spec)
+    script, argv = render(submission, out_dir=tmp_path)
+    assert "--nodes=2" in argv and "--ntasks-per-node=3" in argv
+    assert "srun --kill-on-bad-exit=1 --nodes=2 --ntasks-per-node=3 " in script
+    one = render(Submission(job_id="j1", number=1, token="j1.1",
+                            spec=dispatch.Executor(tmp_path, backend="slurm")._spec(
+                                tmp_path / "call", "train")), out_dir=tmp_path)
+    assert "--ntasks-per-node=1" in one[1]
+
+
 def test_an_unknown_name_is_refused_with_the_valid_ones(tmp_path: Path) -> None:
     ex = dispatch.Executor(tmp_path)
     with pytest.raises(dispatch.BadInput, match="unknown parameter 'timeout_mins'") as caught:
@@ -83,7 +99,7 @@ def test_bad_values_are_refused_as_a_spec_refuses_them(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="nodes"):
         ex.update_parameters(nodes=0)
     with pytest.raises(dispatch.BadInput, match="one process per node"):
-        dispatch.Executor(tmp_path, backend="slurm").update_parameters(tasks_per_node=4)
+        dispatch.Executor(tmp_path, backend="kubeflow").update_parameters(tasks_per_node=4)
     with pytest.raises(dispatch.BadInput, match="timeout_min"):
         ex.update_parameters(timeout_min="soon")
     with pytest.raises(SpecError, match="backend"):

@@ -95,7 +95,9 @@ class Executor:
         self._fields: dict[str, Any] = {"backend": backend}
         self._array_parallelism: int | None = None
         self._tasks_per_node = 1
-        self._batch: list[tuple[FunctionJob[Any], str]] | None = None
+        # a batch's calls: the handle, the job's name, the pickled call (Slurm: its folder
+        # is made when the block ends) or None (written already)
+        self._batch: list[tuple[FunctionJob[Any], str, bytes | None]] | None = None
         self.update_parameters(**parameters)
 
     def __repr__(self) -> str:
@@ -116,8 +118,9 @@ class Executor:
 
     def update_parameters(self, **parameters: Any) -> None:
         """Set job parameters: submitit's names where the meaning is the same (``nodes``,
-        ``tasks_per_node`` (1: one process per node; more only on the local backend, one
-        process per task, each with its RANK and LOCAL_RANK), ``timeout_min``, ``mem_gb``,
+        ``tasks_per_node`` (1: one process per node; more on the local backend and Slurm,
+        one process per task, each with its RANK and LOCAL_RANK; not on kubeflow),
+        ``timeout_min``, ``mem_gb``,
         ``gpus_per_node``, ``cpus_per_task``, ``slurm_partition``, ``slurm_account``,
         ``slurm_qos``, ``slurm_constraint``, ``slurm_exclude``, ``slurm_nodelist``,
         ``slurm_reservation``, ``slurm_exclusive``, ``slurm_additional_parameters`` (a mapping
@@ -140,11 +143,10 @@ class Executor:
                 parallelism = value
             elif key == "tasks_per_node":
                 tasks = _whole(key, value)
-                if tasks > 1 and fields["backend"] != "local":
-                    raise BadInput(f"tasks_per_node: on {fields['backend']} dispatch runs one "
-                                   f"process per node (got {value}); start more per node "
-                                   "from the function (torchrun, multiprocessing) or use "
-                                   "more nodes")
+                if tasks > 1 and fields["backend"] == "kubeflow":
+                    raise BadInput(f"tasks_per_node: on kubeflow dispatch runs one process "
+                                   f"per node (got {value}); start more per node from the "
+                                   "function (torchrun, multiprocessing) or use more nodes")
             else:
                 _set(fields, key, value)
         self._check(fields)
@@ -153,7 +155,12 @@ class Executor:
         self._tasks_per_node = tasks
 
     def _check(self, fields: dict[str, Any]) -> JobSpec:
-        return parse_spec({"name": "fn", **fields, "command": ["python"]}, "<executor>")
+        spec = parse_spec({"name": "fn", **fields, "command": ["python"]}, "<executor>")
+        if spec.backend == "slurm":  # the slurm section as sbatch would get it, checked now
+            from dispatch.backends.slurm.script import validate_spec
+
+            validate_spec(spec)
+        return spec
 
     # ---- submitting ---------------------------------------------------------------------
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
@@ -165,12 +172,17 @@ class Executor:
         if not callable(fn):
             raise BadArgument("fn", "a callable", fn)
         data = encode_call(Call(fn, args, kwargs))
+        name = self._name(fn)
+        if self._batch is not None and self.backend == "slurm":
+            # its folder (or its item of the batch's array) is made when the block ends
+            job: FunctionJob[R] = FunctionJob(self.folder)
+            self._batch.append((job, name, data))
+            return job
         folder = make_folder(self._new_folder(fn))
         write_file(Names(folder, "").call(), data)
-        job: FunctionJob[R] = FunctionJob(folder)
-        name = self._name(fn)
+        job = FunctionJob(folder)
         if self._batch is not None:
-            self._batch.append((job, name))
+            self._batch.append((job, name, None))
             return job
         job._job = submit_spec(self._spec(folder, name), store=self.store)
         return job
@@ -207,24 +219,47 @@ class Executor:
         write_file(Names(folder, "").call(), data)
         job: FunctionJob[R] = FunctionJob(folder)
         assert self._batch is not None
-        self._batch.append((job, self._name(fn)))
+        self._batch.append((job, self._name(fn), None))
         return job
 
     @contextmanager
     def batch(self) -> Iterator[None]:
         """Collect ``submit`` calls and record them when the block ends without an error
-        (as submitit's ``batch``); the handles get their jobs then. An error in the block
-        records none of them."""
+        (as submitit's ``batch``); the handles get their jobs then. On Slurm, two calls or
+        more are one job array (as ``map_array``, whatever their functions and arguments;
+        at most ``slurm_array_parallelism`` at once, named after the first call): one
+        dispatch job, each handle one task of it. An error in the block records none."""
         if self._batch is not None:
             raise StateConflict("Executor.batch() blocks do not nest")
         self._batch = []
         try:
             yield
             pending, self._batch = self._batch, None
-            for job, name in pending:
+            if self.backend == "slurm" and len(pending) > 1:
+                self._submit_array(pending)
+                return
+            for job, name, data in pending:
+                if data is not None:  # one call on Slurm: a job of its own
+                    job.folder = make_folder(self._folder_for(name))
+                    write_file(Names(job.folder, "").call(), data)
                 job._job = submit_spec(self._spec(job.folder, name), store=self.store)
         finally:
             self._batch = None
+
+    def _submit_array(self, pending: list[tuple[FunctionJob[Any], str, bytes | None]]
+                      ) -> None:
+        """A batch's calls as one Slurm job array: item i is call i (``call.t<i>.pkl``)."""
+        name = pending[0][1]
+        folder = make_folder(self._folder_for(name))
+        for i, (_, _, data) in enumerate(pending):
+            assert data is not None
+            write_file(Names(folder, "", i).call(), data)
+        spread = f"0-{len(pending) - 1}"
+        if self._array_parallelism is not None:
+            spread += f"%{self._array_parallelism}"
+        job = submit_spec(self._spec(folder, name, array=spread), store=self.store)
+        for i, (handle, _, _) in enumerate(pending):
+            handle.folder, handle.task, handle._job = folder, i, job
 
     # ---- the spec -----------------------------------------------------------------------
     def _name(self, fn: Callable[..., Any]) -> str:
@@ -235,7 +270,10 @@ class Executor:
         return _NAME_CHARS.sub("-", str(name)).strip("-") or "fn"
 
     def _new_folder(self, fn: Callable[..., Any]) -> Path:
-        return self.folder / f"{self._name(fn)[:40]}-{secrets.token_hex(6)}"
+        return self._folder_for(self._name(fn))
+
+    def _folder_for(self, name: str) -> Path:
+        return self.folder / f"{name[:40]}-{secrets.token_hex(6)}"
 
     def _spec(self, folder: Path, name: str, array: str | None = None) -> JobSpec:
         # The submitter's Python and dispatch where the nodes share this machine's paths; a
@@ -249,7 +287,9 @@ class Executor:
         fields = copy.deepcopy(self._fields)
         if array is not None:
             fields.setdefault("slurm", {})["array"] = array
-        if self._tasks_per_node > 1:  # local only: one process per task, nodes x tasks
+        if self._tasks_per_node > 1 and self.backend == "slurm":  # srun starts each task
+            fields.setdefault("slurm", {})["ntasks_per_node"] = self._tasks_per_node
+        elif self._tasks_per_node > 1:  # local: one process per task, nodes x tasks
             fields["nodes"] = fields.get("nodes", 1) * self._tasks_per_node
             fields["env"] = {**fields.get("env", {}),
                              TASKS_VAR: str(self._tasks_per_node)}

@@ -18,6 +18,20 @@ LocalJob = Job
 SlurmJob = Job
 __version__ = "1.5.4"
 
-__all__ = ["AutoExecutor", "DebugExecutor", "DebugJob", "Executor", "FailedJobError", "Job",
-           "JobEnvironment", "LocalExecutor", "LocalJob", "SlurmExecutor", "SlurmJob",
-           "UncompletedJobError", "__version__", "core", "helpers"]
+__all__ = [
+    "AutoExecutor",
+    "DebugExecutor",
+    "DebugJob",
+    "Executor",
+    "FailedJobError",
+    "Job",
+    "JobEnvironment",
+    "LocalExecutor",
+    "LocalJob",
+    "SlurmExecutor",
+    "SlurmJob",
+    "UncompletedJobError",
+    "__version__",
+    "core",
+    "helpers",
+]

@@ -23,6 +23,7 @@ from dispatch.errors import BadInput, StateConflict
 from dispatch.fn.bootstrap import RESULTS_VAR
 from dispatch.fn.executor import Executor as FunctionExecutor
 from dispatch.submitit.core.utils import DelayedSubmission
+from dispatch.submitit.folders import FolderPatternError, base_folder, calls_folder
 from dispatch.submitit.helpers import _hook, resumable
 from dispatch.submitit.job import DebugJob, Job
 from dispatch.submitit.parameters import (
@@ -49,18 +50,6 @@ def which() -> str:
     return "slurm" if shutil.which("srun") else "local"
 
 
-def base_folder(folder: str | os.PathLike[str]) -> Path:
-    """The folder the calls' folders go in: ``folder`` up to its first component with a
-    ``%`` pattern (``log/%j`` -> ``log``), since each call has its own folder anyway."""
-    parts = Path(os.fspath(folder)).parts
-    kept: list[str] = []
-    for part in parts:
-        if "%" in part:
-            break
-        kept.append(part)
-    return Path(*kept) if kept else Path(".")
-
-
 def log_to_folder(folder: Path) -> None:
     """dispatch's log lines (an ESCALATION, a supervisor's warning) into
     ``<folder>/dispatch.log`` instead of the terminal (Python's last-resort handler)."""
@@ -79,16 +68,22 @@ class Executor:
 
     cluster = "local"
 
-    def __init__(self, folder: str | os.PathLike[str], *, cluster: str = "local",
-                 max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT) -> None:
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        *,
+        cluster: str = "local",
+        max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT,
+    ) -> None:
         self.cluster = cluster
         self.folder = Path(os.fspath(folder)).absolute()
         base = base_folder(self.folder)
-        self._functions = FunctionExecutor(base, backend=cluster)
+        self._functions = FunctionExecutor(calls_folder(self.folder), backend=cluster)
         self._functions.update_parameters(env={RESULTS_VAR: "every"})
         self.max_num_timeout = max_num_timeout
         self.parameters: dict[str, Any] = {}
         self._in_batch = False
+        self._batched: list[Job[Any]] = []
         log_to_folder(base)
 
     def __repr__(self) -> str:
@@ -105,8 +100,10 @@ class Executor:
     def update_named(self, named: dict[str, Any]) -> None:
         """``update_parameters`` with the names as AutoExecutor takes them (prefixed)."""
         if self._in_batch:
-            raise StateConflict("update_parameters: not inside executor.batch() (every job "
-                                "of a batch has the same parameters)")
+            raise StateConflict(
+                "update_parameters: not inside executor.batch() (every job "
+                "of a batch has the same parameters)"
+            )
         check_names(named)
         mine = for_cluster(named, self.cluster)
         if "max_num_timeout" in mine:
@@ -121,43 +118,75 @@ class Executor:
     def _prepare(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         checkpointable = _hook(fn) is not None
         self._functions.update_parameters(
-            policy=recovery_policy(checkpointable, self.max_num_timeout))
+            policy=recovery_policy(checkpointable, self.max_num_timeout)
+        )
         return resumable(fn)
 
     def submit(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> Job[R]:
         wrapped = self._prepare(fn)
         handle = self._functions.submit(wrapped, *args, **kwargs)
-        return Job(handle, DelayedSubmission(fn, *args, **kwargs), self._tasks(),
-                   self.cluster)
+        job = Job(
+            handle, DelayedSubmission(fn, *args, **kwargs), self._tasks(), self.cluster, self.folder
+        )
+        return self._submitted([job])[0]
+
+    def _submitted(self, jobs: list[Job[R]]) -> list[Job[R]]:
+        """Each job's ``%j`` folder, now that it has its id (at the end of a batch)."""
+        if self._in_batch:
+            self._batched.extend(jobs)
+        else:
+            _link_each(jobs)
+        return jobs
 
     def map_array(self, fn: Callable[..., R], *iterables: Iterable[Any]) -> list[Job[R]]:
         """One job per item of the zipped iterables; on Slurm one job array (at most
         ``slurm_array_parallelism`` tasks at once: ``%N``), job ids ``<id>_<i>``."""
         items = [tuple(item) for item in zip(*iterables, strict=False)]
         wrapped = self._prepare(fn)
-        handles = self._functions.map_array(wrapped, *zip(*items, strict=True)) \
-            if items else []
+        handles = self._functions.map_array(wrapped, *zip(*items, strict=True)) if items else []
         tasks = self._tasks()
-        return [Job(h, DelayedSubmission(fn, *item), tasks, self.cluster)
-                for h, item in zip(handles, items, strict=True)]
+        return self._submitted(
+            [
+                Job(h, DelayedSubmission(fn, *item), tasks, self.cluster, self.folder)
+                for h, item in zip(handles, items, strict=True)
+            ]
+        )
 
     @contextmanager
     def batch(self, allow_implicit_submissions: bool = False) -> Iterator[None]:
         """The ``submit`` calls of the block are recorded when it ends; an error in the
         block records none. The jobs' methods work once the block has ended."""
         self._in_batch = True
+        self._batched = []
         try:
             with self._functions.batch():
                 yield
         finally:
             self._in_batch = False
+            batched, self._batched = self._batched, []
+        _link_each(batched)
+
+
+def _link_each(jobs: list[Job[Any]]) -> None:
+    """Each submitted job's folder link. A folder the job's id does not fit (``%a`` for a
+    job that is no array task) is no reason to lose the jobs: ``job.paths`` raises it, as
+    submitit's does."""
+    for job in jobs:
+        try:
+            job.link_folder()
+        except FolderPatternError:
+            pass
 
 
 class LocalExecutor(Executor):
     """Jobs on this machine: dispatch's local backend (real processes, one per task)."""
 
-    def __init__(self, folder: str | os.PathLike[str],
-                 max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT, **_: Any) -> None:
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT,
+        **_: Any,
+    ) -> None:
         super().__init__(folder, cluster="local", max_num_timeout=max_num_timeout)
 
     def _prefix(self, parameters: dict[str, Any]) -> dict[str, Any]:
@@ -171,8 +200,12 @@ class SlurmExecutor(Executor):
     Takes submitit's Slurm names without the prefix (``partition``, ``time``, ``mem``,
     ``ntasks_per_node``, ``array_parallelism``, ...)."""
 
-    def __init__(self, folder: str | os.PathLike[str],
-                 max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT, **_: Any) -> None:
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT,
+        **_: Any,
+    ) -> None:
         super().__init__(folder, cluster="slurm", max_num_timeout=max_num_timeout)
 
     def _prefix(self, parameters: dict[str, Any]) -> dict[str, Any]:
@@ -196,8 +229,7 @@ class DebugExecutor:
     def submit(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> DebugJob[R]:
         return DebugJob(DelayedSubmission(fn, *args, **kwargs))
 
-    def map_array(self, fn: Callable[..., R], *iterables: Iterable[Any]
-                  ) -> list[DebugJob[R]]:
+    def map_array(self, fn: Callable[..., R], *iterables: Iterable[Any]) -> list[DebugJob[R]]:
         return [self.submit(fn, *item) for item in zip(*iterables, strict=False)]
 
     @contextmanager
@@ -210,19 +242,23 @@ class AutoExecutor:
     ``which``); ``slurm_max_num_timeout`` (default 3) and other ``<cluster>_`` keywords as
     submitit's."""
 
-    def __init__(self, folder: str | os.PathLike[str], cluster: str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, folder: str | os.PathLike[str], cluster: str | None = None, **kwargs: Any
+    ) -> None:
         self.cluster = cluster or which()
         if self.cluster not in CLUSTERS:
-            raise BadInput(f"AutoExecutor doesn't know any executor named {self.cluster}"
-                           f" (known: {', '.join(CLUSTERS)})")
+            raise BadInput(
+                f"AutoExecutor doesn't know any executor named {self.cluster}"
+                f" (known: {', '.join(CLUSTERS)})"
+            )
         for name in kwargs:
             prefix = name.split("_")[0]
             if "_" not in name or prefix not in CLUSTERS:
-                raise BadInput("Extra arguments must be prefixed by executor named, received "
-                               f"unknown arg '{name}'. Known executors: {', '.join(CLUSTERS)}.")
-        own = {k.split("_", 1)[1]: v for k, v in kwargs.items()
-               if k.startswith(self.cluster + "_")}
+                raise BadInput(
+                    "Extra arguments must be prefixed by executor named, received "
+                    f"unknown arg '{name}'. Known executors: {', '.join(CLUSTERS)}."
+                )
+        own = {k.split("_", 1)[1]: v for k, v in kwargs.items() if k.startswith(self.cluster + "_")}
         self._executor: Executor | DebugExecutor
         if self.cluster == "debug":
             self._executor = DebugExecutor(folder)

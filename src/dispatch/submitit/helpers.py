@@ -21,9 +21,18 @@ from dispatch.fn.calls import Call
 from dispatch.submitit.core.utils import DelayedSubmission
 from dispatch.submitit.job_environment import JobEnvironment
 
-__all__ = ["Checkpointable", "CommandFunction", "DelayedSubmission", "FailedSubprocessError",
-           "FunctionSequence", "Resumable", "TorchDistributedEnvironment", "as_completed",
-           "clean_env", "resumable"]
+__all__ = [
+    "Checkpointable",
+    "CommandFunction",
+    "DelayedSubmission",
+    "FailedSubprocessError",
+    "FunctionSequence",
+    "Resumable",
+    "TorchDistributedEnvironment",
+    "as_completed",
+    "clean_env",
+    "resumable",
+]
 
 
 class Checkpointable:
@@ -104,9 +113,13 @@ class CommandFunction:
     returns its stdout, stripped. ``cwd``, ``env`` as subprocess's; ``verbose``: also copy
     the output to this process's streams."""
 
-    def __init__(self, command: list[str], verbose: bool = True,
-                 cwd: str | os.PathLike[str] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        command: list[str],
+        verbose: bool = True,
+        cwd: str | os.PathLike[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         if not isinstance(command, list):
             raise TypeError("The command must be provided as a list")
         self.command = command
@@ -115,16 +128,17 @@ class CommandFunction:
         self.env = env
 
     def __call__(self, *args: Any, **kwargs: Any) -> str:
-        argv = [*self.command, *(str(a) for a in args),
-                *(f"--{k}={v}" for k, v in kwargs.items())]
-        done = subprocess.run(argv, cwd=self.cwd, env=self.env, capture_output=True,
-                              text=True, check=False)
+        argv = [*self.command, *(str(a) for a in args), *(f"--{k}={v}" for k, v in kwargs.items())]
+        done = subprocess.run(
+            argv, cwd=self.cwd, env=self.env, capture_output=True, text=True, check=False
+        )
         if self.verbose:
             sys.stdout.write(done.stdout)
             sys.stderr.write(done.stderr)
         if done.returncode:
             raise FailedSubprocessError(
-                f"{argv} failed with exit status {done.returncode}:\n{done.stderr}")
+                f"{argv} failed with exit status {done.returncode}:\n{done.stderr}"
+            )
         return done.stdout.strip()
 
 
@@ -132,8 +146,9 @@ class _Finishing(Protocol):
     def done(self, force_check: bool = False) -> bool: ...
 
 
-def as_completed(jobs: Sequence[Any], timeout: float | None = None,
-                 poll_frequency: float = 10) -> Iterator[Any]:
+def as_completed(
+    jobs: Sequence[Any], timeout: float | None = None, poll_frequency: float = 10
+) -> Iterator[Any]:
     """The jobs, each as soon as it is done (supervising them while it waits);
     ``TimeoutError`` after ``timeout`` seconds."""
     start = time.monotonic()
@@ -159,10 +174,20 @@ def clean_env(extra_names: Sequence[str] = ()) -> Iterator[None]:
     """Within the block, the environment lacks the scheduler's variables (SLURM_*,
     SUBMITIT_*, DISPATCH_* and the distributed ones), so a job submitted from inside a job
     does not inherit them; they are back afterwards."""
-    distributed = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                   "MASTER_PORT", *extra_names}
-    removed = {k: os.environ.pop(k) for k in list(os.environ)
-               if k.startswith(_CLUSTER_NAMES) or k in distributed}
+    distributed = {
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        *extra_names,
+    }
+    removed = {
+        k: os.environ.pop(k)
+        for k in list(os.environ)
+        if k.startswith(_CLUSTER_NAMES) or k in distributed
+    }
     try:
         yield
     finally:
@@ -183,11 +208,17 @@ class TorchDistributedEnvironment:
         self.master_addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
         self.master_port = int(os.environ.get("MASTER_PORT", "29500"))
 
-    def export(self, set_cuda_visible_devices: bool = True,
-               overwrite: bool = False) -> TorchDistributedEnvironment:
-        wanted = {"RANK": self.rank, "LOCAL_RANK": self.local_rank,
-                  "WORLD_SIZE": self.world_size, "LOCAL_WORLD_SIZE": self.local_world_size,
-                  "MASTER_ADDR": self.master_addr, "MASTER_PORT": self.master_port}
+    def export(
+        self, set_cuda_visible_devices: bool = True, overwrite: bool = False
+    ) -> TorchDistributedEnvironment:
+        wanted = {
+            "RANK": self.rank,
+            "LOCAL_RANK": self.local_rank,
+            "WORLD_SIZE": self.world_size,
+            "LOCAL_WORLD_SIZE": self.local_world_size,
+            "MASTER_ADDR": self.master_addr,
+            "MASTER_PORT": self.master_port,
+        }
         for key, value in wanted.items():
             if overwrite or key not in os.environ:
                 os.environ[key] = str(value)

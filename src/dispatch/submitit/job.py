@@ -9,11 +9,13 @@ import asyncio
 import os
 import pdb
 import sys
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from dispatch.api import WAIT_POLL_S, _open
 from dispatch.core.model import CauseKind, State, Status
 from dispatch.errors import BadInput, StateConflict
+from dispatch.fn.calls import Names
 from dispatch.fn.job import FunctionFailed, FunctionJob
 from dispatch.submitit.core.utils import (
     DelayedSubmission,
@@ -21,16 +23,27 @@ from dispatch.submitit.core.utils import (
     JobPaths,
     UncompletedJobError,
 )
+from dispatch.submitit.folders import link
 
 R = TypeVar("R")
 
 # A failed job's word is the cause's, as Slurm's sacct says it.
-_FAILED_WORDS = {CauseKind.TIME_LIMIT: "TIMEOUT", CauseKind.OUT_OF_MEMORY: "OUT_OF_MEMORY",
-                 CauseKind.NODE_LOST: "NODE_FAIL", CauseKind.PREEMPTED: "PREEMPTED",
-                 CauseKind.CANCELLED: "CANCELLED"}
-_WORDS = {State.PENDING: "PENDING", State.HELD: "PENDING", State.RUNNING: "RUNNING",
-          State.RECOVERING: "REQUEUED", State.SUCCEEDED: "COMPLETED",
-          State.CANCELLED: "CANCELLED", State.UNKNOWN: "UNKNOWN"}
+_FAILED_WORDS = {
+    CauseKind.TIME_LIMIT: "TIMEOUT",
+    CauseKind.OUT_OF_MEMORY: "OUT_OF_MEMORY",
+    CauseKind.NODE_LOST: "NODE_FAIL",
+    CauseKind.PREEMPTED: "PREEMPTED",
+    CauseKind.CANCELLED: "CANCELLED",
+}
+_WORDS = {
+    State.PENDING: "PENDING",
+    State.HELD: "PENDING",
+    State.RUNNING: "RUNNING",
+    State.RECOVERING: "REQUEUED",
+    State.SUCCEEDED: "COMPLETED",
+    State.CANCELLED: "CANCELLED",
+    State.UNKNOWN: "UNKNOWN",
+}
 
 
 def state_word(status: Status) -> str:
@@ -42,6 +55,17 @@ def state_word(status: Status) -> str:
     return _WORDS[status.state]
 
 
+def job_id_of(handle: FunctionJob[Any], backend: str) -> str:
+    """``Job.job_id``: Slurm's id of the latest submission on Slurm (the array's id with
+    ``_<task>`` for a task of an array), else the dispatch job id (``_<task>`` likewise)."""
+    ref = handle.id
+    if backend == "slurm":
+        objects = handle.job.record().objects
+        if objects:
+            ref = objects[-1]
+    return ref if handle.task is None else f"{ref}_{handle.task}"
+
+
 def submitit_error(err: FunctionFailed, task: int) -> FailedJobError | UncompletedJobError:
     """submitit's exception for a function job that did not succeed."""
     word = state_word(err.status)
@@ -51,10 +75,15 @@ def submitit_error(err: FunctionFailed, task: int) -> FailedJobError | Uncomplet
             f"----------------------\n{err.remote.traceback.rstrip()}\n"
             f"----------------------\n{err.args[0].splitlines()[0]}\n"
             f"You can check full logs with 'job.stderr({task})' and 'job.stdout({task})'",
-            err.status, err.remote)
+            err.status,
+            err.remote,
+        )
     return UncompletedJobError(
         f"Job {err.status.job} (task: {task}) has not produced any output "
-        f"(state: {word}); {err.args[0]}", err.status, None)
+        f"(state: {word}); {err.args[0]}",
+        err.status,
+        None,
+    )
 
 
 class Job(Generic[R]):
@@ -62,12 +91,27 @@ class Job(Generic[R]):
     ``results()`` has every task's return value, ``result()`` the one value (the list when
     there are several tasks)."""
 
-    def __init__(self, handle: FunctionJob[R], submission: DelayedSubmission,
-                 num_tasks: int = 1, backend: str = "local") -> None:
+    def __init__(
+        self,
+        handle: FunctionJob[R],
+        submission: DelayedSubmission,
+        num_tasks: int = 1,
+        backend: str = "local",
+        folder: Path | None = None,
+    ) -> None:
         self._handle = handle
         self._submission = submission
         self.num_tasks = num_tasks
         self._backend = backend
+        self._folder = folder  # the executor's, with its %j
+
+    def link_folder(self) -> Path:
+        """The job's folder: the executor's with this job's id put in (``log/%j`` ->
+        ``log/1234``), a link to the call folder (made if missing: a resubmitted Slurm job
+        has a new id); the call folder when the executor's has no pattern."""
+        if self._folder is None:
+            return self._handle.folder
+        return link(self._folder, self.job_id, self._handle.folder)
 
     @property
     def handle(self) -> FunctionJob[R]:
@@ -76,9 +120,12 @@ class Job(Generic[R]):
 
     @property
     def job_id(self) -> str:
-        """The dispatch job id; ``<id>_<i>`` for task i of a Slurm array (``map_array``)."""
-        task = self._handle.task
-        return self._handle.id if task is None else f"{self._handle.id}_{task}"
+        """submitit's job id. On Slurm: Slurm's id of the job's latest submission
+        (``"1234"``; ``"1234_0"`` for task 0 of an array: ``map_array``, ``batch()``); a
+        resubmitted job has its new submission's id, as ``squeue`` shows it. Locally, and on
+        Slurm before any submission reached sbatch: the dispatch job id (``8378a8771a``;
+        ``<id>_<i>`` for a task of an array), which never changes."""
+        return job_id_of(self._handle, self._backend)
 
     @property
     def state(self) -> str:
@@ -149,11 +196,16 @@ class Job(Generic[R]):
     @property
     def paths(self) -> JobPaths:
         h = self._handle
-        names = h._names()
+        folder = self.link_folder()
+        names = Names(folder, h.id, h.task)
         n = max(h._submission(), 1)
-        return JobPaths(folder=h.folder, submitted_pickle=names.call(),
-                        result_pickle=names.result(n), stdout=names.output(n, 0, "stdout"),
-                        stderr=names.output(n, 0, "stderr"))
+        return JobPaths(
+            folder=folder,
+            submitted_pickle=names.call(),
+            result_pickle=names.result(n),
+            stdout=names.output(n, 0, "stdout"),
+            stderr=names.output(n, 0, "stderr"),
+        )
 
     def submission(self) -> DelayedSubmission:
         return self._submission
@@ -167,11 +219,15 @@ class Job(Generic[R]):
         ``slurm_max_num_timeout`` made) resubmits it from there. ``timeout=True`` (a time
         limit) has no local equivalent."""
         if timeout:
-            raise BadInput("_interrupt(timeout=True): the local backend cannot end a job on "
-                           "its time limit on demand; use timeout=False (a preemption)")
+            raise BadInput(
+                "_interrupt(timeout=True): the local backend cannot end a job on "
+                "its time limit on demand; use timeout=False (a preemption)"
+            )
         if self._backend != "local":
-            raise BadInput(f"_interrupt: only the local backend preempts on demand (this job "
-                           f"runs on {self._backend})")
+            raise BadInput(
+                f"_interrupt: only the local backend preempts on demand (this job "
+                f"runs on {self._backend})"
+            )
         job = self._handle.job
         with _open(job.store) as service:
             service.backends("local").inject(job.id, "preempt")  # type: ignore[attr-defined]
@@ -271,8 +327,9 @@ class DebugJob(Generic[R]):
             raise self._error
         environ = dict(os.environ)
         os.environ["SUBMITIT_DEBUG_JOB_ID"] = os.environ["DISPATCH_JOB_ID"] = self.job_id
-        os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
-                           "LOCAL_WORLD_SIZE": "1"})
+        os.environ.update(
+            {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+        )
         try:
             return [self._submission.result()]
         except Exception as err:

@@ -34,11 +34,16 @@ class JobEnvironment:
 
     @property
     def job_id(self) -> str:
-        job = self._env.get("DISPATCH_JOB_ID") or self._env.get("SLURM_JOB_ID")
+        """What ``job.job_id`` says: on Slurm, Slurm's (``<array id>_<task>`` in an array);
+        elsewhere the dispatch job id."""
+        array, task = self._env.get("SLURM_ARRAY_JOB_ID"), self._env.get("SLURM_ARRAY_TASK_ID")
+        if array and task:
+            return f"{array}_{task}"
+        job = self._env.get("SLURM_JOB_ID") or self._env.get("DISPATCH_JOB_ID")
         if not job:
-            raise NotInAJob("JobEnvironment: DISPATCH_JOB_ID is not set; this is not a "
-                            "dispatch job")
-        task = self._env.get("SLURM_ARRAY_TASK_ID")
+            raise NotInAJob(
+                "JobEnvironment: DISPATCH_JOB_ID is not set; this is not a dispatch job"
+            )
         return f"{job}_{task}" if task else job
 
     @property
@@ -67,10 +72,15 @@ class JobEnvironment:
 
     @property
     def node(self) -> int:
+        """The task's node: Slurm's SLURM_NODEID where srun set it, else from the rank."""
+        if self._env.get("SLURM_NODEID", "").isdigit():
+            return int(self._env["SLURM_NODEID"])
         return self.global_rank // self.tasks_per_node
 
     @property
     def num_nodes(self) -> int:
+        if self._env.get("SLURM_JOB_NUM_NODES", "").isdigit():
+            return int(self._env["SLURM_JOB_NUM_NODES"])
         return max(1, self.num_tasks // self.tasks_per_node)
 
     @property
@@ -80,9 +90,11 @@ class JobEnvironment:
     def __repr__(self) -> str:
         if not self.activated():
             return "JobEnvironment(<not in a job>)"
-        return (f"JobEnvironment(job_id={self.job_id}, hostname={self.hostname}, "
-                f"local_rank={self.local_rank}({self.tasks_per_node}), node={self.node}"
-                f"({self.num_nodes}), global_rank={self.global_rank}({self.num_tasks}))")
+        return (
+            f"JobEnvironment(job_id={self.job_id}, hostname={self.hostname}, "
+            f"local_rank={self.local_rank}({self.tasks_per_node}), node={self.node}"
+            f"({self.num_nodes}), global_rank={self.global_rank}({self.num_tasks}))"
+        )
 
 
 class NotInAJob(StateConflict, RuntimeError):

@@ -21,20 +21,32 @@ RUNNER = HERE / "run_example.py"
 WAIT_S = 300  # an upper bound for a slow shared machine, never a timing assertion
 
 
-def run(tmp: Path, example: str, prelude: str = "", check: str = "",
-        ) -> subprocess.CompletedProcess[str]:
+def run(
+    tmp: Path,
+    example: str,
+    prelude: str = "",
+    check: str = "",
+) -> subprocess.CompletedProcess[str]:
     work = tmp / "work"
     if not work.exists():
         shutil.copytree(EXAMPLES, work)
-    env = {**os.environ,
-           "DISPATCH_SUBMITIT_CLUSTER": "local",  # this machine has srun: pick local
-           "DISPATCH_LOCAL_ROOT": str(tmp / "local"),
-           "XDG_STATE_HOME": str(tmp / "state"),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {
+        **os.environ,
+        "DISPATCH_SUBMITIT_CLUSTER": "local",  # this machine has srun: pick local
+        "DISPATCH_LOCAL_ROOT": str(tmp / "local"),
+        "XDG_STATE_HOME": str(tmp / "state"),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     env.pop("DISPATCH_STORE", None)
-    return subprocess.run([sys.executable, str(RUNNER), example, prelude, check],
-                          cwd=work, env=env, capture_output=True, text=True, timeout=WAIT_S,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, str(RUNNER), example, prelude, check],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
 
 
 def checked(done: subprocess.CompletedProcess[str]) -> str:
@@ -42,7 +54,7 @@ def checked(done: subprocess.CompletedProcess[str]) -> str:
     assert "ESCALATION" not in done.stderr  # escalations go to the folder's dispatch.log
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith("CHECK: "), done.stdout
-    return last[len("CHECK: "):]
+    return last[len("CHECK: ") :]
 
 
 @pytest.fixture
@@ -58,17 +70,17 @@ def test_readme_add(tmp: Path) -> None:
 
 
 def test_explained_add_with_percent_j_in_the_folder(tmp: Path) -> None:
-    done = run(tmp, "explained_add.py", check="(str(job.paths.folder), output)")
-    folder, output = eval(checked(done))  # noqa: S307
+    done = run(tmp, "explained_add.py", check="(str(job.paths.folder), job.job_id, output)")
+    folder, job_id, output = eval(checked(done))  # noqa: S307
     assert output == 12
-    # log_test/%j: the calls' folders go under log_test (each call has its own)
-    assert Path(folder).parent == tmp / "work" / "log_test"
-    assert "%j" not in folder and not (tmp / "work" / "log_test" / "%j").exists()
+    # log_test/%j: the job's folder is log_test/<job id>, its files in it
+    assert Path(folder) == tmp / "work" / "log_test" / job_id
+    assert (Path(folder) / "call.pkl").is_file()
+    assert not (tmp / "work" / "log_test" / "%j").exists()
 
 
 def test_job_arrays_after_the_explained_example(tmp: Path) -> None:
-    done = run(tmp, "explained_add.py+job_arrays.py",
-               check="[j.result() for j in jobs]")
+    done = run(tmp, "explained_add.py+job_arrays.py", check="[j.result() for j in jobs]")
     assert checked(done) == "[11, 22, 33, 44]"
 
 
@@ -103,9 +115,11 @@ def test_asyncio_with_top_level_await(tmp: Path) -> None:
 def test_errors_raise_failed_job_error_with_the_trace(tmp: Path) -> None:
     done = run(tmp, "errors.py")
     assert done.returncode == 3, done.stdout + done.stderr
-    raised = done.stdout[done.stdout.index("RAISED: "):]
-    assert raised.startswith("RAISED: dispatch.submitit.core.utils.FailedJobError: "
-                             "Job (task=0) failed during processing with trace:")
+    raised = done.stdout[done.stdout.index("RAISED: ") :]
+    assert raised.startswith(
+        "RAISED: dispatch.submitit.core.utils.FailedJobError: "
+        "Job (task=0) failed during processing with trace:"
+    )
     assert "ZeroDivisionError: division by zero" in raised and "ESCALATION" not in done.stderr
     assert "non-zero-exit" in raised  # dispatch's cause, beside submitit's words
     log = (tmp / "work" / "log_test" / "dispatch.log").read_text()
@@ -150,8 +164,9 @@ def test_job_environment(tmp: Path) -> None:
     done = run(tmp, "job_environment.py", JOB_ENV_PRELUDE, "_check()")
     results, stdout = eval(checked(done))  # noqa: S307
     assert results == [sum(range(5)), sum(range(5, 10))]
-    assert stdout == ("There are 2 in this job\nI'm the task #1 on the node 0\n"
-                      "I'm the task #1 in the job\n")
+    assert stdout == (
+        "There are 2 in this job\nI'm the task #1 on the node 0\nI'm the task #1 in the job\n"
+    )
 
 
 CHECKPOINT_PRELUDE = """

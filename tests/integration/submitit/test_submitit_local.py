@@ -55,14 +55,23 @@ def test_a_batchs_handles_paths_and_submission(folder: Path) -> None:
         with pytest.raises(StateConflict):
             executor.update_parameters(timeout_min=2)
     assert job.result() == (3, 1)
-    assert job.paths.folder.parent == folder.parent and job.paths.result_pickle.exists()
-    assert job.paths.submitted_pickle.exists()
+    # %j in the folder is the job id: log_test/<job_id>, with the job's files in it
+    assert job.paths.folder == folder.parent / job.job_id and job.paths.folder.is_dir()
+    assert job.paths.result_pickle.exists() and job.paths.submitted_pickle.exists()
+    assert job.paths.stdout.parent == job.paths.folder
+    assert not (folder.parent / "%j").exists()
+    # %a fits only an array task: the job runs, its paths say why (submitit's ValueError)
+    lone = submitit.AutoExecutor(folder=folder.parent / "%a").submit(divmod, 9, 2)
+    assert lone.result() == (4, 1)
+    with pytest.raises(ValueError, match="no task of a job array"):
+        lone.paths  # noqa: B018
     delayed = job.submission()
     assert delayed.function is divmod and delayed.args == (7, 2)
 
 
 def test_escalations_go_to_the_folders_log_not_the_terminal(
-        folder: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    folder: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     executor = submitit.AutoExecutor(folder=folder)
     job = executor.submit(int, "not a number")
     with pytest.raises(submitit.FailedJobError, match="ValueError: invalid literal") as caught:
@@ -76,13 +85,24 @@ def test_escalations_go_to_the_folders_log_not_the_terminal(
 
 
 def test_torch_distributed_environment_from_a_task(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
-                       "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "node0",
-                       "MASTER_PORT": "29511"}.items():
+    for key, value in {
+        "RANK": "3",
+        "WORLD_SIZE": "4",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "node0",
+        "MASTER_PORT": "29511",
+    }.items():
         monkeypatch.setenv(key, value)
     env = submitit.helpers.TorchDistributedEnvironment().export()
-    assert (env.rank, env.world_size, env.local_rank, env.local_world_size,
-            env.master_addr, env.master_port) == (3, 4, 1, 2, "node0", 29511)
+    assert (
+        env.rank,
+        env.world_size,
+        env.local_rank,
+        env.local_world_size,
+        env.master_addr,
+        env.master_port,
+    ) == (3, 4, 1, 2, "node0", 29511)
     assert os.environ["RANK"] == "3"
 
 
@@ -107,8 +127,11 @@ def test_a_time_limit_resubmits_a_checkpointable_from_its_checkpoint(folder: Pat
     # without a checkpoint method, a time limit ends the job, as submitit's does
     plain = executor.submit(time.sleep, 600)
     assert job.result() == (5, "2")
-    kinds = [t.cause.kind for t in job.handle.job.record().history
-             if t.cause is not None and t.state.value == "recovering"]
+    kinds = [
+        t.cause.kind
+        for t in job.handle.job.record().history
+        if t.cause is not None and t.state.value == "recovering"
+    ]
     assert kinds == ["time-limit"]
     assert isinstance(plain.exception(), submitit.UncompletedJobError)
     assert plain.state == "TIMEOUT"

@@ -2,7 +2,9 @@
 
 The script is a file handed to sbatch; the user's argv is quoted word by word with
 ``shlex.quote`` inside it and run with ``srun --kill-on-bad-exit=1`` (one task per node, the
-launch shape the NVRx segment health check needs, H3). Nothing is ever passed to a shell as a
+launch shape the NVRx segment health check needs, H3; ``slurm.ntasks_per_node`` tasks per
+node otherwise, which share their node's error and progress files: the first failing task's
+error is the one kept). Nothing is ever passed to a shell as a
 string built from user input: sbatch gets an argv list.
 
 Spec ``slurm:`` section (every key checked; unknown keys refused):
@@ -11,6 +13,8 @@ Spec ``slurm:`` section (every key checked; unknown keys refused):
     exclusive: true           # --exclusive
     account / qos / reservation / constraint / nodelist / exclude: <text>
     cpus_per_task / gpus_per_node: <int>
+    ntasks_per_node: 2        # tasks (processes) per node, each started by srun (default 1)
+    srun_args: ["--cpu-bind=none"]  # more srun options (long options; not those dispatch sets)
     output_dir: /shared/logs  # where the script and its output file go
     extra: ["--mail-type=END"]   # more sbatch options, from a whitelist (SBATCH_EXTRA_OPTIONS)
     array: "0-1"              # a job array (--array): 0-3, 1,3,5, 0-7:2, 0-15%4
@@ -71,12 +75,18 @@ SBATCH_EXTRA_OPTIONS = frozenset({
     "cpu-freq", "core-spec", "thread-spec", "export", "propagate", "no-kill", "kill-on-invalid-dep",
     "open-mode", "spread-job", "use-min-nodes", "contiguous", "overcommit", "oversubscribe",
     "sockets-per-node", "cores-per-socket", "threads-per-core", "ntasks-per-core",
+    "gpus-per-task", "exclusive",
 })
 _TEXT_KEYS = ("account", "qos", "reservation", "constraint", "nodelist", "exclude")
 _INT_KEYS = ("cpus_per_task", "gpus_per_node")
 _LAUNCH_KEYS = ("nproc_per_node", "rdzv_host", "rdzv_port")  # only with a launcher
 SLURM_KEYS = frozenset({"partition", "exclusive", "output_dir", "extra", "array",
-                        *_TEXT_KEYS, *_INT_KEYS, *_LAUNCH_KEYS})
+                        "ntasks_per_node", "srun_args", *_TEXT_KEYS, *_INT_KEYS,
+                        *_LAUNCH_KEYS})
+# srun options dispatch sets itself (the launch: how many tasks where, how a failure ends
+# the step, where the output goes): ``srun_args`` may not set them again.
+_SRUN_OWN = frozenset({"kill-on-bad-exit", "nodes", "ntasks-per-node", "ntasks", "output",
+                       "error", "input", "jobid", "overlap", "pty", "export"})
 # Slurm's --array grammar: indexes, ranges with an optional step, an optional %throttle.
 _ARRAY = re.compile(r"^\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?$")
 _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
@@ -143,6 +153,11 @@ def _validate(section: dict[str, Any]) -> None:
             expand_array_tasks(array)
         except ValueError as err:
             raise _bad("array", str(err)) from None
+    tasks = section.get("ntasks_per_node")
+    if tasks is not None and (not isinstance(tasks, int) or isinstance(tasks, bool)
+                              or tasks < 1):
+        raise _bad("ntasks_per_node", f"must be a positive integer, got {tasks!r}")
+    _validate_srun_args(section.get("srun_args", []))
     if "nproc_per_node" in section:
         value = section["nproc_per_node"]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -168,6 +183,23 @@ def _validate(section: dict[str, Any]) -> None:
         if m.group(1) not in SBATCH_EXTRA_OPTIONS:
             raise _bad(f"extra[{i}]", f"--{m.group(1)} is not allowed here (allowed: "
                        f"{', '.join(sorted(SBATCH_EXTRA_OPTIONS))})")
+
+
+def _validate_srun_args(args: Any) -> None:
+    if not isinstance(args, list):
+        raise _bad("srun_args", "must be a list of srun options like --cpu-bind=none")
+    for i, opt in enumerate(args):
+        m = _OPTION.match(opt) if isinstance(opt, str) else None
+        if not m or (m.group(2) is not None and not _SAFE_TEXT.match(m.group(2))):
+            raise _bad(f"srun_args[{i}]", f"not an srun long option (--name or --name=value): "
+                       f"{opt!r}")
+        if m.group(1) in _SRUN_OWN:
+            raise _bad(f"srun_args[{i}]", f"--{m.group(1)} is set by dispatch's srun line")
+
+
+def tasks_per_node(submission: Submission) -> int:
+    value = submission.spec.slurm.get("ntasks_per_node")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 1
 
 
 def wants_requeue(submission: Submission) -> bool:
@@ -224,6 +256,11 @@ def _validate_submission(submission: Submission) -> None:
         for key in _LAUNCH_KEYS:
             if key in section:
                 raise _bad(key, "only with segment_health.launcher torchrun or ft_launcher")
+    else:
+        for key in ("ntasks_per_node", "srun_args"):
+            if section.get(key) not in (None, 1, []):
+                raise _bad(key, "not with segment_health.launcher: the launch shape starts "
+                           "one launcher per node (use slurm.nproc_per_node)")
 
 
 def validate_spec(spec: JobSpec) -> None:
@@ -306,7 +343,9 @@ def render_script(submission: Submission, error_prefix: str | None = None) -> st
         lines.append("exec " + shlex.join(with_error_file(shape.srun_argv, error_prefix, at,
                                                           array=is_array(submission))))
         return "\n".join(lines) + "\n"
-    srun = ["srun", "--kill-on-bad-exit=1", f"--nodes={spec.nodes}", "--ntasks-per-node=1"]
+    srun = ["srun", "--kill-on-bad-exit=1", f"--nodes={spec.nodes}",
+            f"--ntasks-per-node={tasks_per_node(submission)}",
+            *spec.slurm.get("srun_args", [])]
     lines.append("exec " + shlex.join(with_error_file((*srun, *spec.command), error_prefix,
                                                       len(srun), array=is_array(submission))))
     return "\n".join(lines) + "\n"
@@ -356,7 +395,7 @@ def sbatch_argv(submission: Submission, *, script: Path, out_dir: Path,
         requeue = wants_requeue(submission)
     argv = ["sbatch", "--parsable", f"--job-name={spec.name}", f"--comment={submission.token}",
             f"--output={output_pattern(submission, out_dir)}", f"--nodes={spec.nodes}",
-            "--ntasks-per-node=1"]
+            f"--ntasks-per-node={tasks_per_node(submission)}"]
     if spec.workdir:
         argv.append(f"--chdir={spec.workdir}")
     if spec.time_limit is not None:

@@ -21,8 +21,9 @@ from dispatch.fn.calls import RemoteError
 class _JobError(DispatchError, RuntimeError):
     error_code = "job-failed"
 
-    def __init__(self, message: str, status: Status | None = None,
-                 remote: RemoteError | None = None) -> None:
+    def __init__(
+        self, message: str, status: Status | None = None, remote: RemoteError | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.remote = remote
