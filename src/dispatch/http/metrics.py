@@ -214,10 +214,12 @@ class RecordCollector(Collector):
         return {backend: int(backend in looks and looks[backend].scheduler == UNREACHABLE)
                 for backend in probes}
 
-    def _read(self) -> tuple[Totals, dict[str, int]]:
-        with self._lock, self.open_service() as service:
+    def totals(self, service: Service) -> Totals:
+        """The totals, brought up to what ``service``'s store holds now (for a reader that
+        renders them before another scrape changes them: tests, benchmarks)."""
+        with self._lock:
             self._refresh(service)
-            return self._totals, self._unreachable(service)
+            return self._totals
 
     def collect(self) -> Iterator[Metric]:
         with self._lock, self.open_service() as service:
