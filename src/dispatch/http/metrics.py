@@ -161,6 +161,7 @@ class RecordCollector(Collector):
         self._parts: dict[str, tuple[int, Part]] = {}  # job -> (version read, its part)
         self._totals = Totals()
         self._versions = JobVersions()
+        self._unusable: set[str] = set()  # jobs whose record could not be used: read again
 
     def describe(self) -> Iterable[Metric]:
         return []  # registering must not read the record or ask a scheduler
@@ -179,10 +180,13 @@ class RecordCollector(Collector):
 
     def _refresh(self, service: Service) -> None:
         """Fold the parts of the jobs written to since the last look into the totals."""
-        rows = self._versions.refresh(service.store)
-        for gone in self._parts.keys() - rows.keys():
-            self._totals.take(gone, self._parts.pop(gone)[1])
-        stale = [j for j, (v, _) in rows.items() if self._parts.get(j, (-1,))[0] != v]
+        rows, changed = self._versions.refresh(service.store)
+        if changed is None:  # read whole: a job may have been taken out (pruned)
+            for gone in self._parts.keys() - rows.keys():
+                self._totals.take(gone, self._parts.pop(gone)[1])
+            changed = set(rows)
+        stale = [j for j in (changed | self._unusable) if j in rows
+                 and self._parts.get(j, (-1,))[0] != rows[j][0]]
         if not stale:
             return
         now = service.clock()
@@ -191,6 +195,7 @@ class RecordCollector(Collector):
             job.id: (rows[job.id][0], part_of(job, events, now)) for job, events in folded}
         for job_id in errors:
             fresh[job_id] = (-1, UNUSABLE)  # read again at the next scrape
+        self._unusable = set(errors)
         for job_id in stale:
             old = self._parts.pop(job_id, None)
             if old is not None:
