@@ -2,6 +2,7 @@
 
     python bench/bench_scale.py                          # SQLite and a throwaway PostgreSQL
     python bench/bench_scale.py --no-postgres            # SQLite only
+    python bench/bench_scale.py --no-sqlite              # a throwaway PostgreSQL only
     python bench/bench_scale.py --live 1000 --finished 100000 --live 10000
     python bench/bench_scale.py --smoke                  # tiny sizes: does it run at all
 
@@ -19,8 +20,11 @@ another child process:
   serve's held index, built in the background as serve does (issue 36): the first refresh
   (which does not wait for the index), the time the index took to build, later refreshes
   (median), and the list's bytes per job (its rows' JSON);
-- a /metrics scrape (the record's collectors, as serve registers them): the first (which
-  reads every job) and later ones (median: only what changed is read);
+- a /metrics scrape (the record's collector, as serve registers it, issue 36): the first of
+  a cold collector (which reads every record), the background build serve starts with and
+  the first scrape after it, later ones when nothing changed (median), and one after 1 % of
+  the live jobs ended; and the same scrapes of the collectors of before (commit fb9837c,
+  bench/metrics_before.py), in the same process on the same store;
 - P1 with snapshots: 10,000 jobs of 40 events (half of them finished), each with its
   snapshot, folded and projected through the snapshots, against decoding their records in
   memory and against reading and decoding them (``read_many``);
@@ -366,6 +370,7 @@ def main() -> None:
     ap.add_argument("--live", type=int, action="append")
     ap.add_argument("--finished", type=int, action="append")
     ap.add_argument("--no-postgres", action="store_true")
+    ap.add_argument("--no-sqlite", action="store_true")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--p1-jobs", type=int, default=10_000)  # P1 is defined at 10,000
     ap.add_argument("--fill", nargs=3)  # url live finished (a child)
@@ -384,7 +389,7 @@ def main() -> None:
     lives = a.live or ([20, 200] if a.smoke else [1000, 10000])
     finisheds = a.finished or ([100] if a.smoke else [100_000])
     p1_jobs = 50 if a.smoke else a.p1_jobs
-    stores: list[tuple[str, Any]] = [("SQLite", None)]
+    stores: list[tuple[str, Any]] = [] if a.no_sqlite else [("SQLite", None)]
     cluster = None
     if not a.no_postgres:
         from tests.conftest_pg import ThrowawayPostgres  # durable: fsync on

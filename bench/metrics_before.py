@@ -89,7 +89,7 @@ class RecordCollector(Collector):
 
     def _tallies(self) -> list[_Tally]:
         with self._lock, self.open_service() as service:
-            rows = self._versions.refresh(service.store)
+            rows = self._versions.refresh(service.store)[0]  # today: (rows, changed)
             versions = {j: v for j, (v, _) in rows.items()}
             stale = [
                 j for j, (v, done) in rows.items() if done and self._done.get(j, (-1,))[0] != v
@@ -201,7 +201,7 @@ class GoodputCollector(Collector):
         from dispatch.service.goodput import job_times
 
         with self._lock, self.open_service() as service:
-            rows = {j: v for j, (v, _) in self._versions.refresh(service.store).items()}
+            rows = {j: v for j, (v, _) in self._versions.refresh(service.store)[0].items()}
             stale = [j for j, v in rows.items() if self._times.get(j, (-1,))[0] != v]
             fresh, _ = job_times(service.store, stale, utcnow())
             for jt in fresh:

@@ -2,9 +2,10 @@
 
 Two sources:
 
-- the record, read at scrape time (``RecordCollector``): jobs by state, committed outcomes,
-  recoveries and escalations by cause kind, budget used by the unfinished jobs, and whether
-  each backend's scheduler could be asked (one look per backend per scrape, as ``ls`` does);
+- the record (``RecordCollector``): jobs by state, committed outcomes, recoveries and
+  escalations by cause kind, budget used by the unfinished jobs and goodput, kept as totals
+  that a scrape changes by the jobs written to since the last one; and whether each
+  backend's scheduler can be asked (one look per backend per scrape, about one of its jobs);
 - the process (``ServeMetrics``): supervisor tick duration and count, ticks that met an
   unreachable scheduler, and every call made to a backend (by backend and contract call,
   plus by scheduler tool where the backend counts them: Slurm's ``sbatch``/``squeue``/...).
