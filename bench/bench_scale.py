@@ -2,6 +2,7 @@
 
     python bench/bench_scale.py                          # SQLite and a throwaway PostgreSQL
     python bench/bench_scale.py --no-postgres            # SQLite only
+    python bench/bench_scale.py --no-sqlite              # a throwaway PostgreSQL only
     python bench/bench_scale.py --live 1000 --finished 100000 --live 10000
     python bench/bench_scale.py --smoke                  # tiny sizes: does it run at all
 
@@ -19,8 +20,11 @@ another child process:
   serve's held index, built in the background as serve does (issue 36): the first refresh
   (which does not wait for the index), the time the index took to build, later refreshes
   (median), and the list's bytes per job (its rows' JSON);
-- a /metrics scrape (the record's collectors, as serve registers them): the first (which
-  reads every job) and later ones (median: only what changed is read);
+- a /metrics scrape (the record's collector, as serve registers it, issue 36): the first of
+  a cold collector (which reads every record), the background build serve starts with and
+  the first scrape after it, later ones when nothing changed (median), and one after 1 % of
+  the live jobs ended; and the same scrapes of the collectors of before (commit fb9837c,
+  bench/metrics_before.py), in the same process on the same store;
 - P1 with snapshots: 10,000 jobs of 40 events (half of them finished), each with its
   snapshot, folded and projected through the snapshots, against decoding their records in
   memory and against reading and decoding them (``read_many``);
@@ -199,11 +203,7 @@ def wall(fn: Any, n: int = 7) -> float:
 
 
 def measure(url: str, live: int) -> dict[str, Any]:
-    from prometheus_client import CollectorRegistry, generate_latest
 
-    from dispatch.backends.registry import Backends
-    from dispatch.http.goodput_metrics import GoodputCollector
-    from dispatch.http.metrics import RecordCollector
     from dispatch.service import Service
     from dispatch.service.held import HeldIndex
     from dispatch.service.listing import ListRequest, list_page
@@ -257,15 +257,54 @@ def measure(url: str, live: int) -> dict[str, Any]:
         page = list_page(service, ListRequest())
         out["row_bytes"] = len(json.dumps(page["jobs"]).encode()) / max(1, len(page["jobs"]))
         out["held_count"] = page["held_count"]
-        # /metrics as serve scrapes it: the record's collectors (one look per backend)
-        def opened() -> Any:
-            return Service(open_store(url), Backends(lambda name: standin))  # type: ignore[arg-type,return-value]
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(RecordCollector(opened))
-        registry.register(GoodputCollector(opened))
-        out["scrape_first_ms"] = wall(lambda: generate_latest(registry), 1) * 1000
-        out["scrape_ms"] = wall(lambda: generate_latest(registry), 3) * 1000
+        out.update(scrapes(url, standin, sup))
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
+def scrapes(url: str, standin: StandInScheduler, sup: Any) -> dict[str, Any]:
+    """/metrics as serve scrapes it (issue 36), and the collectors of before (commit fb9837c,
+    bench/metrics_before.py) in the same process on the same store."""
+    from bench.metrics_before import GoodputCollector as GoodputBefore
+    from bench.metrics_before import RecordCollector as RecordBefore
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from dispatch.backends.registry import Backends
+    from dispatch.http.metrics import RecordCollector
+    from dispatch.service import Service
+
+    def opened() -> Any:
+        return Service(open_store(url), Backends(lambda name: standin))  # type: ignore[arg-type,return-value]
+
+    def registry_of(*collectors: Any) -> Any:
+        registry = CollectorRegistry(auto_describe=False)
+        for c in collectors:
+            registry.register(c)
+        return registry
+
+    out: dict[str, Any] = {}
+    # the first scrape of a cold collector: every record read once
+    cold = registry_of(RecordCollector(opened))
+    out["scrape_first_ms"] = wall(lambda: generate_latest(cold), 1) * 1000
+    # as serve starts: the totals built in the background, then the first scrape
+    collector = RecordCollector(opened)
+    start = time.perf_counter()
+    collector.warm().join()
+    out["warm_s"] = time.perf_counter() - start
+    now = registry_of(collector)
+    out["scrape_after_warm_ms"] = wall(lambda: generate_latest(now), 1) * 1000
+    out["scrape_ms"] = wall(lambda: generate_latest(now), 5) * 1000
+    before = registry_of(RecordBefore(opened), GoodputBefore(opened))
+    out["before_first_ms"] = wall(lambda: generate_latest(before), 1) * 1000
+    out["before_ms"] = wall(lambda: generate_latest(before), 3) * 1000
+    # 1 % of the live jobs end (a tick commits their outcomes), then one scrape each
+    refs = [r for r, o in standin.objects.items() if o.state is State.RUNNING]
+    for ref in refs[:max(1, len(refs) // 100)]:
+        standin.end(ref)
+    sup.tick()
+    out["scrape_changed_ms"] = wall(lambda: generate_latest(now), 1) * 1000
+    out["before_changed_ms"] = wall(lambda: generate_latest(before), 1) * 1000
+    out["scrape_bytes"] = len(generate_latest(now))
     return out
 
 
@@ -331,6 +370,7 @@ def main() -> None:
     ap.add_argument("--live", type=int, action="append")
     ap.add_argument("--finished", type=int, action="append")
     ap.add_argument("--no-postgres", action="store_true")
+    ap.add_argument("--no-sqlite", action="store_true")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--p1-jobs", type=int, default=10_000)  # P1 is defined at 10,000
     ap.add_argument("--fill", nargs=3)  # url live finished (a child)
@@ -349,7 +389,7 @@ def main() -> None:
     lives = a.live or ([20, 200] if a.smoke else [1000, 10000])
     finisheds = a.finished or ([100] if a.smoke else [100_000])
     p1_jobs = 50 if a.smoke else a.p1_jobs
-    stores: list[tuple[str, Any]] = [("SQLite", None)]
+    stores: list[tuple[str, Any]] = [] if a.no_sqlite else [("SQLite", None)]
     cluster = None
     if not a.no_postgres:
         from tests.conftest_pg import ThrowawayPostgres  # durable: fsync on
@@ -359,9 +399,11 @@ def main() -> None:
     print(f"bench_scale on {os.cpu_count()} CPUs, python {sys.version.split()[0]}")
     print("| store | live | finished | steady tick CPU | 1% ended tick | per changed job "
           "| ls first page | status (finished) | status (live) | serve list (first) "
-          "| serve list | held index built | list row | /metrics (first) | /metrics "
-          "| peak RSS |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| serve list | held index built | list row | /metrics (first, cold) "
+          "| /metrics totals built (background) | /metrics (first after built) | /metrics "
+          "| /metrics after 1% ended | before: /metrics (first) | before: /metrics "
+          "| before: after 1% ended | peak RSS |")
+    print("|---" * 22 + "|")
     try:
         for store_name, pg in stores:
             for finished in finisheds:
@@ -378,7 +420,10 @@ def main() -> None:
                           f"| {r.get('status_live_ms', 0):.1f} ms | {r['serve_first_ms']:.0f} ms "
                           f"| {r['serve_list_ms']:.0f} ms "
                           f"| {r['held_index_s']:.2f} s | {r['row_bytes']:.0f} B/job "
-                          f"| {r['scrape_first_ms']:.0f} ms | {r['scrape_ms']:.0f} ms "
+                          f"| {r['scrape_first_ms']:.0f} ms | {r['warm_s']:.2f} s "
+                          f"| {r['scrape_after_warm_ms']:.1f} ms | {r['scrape_ms']:.1f} ms "
+                          f"| {r['scrape_changed_ms']:.1f} ms | {r['before_first_ms']:.0f} ms "
+                          f"| {r['before_ms']:.0f} ms | {r['before_changed_ms']:.0f} ms "
                           f"| {r['peak_rss_mb']:.0f} MB |", flush=True)
             with tempfile.TemporaryDirectory(prefix="bench-scale-p1-") as tmp:
                 url = f"sqlite://{tmp}/r.sqlite3" if pg is None else pg.new_database()

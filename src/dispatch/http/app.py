@@ -46,7 +46,6 @@ from starlette.routing import BaseRoute
 from dispatch.http.auth import Access, Tokens
 from dispatch.http.endpoints import HTTP_BY_EXIT, Server, http_status
 from dispatch.http.follow import LogStreams
-from dispatch.http.goodput_metrics import GoodputCollector
 from dispatch.http.guard import Guard
 from dispatch.http.metrics import RecordCollector, ServeMetrics
 from dispatch.http.routes_goodput import goodput_routes
@@ -73,8 +72,9 @@ def make_server(store_url: str | None, tokens: Tokens, *, loopback_bind: bool = 
                     metrics=metrics, registry=registry, local_user=local_user,
                     loopback_bind=loopback_bind)
     server.streams = LogStreams(server.service, registry)
-    registry.register(RecordCollector(server.service))
-    registry.register(GoodputCollector(server.service))
+    record = RecordCollector(server.service)
+    registry.register(record)
+    record.warm()  # the first scrape does not read every record (issue 36)
     # the held jobs' count is built in the background: the first list refresh never waits
     server.held_index.warm(lambda: open_store(store_url), utcnow)
     return server

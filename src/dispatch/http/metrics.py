@@ -2,9 +2,10 @@
 
 Two sources:
 
-- the record, read at scrape time (``RecordCollector``): jobs by state, committed outcomes,
-  recoveries and escalations by cause kind, budget used by the unfinished jobs, and whether
-  each backend's scheduler could be asked (one look per backend per scrape, as ``ls`` does);
+- the record (``RecordCollector``): jobs by state, committed outcomes, recoveries and
+  escalations by cause kind, budget used by the unfinished jobs and goodput, kept as totals
+  that a scrape changes by the jobs written to since the last one; and whether each
+  backend's scheduler can be asked (one look per backend per scrape, about one of its jobs);
 - the process (``ServeMetrics``): supervisor tick duration and count, ticks that met an
   unreachable scheduler, and every call made to a backend (by backend and contract call,
   plus by scheduler tool where the backend counts them: Slurm's ``sbatch``/``squeue``/...).
@@ -12,10 +13,10 @@ Two sources:
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -25,10 +26,16 @@ from prometheus_client.registry import Collector
 
 from dispatch.backends.base import Backend
 from dispatch.core.model import CauseKind, State
+from dispatch.http.fleet_tally import UNUSABLE, Part, Totals, part_of
+from dispatch.http.goodput_metrics import goodput_families
 from dispatch.http.versions import JobVersions
 from dispatch.service import Service
-from dispatch.service.views import SCHEDULER_UNREACHABLE, JobView
+from dispatch.stores.reading import fold_with_records
+from dispatch.stores.snapshot import fold_with_snapshots
+from dispatch.supervise.discovery import UNREACHABLE, look_all
 from dispatch.supervise.loop import TickReport
+
+log = logging.getLogger(__name__)
 
 # The backend contract's calls that reach a scheduler (or the local runner).
 COUNTED = ("submit", "discover", "stop", "cancel", "open_gate", "logs")
@@ -138,139 +145,141 @@ class _CallsCollector(Collector):
         return [by_call, by_tool]
 
 
-@dataclass(frozen=True, slots=True)
-class _Tally:
-    """What one job adds to the record's metrics (a finished job's never changes)."""
-
-    state: str | None  # None: the record cannot be used
-    outcomes: tuple[tuple[str, str], ...] = ()
-    recoveries: tuple[str, ...] = ()
-    escalations: tuple[str, ...] = ()
-    app_error: str | None = None
-    budget: tuple[tuple[str, str, int], ...] = ()  # (scope, rule, used) of an unfinished job
-    backend: str = ""
-    unreachable: bool = False
-    live: bool = False
-
-
-def _tally(v: JobView) -> _Tally:
-    s = v.status
-    if s is None:
-        return _Tally(state=None)
-    outcomes, recoveries = [], []
-    for t in s.history:
-        if t.state is State.RECOVERING and t.cause is not None:
-            recoveries.append(t.cause.kind.value)
-        elif t.state.terminal and t.cause is not None:
-            outcomes.append((t.state.value, t.cause.kind.value))
-    live = not s.state.terminal
-    return _Tally(
-        state=s.state.value, outcomes=tuple(outcomes), recoveries=tuple(recoveries),
-        escalations=tuple(x.cause.kind.value if x.cause is not None else "none"
-                          for x in s.escalations),
-        # the kind only: never the words
-        app_error=(s.cause.kind.value if s.settled and s.error is not None
-                   and s.cause is not None else None),
-        budget=tuple((s.scope or s.backend, rule, n) for rule, n in s.budget_used.items())
-        if live else (),
-        backend=s.backend, unreachable=v.scheduler == SCHEDULER_UNREACHABLE, live=live)
-
-
 class RecordCollector(Collector):
-    """Jobs, outcomes, recoveries, escalations and budget, from the record at scrape time.
+    """Jobs, outcomes, recoveries, escalations, budget and goodput, from the record.
 
-    A finished job's part is kept between scrapes with the version it was read at (its
-    outcome never changes), so a scrape folds only the unfinished jobs and those written
-    to since: one look per backend for the live ones, as ``ls`` does (issue 36). Every
-    series is by state, cause, scope, rule or backend: never one per job."""
+    The fleet's totals are kept between scrapes as the sum of each job's part (http/
+    fleet_tally.py), each part with the version it was read at: a scrape asks the store
+    which jobs were written to since the last one (one indexed query) and reads only those
+    (issue 36). Every series is by state, cause, scope, rule, phase or backend: never one per
+    job. ``dispatch_scheduler_unreachable`` asks each backend with unfinished jobs about one
+    of them at every scrape. ``warm`` builds the totals in the background when serve starts,
+    so the first scrape does not read every record."""
 
     def __init__(self, open_service: Callable[[], Service]) -> None:
         self.open_service = open_service
         self._lock = threading.Lock()
-        self._done: dict[str, tuple[int, _Tally]] = {}
+        self._parts: dict[str, tuple[int, Part]] = {}  # job -> (version read, its part)
+        self._totals = Totals()
         self._versions = JobVersions()
+        self._unusable: set[str] = set()  # jobs whose record could not be used: read again
 
     def describe(self) -> Iterable[Metric]:
         return []  # registering must not read the record or ask a scheduler
 
-    def _tallies(self) -> list[_Tally]:
-        with self._lock, self.open_service() as service:
-            rows = self._versions.refresh(service.store)
-            versions = {j: v for j, (v, _) in rows.items()}
-            stale = [j for j, (v, done) in rows.items()
-                     if done and self._done.get(j, (-1,))[0] != v]
-            for v in service.views(stale, ask_scheduler=False):
-                t = _tally(v)
-                if t.state is not None and not t.live:
-                    self._done[v.job] = (versions[v.job], t)
-            for gone in self._done.keys() - versions.keys():
-                del self._done[gone]
-            others = [j for j in rows if j not in self._done]
-            return ([t for _, t in self._done.values()]
-                    + [_tally(v) for v in service.views(others)])
+    def warm(self) -> threading.Thread:
+        """Build the totals in a background thread; a scrape meanwhile waits for it."""
+        def build() -> None:
+            try:
+                with self._lock, self.open_service() as service:
+                    self._refresh(service)
+            except Exception:  # noqa: BLE001 - the next scrape builds them
+                log.exception("the /metrics totals could not be built in the background")
+        thread = threading.Thread(target=build, name="metrics-totals", daemon=True)
+        thread.start()
+        return thread
+
+    def _refresh(self, service: Service) -> None:
+        """Fold the parts of the jobs written to since the last look into the totals."""
+        rows, changed = self._versions.refresh(service.store)
+        if changed is None:  # read whole: a job may have been taken out (pruned)
+            for gone in self._parts.keys() - rows.keys():
+                self._totals.take(gone, self._parts.pop(gone)[1])
+            changed = set(rows)
+        stale = [j for j in (changed | self._unusable) if j in rows
+                 and self._parts.get(j, (-1,))[0] != rows[j][0]]
+        if not stale:
+            return
+        now = service.clock()
+        folded, errors = fold_with_records(service.store, stale, now)
+        fresh: dict[str, tuple[int, Part]] = {
+            job.id: (rows[job.id][0], part_of(job, events, now)) for job, events in folded}
+        for job_id in errors:
+            fresh[job_id] = (-1, UNUSABLE)  # read again at the next scrape
+        self._unusable = set(errors)
+        for job_id in stale:
+            old = self._parts.pop(job_id, None)
+            if old is not None:
+                self._totals.take(job_id, old[1])
+            new = fresh.get(job_id)
+            if new is not None:
+                self._parts[job_id] = new
+                self._totals.add(job_id, new[1])
+
+    def _unreachable(self, service: Service) -> dict[str, int]:
+        """1 for each backend with unfinished jobs whose scheduler cannot be asked now: one
+        look per backend, about one of its submitted jobs (a backend none of whose jobs was
+        submitted has nothing to be asked)."""
+        probes = self._totals.probes()
+        asked = [j for j in probes.values() if j is not None]
+        looks = {}
+        if asked:
+            now = service.clock()
+            jobs, _ = fold_with_snapshots(service.store, asked, now)
+            looks = look_all(jobs, service.backends, now, deadline_s=service.read_deadline_s)
+        return {backend: int(backend in looks and looks[backend].scheduler == UNREACHABLE)
+                for backend in probes}
+
+    def totals(self, service: Service) -> Totals:
+        """The totals, brought up to what ``service``'s store holds now (for a reader that
+        renders them before another scrape changes them: tests, benchmarks)."""
+        with self._lock:
+            self._refresh(service)
+            return self._totals
 
     def collect(self) -> Iterator[Metric]:
-        tallies = self._tallies()
-        jobs = GaugeMetricFamily("dispatch_jobs", "Jobs by state (finished ones included).",
-                                 labels=["state"])
-        by_state = Counter(t.state for t in tallies if t.state is not None)
-        for state in State:
-            jobs.add_metric([state.value], by_state.get(state.value, 0))
-        yield jobs
-        broken = GaugeMetricFamily("dispatch_jobs_record_unusable",
-                                   "Jobs whose record cannot be used.")
-        broken.add_metric([], sum(1 for t in tallies if t.state is None))
-        yield broken
+        with self._lock, self.open_service() as service:
+            self._refresh(service)
+            families = [*record_families(self._totals, self._unreachable(service)),
+                        *goodput_families(self._totals)]
+        yield from families
 
-        outcomes: Counter[tuple[str, str]] = Counter()
-        recoveries: Counter[str] = Counter()
-        escalations: Counter[str] = Counter()
-        app_errors: Counter[str] = Counter()
-        # Summed by scope and rule: a series per job would grow with the fleet (issue 36).
-        budget_used: Counter[tuple[str, str]] = Counter()
-        unreachable: dict[str, int] = {}
-        for t in tallies:
-            outcomes.update(t.outcomes)
-            recoveries.update(t.recoveries)
-            escalations.update(t.escalations)
-            if t.app_error is not None:
-                app_errors[t.app_error] += 1
-            for scope, rule, n in t.budget:
-                budget_used[(scope, rule)] += n
-            if t.live:
-                unreachable[t.backend] = max(unreachable.get(t.backend, 0), int(t.unreachable))
-        family = CounterMetricFamily("dispatch_outcomes", "Committed outcomes by state and "
-                                     "cause kind.", labels=["state", "cause"])
-        for (outcome, cause), n in sorted(outcomes.items()):
-            family.add_metric([outcome, cause], n)
-        yield family
-        family = CounterMetricFamily("dispatch_recoveries", "Recoveries started, by the "
-                                     "cause recovered from.", labels=["cause"])
-        for kind in CauseKind:
-            if recoveries.get(kind.value):
-                family.add_metric([kind.value], recoveries[kind.value])
-        yield family
-        family = CounterMetricFamily("dispatch_escalations", "Escalations raised, by cause "
-                                     "kind.", labels=["cause"])
-        for cause, n in sorted(escalations.items()):
-            family.add_metric([cause], n)
-        yield family
-        family = CounterMetricFamily("dispatch_application_errors", "Committed outcomes whose "
-                                     "end carries the application's own error (its first "
-                                     "failing rank's words), by cause kind.", labels=["cause"])
-        for cause, n in sorted(app_errors.items()):
-            family.add_metric([cause], n)
-        yield family
-        budget = GaugeMetricFamily("dispatch_budget_used", "Recoveries spent per policy rule "
-                                   "by the unfinished jobs, summed by scope and rule.",
-                                   labels=["scope", "rule"])
-        for (scope, rule), n in sorted(budget_used.items()):
-            budget.add_metric([scope, rule], n)
-        yield budget
-        gauge = GaugeMetricFamily("dispatch_scheduler_unreachable",
-                                  "1 when a backend's scheduler could not be asked at this "
-                                  "scrape (backends with unfinished jobs).",
-                                  labels=["backend"])
-        for backend, flag in sorted(unreachable.items()):
-            gauge.add_metric([backend], flag)
-        yield gauge
+
+def record_families(t: Totals, unreachable: dict[str, int]) -> Iterator[Metric]:
+    """The record's families from the fleet's totals."""
+    jobs = GaugeMetricFamily("dispatch_jobs", "Jobs by state (finished ones included), as "
+                             "their records say.", labels=["state"])
+    for state in State:
+        jobs.add_metric([state.value], t.states.get(state.value, 0))
+    yield jobs
+    broken = GaugeMetricFamily("dispatch_jobs_record_unusable",
+                               "Jobs whose record cannot be used.")
+    broken.add_metric([], t.unusable)
+    yield broken
+    family = CounterMetricFamily("dispatch_outcomes", "Committed outcomes by state and "
+                                 "cause kind.", labels=["state", "cause"])
+    for (outcome, cause), n in t.outcomes.items():
+        family.add_metric([outcome, cause], n)
+    yield family
+    family = CounterMetricFamily("dispatch_recoveries", "Recoveries started, by the "
+                                 "cause recovered from.", labels=["cause"])
+    recoveries = dict(t.recoveries.items())
+    for kind in CauseKind:
+        if recoveries.get(kind.value):
+            family.add_metric([kind.value], recoveries[kind.value])
+    yield family
+    family = CounterMetricFamily("dispatch_escalations", "Escalations raised, by cause "
+                                 "kind.", labels=["cause"])
+    for cause, n in t.escalations.items():
+        family.add_metric([cause], n)
+    yield family
+    family = CounterMetricFamily("dispatch_application_errors", "Committed outcomes whose "
+                                 "end carries the application's own error (its first "
+                                 "failing rank's words), by cause kind.", labels=["cause"])
+    for cause, n in t.app_errors.items():
+        family.add_metric([cause], n)
+    yield family
+    # Summed by scope and rule: a series per job would grow with the fleet (issue 36).
+    budget = GaugeMetricFamily("dispatch_budget_used", "Recoveries spent per policy rule "
+                               "by the unfinished jobs, summed by scope and rule.",
+                               labels=["scope", "rule"])
+    for (scope, rule), n in t.budget.items():
+        budget.add_metric([scope, rule], n)
+    yield budget
+    gauge = GaugeMetricFamily("dispatch_scheduler_unreachable",
+                              "1 when a backend's scheduler could not be asked at this "
+                              "scrape (backends with unfinished jobs).",
+                              labels=["backend"])
+    for backend, flag in sorted(unreachable.items()):
+        gauge.add_metric([backend], flag)
+    yield gauge

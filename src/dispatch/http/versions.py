@@ -17,19 +17,21 @@ class JobVersions:
         self.mark: int | None = None
         self.rows: dict[str, tuple[int, bool]] = {}  # job -> (version, finished)
 
-    def refresh(self, store: RecordStore) -> dict[str, tuple[int, bool]]:
+    def refresh(self, store: RecordStore) -> tuple[dict[str, tuple[int, bool]], set[str] | None]:
+        """Every job's (version, finished), and the jobs the store reported written to since
+        the last look (None: the table was read whole, any job may have changed or gone)."""
         if self.mark is not None:
             changes, mark = store.changes(self.mark)
             for c in changes:
                 self.rows[c.job_id] = (c.version, c.terminal)
             self.mark = mark
             if store.stamp()[0] == len(self.rows):
-                return self.rows
+                return self.rows, {c.job_id for c in changes}
         # The mark is taken before the table is read: nothing written after it is missed.
         _, mark = store.changes(None)
         self.rows = {r.job_id: (r.version, r.terminal) for r in store.list_jobs()}
         self.mark = mark
-        return self.rows
+        return self.rows, None
 
 
 __all__ = ["JobVersions"]

@@ -1,0 +1,140 @@
+"""The oracle for /metrics' kept totals (issue 36): every record read and counted anew, and
+a store's life driven step by step with the kept totals compared to it after each step.
+Used by tests/unit/http/test_metrics_totals.py (hypothesis) and tests/integration/stores/
+test_store_metrics_totals.py (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+from prometheus_client.core import Metric
+from tests.goodput_stories import preempted_once
+
+from dispatch.core import events as ev
+from dispatch.core.goodput import ZERO
+from dispatch.core.model import CauseKind, State
+from dispatch.http.goodput_metrics import goodput_families
+from dispatch.http.metrics import RecordCollector, record_families
+from dispatch.service import Service
+from dispatch.service.goodput import job_times
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def _samples(families: Iterator[Metric] | list[Metric]) -> Samples:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
+
+
+def from_scratch(service: Service) -> Samples:
+    """Every record read and counted anew, as /metrics did before it kept totals (its
+    states as the record says: no scheduler asked)."""
+    ids = [r.job_id for r in service.store.list_jobs()]
+    views = service.views(ids, ask_scheduler=False)
+    out: Samples = {}
+    states = Counter(v.status.state.value for v in views if v.status is not None)
+    for state in State:
+        out[("dispatch_jobs", (("state", state.value),))] = states.get(state.value, 0)
+    out[("dispatch_jobs_record_unusable", ())] = sum(1 for v in views if v.status is None)
+    outcomes: Counter[tuple[str, str]] = Counter()
+    recoveries: Counter[str] = Counter()
+    escalations: Counter[str] = Counter()
+    app_errors: Counter[str] = Counter()
+    budget: dict[tuple[str, str], int] = {}
+    for v in views:
+        s = v.status
+        if s is None:
+            continue
+        for t in s.history:
+            if t.state is State.RECOVERING and t.cause is not None:
+                recoveries[t.cause.kind.value] += 1
+            elif t.state.terminal and t.cause is not None:
+                outcomes[(t.state.value, t.cause.kind.value)] += 1
+        for x in s.escalations:
+            escalations[x.cause.kind.value if x.cause is not None else "none"] += 1
+        if s.settled and s.error is not None and s.cause is not None:
+            app_errors[s.cause.kind.value] += 1
+        if not s.state.terminal:
+            for rule, n in s.budget_used.items():
+                key = (s.scope or s.backend, rule)
+                budget[key] = budget.get(key, 0) + n
+    for (state, cause), n in outcomes.items():
+        out[("dispatch_outcomes_total", (("cause", cause), ("state", state)))] = n
+    for kind in CauseKind:
+        if recoveries.get(kind.value):
+            out[("dispatch_recoveries_total", (("cause", kind.value),))] = recoveries[kind.value]
+    for cause, n in escalations.items():
+        out[("dispatch_escalations_total", (("cause", cause),))] = n
+    for cause, n in app_errors.items():
+        out[("dispatch_application_errors_total", (("cause", cause),))] = n
+    for (scope, rule), n in budget.items():
+        out[("dispatch_budget_used", (("rule", rule), ("scope", scope)))] = n
+    times, _ = job_times(service.store, ids, service.clock())
+    phases: dict[tuple[str, str, str], timedelta] = {}
+    lost: dict[tuple[str, str], timedelta] = {}
+    for jt in times:
+        for x in jt.segments[: jt.closed]:
+            key = (x.phase.value, x.cause.value, jt.backend)
+            phases[key] = phases.get(key, ZERO) + (x.end - x.start) * x.nodes
+        for x in jt.lost:
+            lkey = (x.cause.value, jt.backend)
+            lost[lkey] = lost.get(lkey, ZERO) + (x.end - x.start) * x.nodes
+    for (phase, cause, backend), d in phases.items():
+        out[
+            (
+                "dispatch_job_seconds_total",
+                (("backend", backend), ("cause", cause), ("phase", phase)),
+            )
+        ] = d.total_seconds()
+    for (cause, backend), d in lost.items():
+        out[("dispatch_lost_work_seconds_total", (("backend", backend), ("cause", cause)))] = (
+            d.total_seconds()
+        )
+    return out
+
+
+def kept(collector: RecordCollector, service: Service) -> Samples:
+    totals = collector.totals(service)
+    return _samples([*record_families(totals, {}), *goodput_families(totals)])
+
+
+def story(job_id: str, nodes: int, backend: str) -> list[Any]:
+    return list(preempted_once(nodes, job_id=job_id, backend=backend).record)
+
+
+class Life:
+    """A store whose jobs are created, advanced along their records, and pruned, with
+    /metrics' kept totals compared to a whole recomputation after every step."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.collector = RecordCollector(lambda: service)
+        self.full: dict[str, list[Any]] = {}  # job -> the record it will have in the end
+        self.written: dict[str, int] = {}  # job -> events written so far
+        self.pruned = 0
+        self.unusable = 0
+
+    def new(self, record: list[Any]) -> None:
+        created = record[0]
+        assert isinstance(created, ev.JobCreated)
+        self.service.store.create(created)
+        self.full[created.job_id], self.written[created.job_id] = record, 1
+
+    def advance(self, job_id: str, n: int) -> None:
+        more = self.full[job_id][self.written[job_id] : self.written[job_id] + n]
+        if more:
+            self.service.store.append(job_id, more, self.written[job_id])
+            self.written[job_id] += len(more)
+
+    def prune(self) -> None:
+        for gone in self.service.store.prune(2**62, act=True):
+            self.full.pop(gone, None)
+            self.written.pop(gone, None)
+            self.pruned += 1
+
+    def check(self, what: str) -> None:
+        want = from_scratch(self.service)
+        assert kept(self.collector, self.service) == want, f"after {what}"
+        self.unusable = max(self.unusable, int(want[("dispatch_jobs_record_unusable", ())]))
