@@ -20,9 +20,9 @@ What it does, in order:
 4. dispatch: a fresh backend and supervisor on the same record (a restarted ``dispatch
    supervise``): the first tick (one LIST per collection, then watches), then K steady ticks
    every INTERVAL seconds. ``apiserver_request_total`` is scraped before and after each
-   window, the kube-apiserver's CPU time read from /proc; the informer's memory is what
-   tracemalloc holds allocated from ``dispatch/backends/kubeflow`` after the ticks (and the
-   process's RSS growth over the first tick).
+   window, the kube-apiserver's CPU time read from /proc; the supervisor's RSS growth over its
+   first tick; then, apart (tracing would slow the ticks), what a fresh backend's informer
+   holds once synced, as tracemalloc counts it.
 5. The SDK (bench/kfsdk_peer.py, its own venv, the same least-privilege identity): R refreshes
    of ``TrainerClient.list_jobs()``, then one refresh of ``get_job(name)`` for every job.
 6. Deletes the TrainJobs and the added nodes.
@@ -154,18 +154,10 @@ def submit_all(rig: kb.DispatchRig, n: int, timeout: float) -> dict[str, float]:
     }
 
 
-def kubeflow_bytes(snapshot: tracemalloc.Snapshot) -> int:
-    mine = snapshot.filter_traces(
-        [tracemalloc.Filter(True, "*dispatch/backends/kubeflow/*", all_frames=True)]
-    )
-    return sum(s.size for s in mine.statistics("filename"))
-
-
 def measure_dispatch(store: Any, api: kb.ApiServer, ticks: int, interval: float) -> dict[str, Any]:
     watches0 = api.watches()
     rig = kb.reopen_rig(store)
     gc.collect()
-    tracemalloc.start(30)
     rss0 = rss_kib()
     with Window(api) as first:
         t = time.monotonic()
@@ -180,9 +172,6 @@ def measure_dispatch(store: Any, api: kb.ApiServer, ticks: int, interval: float)
             rig.supervisor.tick()
             walls.append(time.monotonic() - t)
             time.sleep(max(0.0, interval - walls[-1]))
-    gc.collect()
-    held = kubeflow_bytes(tracemalloc.take_snapshot())
-    tracemalloc.stop()
     disc = rig.backend.last
     states = Counter(o.state.value for o in disc.objects) if disc else Counter()
     watches = api.watches()
@@ -195,10 +184,26 @@ def measure_dispatch(store: Any, api: kb.ApiServer, ticks: int, interval: float)
         "walls": walls,
         "jobs": rep.jobs,
         "states": states,
-        "held": held,
         "rss": (rss1 - rss0) * 1024,
         "watches": watches,
     }
+
+
+def informer_memory() -> tuple[int, int]:
+    """What a fresh backend's informer holds once synced (its first discover), as tracemalloc
+    counts it (one frame: cheap): (bytes still held after it and a gc, the peak during it).
+    Measured apart from the ticks, which tracing would slow."""
+    backend = kb.KubeflowBackend(kubeconfig=kb.KUBECONFIG, namespaces=[kb.NAMESPACE])
+    gc.collect()
+    tracemalloc.start(1)
+    try:
+        backend.discover([], [])
+        gc.collect()
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        backend.close()
+    return held, peak
 
 
 def measure_sdk(api: kb.ApiServer, refreshes: int, names: list[str]) -> dict[str, Any]:
@@ -239,16 +244,28 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=2.0, help="seconds between ticks")
     ap.add_argument("--sdk-refreshes", type=int, default=3)
     ap.add_argument("--submit-timeout", type=float, default=1800.0)
+    ap.add_argument(
+        "--reuse",
+        type=Path,
+        default=None,
+        help="the work folder of an earlier run whose jobs still run: measure them again",
+    )
+    ap.add_argument("--keep", action="store_true", help="leave the jobs and nodes on the cluster")
     args = ap.parse_args()
     api = kb.ApiServer()
     extra = max(0, math.ceil(args.jobs / POD_CAPACITY) + 1 - 4)
     nodes = [f"{EXTRA}{i}" for i in range(1, extra + 1)]
-    cleanup(nodes)
-    work = Path(tempfile.mkdtemp(prefix="dispatch-bench-k8s-cost-"))
+    if args.reuse is None:
+        cleanup(nodes)
+    work = args.reuse or Path(tempfile.mkdtemp(prefix="dispatch-bench-k8s-cost-"))
+    print(f"work folder: {work}", file=sys.stderr)
     try:
-        add_nodes(extra)
         rig = kb.dispatch_rig(work)
-        sub = submit_all(rig, args.jobs, args.submit_timeout)
+        if args.reuse is None:
+            add_nodes(extra)
+            sub = submit_all(rig, args.jobs, args.submit_timeout)
+        else:
+            sub = {"reused": 1.0, "running_pods": count_pods("Running")}
         rig.close()
         print(f"submitted: {sub}", file=sys.stderr)
         time.sleep(5)
@@ -257,6 +274,7 @@ def main() -> None:
         base_rate = base.cpu / base.wall
         d = measure_dispatch(rig.store, api, args.ticks, args.interval)
         print(f"dispatch done: {d['states']}", file=sys.stderr)
+        d["held"], d["peak"] = informer_memory()
         names = sorted(
             kb.kubectl(
                 "get", "trainjobs", "-n", kb.NAMESPACE, "-o", "jsonpath={.items[*].metadata.name}"
@@ -264,7 +282,8 @@ def main() -> None:
         )
         s = measure_sdk(api, args.sdk_refreshes, names)
     finally:
-        cleanup(nodes)
+        if not args.keep:
+            cleanup(nodes)
     print(f"### bench_k8s_cost: {args.jobs} TrainJobs, {len(names)} on the cluster")
     print(
         f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {platform.node()} "
@@ -273,11 +292,14 @@ def main() -> None:
         f"({4 + extra} nodes); kubeflow SDK {kb.sdk_version()}"
     )
     print(f"command: {sys.executable} bench/bench_k8s_cost.py " + " ".join(sys.argv[1:]))
-    print(
-        f"submission: {sub['seconds']:.0f} s, {sub['ticks']} supervisor ticks, "
-        f"{sub['running_pods']} pods Running; dispatch states "
-        + ", ".join(f"{k.split()[1]} {v}" for k, v in sub.items() if k.startswith("disp"))
-    )
+    if "reused" in sub:
+        print(f"submission: reused the jobs of {work}; {sub['running_pods']:.0f} pods Running")
+    else:
+        print(
+            f"submission: {sub['seconds']:.0f} s, {sub['ticks']:.0f} supervisor ticks, "
+            f"{sub['running_pods']:.0f} pods Running; dispatch states "
+            + ", ".join(f"{k.split()[1]} {v}" for k, v in sub.items() if k.startswith("disp"))
+        )
     print()
     print(
         "| per refresh | LIST | GET | WATCH ended | API-server CPU ms | minus baseline ms "
@@ -311,9 +333,10 @@ def main() -> None:
         f"{sum(d['walls']) / len(d['walls']):.3f} s)"
     )
     print(
-        f"- dispatch's informer: {d['held'] / 2**20:.1f} MiB held by allocations made "
-        f"under dispatch/backends/kubeflow (tracemalloc, after the ticks); the process's RSS "
-        f"grew {d['rss'] / 2**20:.1f} MiB over the first tick"
+        f"- dispatch's informer, synced: {d['held'] / 2**20:.1f} MiB held (peak "
+        f"{d['peak'] / 2**20:.1f} MiB; tracemalloc over a fresh backend's first discover, "
+        f"the six collections listed and watched); the supervisor's RSS grew "
+        f"{d['rss'] / 2**20:.1f} MiB over its first tick"
     )
     print(
         f"- watches dispatch holds open after the steady ticks "

@@ -278,3 +278,8 @@ def sdk_version() -> str:
         check=False,
     )
     return done.stdout.strip() or "unknown"
+
+
+def testbed(*args: str) -> None:
+    """A testbed subcommand (lose-node, restore-node), on this testbed's state."""
+    subprocess.run([str(TESTBED), *args], check=True, capture_output=True)
