@@ -89,6 +89,10 @@ def pod_condition(kind: str, reason: str) -> Check:
     )
 
 
+def any_of(*checks: Check) -> Check:
+    return lambda v: any(c(v) for c in checks)
+
+
 def running(v: dict[str, Any]) -> bool:
     return bool(v["pods"]) and all(p.get("status", {}).get("phase") == "Running" for p in v["pods"])
 
@@ -218,7 +222,8 @@ def scenarios() -> list[Scenario]:
             LONG,
             "preempted",
             ("Preempt",),
-            pod_condition("DisruptionTarget", "PreemptionByScheduler"),
+            # the victim may be gone before a look sees its condition; then its Job fails
+            any_of(pod_condition("DisruptionTarget", "PreemptionByScheduler"), condition("Failed")),
             spec=cpu8,
             trigger=preempt,
             phase=1,
@@ -378,6 +383,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--poll", type=float, default=2.0)
     ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument(
+        "--only",
+        nargs="*",
+        default=None,
+        help="run only the scenarios whose name starts with these words",
+    )
     args = ap.parse_args()
     kb.kubectl(
         "delete",
@@ -393,7 +404,9 @@ def main() -> None:
         Path(tempfile.mkdtemp(prefix="dispatch-bench-k8s-cls-")), node_loss_window_s=90
     )
     peer = kb.SdkPeer()
-    scs = scenarios()
+    scs = [
+        s for s in scenarios() if args.only is None or any(s.name.startswith(w) for w in args.only)
+    ]
     started = time.monotonic()
     phase = 0
     try:

@@ -229,9 +229,9 @@ def dispatch_words(status: Any) -> str:
     bits = [f"{status.state.value}, cause {c.kind.value} ({c.provenance.value})"]
     if c.exit_code is not None:
         bits.append(f"exit {c.exit_code}")
-    app = getattr(status, "application_error", None)
-    if app is not None and getattr(app, "message", None):
-        bits.append(f"app error {app.message!r}")
+    app = status.error  # the application's own words (AppError), when captured
+    if app is not None and app.message:
+        bits.append(f"application error {app.message!r} ({app.source.value})")
     if c.detail:
         bits.append(f"detail {c.detail[:160]!r}")
     return "; ".join(bits)
