@@ -480,7 +480,8 @@ def main() -> None:
                 continue
             g = sc.grade[key]
             totals[key] += g.startswith("right")
-            cells.append(f"**{g}**: {sc.observed[key]}".replace("|", "\\|"))
+            said = " ".join(sc.observed[key].split())  # one table row: no newlines
+            cells.append(f"**{g}**: {said}".replace("|", "\\|"))
         print(f"| {sc.name} ({sc.truth}) | " + " | ".join(cells) + " |")
     print(nort)
     print(

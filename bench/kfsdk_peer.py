@@ -23,6 +23,12 @@ import time
 from typing import Any
 
 
+def failure(err: Exception) -> str:
+    """One line: the SDK's error and the first line of its cause (an HTTP status)."""
+    cause = str(err.__cause__ or "").strip().splitlines()
+    return f"error: {type(err).__name__}: {err}" + (f" ({cause[0]})" if cause else "")
+
+
 def words(job: Any) -> str:
     steps = ", ".join(f"{s.name}: {s.status}" for s in (job.steps or []))
     return f"{job.status}" + (f"; {steps}" if steps else "")
@@ -48,13 +54,13 @@ def main() -> None:
                 for job in client.list_jobs():
                     jobs[job.name] = words(job)
             except Exception as err:  # noqa: BLE001 - the peer's failure is a result
-                jobs["*"] = f"error: {type(err).__name__}: {err} ({err.__cause__})"
+                jobs["*"] = failure(err)
         else:
             for name in names:
                 try:
                     jobs[name] = words(client.get_job(name))
                 except Exception as err:  # noqa: BLE001 - the peer's failure is a result
-                    jobs[name] = f"error: {type(err).__name__}: {err} ({err.__cause__})"
+                    jobs[name] = failure(err)
         out = {"seconds": time.monotonic() - started, "jobs": jobs}
         print(json.dumps(out), flush=True)
 
