@@ -24,6 +24,12 @@ from dispatch.backends.kubeflow.objects import (
 )
 from dispatch.core.app_error import AppError, ErrorSource, from_output
 
+# The reasons under which ``terminated.message`` is what the container left (its
+# termination-message file, or its log's end under FallbackToLogsOnError). Under any other
+# reason the kubelet or the runtime wrote the message itself (ContainerStatusUnknown: "The
+# container could not be located when the pod was terminated"; StartError: the runtime's
+# failure): Kubernetes' words, kept in the note, never shown as the application's.
+APPLICATION_REASONS = frozenset({"", "Error", "Completed", "OOMKilled"})
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 
@@ -58,6 +64,8 @@ class FailedContainer(msgspec.Struct, frozen=True):
     exit_code: int | None
     message: str
     at: datetime | None
+    # what Kubernetes itself wrote in the message's place (reason: message), if anything
+    kubernetes_words: str = ""
 
 
 def first_failed_container(pods: Sequence[Any]) -> FailedContainer | None:
@@ -71,13 +79,18 @@ def first_failed_container(pods: Sequence[Any]) -> FailedContainer | None:
         return None
     at, name, pod, cs, term = min(found, key=lambda f: (f[0], f[1]))
     index = as_str(labels(pod).get(COMPLETION_INDEX_LABEL))
+    reason, message = as_str(term.get("reason")) or "", as_str(term.get("message")) or ""
+    if reason not in APPLICATION_REASONS:
+        message, words = "", f"{reason}: {message}" if message else reason
+    else:
+        words = ""
     return FailedContainer(
         pod=name, container=as_str(as_map(cs).get("name")) or "",
         uid=as_str(as_map(as_map(pod).get("metadata")).get("uid")) or "",
         node=as_str(as_map(as_map(pod).get("spec")).get("nodeName")) or name,
         rank=int(index) if index is not None and index.isdigit() else None,
-        exit_code=as_int(term.get("exitCode")), message=as_str(term.get("message")) or "",
-        at=None if at == datetime.max.replace(tzinfo=UTC) else at)
+        exit_code=as_int(term.get("exitCode")), message=message,
+        at=None if at == datetime.max.replace(tzinfo=UTC) else at, kubernetes_words=words)
 
 
 def _exit_and_signal(code: int | None) -> tuple[int | None, int | None]:
@@ -99,7 +112,10 @@ def error_of(failed: FailedContainer, log_tail: str | None) -> AppError:
     """The failed container's error: its termination message when it left one, else the
     last lines of its log; neither: an error without words whose note says so (the cause is
     the scheduler's either way)."""
-    code, signum = _exit_and_signal(failed.exit_code)
+    # Under a reason of Kubernetes' own the exit code is its placeholder too (137 for a
+    # container it could not locate), not how the application ended.
+    code, signum = (None, None) if failed.kubernetes_words else _exit_and_signal(
+        failed.exit_code)
     if failed.message.strip():
         text, source, note = failed.message, ErrorSource.TERMINATION_MESSAGE, ""
     elif log_tail and log_tail.strip():
@@ -108,5 +124,7 @@ def error_of(failed: FailedContainer, log_tail: str | None) -> AppError:
         text, source = "", ErrorSource.TERMINATION_MESSAGE
         note = (f"container {failed.container} of pod {failed.pod} left no termination "
                 "message and no log lines")
+        if failed.kubernetes_words:
+            note += f" (Kubernetes said {failed.kubernetes_words})"
     return from_output(text, node=failed.node, source=source, rank=failed.rank,
                        exit_code=code, signum=signum, at=failed.at, note=note)
