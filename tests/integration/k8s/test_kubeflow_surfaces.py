@@ -83,16 +83,22 @@ def add(a: int, b: int) -> int:
 
 
 def test_an_executor_function_on_kubeflow_what_kwok_can_show(
-        cli: Dispatch, namespace: str, tmp_path: Path) -> None:
+    cli: Dispatch, namespace: str, tmp_path: Path
+) -> None:
     # Scenario 11. KWOK runs no process: the pods "run" for DISPATCH_TESTBED_SECONDS and exit
     # as their env says, so what is real here is everything up to the pod and back: the
     # TrainJob the executor makes, its supervision by `wait`/`result`, and the record. What
     # the function returns and raises needs a kubelet that runs the image's python (with
     # dispatch installed) and the call folder mounted at the same path on every pod.
     store = str(tmp_path / "record.sqlite3")
-    ex = dispatch.Executor(tmp_path / "runs", backend="kubeflow", store=store, nodes=2,
-                           env={"DISPATCH_TESTBED_SECONDS": "3"},
-                           kubeflow={"namespace": namespace, "runtime": DISPATCH_RUNTIME})
+    ex = dispatch.Executor(
+        tmp_path / "runs",
+        backend="kubeflow",
+        store=store,
+        nodes=2,
+        env={"DISPATCH_TESTBED_SECONDS": "3"},
+        kubeflow={"namespace": namespace, "runtime": DISPATCH_RUNTIME},
+    )
     job = ex.submit(add, 2, 3)
     final = job.wait(timeout=180, poll=0.5)
     assert final.state is dispatch.State.SUCCEEDED, final
@@ -112,8 +118,13 @@ def test_an_executor_function_on_kubeflow_what_kwok_can_show(
     # A function whose pods fail: the cause and the termination message come from the cluster
     # (FunctionFailed carries them); the remote exception (its pickled traceback) needs the
     # bootstrap to have run, so there is none.
-    ex.update_parameters(env={"DISPATCH_TESTBED_SECONDS": "1", "DISPATCH_TESTBED_EXIT": "1",
-                              "DISPATCH_TESTBED_MESSAGE": MESSAGE})
+    ex.update_parameters(
+        env={
+            "DISPATCH_TESTBED_SECONDS": "1",
+            "DISPATCH_TESTBED_EXIT": "1",
+            "DISPATCH_TESTBED_MESSAGE": MESSAGE,
+        }
+    )
     failing = ex.submit(add, 1, 1)
     err = failing.exception(timeout=180, poll=0.5)
     assert isinstance(err, FunctionFailed), err
@@ -123,15 +134,23 @@ def test_an_executor_function_on_kubeflow_what_kwok_can_show(
     assert err.remote is None
 
 
-def test_goodput_on_kubeflow_is_node_time_from_the_record(
-        cli: Dispatch, namespace: str) -> None:
+def test_goodput_on_kubeflow_is_node_time_from_the_record(cli: Dispatch, namespace: str) -> None:
     # Goodput (G1, G2) is read from the record alone: the execution's start as the scheduler
     # says it (a pod's startedAt, whole seconds) on the nodes it started on, its end, the
     # outcome. Lost work (G3) needs reported checkpoints: the kubeflow backend sets no
     # DISPATCH_PROGRESS_FILE (a pod's file is not readable by the supervisor), so none is
     # counted, whatever the cluster.
-    code, st = run(cli, spec(cli, namespace, "gp", {"DISPATCH_TESTBED_SECONDS": "4"}, nodes=2,
-                             runtime=DISPATCH_RUNTIME))
+    code, st = run(
+        cli,
+        spec(
+            cli,
+            namespace,
+            "gp",
+            {"DISPATCH_TESTBED_SECONDS": "4"},
+            nodes=2,
+            runtime=DISPATCH_RUNTIME,
+        ),
+    )
     assert code == 0 and st["state"] == "succeeded", st
     events = {e["type"]: e["event"] for e in cli.json("history", "gp")}
     assert events["ExecutionStarted"]["nodes"] == 2
@@ -141,7 +160,8 @@ def test_goodput_on_kubeflow_is_node_time_from_the_record(
     assert running["node_seconds"] == pytest.approx(2 * running["seconds"], abs=1e-6)
     assert running["seconds"] >= 3  # the pods ran 4 s (whole-second stamps: at least 3)
     assert sum(p["node_seconds"] for p in group["parts"]) == pytest.approx(
-        group["node_seconds"], abs=1e-5)
+        group["node_seconds"], abs=1e-5
+    )
     assert group["node_seconds"] == pytest.approx(2 * group["wall_seconds"], abs=1e-5)
     assert group["lost_work"] == []
     assert 0 < group["goodput"] <= 1 and group["goodput_allocated"] > 0
