@@ -306,10 +306,13 @@ class FakeApiServer:
                     _Fault(code, 0.0, match or (lambda m, p: True), reason, message)
                 )
 
-    def hang_next(self, seconds: float, count: int = 1) -> None:
+    def hang_next(
+        self, seconds: float, count: int = 1, match: Callable[[str, str], bool] | None = None
+    ) -> None:
+        """Answer the next ``count`` matching requests (method, path) only after ``seconds``."""
         with self._lock:
             for _ in range(count):
-                self._faults.append(_Fault(None, seconds, lambda m, p: True))
+                self._faults.append(_Fault(None, seconds, match or (lambda m, p: True)))
 
     def reset_requests(self) -> None:
         with self._lock:

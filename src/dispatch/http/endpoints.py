@@ -5,6 +5,7 @@ route groups (routes_*.py) build their endpoints over these; app.py puts them to
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -56,6 +57,11 @@ class Server:
     held_index: HeldIndex = field(default_factory=HeldIndex)
     # The open log streams (http/follow.py); make_server makes it.
     streams: LogStreams = field(init=False)
+    # Set when a job is recorded through this server: the supervision loop looks for the
+    # scopes of live jobs at once rather than at the end of its lease period (a job of a
+    # backend not served yet is watched from its first moments, while its pods still show
+    # how it is going: a crash-looping pod's exit code is gone once its Job gives up).
+    recorded: threading.Event = field(default_factory=threading.Event)
 
     def service(self, actor: str | None = None) -> Service:
         backends = Backends(self.metrics.scheduler.wrap(make_backend))

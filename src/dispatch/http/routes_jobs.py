@@ -89,6 +89,7 @@ def job_routes(server: Server) -> list[Route]:
                             "with the CLI or the Python API")
         with server.service(actor_of(request)) as service:
             job_id = service.submit(spec)
+            server.recorded.set()
             return JSONResponse(status_json(service.view(job_id)), status_code=201)
 
     def _person(what: str) -> Callable[[Request], Response]:

@@ -89,6 +89,7 @@ class SupervisorLoop:
 
     def stop(self, timeout: float = 30.0) -> None:
         self.stopping.set()
+        self.server.recorded.set()  # the scopes' watcher wakes and ends
         if self.sup is not None:
             self.sup.stop()
         self.thread.join(timeout)
@@ -102,9 +103,15 @@ class SupervisorLoop:
             self.on_tick(report)
 
     def _watch_scopes_until_stopped(self) -> None:
-        """Every lease period, on a thread of its own: asking a scheduler for its cluster
-        can take seconds (a stopped slurmctld), and no backend's tick may wait for it."""
-        while not self.stopping.wait(self.lease_s):
+        """Every lease period, and at once when a job is recorded through this server, on a
+        thread of its own: asking a scheduler for its cluster can take seconds (a stopped
+        slurmctld), and no backend's tick may wait for it."""
+        recorded = self.server.recorded
+        while not self.stopping.is_set():
+            recorded.wait(self.lease_s)
+            recorded.clear()
+            if self.stopping.is_set():
+                return
             self._watch_scopes()
 
     def _watch_scopes(self) -> None:

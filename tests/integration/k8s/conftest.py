@@ -33,16 +33,17 @@ def namespace() -> str:
 
 @pytest.fixture
 def cli(tmp_path: Path, namespace: str) -> Iterator[Dispatch]:
-    """The real CLI with a record of its own; what its jobs left on the cluster is deleted."""
+    """The real CLI with a record of its own; what its jobs left on the cluster is deleted
+    (every job of the record: those of a spec file, of the API, of dispatch.Executor)."""
     d = Dispatch(tmp_path)
     d.env["DISPATCH_KUBEFLOW_NODE_LOSS_WINDOW"] = "90s"
     try:
         yield d
     finally:
         d.close()
-        for name in [p.stem for p in tmp_path.glob("*.yaml")]:
-            done = d("status", name, "--json")
-            if done.returncode == 0:
-                for ref in json.loads(done.stdout).get("objects", []):
-                    kubectl("delete", "trainjob", ref.split("/")[-1], "-n", namespace,
-                            "--wait=false", check=False)
+        done = d("ls", "--all", "--json")
+        rows = json.loads(done.stdout) if done.returncode == 0 else []
+        for row in rows if isinstance(rows, list) else rows.get("jobs", []):
+            for ref in row.get("objects", []):
+                kubectl("delete", "trainjob", ref.split("/")[-1], "-n", namespace,
+                        "--wait=false", check=False)

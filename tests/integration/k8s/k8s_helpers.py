@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import yaml
 
 REPO = Path(__file__).resolve().parents[3]
@@ -100,3 +101,25 @@ def trainjob(namespace: str, env: dict[str, str], *, nodes: int = 1,
 def events_for(namespace: str, name_prefix: str) -> list[dict[str, Any]]:
     return [e for e in items("events", namespace)
             if e.get("involvedObject", {}).get("name", "").startswith(name_prefix)]
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("DISPATCH_K8S_STATE", "/var/lib/dispatch-k8s-testbed"))
+
+
+def component_pid(name: str) -> int:
+    """The pid of a testbed component (etcd, kube-apiserver, ...), from its pid file."""
+    return int((state_dir() / "run" / f"{name}.pid").read_text().strip())
+
+
+def etcd_compact() -> int:
+    """Compact the testbed's etcd at its current revision (physically: the history is gone),
+    through etcd's JSON gateway on its plain-HTTP client port; the revision compacted at."""
+    url = f"http://127.0.0.1:{23791 + int(os.environ.get('DISPATCH_K8S_PORT_OFFSET', '0'))}"
+    with httpx2.Client(base_url=url, timeout=30) as etcd:
+        head = etcd.post("/v3/kv/range", json={"key": "AA=="})
+        head.raise_for_status()
+        revision = int(head.json()["header"]["revision"])
+        etcd.post("/v3/kv/compaction",
+                  json={"revision": str(revision), "physical": True}).raise_for_status()
+    return revision

@@ -272,3 +272,40 @@ def test_own_writes_are_read_back_from_the_cache(
         backend.cancel(ref)
         (gone,) = plain_discover(backend, [token], [ref]).objects
         assert gone.state is State.CANCELLED and gone.cause.actor == "dispatch"
+
+
+def test_every_watch_silent_asks_the_server_and_no_answer_is_unreachable(
+    fake: FakeApiServer, tmp_path: Path, clock: Clock
+) -> None:
+    # A stopped API server (SIGSTOP, a stall) keeps the watches open and says nothing: only a
+    # request tells that from a quiet cluster. Bound 0 here: every look asks GET /version.
+    settings = InformerSettings(stall_after_s=0.0, backoff_s=0.05, max_backoff_s=0.1)
+    backend = make_backend(fake, tmp_path, clock, informer_settings=settings)
+    try:
+        for n in NODES:
+            fake.put(tr.node(n))
+        token, ns, name = submit(backend)
+        pods = tr.materialize(fake, ns, name, NODES)
+        ref = f"{ns}/{name}"
+        # The stand-in answers /version 404: an answer, so the server lives.
+        assert backend.discover([token], [ref]).objects[0].state is State.RUNNING
+        assert ("GET", "/version") in [(r.method, r.path) for r in fake.requests]
+        fake.hang_next(5.0, match=lambda method, path: path == "/version")
+        with pytest.raises(SchedulerUnreachable) as err:
+            plain_discover(backend, [token], [ref])
+        assert "no watch event or bookmark" in err.value.reason
+        assert "does not answer" in err.value.reason
+        # Once it answers, the collections have been listed again: what changed is seen.
+        tr.terminate(fake, ns, pods[0], reason="Error", exit_code=3)
+        fail(fake, ns, name)
+
+        def recovered() -> bool:
+            try:
+                (report,) = plain_discover(backend, [token], [ref]).objects
+            except SchedulerUnreachable:
+                return False
+            return report.state is State.FAILED
+
+        assert eventually(recovered)
+    finally:
+        backend.close()

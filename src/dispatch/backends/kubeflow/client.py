@@ -336,6 +336,18 @@ class KubeClient:
             raise ApiAnswer(code, str(body.get("reason") or ""), message)
         return WatchStream(response, what)
 
+    def probe(self) -> None:
+        """``GET /version``, once, not retried: whether the API server answers at all (the
+        informer asks when every watch has been silent); any HTTP answer is one. Raises
+        SchedulerUnreachable when none comes within the client's timeout."""
+        http = self._client._client._client  # lightkube's httpx client: base URL, auth, TLS
+        try:
+            http.get("/version", timeout=self.settings.timeout_s).close()
+        except httpx2.TransportError as err:
+            raise SchedulerUnreachable(
+                BACKEND, f"GET /version: {type(err).__name__}: {err}"
+            ) from None
+
     def pod_log(self, namespace: str, pod: str, params: Mapping[str, str]) -> bytes:
         """``GET /api/v1/namespaces/{namespace}/pods/{pod}/log`` with ``params`` (container,
         sinceTime, timestamps, limitBytes...): the log text as bytes. Retried and translated

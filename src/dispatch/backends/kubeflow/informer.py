@@ -16,7 +16,14 @@ transition on missing information):
   same staleness a poll interval has);
 - broken for longer, or never listed because the API server cannot be reached:
   SchedulerUnreachable, never an answer from a stale cache;
-- refused: the caller's look is incomplete for that namespace, as with per-tick lists.
+- refused: the caller's look is incomplete for that namespace, as with per-tick lists;
+- every watch silent (no event, no bookmark, no list) for more than ``stall_after_s``: the API
+  server is asked ``GET /version`` once; no answer and the look raises SchedulerUnreachable and
+  every collection re-LISTs. A quiet watch is normal (the API server's cache sends a bookmark
+  about once a minute only when the resource kind has changed somewhere in the cluster: a
+  TrainJob watch on a cluster where no TrainJob changes hears nothing for minutes), so silence
+  alone is not a failure; a stopped API server (SIGSTOP, a stall) keeps every connection open
+  and answers nothing, which only a request can tell.
 
 Reading your own writes: after the backend creates, deletes or ungates a TrainJob it registers an
 *expectation* (this uid is present / is being deleted or gone / is no longer suspended). The
@@ -75,6 +82,7 @@ class InformerSettings:
     watch_timeout_s: int = 300  # asked of the server (timeoutSeconds); then re-WATCH
     backoff_s: float = 0.2  # first wait before a re-LIST after a failure
     max_backoff_s: float = 5.0
+    stall_after_s: float = 10.0  # every watch silent this long: ask the API server if it lives
 
 
 @dataclass
@@ -161,6 +169,7 @@ class Reflector:
                         self.listed_at = started
                         self.lists += 1
                         self._relist = False
+                        inf.heard()
                         inf.relisted(self, started)
                         inf.cond.notify_all()
                     need_list = False
@@ -173,6 +182,7 @@ class Reflector:
                     if inf.stopping.is_set() or self._relist:
                         stream.abort()
                     self._stream = stream
+                    inf.heard()
                 try:
                     for etype, obj in stream.events():
                         with inf.cond:
@@ -225,6 +235,7 @@ class Reflector:
         rv = _meta(obj).get("resourceVersion")
         if isinstance(rv, str) and rv:
             self._resource_version = rv
+        self._informer.heard()
         if etype == "BOOKMARK":
             return
         name = str(_meta(obj).get("name"))
@@ -269,8 +280,13 @@ class Informer:
         self.stopping = threading.Event()
         self._reflectors: dict[Watched, Reflector] = {}
         self._expected: list[_Expectation] = []
+        self._heard = time.monotonic()  # the API server's last word on any watch or list
+        self.probes = 0  # GET /version asked because every watch was silent (tests, benches)
 
     # -- for the reflector threads (lock held) -----------------------------------------------
+
+    def heard(self) -> None:
+        self._heard = time.monotonic()
 
     def relisted(self, reflector: Reflector, started: float) -> None:
         if reflector.watched.res._api_info.resource.kind != "TrainJob":
@@ -318,6 +334,7 @@ class Informer:
         wanted = list(dict.fromkeys(collections))
         reflectors = [self.reflector(w) for w in wanted]
         s = self.settings
+        self._check_not_stalled()
         with self.cond:
             deadline = time.monotonic() + s.sync_timeout_s
             while not all(r.outcome for r in reflectors):
@@ -356,6 +373,29 @@ class Informer:
                     )
                 out.objects[w] = [*r.items.values(), *r.gone.values()]
             return out
+
+    def _check_not_stalled(self) -> None:
+        """Every watch silent for more than ``stall_after_s``: one ``GET /version``. No answer:
+        every collection re-LISTs (a stalled connection may never speak again) and this look
+        raises SchedulerUnreachable, so nothing is decided from a cache that may have stopped."""
+        with self.cond:
+            silent = time.monotonic() - self._heard
+            if silent <= self.settings.stall_after_s:
+                return
+            self.probes += 1
+        try:
+            self.kube.probe()
+        except SchedulerUnreachable as err:
+            with self.cond:
+                for r in self._reflectors.values():
+                    r.resync()
+            raise SchedulerUnreachable(
+                BACKEND,
+                f"no watch event or bookmark for {silent:.0f}s and the API server does not "
+                f"answer: {err.reason}",
+            ) from None
+        with self.cond:
+            self.heard()
 
     def resource_versions(self) -> list[str]:
         """Where each collection's cache stands (for tests that wait for a write to arrive)."""

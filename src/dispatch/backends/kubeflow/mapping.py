@@ -372,6 +372,13 @@ def report_trainjob(
     if restarts and past[-1].cause is not None:
         # Restarted and not running again yet: recovering, with why the last attempt ended.
         return live(State.RECOVERING, past[-1].cause)
+    phases = [as_map(as_map(p).get("status")).get("phase") for p in cur_pods]
+    if phases and all(ph in ("Succeeded", "Failed") for ph in phases):
+        # Its pods have ended and the controllers have not said the end yet (the Job, then
+        # the JobSet, then the TrainJob: a second or two on the real stack): still running,
+        # never pending, which would say it is waiting to start.
+        return live(State.RUNNING, Cause(kind=CauseKind.NONE,
+                                         note="its pods have ended; the end is not said yet"))
     resumed = condition(tj, "Suspended")
     if resumed is not None and resumed.get("status") == "False":
         at = parse_time(resumed.get("lastTransitionTime"))
