@@ -55,6 +55,7 @@ def test_a_persons_suspend_is_held_then_runs_again_when_resumed(
     assert final["state"] == "succeeded", (final, err)
     # Never resubmitted, no budget spent, never read as an ended execution.
     assert final["submissions"] == 1, final
+    # A person's hold is the scheduler's present state, not a decision: nothing of it is
+    # committed (as a Slurm `scontrol hold`), only the end.
     kinds = causes_in_history(cli, "sus")
-    assert "held" in kinds, final["history"]
     assert not {"node-lost", "preempted", "non-zero-exit", "unknown"} & set(kinds), kinds

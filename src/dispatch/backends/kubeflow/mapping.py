@@ -270,7 +270,10 @@ def report_trainjob(
     started = _started(cur_pods)
     cur_nodes = _nodes(cur_pods)
     spec = as_map(tj.get("spec"))
-    gated = spec.get("suspend") is True
+    # Our gate (S11) is a suspend we made, its annotation not yet "open"; a suspend a person
+    # makes after the gate opened is a hold, theirs to resolve (docs/kubeflow.md).
+    gated = spec.get("suspend") is True and as_str(
+        as_map(meta(tj).get("annotations")).get(GATE_ANNOTATION)) != "open"
 
     def ended(state: State, cause: Cause) -> ObjectReport:
         last = Execution(

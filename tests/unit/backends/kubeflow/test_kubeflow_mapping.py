@@ -1046,3 +1046,18 @@ def test_jobset_restart_job_attempts_are_past_executions() -> None:
     assert first is not None and first.kind is CauseKind.NON_ZERO_EXIT and first.exit_code == 3
     assert "RestartJob 1" in first.note
     assert report.state is State.RUNNING and report.executions[1].cause is None
+
+
+def test_our_gate_is_gated_a_persons_suspend_is_a_hold_not_our_gate() -> None:
+    # Seen on the real control plane (issue 35, scenario 7): a person's `kubectl patch
+    # trainjob … suspend: true` on a running job was read as our own gate, so `status` said
+    # pending (waiting for a gate dispatch would open) instead of held.
+    suspended = [cond("Suspended", reason="Suspended", message="TrainJob is suspended")]
+    ours = row(trainjob(suspended, active=0, suspend=True, gate="closed"))
+    assert ours.state is State.HELD and ours.gated
+    assert ours.cause.provenance is Provenance.ACTOR and ours.cause.actor == "dispatch"
+    persons = row(trainjob(suspended, active=0, suspend=True, gate="open"))
+    assert persons.state is State.HELD and not persons.gated
+    assert persons.cause.kind is CauseKind.HELD
+    assert persons.cause.provenance is Provenance.SCHEDULER
+    assert "TrainJob is suspended" in persons.cause.detail
