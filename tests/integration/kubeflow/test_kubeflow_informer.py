@@ -301,9 +301,12 @@ def test_every_watch_silent_asks_the_server_and_no_answer_is_unreachable(
 
         def recovered() -> bool:
             try:
-                (report,) = plain_discover(backend, [token], [ref]).objects
+                look = plain_discover(backend, [token], [ref])
             except SchedulerUnreachable:
                 return False
+            if not look.complete:  # relisting: an incomplete look, never an answer (S16)
+                return False
+            (report,) = look.objects
             return report.state is State.FAILED
 
         assert eventually(recovered)
