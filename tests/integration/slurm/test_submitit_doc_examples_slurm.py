@@ -19,12 +19,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.integration.submitit.doc_examples import (
+    EXAMPLES,
+    FOR_LOOP_PRELUDE,
+    JOB_ENV_PRELUDE,
+    RUNNER,
+    checked,
+)
 
 pytestmark = pytest.mark.slurm
-
-SUBMITIT = Path(__file__).resolve().parents[1] / "submitit"
-EXAMPLES = SUBMITIT / "examples"
-RUNNER = SUBMITIT / "run_example.py"
 WAIT_S = 600  # an upper bound for a slow shared machine, never a timing assertion
 
 
@@ -72,14 +75,6 @@ def example(slurm_version: str, tmp_path: Path) -> Iterator[Example]:
     ex.cancel_leftovers()
 
 
-def checked(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "ESCALATION" not in done.stderr  # escalations go to the folder's dispatch.log
-    last = done.stdout.strip().splitlines()[-1]
-    assert last.startswith("CHECK: "), done.stdout
-    return last[len("CHECK: "):]
-
-
 def sbatch_partition(job_id: str) -> str:
     out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "Partition"],
                          capture_output=True, text=True, timeout=30, check=True)
@@ -106,15 +101,6 @@ def test_explained_add_then_job_arrays(example: Example) -> None:
     assert values == [11, 22, 33, 44]
     array = array_ids[0].split("_")[0]  # map_array: one Slurm array, its tasks <id>_<i>
     assert array_ids == [f"{array}_{i}" for i in range(4)]
-
-
-FOR_LOOP_PRELUDE = """
-import dispatch.submitit as submitit
-executor = submitit.AutoExecutor(folder="log_test")
-whatever = [1, 2, 3]
-def myfunc(arg):
-    return arg * 2
-"""
 
 
 @pytest.mark.parametrize("name", ["for_loop.py", "batch.py"])
@@ -160,16 +146,6 @@ def test_command_function_in_a_job(example: Example) -> None:
     done = example.run("command_environment.py", check="job.result()")
     # the python the job ran is the submitter's (the same environment on the node)
     assert checked(done).strip("'").strip() == str(Path(sys.executable).parent / "python")
-
-
-JOB_ENV_PRELUDE = """
-process = sum
-def _check():
-    executor = submitit.AutoExecutor(folder="log_test")
-    executor.update_parameters(tasks_per_node=2, nodes=1)
-    job = executor.submit(my_func, list(range(10)))
-    return job.results(), job.task(1).stdout()
-"""
 
 
 def test_job_environment_with_two_tasks_started_by_srun(example: Example) -> None:

@@ -14,10 +14,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.integration.submitit.doc_examples import (
+    EXAMPLES,
+    FOR_LOOP_PRELUDE,
+    JOB_ENV_PRELUDE,
+    RUNNER,
+    checked,
+)
 
-HERE = Path(__file__).resolve().parent
-EXAMPLES = HERE / "examples"
-RUNNER = HERE / "run_example.py"
 WAIT_S = 300  # an upper bound for a slow shared machine, never a timing assertion
 
 
@@ -49,14 +53,6 @@ def run(
     )
 
 
-def checked(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "ESCALATION" not in done.stderr  # escalations go to the folder's dispatch.log
-    last = done.stdout.strip().splitlines()[-1]
-    assert last.startswith("CHECK: "), done.stdout
-    return last[len("CHECK: ") :]
-
-
 @pytest.fixture
 def tmp(tmp_path: Path) -> Path:
     yield tmp_path
@@ -82,15 +78,6 @@ def test_explained_add_with_percent_j_in_the_folder(tmp: Path) -> None:
 def test_job_arrays_after_the_explained_example(tmp: Path) -> None:
     done = run(tmp, "explained_add.py+job_arrays.py", check="[j.result() for j in jobs]")
     assert checked(done) == "[11, 22, 33, 44]"
-
-
-FOR_LOOP_PRELUDE = """
-import dispatch.submitit as submitit
-executor = submitit.AutoExecutor(folder="log_test")
-whatever = [1, 2, 3]
-def myfunc(arg):
-    return arg * 2
-"""
 
 
 @pytest.mark.parametrize("example", ["for_loop.py", "batch.py"])
@@ -148,16 +135,6 @@ def test_task_method(tmp: Path) -> None:
     done = run(tmp, "task_method.py", check="job.task(2).result()")
     assert checked(done) == "12"
     assert "[12, 12, 12, 12, 12, 12]" in done.stdout
-
-
-JOB_ENV_PRELUDE = """
-process = sum
-def _check():
-    executor = submitit.AutoExecutor(folder="log_test")
-    executor.update_parameters(tasks_per_node=2, nodes=1)
-    job = executor.submit(my_func, list(range(10)))
-    return job.results(), job.task(1).stdout()
-"""
 
 
 def test_job_environment(tmp: Path) -> None:
