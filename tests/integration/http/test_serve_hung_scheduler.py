@@ -4,8 +4,10 @@ within the read's deadline, a Slurm job's row is its last committed state marked
 tools a request ran are killed by the time it answers.
 
 The Slurm tools are the hanging scripts of tests/integration/supervision (put first on
-PATH; the real Slurm testbed is never touched). The server serves the local scope only, so
-every Slurm tool that runs is a read's."""
+PATH; the real Slurm testbed is never touched). The Slurm job is another cluster's: serve
+serves the scopes of live jobs too, and asks this machine's Slurm which cluster it is
+(``scontrol show config`` answers at once, ``here``), so it refuses to serve that job's
+scope and every hung Slurm tool that runs is a read's."""
 
 from __future__ import annotations
 
@@ -37,14 +39,14 @@ def _timed_get(s: Served, path: str) -> tuple[Any, float]:
 
 def test_api_jobs_answers_within_the_deadline_while_slurm_hangs(serve: Any,
                                                                  tmp_path: Path) -> None:
-    bin_dir, calls = hung_slurm_tools(tmp_path)
+    bin_dir, calls = hung_slurm_tools(tmp_path, cluster="here")
     try:
         s: Served = serve("--scope", "local", env={
             "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
             "DISPATCH_READ_DEADLINE": str(READ_DEADLINE_S),
             "DISPATCH_SLURM_OUTPUT_DIR": str(tmp_path / "slurm-out"),
             "DISPATCH_KUBECONFIG": str(tmp_path / "no-kubeconfig")})
-        on_slurm = bound_slurm_job(s.env["DISPATCH_STORE"])
+        on_slurm = bound_slurm_job(s.env["DISPATCH_STORE"], scope="slurm:elsewhere")
         local = s.submit(spec("quick", "import time; time.sleep(60)"))
         shown = s.wait_for(local, lambda st: st["state"] == "running")  # for 60 s: no window
         assert shown["scheduler"] == "ok" and slurm_calls(calls) == []

@@ -182,12 +182,19 @@ def slurm_tool(path: Path, log: Path, body: str) -> None:
     path.chmod(0o755)
 
 
-def hung_slurm_tools(where: Path) -> tuple[Path, Path]:
-    """A directory of hanging Slurm tools (for PATH) and the log of their calls."""
+def hung_slurm_tools(where: Path, cluster: str | None = None) -> tuple[Path, Path]:
+    """A directory of hanging Slurm tools (for PATH) and the log of their calls. With
+    ``cluster``, ``scontrol show config`` answers at once with that ClusterName (unlogged: it
+    does not hang), so a supervisor can tell which cluster this machine's tools reach."""
     bin_dir, log = where / "fake-slurm-bin", where / "slurm-calls.log"
     bin_dir.mkdir()
     for name in ("scontrol", "squeue", "sacct", "sinfo", "scancel"):
         slurm_tool(bin_dir / name, log, HANG.format(hang=HANG_S))
+    if cluster is not None:
+        scontrol = bin_dir / "scontrol"
+        scontrol.write_text(f'#!/bin/sh\nif [ "$1 $2" = "show config" ]; then\n'
+                            f'  echo "ClusterName = {cluster}"; exit 0\nfi\n'
+                            + scontrol.read_text().removeprefix("#!/bin/sh\n"))
     slurm_tool(bin_dir / "sbatch", log, UNREACHABLE)
     return bin_dir, log
 
@@ -219,17 +226,17 @@ def kill_hung_tools(log: Path) -> None:
             pass
 
 
-def slurm_job(url: str) -> str:
+def slurm_job(url: str, scope: str = "slurm") -> str:
     """A Slurm job recorded while the controller could not say its cluster (the bare name
-    as its scope); nothing submitted yet."""
+    as its scope, unless ``scope`` names one); nothing submitted yet."""
     job = parse_spec({"name": "on-slurm", "backend": "slurm", "command": ["true"]}, "<slurm>")
     with open_store(url) as store:
-        return create_job(store, job, declarations_for("slurm"), utcnow(), scope="slurm")
+        return create_job(store, job, declarations_for("slurm"), utcnow(), scope=scope)
 
 
-def bound_slurm_job(url: str) -> str:
+def bound_slurm_job(url: str, scope: str = "slurm") -> str:
     """A Slurm job whose first submission is bound to an object: a read asks squeue."""
-    job = slurm_job(url)
+    job = slurm_job(url, scope)
     with open_store(url) as store:
         now, version = utcnow(), store.version(job)
         store.append(job, [
