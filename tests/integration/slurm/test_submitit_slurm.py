@@ -132,7 +132,7 @@ def cpu_bind() -> str:
 def test_submitits_slurm_parameters_reach_sbatch_and_srun(where: Where) -> None:
     executor = submitit.AutoExecutor(folder=where.folder, cluster="slurm")
     executor.update_parameters(
-        timeout_min=1,
+        timeout_min=5,  # two tasks each start Python: a minute was not enough under CI's load
         slurm_job_name="train",
         slurm_exclusive="user",
         slurm_mem_per_cpu="500M",
@@ -145,7 +145,8 @@ def test_submitits_slurm_parameters_reach_sbatch_and_srun(where: Where) -> None:
     binds = job.results()
     assert len(binds) == 2 and all("none" in b for b in binds), binds
     shown = slurm("scontrol", "show", "job", job.job_id)
-    for words in ("JobName=train", "OverSubscribe=USER", "MinMemoryCPU=500M", "NumTasks=2"):
+    for words in ("JobName=train", "OverSubscribe=USER", "MinMemoryCPU=500M", "NumTasks=2",
+                  "TimeLimit=00:05:00"):
         assert words in shown, (words, shown)
 
 
