@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from tests.e2e.conftest import Dispatch, wait_until
 from tests.e2e.test_cli_local import RESUBMIT_PREEMPT
+from tests.e2e.test_goodput_local import preempted_run
 
 POLL_S = 0.5
 # -I -S: no PYTHONPATH, no site-packages, so no dispatch; the training proves it cannot
@@ -49,18 +48,6 @@ def _checkpoints(dispatch: Dispatch, objdir: Path | None = None) -> list[tuple[i
     return sorted(out)
 
 
-def _first_submission(dispatch: Dispatch) -> tuple[Path, dict[str, Any]]:
-    """The first submission's object directory and the runner's status of it."""
-    for status in (dispatch.tmp / "local" / "objects").glob("*/status.json"):
-        doc = json.loads(status.read_text())
-        if doc["token"].endswith(".1"):
-            return status.parent, doc
-    raise AssertionError("no object of submission 1")
-
-
-def _epoch(stamp: str) -> float:
-    return datetime.fromisoformat(stamp).timestamp()
-
 
 def test_a_preemption_loses_the_run_since_the_last_matching_line(dispatch: Dispatch) -> None:
     dispatch.spawn("supervise", "--poll", str(POLL_S))  # stopped by the fixture
@@ -75,11 +62,7 @@ def test_a_preemption_loses_the_run_since_the_last_matching_line(dispatch: Dispa
     final = dispatch.wait_for(job, lambda st: st["settled"], timeout=90)
     assert final["state"] == "succeeded", final  # the training never could import dispatch
 
-    objdir, status = _first_submission(dispatch)
-    (run,) = status["executions"]
-    assert run["cause"]["kind"] == "preempted", status
-    preempted, ended = _epoch(run["cause"]["at"]), _epoch(run["ended_at"])
-    assert before <= preempted <= ended, (before, run)
+    objdir, preempted, ended = preempted_run(dispatch, before)
     # the last matching line the run wrote before it ended (a line between the preemption's
     # notice and the kill is a checkpoint too, and then nothing is lost)
     last = max(t for _, t in _checkpoints(dispatch, objdir) if t <= ended)
