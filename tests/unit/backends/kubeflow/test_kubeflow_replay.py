@@ -61,8 +61,9 @@ class Replayed:
 def replay(scenario: str) -> list[ObjectReport | None]:
     """What discover() reported of the scenario's TrainJob after each event (None: left out
     of that look, which was incomplete)."""
-    lines = [json.loads(t) for t in (RECORDED / f"{scenario}.jsonl").read_text().splitlines()]
-    (added,) = [ln["object"] for ln in lines if ln["kind"] == "TrainJob" and ln["type"] == "ADDED"]
+    lines = recorded(scenario)
+    # dispatch's first TrainJob (a resubmission's is another object, another ref)
+    added = next(ln["object"] for ln in lines if ln["kind"] == "TrainJob" and ln["type"] == "ADDED")
     ref = f"{added['metadata']['namespace']}/{added['metadata']['name']}"
     token = added["metadata"]["labels"][TOKEN_LABEL]
     api = Replayed()
@@ -73,16 +74,23 @@ def replay(scenario: str) -> list[ObjectReport | None]:
         clock=lambda: now[-1],
     )
     readings: list[ObjectReport | None] = []
+    seen = False
     for line in lines:
         api.apply(line)
-        if line["type"] == "LISTED" or not api.objects.get("TrainJob"):
+        seen = seen or line["object"] is added
+        if line["type"] == "LISTED" or not seen:
             continue
         now.append(datetime.fromisoformat(line["at"]))
         found = backend.discover([token], [ref])
-        (report,) = found.objects or (None,)
+        (report,) = [o for o in found.objects if o.ref == ref] or (None,)
         assert report is not None or not found.complete
         readings.append(report)
     return readings
+
+
+def recorded(scenario: str) -> list[dict[str, Any]]:
+    text = (RECORDED / f"{scenario}.jsonl").read_text()
+    return [json.loads(t) for t in text.splitlines()]
 
 
 def kinds(readings: list[ObjectReport | None]) -> list[tuple[State, CauseKind] | None]:
@@ -145,3 +153,28 @@ def test_a_recording_is_of_the_released_controllers(scenario: str) -> None:
     assert tj["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
     kinds_seen = {ln["kind"] for ln in lines if ln["type"] != "LISTED"}
     assert {"TrainJob", "JobSet", "Job", "Pod"} <= kinds_seen
+
+
+def started_nodes(scenario: str) -> set[str]:
+    """The nodes the recording's pods started on (status.startTime set)."""
+    return {
+        ln["object"]["spec"]["nodeName"]
+        for ln in recorded(scenario)
+        if ln["kind"] == "Pod" and (ln["object"].get("status") or {}).get("startTime")
+    }
+
+
+def test_exit_3_without_native_restarts_fails_at_once_with_its_message() -> None:
+    # dispatch's runtime (restartPolicy Never, backoffLimit 0): no crash loop, one execution.
+    readings = replay("exit3-never")
+    seen = kinds(readings)
+    final = readings[-1]
+    assert final is not None and seen[-1] == (State.FAILED, CauseKind.NON_ZERO_EXIT), seen
+    assert final.cause.exit_code == 3 and len(final.executions) == 1, final
+    error = final.executions[-1].error
+    assert error is not None and error.message == "bad batch" and error.exit_code == 3, final
+    assert (State.RUNNING, CauseKind.NONE) in seen
+    never = {CauseKind.NODE_LOST, CauseKind.UNKNOWN}
+    assert not [k for k in seen if k is not None and (k[0] is State.RECOVERING or k[1] in never)]
+    never_pending_once_running(seen)
+
