@@ -132,6 +132,9 @@ def test_exit_3_through_a_crash_loop_is_a_non_zero_exit_with_its_message() -> No
     looping = [r for r in readings if r is not None and r.state is State.RECOVERING]
     assert looping and all(r.cause.kind is CauseKind.NON_ZERO_EXIT for r in looping), seen
     assert "restarted in place by Kubernetes" in looping[-1].cause.note
+    # The Job controller deleted the pod before the end was said: its kept evidence still
+    # names the node it ran on.
+    assert final.nodes and set(final.nodes) <= started_nodes("exit3"), final.nodes
     never = {CauseKind.NODE_LOST, CauseKind.UNKNOWN}
     assert not [k for k in seen if k is not None and k[1] in never], seen
     never_pending_once_running(seen)
@@ -178,3 +181,17 @@ def test_exit_3_without_native_restarts_fails_at_once_with_its_message() -> None
     assert not [k for k in seen if k is not None and (k[0] is State.RECOVERING or k[1] in never)]
     never_pending_once_running(seen)
 
+
+def test_the_time_limit_is_time_limit_on_the_nodes_it_ran_on() -> None:
+    # Trainer deletes the JobSet at DeadlineExceeded and then re-applies it: a new pod is made
+    # and bound to another node, and never starts. The run ended where its pods ran.
+    readings = replay("time-limit")
+    seen = kinds(readings)
+    assert seen[-1] == (State.FAILED, CauseKind.TIME_LIMIT), seen
+    ran = started_nodes("time-limit")
+    ended = [r for r in readings if r is not None and r.state is State.FAILED]
+    assert ended and all(set(r.nodes) <= ran for r in ended), [r.nodes for r in ended]
+    assert all(set(r.executions[-1].nodes) <= ran for r in ended)
+    never = {CauseKind.NODE_LOST, CauseKind.UNKNOWN, CauseKind.NON_ZERO_EXIT}
+    assert not [k for k in seen if k is not None and k[1] in never], seen
+    never_pending_once_running(seen)
