@@ -15,12 +15,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from dispatch.backends.kubeflow import KubeflowBackend
 from dispatch.backends.kubeflow.client import ApiAnswer, ResourceType
 from dispatch.backends.kubeflow.objects import TOKEN_LABEL
 from dispatch.core.model import CauseKind, ObjectReport, State
+from dispatch.core.policy import RecoveryPolicy
+
+# The recorder's policy (tests/integration/k8s/record_fixtures.py).
+RESUBMIT = {"rules": [{"on": ["preempted", "node-lost"], "action": "resubmit", "budget": 2},
+                      {"on": ["non-zero-exit"], "action": "resubmit", "budget": 1}]}
 
 RECORDED = Path(__file__).resolve().parents[3] / "fixtures" / "k8s-recorded"
 
@@ -195,3 +201,51 @@ def test_the_time_limit_is_time_limit_on_the_nodes_it_ran_on() -> None:
     never = {CauseKind.NODE_LOST, CauseKind.UNKNOWN, CauseKind.NON_ZERO_EXIT}
     assert not [k for k in seen if k is not None and k[1] in never], seen
     never_pending_once_running(seen)
+
+
+def trainjobs_added(scenario: str) -> list[dict[str, Any]]:
+    return [ln for ln in recorded(scenario) if ln["kind"] == "TrainJob" and ln["type"] == "ADDED"]
+
+
+def test_a_real_preemption_is_preempted_and_the_rule_for_it_is_not_the_failure_budget() -> None:
+    # The scheduler evicts dispatch's low-priority pod for a person's high-priority Job
+    # (DisruptionTarget, PreemptionByScheduler); the pod's exit 143 is not the cause.
+    readings = replay("preempted")
+    seen = kinds(readings)
+    final = readings[-1]
+    assert final is not None and seen[-1] == (State.FAILED, CauseKind.PREEMPTED), seen
+    assert "PreemptionByScheduler" in json.dumps([ln["object"] for ln in recorded("preempted")
+                                                  if ln["kind"] == "Pod"])
+    never = {CauseKind.NODE_LOST, CauseKind.UNKNOWN, CauseKind.NON_ZERO_EXIT}
+    assert not [k for k in seen if k is not None and k[1] in never], seen
+    never_pending_once_running(seen)
+    # S9: the recorder's policy (a resubmit rule for preemption, another with its own budget
+    # for non-zero exits) spends the preemption rule; dispatch resubmitted once.
+    policy = msgspec.convert(RESUBMIT, RecoveryPolicy)
+    found = policy.rule_for(final.cause.kind)
+    assert found is not None and CauseKind.NON_ZERO_EXIT not in found[1].on
+    assert len(trainjobs_added("preempted")) == 2
+
+
+def test_a_person_deleting_the_trainjob_reads_cancelled_by_someone_else() -> None:
+    readings = replay("deleted")
+    seen = kinds(readings)
+    final = readings[-1]
+    assert final is not None and seen[-1] == (State.CANCELLED, CauseKind.CANCELLED), seen
+    assert final.cause.actor != "dispatch", final.cause
+    assert (State.RUNNING, CauseKind.NONE) in seen
+    never = {CauseKind.NODE_LOST, CauseKind.UNKNOWN, CauseKind.NON_ZERO_EXIT, CauseKind.PREEMPTED}
+    assert not [k for k in seen if k is not None and k[1] in never], seen
+    assert len(trainjobs_added("deleted")) == 1  # S14: never resubmitted
+
+
+def test_an_image_pull_error_is_launch_failed_with_the_kubelets_words() -> None:
+    readings = replay("image-pull")
+    seen = kinds(readings)
+    failing = [r for r in readings if r is not None and r.cause.kind is CauseKind.LAUNCH_FAILED]
+    assert failing and all(r.state is State.PENDING for r in failing), seen
+    assert "ErrImagePull" in failing[0].cause.detail
+    # It never ran: no reading before dispatch's cancel says running.
+    before = seen[: seen.index((State.PENDING, CauseKind.LAUNCH_FAILED))]
+    assert (State.RUNNING, CauseKind.NONE) not in before, seen
+    assert seen[-1] == (State.CANCELLED, CauseKind.CANCELLED), seen
