@@ -328,8 +328,11 @@ def report_trainjob(
     if failed:
         return ended(State.FAILED, failure_cause(failed, cur_jobs, cur_pods))
 
-    # Held: suspended (our gate, or someone's).
-    suspended = true_condition(tj, "Suspended")
+    # Held: suspended (our gate, or someone's). A Suspended=True the spec no longer asks for
+    # (spec.suspend false: our gate opened, or a person resumed) is a resume in progress,
+    # read below as released, never as someone's hold.
+    asked = spec.get("suspend") is True
+    suspended = true_condition(tj, "Suspended") if asked else None
     if suspended is not None or gated:
         ours = as_str(as_map(meta(tj).get("annotations")).get(GATE_ANNOTATION)) == "closed"
         detail = words("trainjob", suspended) if suspended is not None else "spec.suspend=true"
@@ -391,11 +394,13 @@ def report_trainjob(
         return live(State.RUNNING, Cause(kind=CauseKind.NONE,
                                          note="its pods have ended; the end is not said yet"))
     resumed = condition(tj, "Suspended")
-    if resumed is not None and resumed.get("status") == "False":
+    if resumed is not None and (resumed.get("status") == "False" or not asked):
         at = parse_time(resumed.get("lastTransitionTime"))
+        note = "" if resumed.get("status") == "False" else (
+            "resume in progress: spec.suspend is false, the controller has not said it yet")
         return live(
             State.PENDING,
-            Cause(kind=CauseKind.RELEASED, detail=words("trainjob", resumed), at=at),
+            Cause(kind=CauseKind.RELEASED, detail=words("trainjob", resumed), note=note, at=at),
         )
     return live(State.PENDING, Cause(kind=CauseKind.NONE))
 
