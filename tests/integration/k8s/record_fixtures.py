@@ -179,7 +179,7 @@ SCENARIOS: dict[str, Scenario] = {
                           act=flap_node),
     "time-limit": Scenario(LONG, runtime=OURS, fields={"time_limit": "6s"}),
     "deleted": Scenario(LONG, runtime=OURS, fields={"policy": RESUBMIT}, act=delete_trainjob),
-    "unschedulable": Scenario({}, nodes=5, runtime=OURS, kubeflow=WHOLE_NODE,
+    "unschedulable": Scenario(LONG, nodes=5, runtime=OURS, kubeflow=WHOLE_NODE,
                               act=pods_say("Unschedulable")),
     "image-pull": Scenario({"DISPATCH_TESTBED_IMAGE_ERROR": "1"}, act=pods_say("ErrImagePull")),
 }
@@ -281,6 +281,8 @@ def record(name: str, namespace: str) -> Path:
             **os.environ,
             "DISPATCH_STORE": str(Path(tmp) / "record.sqlite3"),
             "XDG_STATE_HOME": str(Path(tmp) / "state"),
+            # a lost node is acted on 30 s after it is seen lost (the default is 5 min)
+            "DISPATCH_KUBEFLOW_NODE_LOSS_WINDOW": "30s",
         }
         recorder = Recorder(kube, namespace)
         proc = subprocess.Popen(

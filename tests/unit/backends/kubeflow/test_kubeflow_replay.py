@@ -64,12 +64,13 @@ class Replayed:
         raise ApiAnswer(404, "NotFound", "a recording has no logs")
 
 
-def replay(scenario: str) -> list[ObjectReport | None]:
-    """What discover() reported of the scenario's TrainJob after each event (None: left out
-    of that look, which was incomplete)."""
+def replay(scenario: str, nth: int = 0) -> list[ObjectReport | None]:
+    """What discover() reported of the scenario's TrainJob (dispatch's ``nth``: a
+    resubmission's is another object, another ref) after each event from its creation on
+    (None: left out of that look, which was incomplete)."""
     lines = recorded(scenario)
-    # dispatch's first TrainJob (a resubmission's is another object, another ref)
-    added = next(ln["object"] for ln in lines if ln["kind"] == "TrainJob" and ln["type"] == "ADDED")
+    made = [ln["object"] for ln in lines if ln["kind"] == "TrainJob" and ln["type"] == "ADDED"]
+    added = made[nth]
     ref = f"{added['metadata']['namespace']}/{added['metadata']['name']}"
     token = added["metadata"]["labels"][TOKEN_LABEL]
     api = Replayed()
@@ -245,7 +246,85 @@ def test_an_image_pull_error_is_launch_failed_with_the_kubelets_words() -> None:
     failing = [r for r in readings if r is not None and r.cause.kind is CauseKind.LAUNCH_FAILED]
     assert failing and all(r.state is State.PENDING for r in failing), seen
     assert "ErrImagePull" in failing[0].cause.detail
-    # It never ran: no reading before dispatch's cancel says running.
-    before = seen[: seen.index((State.PENDING, CauseKind.LAUNCH_FAILED))]
-    assert (State.RUNNING, CauseKind.NONE) not in before, seen
+    # It never ran: no reading before dispatch's cancel says anything but pending.
+    live = before_the_stop("image-pull", readings)
+    assert live and all(r is not None and r.state is State.PENDING for r in live), seen
     assert seen[-1] == (State.CANCELLED, CauseKind.CANCELLED), seen
+
+
+def before_the_stop(
+    scenario: str, readings: list[ObjectReport | None]
+) -> list[ObjectReport | None]:
+    """The readings before dispatch's first TrainJob was being deleted (a cancel's or a
+    resubmission's stop: after it, pods left alive read running until they are gone, S11)."""
+    lines = recorded(scenario)
+    first = next(i for i, ln in enumerate(lines)
+                 if ln["kind"] == "TrainJob" and ln["type"] == "ADDED")
+    name = lines[first]["object"]["metadata"]["name"]
+    count = 0
+    for ln in lines[first:]:
+        if ln["type"] == "LISTED":
+            continue
+        obj = ln["object"]
+        if ln["kind"] == "TrainJob" and obj["metadata"]["name"] == name and (
+                ln["type"] == "DELETED" or obj["metadata"].get("deletionTimestamp")):
+            return readings[:count]
+        count += 1
+    return readings
+
+
+def first_pods(scenario: str) -> set[str]:
+    """The pods of dispatch's first TrainJob (its JobSet has the TrainJob's name)."""
+    tj = trainjobs_added(scenario)[0]["object"]["metadata"]["name"]
+    return {ln["object"]["metadata"]["name"] for ln in recorded(scenario)
+            if ln["kind"] == "Pod" and ln["object"]["metadata"]["name"].startswith(f"{tj}-")}
+
+
+def test_a_lost_node_is_node_lost_in_the_window_then_the_replacement_waits_for_its_pods() -> None:
+    # lose-node: Ready Unknown, the unreachable taint, taint eviction after 20 s, the pod
+    # Terminating with no kubelet; the recorder's window is 30 s, then dispatch stops and
+    # resubmits behind a closed gate; the node comes back, the old pod ends, the gate opens.
+    readings = replay("node-lost")
+    live = before_the_stop("node-lost", readings)
+    seen = kinds(live)
+    lost = [r for r in live if r is not None and r.cause.kind is CauseKind.NODE_LOST]
+    assert lost and all(r.state is State.RUNNING and r.lost_since is not None for r in lost), seen
+    assert all(r.lost_since == lost[0].lost_since for r in lost)
+    # once lost, lost until dispatch's stop (the Job's own replacement pod does not clear it)
+    assert seen[seen.index((State.RUNNING, CauseKind.NODE_LOST)):] == [
+        (State.RUNNING, CauseKind.NODE_LOST)] * len(lost), seen
+    assert "DeletionByTaintManager" in lost[-1].cause.detail
+    never = {CauseKind.UNKNOWN, CauseKind.NON_ZERO_EXIT, CauseKind.PREEMPTED}
+    assert not [k for k in kinds(readings) if k is not None and k[1] in never], kinds(readings)
+    # After the stop the old pods keep it alive (S11) until they are gone.
+    stopped = [r.state for r in readings[len(live):] if r is not None]
+    end = stopped.index(State.CANCELLED)
+    assert end > 0 and set(stopped[:end]) == {State.RUNNING}, stopped
+    assert set(stopped[end:]) == {State.CANCELLED}, stopped
+    # S11 on the real chain: the replacement is made gated and its gate opens only once every
+    # pod of the first TrainJob is gone.
+    lines = recorded("node-lost")
+    second = trainjobs_added("node-lost")[1]
+    assert second["object"]["spec"]["suspend"] is True
+    name = second["object"]["metadata"]["name"]
+    opened = next(ln["seq"] for ln in lines if ln["kind"] == "TrainJob" and ln["type"] == "MODIFIED"
+                  and ln["object"]["metadata"]["name"] == name
+                  and ln["object"]["spec"].get("suspend") is False)
+    old = first_pods("node-lost")
+    gone = [ln["seq"] for ln in lines if ln["kind"] == "Pod" and ln["type"] == "DELETED"
+            and ln["object"]["metadata"]["name"] in old]
+    assert len(gone) == len(old) >= 2 and max(gone) < opened, (old, gone, opened)
+
+
+def test_a_replacement_behind_our_gate_is_ours_until_it_opens_then_never_someones_hold() -> None:
+    # The gate opens (spec.suspend false) a moment before Trainer turns Suspended False: that
+    # moment is a resume in progress, not a hold of someone else's.
+    readings = replay("node-lost", nth=1)
+    held = [r for r in readings if r is not None and r.state is State.HELD]
+    assert held and all(r.cause.actor == "dispatch" and r.gated for r in held), held
+    seen = kinds(readings)
+    after = seen[seen.index((State.HELD, CauseKind.HELD)):]
+    opened = after.index(next(k for k in after if k != (State.HELD, CauseKind.HELD)))
+    assert after[opened] == (State.PENDING, CauseKind.RELEASED), after
+    assert (State.HELD, CauseKind.HELD) not in after[opened:], after
+    assert (State.RUNNING, CauseKind.NONE) in after[opened:], after
