@@ -273,6 +273,18 @@ def before_the_stop(
     return readings
 
 
+def test_more_nodes_than_the_cluster_has_is_pending_with_the_schedulers_words() -> None:
+    # 5 whole-node pods on 4 nodes: four run, the fifth is Unschedulable and holds the gang.
+    readings = replay("unschedulable")
+    live = before_the_stop("unschedulable", readings)
+    waiting = [r for r in live if r is not None and "Unschedulable" in r.cause.detail]
+    assert waiting and all(r.state is State.PENDING for r in waiting), kinds(live)
+    assert waiting[-1].cause.kind is CauseKind.NO_CAPACITY, waiting[-1].cause
+    assert "Insufficient cpu" in waiting[-1].cause.detail, waiting[-1].cause.detail
+    assert not [r for r in live if r is not None and r.state is not State.PENDING], kinds(live)
+    assert kinds(readings)[-1] == (State.CANCELLED, CauseKind.CANCELLED)
+
+
 def first_pods(scenario: str) -> set[str]:
     """The pods of dispatch's first TrainJob (its JobSet has the TrainJob's name)."""
     tj = trainjobs_added(scenario)[0]["object"]["metadata"]["name"]
@@ -328,3 +340,20 @@ def test_a_replacement_behind_our_gate_is_ours_until_it_opens_then_never_someone
     assert after[opened] == (State.PENDING, CauseKind.RELEASED), after
     assert (State.HELD, CauseKind.HELD) not in after[opened:], after
     assert (State.RUNNING, CauseKind.NONE) in after[opened:], after
+
+
+def test_a_node_back_inside_the_window_reads_node_lost_then_running_and_succeeds() -> None:
+    # The node's Ready goes Unknown and it is tainted unreachable, then KWOK renews its lease
+    # again before the 20 s toleration: nothing is evicted, one execution, succeeded.
+    readings = replay("node-flap")
+    seen = kinds(readings)
+    assert seen[-1] == (State.SUCCEEDED, CauseKind.NONE), seen
+    lost = seen.index((State.RUNNING, CauseKind.NODE_LOST))
+    back = seen.index((State.RUNNING, CauseKind.NONE), lost)
+    assert set(seen[lost:back]) == {(State.RUNNING, CauseKind.NODE_LOST)}, seen
+    assert {k for k in seen[back:] if k is not None} <= {
+        (State.RUNNING, CauseKind.NONE), (State.SUCCEEDED, CauseKind.NONE)}, seen
+    final = readings[-1]
+    assert final is not None and len(final.executions) == 1 and final.lost_since is None
+    assert "DisruptionTarget" not in json.dumps(recorded("node-flap"))
+    assert len(trainjobs_added("node-flap")) == 1
