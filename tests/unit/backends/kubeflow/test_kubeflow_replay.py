@@ -21,7 +21,7 @@ import pytest
 from dispatch.backends.kubeflow import KubeflowBackend
 from dispatch.backends.kubeflow.client import ApiAnswer, ResourceType
 from dispatch.backends.kubeflow.objects import TOKEN_LABEL
-from dispatch.core.model import CauseKind, ObjectReport, State
+from dispatch.core.model import CauseKind, ObjectReport, Provenance, State
 from dispatch.core.policy import RecoveryPolicy
 
 # The recorder's policy (tests/integration/k8s/record_fixtures.py).
@@ -125,6 +125,8 @@ def test_success_reads_running_then_succeeded_and_nothing_else() -> None:
     never_pending_once_running(seen)
     final = readings[-1]
     assert final is not None and len(final.nodes) == 2, final
+    assert final.executions[-1].ended_at is not None  # the Complete condition's time
+    assert "Complete=True" in final.cause.detail
 
 
 def test_exit_3_through_a_crash_loop_is_a_non_zero_exit_with_its_message() -> None:
@@ -151,16 +153,18 @@ def test_oom_killed_through_a_crash_loop_is_out_of_memory() -> None:
     readings = replay("oom")
     seen = kinds(readings)
     assert seen[-1] == (State.FAILED, CauseKind.OUT_OF_MEMORY), seen
+    final = readings[-1]
+    assert final is not None and "reason=OOMKilled" in final.cause.detail, final.cause
     never = {CauseKind.NODE_LOST, CauseKind.UNKNOWN, CauseKind.NON_ZERO_EXIT}
     assert not [k for k in seen if k is not None and k[1] in never], seen
     never_pending_once_running(seen)
 
 
-@pytest.mark.parametrize("scenario", ["success", "exit3", "oom"])
+@pytest.mark.parametrize("scenario", sorted(p.stem for p in RECORDED.glob("*.jsonl")))
 def test_a_recording_is_of_the_released_controllers(scenario: str) -> None:
-    lines = [json.loads(t) for t in (RECORDED / f"{scenario}.jsonl").read_text().splitlines()]
-    (tj,) = [ln["object"] for ln in lines if ln["kind"] == "TrainJob" and ln["type"] == "ADDED"]
-    assert tj["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
+    lines = recorded(scenario)
+    made = [ln["object"] for ln in lines if ln["kind"] == "TrainJob" and ln["type"] == "ADDED"]
+    assert made and {tj["apiVersion"] for tj in made} == {"trainer.kubeflow.org/v1alpha1"}
     kinds_seen = {ln["kind"] for ln in lines if ln["type"] != "LISTED"}
     assert {"TrainJob", "JobSet", "Job", "Pod"} <= kinds_seen
 
@@ -181,6 +185,9 @@ def test_exit_3_without_native_restarts_fails_at_once_with_its_message() -> None
     final = readings[-1]
     assert final is not None and seen[-1] == (State.FAILED, CauseKind.NON_ZERO_EXIT), seen
     assert final.cause.exit_code == 3 and len(final.executions) == 1, final
+    assert final.cause.provenance is Provenance.APPLICATION
+    # the controllers' words and the pod's, verbatim
+    assert "reason=FailedJobs" in final.cause.detail and "exitCode=3" in final.cause.detail
     error = final.executions[-1].error
     assert error is not None and error.message == "bad batch" and error.exit_code == 3, final
     assert (State.RUNNING, CauseKind.NONE) in seen
@@ -215,6 +222,7 @@ def test_a_real_preemption_is_preempted_and_the_rule_for_it_is_not_the_failure_b
     seen = kinds(readings)
     final = readings[-1]
     assert final is not None and seen[-1] == (State.FAILED, CauseKind.PREEMPTED), seen
+    assert "reason=PreemptionByScheduler" in final.cause.detail, final.cause
     assert "PreemptionByScheduler" in json.dumps([ln["object"] for ln in recorded("preempted")
                                                   if ln["kind"] == "Pod"])
     never = {CauseKind.NODE_LOST, CauseKind.UNKNOWN, CauseKind.NON_ZERO_EXIT}
@@ -234,6 +242,8 @@ def test_a_person_deleting_the_trainjob_reads_cancelled_by_someone_else() -> Non
     final = readings[-1]
     assert final is not None and seen[-1] == (State.CANCELLED, CauseKind.CANCELLED), seen
     assert final.cause.actor != "dispatch", final.cause
+    assert final.cause.provenance is Provenance.ACTOR
+    assert "deleted by someone other than dispatch" in final.cause.note
     assert (State.RUNNING, CauseKind.NONE) in seen
     never = {CauseKind.NODE_LOST, CauseKind.UNKNOWN, CauseKind.NON_ZERO_EXIT, CauseKind.PREEMPTED}
     assert not [k for k in seen if k is not None and k[1] in never], seen
@@ -313,6 +323,10 @@ def test_a_lost_node_is_node_lost_in_the_window_then_the_replacement_waits_for_i
     end = stopped.index(State.CANCELLED)
     assert end > 0 and set(stopped[:end]) == {State.RUNNING}, stopped
     assert set(stopped[end:]) == {State.CANCELLED}, stopped
+    # Gone without a deleting look: the backend names no actor, and the core reads it as its
+    # recorded stop's effect (docs/kubeflow.md).
+    final = readings[-1]
+    assert final is not None and final.cause.actor is None, final.cause
     # S11 on the real chain: the replacement is made gated and its gate opens only once every
     # pod of the first TrainJob is gone.
     lines = recorded("node-lost")
