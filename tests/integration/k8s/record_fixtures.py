@@ -1,15 +1,17 @@
 """Record what the real controllers write, as dispatch's watches see it, for the replay tests
-(tests/unit/backends/kubeflow/test_kubeflow_replay.py). Run against the testbed (scripts/
-k8s-testbed up, the `env` exports); it rewrites tests/fixtures/k8s-recorded/*.jsonl:
+(tests/unit/backends/kubeflow/test_kubeflow_replay.py). Run against a testbed of your own
+(scripts/k8s-testbed up, the `env` exports: it deletes everything in the namespace before and
+after each scenario); it rewrites tests/fixtures/k8s-recorded/*.jsonl (docs/k8s-testbed.md):
 
     python tests/integration/k8s/record_fixtures.py [SCENARIO...]
 
-Each scenario is run with the real CLI (`dispatch run`, its own record in a temporary folder)
-while one watch per collection dispatch reads (TrainJobs, JobSets, Jobs, Pods and Warning
-Events of the namespace, the Nodes) writes every event, in the order this process received
-them across the watches, one JSON line each: {"seq", "at" (UTC, when received), "kind",
-"type", "object"}. The first lines of each collection are its LIST (type "LISTED"). Objects
-keep everything but metadata.managedFields."""
+Each scenario is run with the real CLI (`dispatch run`, its own record in a temporary folder),
+with what a person or the cluster does meanwhile (Scenario.act), while one watch per
+collection dispatch reads (TrainJobs, JobSets, Jobs, Pods and Warning Events of the namespace,
+the Nodes) writes every event, in the order this process received them across the watches,
+one JSON line each: {"seq", "at" (UTC, when received), "kind", "type", "object"}. The first
+lines of each collection are its LIST (type "LISTED"). Objects keep everything but
+metadata.managedFields, the last-applied-configuration annotation and a Node's images."""
 
 from __future__ import annotations
 
