@@ -1,15 +1,17 @@
 """Record what the real controllers write, as dispatch's watches see it, for the replay tests
-(tests/unit/backends/kubeflow/test_kubeflow_replay.py). Run against the testbed (scripts/
-k8s-testbed up, the `env` exports); it rewrites tests/fixtures/k8s-recorded/*.jsonl:
+(tests/unit/backends/kubeflow/test_kubeflow_replay.py). Run against a testbed of your own
+(scripts/k8s-testbed up, the `env` exports: it deletes everything in the namespace before and
+after each scenario); it rewrites tests/fixtures/k8s-recorded/*.jsonl (docs/k8s-testbed.md):
 
     python tests/integration/k8s/record_fixtures.py [SCENARIO...]
 
-Each scenario is run with the real CLI (`dispatch run`, its own record in a temporary folder)
-while one watch per collection dispatch reads (TrainJobs, JobSets, Jobs, Pods and Warning
-Events of the namespace, the Nodes) writes every event, in the order this process received
-them across the watches, one JSON line each: {"seq", "at" (UTC, when received), "kind",
-"type", "object"}. The first lines of each collection are its LIST (type "LISTED"). Objects
-keep everything but metadata.managedFields."""
+Each scenario is run with the real CLI (`dispatch run`, its own record in a temporary folder),
+with what a person or the cluster does meanwhile (Scenario.act), while one watch per
+collection dispatch reads (TrainJobs, JobSets, Jobs, Pods and Warning Events of the namespace,
+the Nodes) writes every event, in the order this process received them across the watches,
+one JSON line each: {"seq", "at" (UTC, when received), "kind", "type", "object"}. The first
+lines of each collection are its LIST (type "LISTED"). Objects keep everything but
+metadata.managedFields, the last-applied-configuration annotation and a Node's images."""
 
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,23 +33,176 @@ import yaml
 from dispatch.backends.kubeflow.client import ClientSettings, KubeClient, WatchStream
 from dispatch.backends.kubeflow.look import NODES, collections_of, events_of
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from k8s_helpers import TESTBED, get, items, kubectl, ready_pods  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[3]
 OUT = REPO / "tests" / "fixtures" / "k8s-recorded"
 
-# name -> (env of the trainer, nodes): the stock runtime (JobSet's webhook defaults its pods to
-# restartPolicy OnFailure, so a failing container crash-loops until the Job's backoffLimit).
-SCENARIOS: dict[str, tuple[dict[str, str], int]] = {
-    "success": ({"DISPATCH_TESTBED_SECONDS": "2"}, 2),
-    "exit3": (
-        {
-            "DISPATCH_TESTBED_SECONDS": "1",
-            "DISPATCH_TESTBED_EXIT": "3",
-            "DISPATCH_TESTBED_MESSAGE": "loss is nan at step 7",
-        },
-        1,
-    ),
-    "oom": ({"DISPATCH_TESTBED_SECONDS": "1", "DISPATCH_TESTBED_OOM": "1"}, 1),
+# The stock runtime: JobSet's webhook defaults its pods to restartPolicy OnFailure, so a failing
+# container crash-loops until the Job's backoffLimit. dispatch-torch (the testbed's runtime,
+# docs/kubeflow.md "Who restarts what"): restartPolicy Never, backoffLimit 0, low priority.
+STOCK, OURS = "torch-distributed", "dispatch-torch"
+RESUBMIT = {"rules": [{"on": ["preempted", "node-lost"], "action": "resubmit", "budget": 2},
+                      {"on": ["non-zero-exit"], "action": "resubmit", "budget": 1}]}
+WHOLE_NODE = {"resourcesPerNode": {"requests": {"cpu": "8"}}}
+LONG = {"DISPATCH_TESTBED_SECONDS": "600"}
+
+
+@dataclass
+class Scenario:
+    env: dict[str, str]
+    nodes: int = 1
+    runtime: str = STOCK
+    kubeflow: dict[str, Any] = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)
+    # what a person or the cluster does while `dispatch run` runs (None: let it end)
+    act: Callable[[Run], None] | None = None
+
+
+class Run:
+    """One scenario's `dispatch run` under way: the person's side (kubectl as the admin, the
+    dispatch CLI on the same record)."""
+
+    def __init__(self, name: str, namespace: str, env: dict[str, str]) -> None:
+        self.name, self.namespace, self.env = f"rec-{name}", namespace, env
+
+    def dispatch(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "dispatch.cli", *args], env=self.env,
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    def status(self) -> dict[str, Any]:
+        done = self.dispatch("status", self.name, "--json")
+        return json.loads(done.stdout) if done.returncode == 0 else {}
+
+    def until(self, what: str, pred: Callable[[], bool], timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        while not pred():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name}: never {what}")
+            time.sleep(0.5)
+
+    def pods(self, trainjob: str | None = None) -> list[dict[str, Any]]:
+        sel = [f"jobset.sigs.k8s.io/jobset-name={trainjob}"] if trainjob else []
+        return items("pods", self.namespace, *sel)
+
+    def trainjobs(self) -> list[str]:
+        tjs = sorted(items("trainjobs", self.namespace),
+                     key=lambda o: o["metadata"]["creationTimestamp"])
+        return [o["metadata"]["name"] for o in tjs]
+
+    def running_pod(self) -> dict[str, Any]:
+        """The first TrainJob's pod, once it runs."""
+        self.until("running", lambda: bool(self.trainjobs()))
+        tj = self.trainjobs()[0]
+        (pod,) = ready_pods(self.namespace, f"jobset.sigs.k8s.io/jobset-name={tj}")
+        return pod
+
+    def cancel(self) -> None:
+        self.dispatch("cancel", self.name)
+
+
+def preempt(run: Run) -> None:
+    # The low-priority job holds a whole node; a person's high-priority Job asks for all four:
+    # the scheduler preempts dispatch's pod; the rule resubmits (its replacement then waits).
+    run.running_pod()
+    kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "rec-hog", "namespace": run.namespace},
+        "spec": {"parallelism": 4, "completions": 4, "backoffLimit": 0,
+                 "template": {"spec": {
+                     "restartPolicy": "Never", "priorityClassName": "dispatch-testbed-high",
+                     "containers": [{"name": "c", "image": "busybox",
+                                     "env": [{"name": "DISPATCH_TESTBED_SECONDS", "value": "8"}],
+                                     "resources": {"requests": {"cpu": "8"}}}]}}}}))
+    run.until("resubmitted", lambda: run.status().get("submissions", 0) >= 2)
+    run.until("running again", lambda: run.status().get("state") == "running", 120)
+    run.cancel()
+
+
+def lose_node(run: Run) -> None:
+    # The node goes (taint eviction; its pod stays Terminating with no kubelet), dispatch
+    # resubmits behind a closed gate; the node comes back, the old pod ends, the gate opens.
+    node = run.running_pod()["spec"]["nodeName"]
+    try:
+        subprocess.run([str(TESTBED), "lose-node", node], check=True)
+        run.until("resubmitted", lambda: run.status().get("submissions", 0) >= 2)
+        time.sleep(3)
+    finally:
+        subprocess.run([str(TESTBED), "restore-node", node], check=True)
+    run.until("running again", lambda: run.status().get("state") == "running", 120)
+    run.cancel()
+
+
+def flap_node(run: Run) -> None:
+    # The node's Ready goes Unknown (tainted unreachable) and comes back inside the 20 s
+    # toleration: nothing is evicted, the job runs on and succeeds.
+    node = run.running_pod()["spec"]["nodeName"]
+
+    def unknown() -> bool:
+        conds = get("node", node, "")["status"].get("conditions", [])
+        return any(c["type"] == "Ready" and c["status"] == "Unknown" for c in conds)
+
+    try:
+        subprocess.run([str(TESTBED), "lose-node", node], check=True)
+        run.until("Ready Unknown", unknown, 60)
+        time.sleep(4)
+    finally:
+        subprocess.run([str(TESTBED), "restore-node", node], check=True)
+
+
+def delete_trainjob(run: Run) -> None:
+    run.running_pod()
+    kubectl("delete", "trainjob", run.trainjobs()[0], "-n", run.namespace)
+
+
+def pods_say(word: str) -> Callable[[Run], None]:
+    """Wait until a pod shows the scheduler's or the kubelet's ``word``, then cancel."""
+
+    def act(run: Run) -> None:
+        run.until(word, lambda: word in json.dumps(run.pods()), 120)
+        time.sleep(3)
+        run.cancel()
+
+    return act
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "success": Scenario({"DISPATCH_TESTBED_SECONDS": "2"}, nodes=2),
+    "exit3": Scenario({"DISPATCH_TESTBED_SECONDS": "1", "DISPATCH_TESTBED_EXIT": "3",
+                       "DISPATCH_TESTBED_MESSAGE": "loss is nan at step 7"}),
+    "exit3-never": Scenario({"DISPATCH_TESTBED_SECONDS": "1", "DISPATCH_TESTBED_EXIT": "3",
+                             "DISPATCH_TESTBED_MESSAGE": "bad batch"}, runtime=OURS),
+    "oom": Scenario({"DISPATCH_TESTBED_SECONDS": "1", "DISPATCH_TESTBED_OOM": "1"}),
+    "preempted": Scenario(LONG, runtime=OURS, kubeflow=WHOLE_NODE,
+                          fields={"policy": RESUBMIT}, act=preempt),
+    "node-lost": Scenario(LONG, fields={"policy": RESUBMIT}, act=lose_node),
+    "node-flap": Scenario({"DISPATCH_TESTBED_SECONDS": "45"}, fields={"policy": RESUBMIT},
+                          act=flap_node),
+    "time-limit": Scenario(LONG, runtime=OURS, fields={"time_limit": "6s"}),
+    "deleted": Scenario(LONG, runtime=OURS, fields={"policy": RESUBMIT}, act=delete_trainjob),
+    "unschedulable": Scenario(LONG, nodes=5, runtime=OURS, kubeflow=WHOLE_NODE,
+                              act=pods_say("Unschedulable")),
+    "image-pull": Scenario({"DISPATCH_TESTBED_IMAGE_ERROR": "1"}, act=pods_say("ErrImagePull")),
 }
+
+
+def clean(namespace: str) -> None:
+    """Nothing of an earlier scenario left (this deletes everything in the namespace: point
+    the recorder at a testbed of your own), every node managed by KWOK again."""
+    kubectl("delete", "trainjobs,jobsets,jobs", "--all", "-n", namespace, "--wait=true",
+            "--timeout=120s")
+    for node in ("kwok-node-1", "kwok-node-2", "kwok-node-3", "kwok-node-4"):
+        subprocess.run([str(TESTBED), "restore-node", node], check=True, capture_output=True)
+    kubectl("delete", "pods,events", "--all", "-n", namespace, "--wait=true", "--timeout=120s")
+
+
+# What no reader needs: a person's kubectl apply of the Node, a Node's images.
+def slim(obj: dict[str, Any]) -> None:
+    md = obj.get("metadata", {})
+    md.pop("managedFields", None)
+    (md.get("annotations") or {}).pop("kubectl.kubernetes.io/last-applied-configuration", None)
+    (obj.get("status") or {}).pop("images", None)
 
 
 class Recorder:
@@ -63,7 +221,7 @@ class Recorder:
         self.ready.wait(timeout=60)
 
     def _add(self, kind: str, etype: str, obj: dict[str, Any]) -> None:
-        obj.get("metadata", {}).pop("managedFields", None)
+        slim(obj)
         with self.lock:
             self.lines.append(
                 {
@@ -103,7 +261,8 @@ class Recorder:
 
 
 def record(name: str, namespace: str) -> Path:
-    env_vars, nodes = SCENARIOS[name]
+    sc = SCENARIOS[name]
+    clean(namespace)
     kube = KubeClient(ClientSettings(kubeconfig=os.environ["DISPATCH_KUBECONFIG"]))
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / f"{name}.yaml"
@@ -113,9 +272,10 @@ def record(name: str, namespace: str) -> Path:
                     "name": f"rec-{name}",
                     "backend": "kubeflow",
                     "command": ["python", "train.py"],
-                    "nodes": nodes,
-                    "env": env_vars,
-                    "kubeflow": {"namespace": namespace, "runtime": "torch-distributed"},
+                    "nodes": sc.nodes,
+                    "env": sc.env,
+                    "kubeflow": {"namespace": namespace, "runtime": sc.runtime, **sc.kubeflow},
+                    **sc.fields,
                 }
             )
         )
@@ -123,40 +283,34 @@ def record(name: str, namespace: str) -> Path:
             **os.environ,
             "DISPATCH_STORE": str(Path(tmp) / "record.sqlite3"),
             "XDG_STATE_HOME": str(Path(tmp) / "state"),
+            # a lost node is acted on 30 s after it is seen lost (the default is 5 min)
+            "DISPATCH_KUBEFLOW_NODE_LOSS_WINDOW": "30s",
         }
         recorder = Recorder(kube, namespace)
-        done = subprocess.run(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "dispatch.cli", "run", str(spec), "--json", "--poll", "0.5"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
+        try:
+            if sc.act is not None:
+                sc.act(Run(name, namespace, env))
+            out, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        time.sleep(2)  # the controllers' last words after dispatch's end
         lines = recorder.stop()
-        final = json.loads(done.stdout)
-        for ref in final.get("objects", []):
-            subprocess.run(
-                [
-                    str(REPO / "scripts" / "k8s-testbed"),
-                    "kubectl",
-                    "delete",
-                    "trainjob",
-                    ref.split("/")[-1],
-                    "-n",
-                    namespace,
-                    "--wait=false",
-                ],
-                check=False,
-                capture_output=True,
-            )
+        final = json.loads(out) if out.strip() else {"state": f"no JSON: {err[-500:]}"}
     kube.close()
+    clean(namespace)
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{name}.jsonl"
     path.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
     print(
-        f"{path}: {len(lines)} events; dispatch said {final['state']} / "
-        f"{(final.get('cause') or {}).get('kind')}"
+        f"{path}: {len(lines)} events, {path.stat().st_size} bytes; dispatch said "
+        f"{final['state']} / {(final.get('cause') or {}).get('kind')}, "
+        f"{final.get('submissions')} submission(s)"
     )
     return path
 

@@ -4,7 +4,7 @@ Job controller and the kubelet; the backend sees them only through the REST API.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -64,32 +64,6 @@ def fail(fake: FakeApiServer, ns: str, name: str) -> None:
     tr.finish_jobs_status(fake, ns, name, succeeded=0, failed=1)
 
 
-def test_success(fake: FakeApiServer, backend: KubeflowBackend, running) -> None:  # type: ignore[no-untyped-def]
-    token, ns, name, pods = running
-    for pod in pods:
-        tr.terminate(fake, ns, pod, reason="Completed", exit_code=0, phase="Succeeded")
-    done = tr.cond("Complete", reason="JobSetCompleted", message="jobset completed", at=tr.T2)
-    tr.set_conditions(fake, "TrainJob", ns, name, done)
-    tr.finish_jobs_status(fake, ns, name, succeeded=1, failed=0)
-    report = look(backend, token)
-    assert report.state is State.SUCCEEDED
-    assert report.cause.kind is CauseKind.NONE
-    assert report.executions[-1].ended_at == datetime(2026, 3, 1, 10, 10, tzinfo=UTC)
-
-
-def test_failure_with_an_exit_code(fake: FakeApiServer, backend: KubeflowBackend, running) -> None:  # type: ignore[no-untyped-def]
-    token, ns, name, pods = running
-    tr.terminate(fake, ns, pods[0], reason="Error", exit_code=3, at=tr.T1)
-    tr.terminate(fake, ns, pods[1], reason="Error", exit_code=143, at=tr.T2)
-    fail(fake, ns, name)
-    report = look(backend, token)
-    assert report.state is State.FAILED
-    assert report.cause.kind is CauseKind.NON_ZERO_EXIT
-    assert report.cause.provenance is Provenance.APPLICATION
-    assert report.cause.exit_code == 3
-    assert "FailedJobs" in report.cause.detail and pods[0] in report.cause.detail
-
-
 def test_the_failing_pods_termination_message_is_the_applications_error(  # type: ignore[no-untyped-def]
         fake: FakeApiServer, backend: KubeflowBackend, running) -> None:
     """Issue 23: the first failing container's terminated.message (node 1 fails first)
@@ -110,92 +84,6 @@ def test_the_failing_pods_termination_message_is_the_applications_error(  # type
     assert (error.rank, error.node, error.exit_code) == (1, "n2", 1)
     assert error.message == "FloatingPointError: loss is NaN at step 7"
     assert 'File "/w/train.py", line 9' in error.traceback_tail
-
-
-def test_oomkilled(fake: FakeApiServer, backend: KubeflowBackend, running) -> None:  # type: ignore[no-untyped-def]
-    token, ns, name, pods = running
-    tr.terminate(fake, ns, pods[1], reason="OOMKilled", exit_code=137)
-    fail(fake, ns, name)
-    report = look(backend, token)
-    assert report.state is State.FAILED
-    assert report.cause.kind is CauseKind.OUT_OF_MEMORY
-    assert "OOMKilled" in report.cause.detail
-
-
-def test_preemption_by_the_scheduler(
-    fake: FakeApiServer, backend: KubeflowBackend, running
-) -> None:  # type: ignore[no-untyped-def]
-    token, ns, name, pods = running
-    tr.add_pod_condition(
-        fake,
-        ns,
-        pods[0],
-        tr.builtin_cond(
-            "DisruptionTarget",
-            reason="PreemptionByScheduler",
-            message="Preempted in order to admit critical pod",
-        ),
-    )
-    tr.terminate(fake, ns, pods[0], reason="Error", exit_code=143)
-    fail(fake, ns, name)
-    report = look(backend, token)
-    assert report.state is State.FAILED
-    assert report.cause.kind is CauseKind.PREEMPTED
-    assert "PreemptionByScheduler" in report.cause.detail
-
-
-def test_node_lost_failure_target_stuck_pods_terminating(
-    fake: FakeApiServer,
-    backend: KubeflowBackend,
-    clock: Clock,
-    running,  # type: ignore[no-untyped-def]
-) -> None:
-    token, ns, name, pods = running
-    lost_at = "2026-03-01T10:05:00Z"
-    # The node lifecycle controller taints n2; the taint manager deletes its pod (here after a
-    # 60 s toleration), but no kubelet confirms, so the pod stays Terminating (phase Running).
-    fake.put(tr.node("n2", lost=True, since=lost_at))
-    fake.unreachable.add("n2")
-    stuck = fake.get("Pod", ns, pods[1])
-    assert stuck is not None
-    fake.update("Pod", ns, pods[1], {"metadata": {"deletionTimestamp": "2026-03-01T10:06:00Z"}})
-    job = f"{name}-node-0"
-    tr.set_conditions(
-        fake,
-        "Job",
-        ns,
-        job,
-        tr.builtin_cond(
-            "FailureTarget",
-            reason="PodFailurePolicy",
-            message="Container node for pod lost exited",
-            at="2026-03-01T10:06:00Z",
-        ),
-    )
-    clock.now = datetime(2026, 3, 1, 10, 8, tzinfo=UTC)
-    window = backend.declarations().node_loss_window
-    report = look(backend, token)
-    assert report.state is State.RUNNING and report.alive
-    assert report.cause.kind is CauseKind.NODE_LOST
-    assert report.lost_since == datetime(2026, 3, 1, 10, 5, tzinfo=UTC)
-    assert clock.now - report.lost_since < window
-    assert "Terminating" in report.cause.detail
-    # The Job's FailureTarget is no evidence of node loss (issue 35, M3): the taint is.
-    assert "FailureTarget" not in report.cause.detail
-    # Past the window the supervisor stops it. The TrainJob goes at once (background
-    # propagation: Trainer v2.3.0 re-creates the JobSet of a TrainJob under foreground
-    # deletion), but its stuck pod does not: the object has not ended, and a replacement's
-    # gate stays shut (S11) while a pod of it remains.
-    clock.now = report.lost_since + window + timedelta(seconds=1)
-    backend.stop(report.ref)
-    (still,) = backend.discover([token], [report.ref]).objects
-    assert still.alive and "n2" in still.nodes
-    assert pods[1] in still.cause.note and "Terminating" in still.cause.note
-    # The node is deleted (or tainted out-of-service): the pod goes, and so does the TrainJob.
-    fake.release_node("n2")
-    gone = backend.discover([token], [report.ref])
-    (ended,) = gone.objects
-    assert ended.state is State.CANCELLED and ended.cause.actor == "dispatch"
 
 
 def _stuck_on_a_lost_node(fake: FakeApiServer, ns: str, pods: list[str]) -> None:
@@ -299,57 +187,6 @@ def test_suspend_and_resume(fake: FakeApiServer, backend: KubeflowBackend) -> No
     resumed = look(backend, token)
     assert resumed.state is State.PENDING and not resumed.gated
     assert resumed.cause.kind is CauseKind.RELEASED
-
-
-def test_image_pull_error(fake: FakeApiServer, backend: KubeflowBackend) -> None:
-    for n in NODES:
-        fake.put(tr.node(n))
-    token, ns, name = submit(backend)
-    pods = tr.materialize(fake, ns, name, NODES, phase="Pending")
-    current = fake.get("Pod", ns, pods[0])
-    assert current is not None
-    fake.update(
-        "Pod",
-        ns,
-        pods[0],
-        {
-            "status": {
-                "containerStatuses": [
-                    {
-                        "name": "node",
-                        "ready": False,
-                        "restartCount": 0,
-                        "image": "trainer:1",
-                        "imageID": "",
-                        "state": {
-                            "waiting": {
-                                "reason": "ImagePullBackOff",
-                                "message": 'Back-off pulling image "trainer:1"',
-                            }
-                        },
-                    }
-                ]
-            }
-        },
-    )
-    report = look(backend, token)
-    assert report.state is State.PENDING
-    assert report.cause.kind is CauseKind.LAUNCH_FAILED
-    assert "ImagePullBackOff" in report.cause.detail
-
-
-def test_our_trainjob_deleted_by_someone_else(
-    fake: FakeApiServer, backend: KubeflowBackend, running
-) -> None:  # type: ignore[no-untyped-def]
-    token, ns, name, _ = running
-    ref = f"{ns}/{name}"
-    fake.remove("TrainJob", ns, name)
-    assert fake.all("Pod") == []  # its dependents went with it
-    (report,) = backend.discover([token], [ref]).objects
-    assert report.state is State.CANCELLED
-    assert report.cause.kind is CauseKind.CANCELLED
-    assert report.cause.provenance is Provenance.ACTOR and report.cause.actor is None
-    assert report.token == token
 
 
 @pytest.fixture

@@ -215,6 +215,13 @@ def _nodes(pods: Sequence[Any]) -> tuple[str, ...]:
     return tuple(sorted({n for p in pods if (n := pod_node(p)) is not None}))
 
 
+def _ran_on(pods: Sequence[Any]) -> tuple[str, ...]:
+    """The nodes an ended execution ran on: those its pods started on. A pod bound after the
+    end never started (Trainer re-applies the JobSet after DeadlineExceeded: a new pod is made
+    and bound as the old ones terminate); it is no node of the run."""
+    return _nodes([p for p in pods if as_map(as_map(p).get("status")).get("startTime")])
+
+
 def _restart_cause(attempt: int, jobs: Sequence[Any], pods: Sequence[Any], jobset: Any) -> Cause:
     """Why JobSet attempt ``attempt`` ended: its pods' evidence if still visible, else requeued
     with the JobSet's own words."""
@@ -276,8 +283,9 @@ def report_trainjob(
         as_map(meta(tj).get("annotations")).get(GATE_ANNOTATION)) != "open"
 
     def ended(state: State, cause: Cause) -> ObjectReport:
+        ran_on = _ran_on(cur_pods)
         last = Execution(
-            index=restarts, started_at=started, ended_at=cause.at, cause=cause, nodes=cur_nodes,
+            index=restarts, started_at=started, ended_at=cause.at, cause=cause, nodes=ran_on,
             # the first failing container's own words (issue 23), beside the cause
             error=first_pod_error(cur_pods) if state is State.FAILED else None,
         )
@@ -287,7 +295,7 @@ def report_trainjob(
             state=state,
             cause=cause,
             executions=(*past, last),
-            nodes=cur_nodes,
+            nodes=ran_on,
             gated=gated,
         )
 
@@ -320,8 +328,11 @@ def report_trainjob(
     if failed:
         return ended(State.FAILED, failure_cause(failed, cur_jobs, cur_pods))
 
-    # Held: suspended (our gate, or someone's).
-    suspended = true_condition(tj, "Suspended")
+    # Held: suspended (our gate, or someone's). A Suspended=True the spec no longer asks for
+    # (spec.suspend false: our gate opened, or a person resumed) is a resume in progress,
+    # read below as released, never as someone's hold.
+    asked = spec.get("suspend") is True
+    suspended = true_condition(tj, "Suspended") if asked else None
     if suspended is not None or gated:
         ours = as_str(as_map(meta(tj).get("annotations")).get(GATE_ANNOTATION)) == "closed"
         detail = words("trainjob", suspended) if suspended is not None else "spec.suspend=true"
@@ -383,11 +394,13 @@ def report_trainjob(
         return live(State.RUNNING, Cause(kind=CauseKind.NONE,
                                          note="its pods have ended; the end is not said yet"))
     resumed = condition(tj, "Suspended")
-    if resumed is not None and resumed.get("status") == "False":
+    if resumed is not None and (resumed.get("status") == "False" or not asked):
         at = parse_time(resumed.get("lastTransitionTime"))
+        note = "" if resumed.get("status") == "False" else (
+            "resume in progress: spec.suspend is false, the controller has not said it yet")
         return live(
             State.PENDING,
-            Cause(kind=CauseKind.RELEASED, detail=words("trainjob", resumed), at=at),
+            Cause(kind=CauseKind.RELEASED, detail=words("trainjob", resumed), note=note, at=at),
         )
     return live(State.PENDING, Cause(kind=CauseKind.NONE))
 

@@ -345,6 +345,8 @@ def evidence_of(pod: Any) -> dict[str, Any] | None:
         return None
     md = as_map(p.get("metadata"))
     out_status: dict[str, Any] = {"phase": "Failed", **kept}
+    if status.get("startTime") is not None:  # it ran (the nodes an ended run names)
+        out_status["startTime"] = status.get("startTime")
     if disruption is not None:
         out_status["conditions"] = [dict(disruption)]
     if kubelet:

@@ -168,3 +168,12 @@ def test_malformed_events_and_pods_never_crash(junk: Any) -> None:
     assert kept is None or kept["status"]["phase"] == "Failed"
     shown, _ = with_evidence([junk], {})
     assert shown[0] is junk
+
+
+def test_kept_evidence_says_the_pod_started_so_an_ended_run_still_names_its_node() -> None:
+    # An ended execution names the nodes its pods started on (status.startTime); the Job
+    # controller deletes a failed pod before the end is said, so its evidence carries it.
+    looping = a_pod("u1", {"waiting": {"reason": "CrashLoopBackOff"}}, last=EXIT3, restarts=5)
+    looping["status"]["startTime"] = T1
+    kept = evidence_of(looping)
+    assert kept is not None and kept["status"]["startTime"] == T1

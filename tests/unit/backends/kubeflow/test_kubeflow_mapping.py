@@ -212,6 +212,24 @@ ROWS = [
         "TrainJob is suspended",
     ),
     (
+        # Resumed (spec.suspend false: our gate opened, or a person resumed) and Trainer has
+        # not yet turned its Suspended condition False: a resume in progress, nobody's hold.
+        "suspended-condition-the-spec-no-longer-asks-for",
+        lambda: row(
+            trainjob(
+                [cond("Suspended", reason="Suspended", message="TrainJob is suspended")],
+                active=0,
+                suspend=False,
+                gate="open",
+            )
+        ),
+        State.PENDING,
+        CauseKind.RELEASED,
+        Provenance.SCHEDULER,
+        None,
+        "Suspended=True",
+    ),
+    (
         "resumed-not-started",
         lambda: row(
             trainjob([cond("Suspended", "False", "Resumed", "TrainJob is resumed")], active=0)

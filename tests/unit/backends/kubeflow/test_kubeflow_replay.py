@@ -15,12 +15,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from dispatch.backends.kubeflow import KubeflowBackend
 from dispatch.backends.kubeflow.client import ApiAnswer, ResourceType
 from dispatch.backends.kubeflow.objects import TOKEN_LABEL
-from dispatch.core.model import CauseKind, ObjectReport, State
+from dispatch.core.model import CauseKind, ObjectReport, Provenance, State
+from dispatch.core.policy import RecoveryPolicy
+
+# The recorder's policy (tests/integration/k8s/record_fixtures.py).
+RESUBMIT = {"rules": [{"on": ["preempted", "node-lost"], "action": "resubmit", "budget": 2},
+                      {"on": ["non-zero-exit"], "action": "resubmit", "budget": 1}]}
 
 RECORDED = Path(__file__).resolve().parents[3] / "fixtures" / "k8s-recorded"
 
@@ -58,11 +64,13 @@ class Replayed:
         raise ApiAnswer(404, "NotFound", "a recording has no logs")
 
 
-def replay(scenario: str) -> list[ObjectReport | None]:
-    """What discover() reported of the scenario's TrainJob after each event (None: left out
-    of that look, which was incomplete)."""
-    lines = [json.loads(t) for t in (RECORDED / f"{scenario}.jsonl").read_text().splitlines()]
-    (added,) = [ln["object"] for ln in lines if ln["kind"] == "TrainJob" and ln["type"] == "ADDED"]
+def replay(scenario: str, nth: int = 0) -> list[ObjectReport | None]:
+    """What discover() reported of the scenario's TrainJob (dispatch's ``nth``: a
+    resubmission's is another object, another ref) after each event from its creation on
+    (None: left out of that look, which was incomplete)."""
+    lines = recorded(scenario)
+    made = [ln["object"] for ln in lines if ln["kind"] == "TrainJob" and ln["type"] == "ADDED"]
+    added = made[nth]
     ref = f"{added['metadata']['namespace']}/{added['metadata']['name']}"
     token = added["metadata"]["labels"][TOKEN_LABEL]
     api = Replayed()
@@ -73,16 +81,23 @@ def replay(scenario: str) -> list[ObjectReport | None]:
         clock=lambda: now[-1],
     )
     readings: list[ObjectReport | None] = []
+    seen = False
     for line in lines:
         api.apply(line)
-        if line["type"] == "LISTED" or not api.objects.get("TrainJob"):
+        seen = seen or line["object"] is added
+        if line["type"] == "LISTED" or not seen:
             continue
         now.append(datetime.fromisoformat(line["at"]))
         found = backend.discover([token], [ref])
-        (report,) = found.objects or (None,)
+        (report,) = [o for o in found.objects if o.ref == ref] or (None,)
         assert report is not None or not found.complete
         readings.append(report)
     return readings
+
+
+def recorded(scenario: str) -> list[dict[str, Any]]:
+    text = (RECORDED / f"{scenario}.jsonl").read_text()
+    return [json.loads(t) for t in text.splitlines()]
 
 
 def kinds(readings: list[ObjectReport | None]) -> list[tuple[State, CauseKind] | None]:
@@ -110,6 +125,8 @@ def test_success_reads_running_then_succeeded_and_nothing_else() -> None:
     never_pending_once_running(seen)
     final = readings[-1]
     assert final is not None and len(final.nodes) == 2, final
+    assert final.executions[-1].ended_at is not None  # the Complete condition's time
+    assert "Complete=True" in final.cause.detail
 
 
 def test_exit_3_through_a_crash_loop_is_a_non_zero_exit_with_its_message() -> None:
@@ -124,6 +141,9 @@ def test_exit_3_through_a_crash_loop_is_a_non_zero_exit_with_its_message() -> No
     looping = [r for r in readings if r is not None and r.state is State.RECOVERING]
     assert looping and all(r.cause.kind is CauseKind.NON_ZERO_EXIT for r in looping), seen
     assert "restarted in place by Kubernetes" in looping[-1].cause.note
+    # The Job controller deleted the pod before the end was said: its kept evidence still
+    # names the node it ran on.
+    assert final.nodes and set(final.nodes) <= started_nodes("exit3"), final.nodes
     never = {CauseKind.NODE_LOST, CauseKind.UNKNOWN}
     assert not [k for k in seen if k is not None and k[1] in never], seen
     never_pending_once_running(seen)
@@ -133,15 +153,221 @@ def test_oom_killed_through_a_crash_loop_is_out_of_memory() -> None:
     readings = replay("oom")
     seen = kinds(readings)
     assert seen[-1] == (State.FAILED, CauseKind.OUT_OF_MEMORY), seen
+    final = readings[-1]
+    assert final is not None and "reason=OOMKilled" in final.cause.detail, final.cause
     never = {CauseKind.NODE_LOST, CauseKind.UNKNOWN, CauseKind.NON_ZERO_EXIT}
     assert not [k for k in seen if k is not None and k[1] in never], seen
     never_pending_once_running(seen)
 
 
-@pytest.mark.parametrize("scenario", ["success", "exit3", "oom"])
+@pytest.mark.parametrize("scenario", sorted(p.stem for p in RECORDED.glob("*.jsonl")))
 def test_a_recording_is_of_the_released_controllers(scenario: str) -> None:
-    lines = [json.loads(t) for t in (RECORDED / f"{scenario}.jsonl").read_text().splitlines()]
-    (tj,) = [ln["object"] for ln in lines if ln["kind"] == "TrainJob" and ln["type"] == "ADDED"]
-    assert tj["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
+    lines = recorded(scenario)
+    made = [ln["object"] for ln in lines if ln["kind"] == "TrainJob" and ln["type"] == "ADDED"]
+    assert made and {tj["apiVersion"] for tj in made} == {"trainer.kubeflow.org/v1alpha1"}
     kinds_seen = {ln["kind"] for ln in lines if ln["type"] != "LISTED"}
     assert {"TrainJob", "JobSet", "Job", "Pod"} <= kinds_seen
+
+
+def started_nodes(scenario: str) -> set[str]:
+    """The nodes the recording's pods started on (status.startTime set)."""
+    return {
+        ln["object"]["spec"]["nodeName"]
+        for ln in recorded(scenario)
+        if ln["kind"] == "Pod" and (ln["object"].get("status") or {}).get("startTime")
+    }
+
+
+def test_exit_3_without_native_restarts_fails_at_once_with_its_message() -> None:
+    # dispatch's runtime (restartPolicy Never, backoffLimit 0): no crash loop, one execution.
+    readings = replay("exit3-never")
+    seen = kinds(readings)
+    final = readings[-1]
+    assert final is not None and seen[-1] == (State.FAILED, CauseKind.NON_ZERO_EXIT), seen
+    assert final.cause.exit_code == 3 and len(final.executions) == 1, final
+    assert final.cause.provenance is Provenance.APPLICATION
+    # the controllers' words and the pod's, verbatim
+    assert "reason=FailedJobs" in final.cause.detail and "exitCode=3" in final.cause.detail
+    error = final.executions[-1].error
+    assert error is not None and error.message == "bad batch" and error.exit_code == 3, final
+    assert (State.RUNNING, CauseKind.NONE) in seen
+    never = {CauseKind.NODE_LOST, CauseKind.UNKNOWN}
+    assert not [k for k in seen if k is not None and (k[0] is State.RECOVERING or k[1] in never)]
+    never_pending_once_running(seen)
+
+
+def test_the_time_limit_is_time_limit_on_the_nodes_it_ran_on() -> None:
+    # Trainer deletes the JobSet at DeadlineExceeded and then re-applies it: a new pod is made
+    # and bound to another node, and never starts. The run ended where its pods ran.
+    readings = replay("time-limit")
+    seen = kinds(readings)
+    assert seen[-1] == (State.FAILED, CauseKind.TIME_LIMIT), seen
+    ran = started_nodes("time-limit")
+    ended = [r for r in readings if r is not None and r.state is State.FAILED]
+    assert ended and all(set(r.nodes) <= ran for r in ended), [r.nodes for r in ended]
+    assert all(set(r.executions[-1].nodes) <= ran for r in ended)
+    never = {CauseKind.NODE_LOST, CauseKind.UNKNOWN, CauseKind.NON_ZERO_EXIT}
+    assert not [k for k in seen if k is not None and k[1] in never], seen
+    never_pending_once_running(seen)
+
+
+def trainjobs_added(scenario: str) -> list[dict[str, Any]]:
+    return [ln for ln in recorded(scenario) if ln["kind"] == "TrainJob" and ln["type"] == "ADDED"]
+
+
+def test_a_real_preemption_is_preempted_and_the_rule_for_it_is_not_the_failure_budget() -> None:
+    # The scheduler evicts dispatch's low-priority pod for a person's high-priority Job
+    # (DisruptionTarget, PreemptionByScheduler); the pod's exit 143 is not the cause.
+    readings = replay("preempted")
+    seen = kinds(readings)
+    final = readings[-1]
+    assert final is not None and seen[-1] == (State.FAILED, CauseKind.PREEMPTED), seen
+    assert "reason=PreemptionByScheduler" in final.cause.detail, final.cause
+    assert "PreemptionByScheduler" in json.dumps([ln["object"] for ln in recorded("preempted")
+                                                  if ln["kind"] == "Pod"])
+    never = {CauseKind.NODE_LOST, CauseKind.UNKNOWN, CauseKind.NON_ZERO_EXIT}
+    assert not [k for k in seen if k is not None and k[1] in never], seen
+    never_pending_once_running(seen)
+    # S9: the recorder's policy (a resubmit rule for preemption, another with its own budget
+    # for non-zero exits) spends the preemption rule; dispatch resubmitted once.
+    policy = msgspec.convert(RESUBMIT, RecoveryPolicy)
+    found = policy.rule_for(final.cause.kind)
+    assert found is not None and CauseKind.NON_ZERO_EXIT not in found[1].on
+    assert len(trainjobs_added("preempted")) == 2
+
+
+def test_a_person_deleting_the_trainjob_reads_cancelled_by_someone_else() -> None:
+    readings = replay("deleted")
+    seen = kinds(readings)
+    final = readings[-1]
+    assert final is not None and seen[-1] == (State.CANCELLED, CauseKind.CANCELLED), seen
+    assert final.cause.actor != "dispatch", final.cause
+    assert final.cause.provenance is Provenance.ACTOR
+    assert "deleted by someone other than dispatch" in final.cause.note
+    assert (State.RUNNING, CauseKind.NONE) in seen
+    never = {CauseKind.NODE_LOST, CauseKind.UNKNOWN, CauseKind.NON_ZERO_EXIT, CauseKind.PREEMPTED}
+    assert not [k for k in seen if k is not None and k[1] in never], seen
+    assert len(trainjobs_added("deleted")) == 1  # S14: never resubmitted
+
+
+def test_an_image_pull_error_is_launch_failed_with_the_kubelets_words() -> None:
+    readings = replay("image-pull")
+    seen = kinds(readings)
+    failing = [r for r in readings if r is not None and r.cause.kind is CauseKind.LAUNCH_FAILED]
+    assert failing and all(r.state is State.PENDING for r in failing), seen
+    assert "ErrImagePull" in failing[0].cause.detail
+    # It never ran: no reading before dispatch's cancel says anything but pending.
+    live = before_the_stop("image-pull", readings)
+    assert live and all(r is not None and r.state is State.PENDING for r in live), seen
+    assert seen[-1] == (State.CANCELLED, CauseKind.CANCELLED), seen
+
+
+def before_the_stop(
+    scenario: str, readings: list[ObjectReport | None]
+) -> list[ObjectReport | None]:
+    """The readings before dispatch's first TrainJob was being deleted (a cancel's or a
+    resubmission's stop: after it, pods left alive read running until they are gone, S11)."""
+    lines = recorded(scenario)
+    first = next(i for i, ln in enumerate(lines)
+                 if ln["kind"] == "TrainJob" and ln["type"] == "ADDED")
+    name = lines[first]["object"]["metadata"]["name"]
+    count = 0
+    for ln in lines[first:]:
+        if ln["type"] == "LISTED":
+            continue
+        obj = ln["object"]
+        if ln["kind"] == "TrainJob" and obj["metadata"]["name"] == name and (
+                ln["type"] == "DELETED" or obj["metadata"].get("deletionTimestamp")):
+            return readings[:count]
+        count += 1
+    return readings
+
+
+def test_more_nodes_than_the_cluster_has_is_pending_with_the_schedulers_words() -> None:
+    # 5 whole-node pods on 4 nodes: four run, the fifth is Unschedulable and holds the gang.
+    readings = replay("unschedulable")
+    live = before_the_stop("unschedulable", readings)
+    waiting = [r for r in live if r is not None and "Unschedulable" in r.cause.detail]
+    assert waiting and all(r.state is State.PENDING for r in waiting), kinds(live)
+    assert waiting[-1].cause.kind is CauseKind.NO_CAPACITY, waiting[-1].cause
+    assert "Insufficient cpu" in waiting[-1].cause.detail, waiting[-1].cause.detail
+    assert not [r for r in live if r is not None and r.state is not State.PENDING], kinds(live)
+    assert kinds(readings)[-1] == (State.CANCELLED, CauseKind.CANCELLED)
+
+
+def first_pods(scenario: str) -> set[str]:
+    """The pods of dispatch's first TrainJob (its JobSet has the TrainJob's name)."""
+    tj = trainjobs_added(scenario)[0]["object"]["metadata"]["name"]
+    return {ln["object"]["metadata"]["name"] for ln in recorded(scenario)
+            if ln["kind"] == "Pod" and ln["object"]["metadata"]["name"].startswith(f"{tj}-")}
+
+
+def test_a_lost_node_is_node_lost_in_the_window_then_the_replacement_waits_for_its_pods() -> None:
+    # lose-node: Ready Unknown, the unreachable taint, taint eviction after 20 s, the pod
+    # Terminating with no kubelet; the recorder's window is 30 s, then dispatch stops and
+    # resubmits behind a closed gate; the node comes back, the old pod ends, the gate opens.
+    readings = replay("node-lost")
+    live = before_the_stop("node-lost", readings)
+    seen = kinds(live)
+    lost = [r for r in live if r is not None and r.cause.kind is CauseKind.NODE_LOST]
+    assert lost and all(r.state is State.RUNNING and r.lost_since is not None for r in lost), seen
+    assert all(r.lost_since == lost[0].lost_since for r in lost)
+    # once lost, lost until dispatch's stop (the Job's own replacement pod does not clear it)
+    assert seen[seen.index((State.RUNNING, CauseKind.NODE_LOST)):] == [
+        (State.RUNNING, CauseKind.NODE_LOST)] * len(lost), seen
+    assert "DeletionByTaintManager" in lost[-1].cause.detail
+    never = {CauseKind.UNKNOWN, CauseKind.NON_ZERO_EXIT, CauseKind.PREEMPTED}
+    assert not [k for k in kinds(readings) if k is not None and k[1] in never], kinds(readings)
+    # After the stop the old pods keep it alive (S11) until they are gone.
+    stopped = [r.state for r in readings[len(live):] if r is not None]
+    end = stopped.index(State.CANCELLED)
+    assert end > 0 and set(stopped[:end]) == {State.RUNNING}, stopped
+    assert set(stopped[end:]) == {State.CANCELLED}, stopped
+    # Gone without a deleting look: the backend names no actor, and the core reads it as its
+    # recorded stop's effect (docs/kubeflow.md).
+    final = readings[-1]
+    assert final is not None and final.cause.actor is None, final.cause
+    # S11 on the real chain: the replacement is made gated and its gate opens only once every
+    # pod of the first TrainJob is gone.
+    lines = recorded("node-lost")
+    second = trainjobs_added("node-lost")[1]
+    assert second["object"]["spec"]["suspend"] is True
+    name = second["object"]["metadata"]["name"]
+    opened = next(ln["seq"] for ln in lines if ln["kind"] == "TrainJob" and ln["type"] == "MODIFIED"
+                  and ln["object"]["metadata"]["name"] == name
+                  and ln["object"]["spec"].get("suspend") is False)
+    old = first_pods("node-lost")
+    gone = [ln["seq"] for ln in lines if ln["kind"] == "Pod" and ln["type"] == "DELETED"
+            and ln["object"]["metadata"]["name"] in old]
+    assert len(gone) == len(old) >= 2 and max(gone) < opened, (old, gone, opened)
+
+
+def test_a_replacement_behind_our_gate_is_ours_until_it_opens_then_never_someones_hold() -> None:
+    # The gate opens (spec.suspend false) a moment before Trainer turns Suspended False: that
+    # moment is a resume in progress, not a hold of someone else's.
+    readings = replay("node-lost", nth=1)
+    held = [r for r in readings if r is not None and r.state is State.HELD]
+    assert held and all(r.cause.actor == "dispatch" and r.gated for r in held), held
+    seen = kinds(readings)
+    after = seen[seen.index((State.HELD, CauseKind.HELD)):]
+    opened = after.index(next(k for k in after if k != (State.HELD, CauseKind.HELD)))
+    assert after[opened] == (State.PENDING, CauseKind.RELEASED), after
+    assert (State.HELD, CauseKind.HELD) not in after[opened:], after
+    assert (State.RUNNING, CauseKind.NONE) in after[opened:], after
+
+
+def test_a_node_back_inside_the_window_reads_node_lost_then_running_and_succeeds() -> None:
+    # The node's Ready goes Unknown and it is tainted unreachable, then KWOK renews its lease
+    # again before the 20 s toleration: nothing is evicted, one execution, succeeded.
+    readings = replay("node-flap")
+    seen = kinds(readings)
+    assert seen[-1] == (State.SUCCEEDED, CauseKind.NONE), seen
+    lost = seen.index((State.RUNNING, CauseKind.NODE_LOST))
+    back = seen.index((State.RUNNING, CauseKind.NONE), lost)
+    assert set(seen[lost:back]) == {(State.RUNNING, CauseKind.NODE_LOST)}, seen
+    assert {k for k in seen[back:] if k is not None} <= {
+        (State.RUNNING, CauseKind.NONE), (State.SUCCEEDED, CauseKind.NONE)}, seen
+    final = readings[-1]
+    assert final is not None and len(final.executions) == 1 and final.lost_since is None
+    assert "DisruptionTarget" not in json.dumps(recorded("node-flap"))
+    assert len(trainjobs_added("node-flap")) == 1
