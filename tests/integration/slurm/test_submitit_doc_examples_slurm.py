@@ -13,6 +13,7 @@ which only the local scheduler can do; the training example asks for
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -76,9 +77,12 @@ def example(slurm_version: str, tmp_path: Path) -> Iterator[Example]:
 
 
 def sbatch_partition(job_id: str) -> str:
-    out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "Partition"],
+    """The job's partition as the controller keeps it (MinJobAge 300 s): sacct may not have the
+    job yet when slurmdbd lags under load (seen in CI on 22.05: an empty answer)."""
+    out = subprocess.run(["scontrol", "-o", "show", "job", job_id],
                          capture_output=True, text=True, timeout=30, check=True)
-    return out.stdout.split()[0] if out.stdout.split() else ""
+    found = re.search(r"(?:^|\s)Partition=(\S+)", out.stdout)
+    return found.group(1) if found else ""
 
 
 def test_readme_add_runs_on_slurm_in_the_dev_partition(example: Example) -> None:

@@ -5,7 +5,8 @@
 Serves the SCOPEs as HOLDER with the real local backend under ROOT, appending one line per
 scheduler call to LOG ("discover HOLDER" / "submit HOLDER TOKEN", O_APPEND). Prints each
 lease change ("active SCOPE EPOCH", "standby SCOPE WHY", "released SCOPE"), each append
-("appended JOB VERSION epoch EPOCH") and each refused one ("fenced JOB") on stdout, flushed.
+("appended JOB VERSION at MONOTONIC epoch EPOCH", the time the store's append returned, on
+the machine's monotonic clock) and each refused one ("fenced JOB") on stdout, flushed.
 SIGTERM stops it cleanly (leases handed back).
 
 --no-lease: the supervisor as it was before leases (Supervisor.serve: every process ticks
@@ -22,6 +23,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -86,7 +88,9 @@ class PausingStore:
         except Fenced:
             say("fenced", job_id)
             raise
-        say("appended", job_id, version, "epoch", fence.epoch if fence else "-")
+        # when it committed: a stop between the commit and this line prints it after SIGCONT
+        say("appended", job_id, version, "at", f"{time.monotonic():.6f}", "epoch",
+            fence.epoch if fence else "-")
         return version
 
     def __getattr__(self, name: str) -> Any:

@@ -50,7 +50,10 @@ from dispatch.backends.local import LocalBackend
 from dispatch.core.model import State
 from dispatch.supervise.leases import local_scope
 
-LEASE_S = 1.0
+# Longer than a loaded machine keeps a process off the CPU: with 1 s, CI under load saw the
+# local lease expire and be taken again by the same holder (epoch 1 -> 2), no hang needed.
+# Four periods of hang (16 s) stay inside HANG_S.
+LEASE_S = 4.0
 POLL_S = 0.1
 # Generous: normally about 1 s; before this change at least HANG_S.
 LOCAL_COMMIT_BOUND_S = 15.0
