@@ -120,7 +120,10 @@ def attribute_end(decisions: Sequence[SegmentDecision], *, ref: str, reported: C
     if decision is None:
         return reported
     provenance, actor = provenance_of(decision)
-    who = decision.actor or "dispatch"
+    # A person's mark always names them; one the record does not name (an edited or older
+    # record) is said as such, never credited to dispatch.
+    who = decision.actor or ("dispatch" if provenance is Provenance.SCHEDULER
+                             else "an operator the record does not name")
     nodes = f" (nodes {', '.join(decision.nodes)})" if decision.nodes else ""
     exit_words = f" exit {reported.exit_code}" if reported.exit_code is not None else ""
     note = (f"allocation unit {decision.unit_job_id}.{decision.task_id} was excluded by the "

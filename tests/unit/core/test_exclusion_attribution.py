@@ -136,6 +136,16 @@ def test_note_names_the_decision() -> None:
     assert T0.isoformat() in got.note
 
 
+def test_a_mark_the_record_names_nobody_for_is_not_credited_to_dispatch() -> None:
+    """An older record's decision with no source, no nodes and no actor is a person's mark
+    (the supervisor's always name nodes) whose author the record does not say."""
+    unnamed = decision(source="", actor=None, nodes=())
+    got = attribute_end((unnamed,), ref="4250", reported=FAILED, now=END)
+    assert (got.kind, got.provenance, got.actor) == (CauseKind.NODE_LOST, Provenance.ACTOR,
+                                                     None)
+    assert "an operator the record does not name" in got.note and "of dispatch" not in got.note
+
+
 def test_without_an_end_time_now_is_the_end() -> None:
     reported = Cause(kind=CauseKind.NON_ZERO_EXIT, provenance=Provenance.APPLICATION)
     got = attribute_end((decision(),), ref="4250", reported=reported, now=END)
@@ -177,7 +187,12 @@ def test_property_never_blames_the_application_for_an_exclusion(
         assert kind is CauseKind.NON_ZERO_EXIT
         assert got.kind is CauseKind.NODE_LOST and got.provenance is not Provenance.APPLICATION
         assert got.detail == words and got.exit_code == 1 and got.note
-        assert (got.actor is None) == (got.provenance is Provenance.SCHEDULER)
+        # the scheduler's decisions name no actor; an actor named is a person's mark (one
+        # the record does not name stays an actor's, unnamed: found on Python 3.14 in CI)
+        assert got.provenance is not Provenance.SCHEDULER or got.actor is None
+        assert got.actor is None or got.provenance is Provenance.ACTOR
+        if got.provenance is Provenance.ACTOR and got.actor is None:
+            assert "an operator the record does not name" in got.note
     # A regular job's excluded unit, published before the end, is never the application's.
     before = [d for d in decisions if d.at <= END]
     if not array and kind is CauseKind.NON_ZERO_EXIT and any(
