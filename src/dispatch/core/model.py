@@ -58,6 +58,13 @@ class CauseKind(StrEnum):
     UNKNOWN = "unknown"
 
 
+# Ends whose provenance is (or has a part that is) the application's: only these carry the
+# application's error. A time limit, a preemption, a lost node or a cancel ends the processes
+# with a signal the system sent; "killed by signal 15" is then not the application's words.
+APPLICATION_ENDS = frozenset({CauseKind.NON_ZERO_EXIT, CauseKind.OUT_OF_MEMORY,
+                              CauseKind.LAUNCH_FAILED, CauseKind.UNKNOWN})
+
+
 class Provenance(StrEnum):
     """Who said so: the scheduler, the application (an exit code), or an actor."""
 

@@ -80,7 +80,14 @@ from dispatch.backends.kubeflow.pod_errors import error_of, first_failed_contain
 from dispatch.backends.kubeflow.podlogs import PodLog, log_tail, pod_logs
 from dispatch.backends.kubeflow.pods import evidence_of, is_evidence, with_evidence
 from dispatch.core.app_error import AppError
-from dispatch.core.model import CauseKind, Discovery, ObjectReport, SchedulerUnreachable, State
+from dispatch.core.model import (
+    APPLICATION_ENDS,
+    CauseKind,
+    Discovery,
+    ObjectReport,
+    SchedulerUnreachable,
+    State,
+)
 from dispatch.core.policy import Action, Declarations
 from dispatch.core.spec import JobSpec, SpecError
 from dispatch.errors import NotFound
@@ -181,6 +188,9 @@ class KubeflowBackend:
         self._evidence: dict[str, dict[str, Any]] = {}
         # ref -> when a failed end without its evidence was first seen (M11)
         self._awaiting: dict[str, datetime] = {}
+        # ref -> its last state while the TrainJob was there: a job torn down reads running
+        # while its pods go only if it ran (report_pods_left)
+        self._last_state: dict[str, State] = {}
         self._evidence_grace = evidence_grace
 
     # -- wiring ------------------------------------------------------------------------------
@@ -383,6 +393,7 @@ class KubeflowBackend:
                 withheld = True
                 continue
             report = self._with_log_error(ns, report, current_objects(jobset, pods))
+            self._last_state[ref] = report.state
             reports.append(self._remember_loss(report))
         for ref in sorted(wanted_refs - seen_refs):
             if parse_ref(ref)[0] in look.refused:
@@ -390,7 +401,10 @@ class KubeflowBackend:
             self._lost_seen.pop(ref, None)
             gone = report_gone(ref, self._tokens.get(ref), self._deleted.get(ref), now)
             left = [p for p in look.pods.get(parse_ref(ref), []) if not is_evidence(p)]
-            reports.append(report_pods_left(gone, left) if left else gone)
+            reports.append(report_pods_left(gone, left, self._last_state.get(ref)) if left
+                           else gone)
+        for ref in [r for r in self._last_state if r not in wanted_refs | seen_refs]:
+            del self._last_state[ref]
         for kept_for in (self._evidence, self._awaiting):
             for ref in [r for r in kept_for if r not in seen_refs]:
                 del kept_for[ref]
@@ -415,7 +429,8 @@ class KubeflowBackend:
         """A failed end whose first failing container left no termination message: its
         error from the container's last log lines (issue 23), read once; the cause as it was."""
         last = report.executions[-1] if report.executions else None
-        if report.state is not State.FAILED or last is None or last.error is not None:
+        if (report.state is not State.FAILED or report.cause.kind not in APPLICATION_ENDS
+                or last is None or last.error is not None):
             return report
         failed = first_failed_container(pods)
         if failed is None:

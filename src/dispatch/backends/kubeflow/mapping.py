@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
+
 from dispatch.backends.kubeflow.events import creation_failure
 from dispatch.backends.kubeflow.objects import (
     GATE_ANNOTATION,
@@ -48,7 +50,15 @@ from dispatch.backends.kubeflow.pods import (
     pod_ref,
     restart_attempt,
 )
-from dispatch.core.model import Cause, CauseKind, Execution, ObjectReport, Provenance, State
+from dispatch.core.model import (
+    APPLICATION_ENDS,
+    Cause,
+    CauseKind,
+    Execution,
+    ObjectReport,
+    Provenance,
+    State,
+)
 
 # A reason of the TrainJob's Failed condition: its runtimeRef names no runtime Trainer runs.
 RUNTIME_NOT_SUPPORTED = "TrainingRuntimeNotSupported"
@@ -222,6 +232,17 @@ def _ran_on(pods: Sequence[Any]) -> tuple[str, ...]:
     return _nodes([p for p in pods if as_map(as_map(p).get("status")).get("startTime")])
 
 
+def _held_back(cause: Cause, waiting: Any, pods: Sequence[Any]) -> Cause:
+    """A waiting pod's cause, with dispatch's note when its peers are already placed: JobSet
+    makes and binds pods one by one, not as a gang, so those hold their nodes meanwhile."""
+    placed = [p for p in pods if p is not waiting and pod_alive(p) and pod_node(p)]
+    if not placed:
+        return cause
+    said = (f"{len(placed)} of {len(pods)} pods placed, holding {', '.join(_nodes(placed))} "
+            "while the rest wait: JobSet does not schedule a job's pods as a gang")
+    return msgspec.structs.replace(cause, note=f"{cause.note}; {said}" if cause.note else said)
+
+
 def _restart_cause(attempt: int, jobs: Sequence[Any], pods: Sequence[Any], jobset: Any) -> Cause:
     """Why JobSet attempt ``attempt`` ended: its pods' evidence if still visible, else requeued
     with the JobSet's own words."""
@@ -286,8 +307,10 @@ def report_trainjob(
         ran_on = _ran_on(cur_pods)
         last = Execution(
             index=restarts, started_at=started, ended_at=cause.at, cause=cause, nodes=ran_on,
-            # the first failing container's own words (issue 23), beside the cause
-            error=first_pod_error(cur_pods) if state is State.FAILED else None,
+            # the first failing container's own words (issue 23), beside the cause; only
+            # for an end that is the application's (a deadline's SIGTERM is not its error)
+            error=first_pod_error(cur_pods)
+            if state is State.FAILED and cause.kind in APPLICATION_ENDS else None,
         )
         return ObjectReport(
             ref=ref,
@@ -368,7 +391,7 @@ def report_trainjob(
     for pod in cur_pods:
         sig = pending_signal(pod)
         if sig is not None:
-            return live(*sig)
+            return live(sig[0], _held_back(sig[1], pod, cur_pods))
     # Restarts in place (a runtime's restartPolicy OnFailure): a crash loop is a failure in
     # progress, recovering with its last termination; running again keeps dispatch's note.
     loops = [sig for p in cur_pods if (sig := crash_loop(p)) is not None]
@@ -405,16 +428,25 @@ def report_trainjob(
     return live(State.PENDING, Cause(kind=CauseKind.NONE))
 
 
-def report_pods_left(gone: ObjectReport, pods: Sequence[Any]) -> ObjectReport:
+def report_pods_left(
+    gone: ObjectReport, pods: Sequence[Any], before: State | None = None
+) -> ObjectReport:
     """A TrainJob that is gone while pods of its JobSet remain (deleted with background
     propagation; a lost node's pods stay Terminating until the node is back, deleted or
     tainted out-of-service): still alive, so a replacement's gate stays closed (S11) until the
-    last pod is gone; the end it will have is ``gone``'s."""
+    last pod is gone; the end it will have is ``gone``'s. Running only if it ran: ``before``
+    (its last reading while the TrainJob was there, if this process saw it) pending or held,
+    or else no pod left that ever started, is pending (a cancelled job that never started)."""
     names = sorted(name_of(p) + (" (Terminating)" if meta(p).get("deletionTimestamp") else "")
                    for p in pods)
     note = f"{gone.cause.note}; {len(names)} of its pods not yet gone: {', '.join(names)}"
+    if before is None:
+        ran = any(as_map(as_map(p).get("status")).get("phase") in ("Running", "Succeeded", "Failed")
+                  for p in pods)
+    else:
+        ran = before not in (State.PENDING, State.HELD)
     return ObjectReport(
-        ref=gone.ref, token=gone.token, state=State.RUNNING,
+        ref=gone.ref, token=gone.token, state=State.RUNNING if ran else State.PENDING,
         cause=Cause(kind=CauseKind.NONE, note=note, at=gone.cause.at),
         nodes=_nodes(pods),
     )

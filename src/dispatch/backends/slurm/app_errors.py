@@ -22,16 +22,13 @@ from dispatch.core.app_error import (
     reduce_output,
     srun_failure,
 )
-from dispatch.core.model import CauseKind, Execution, ObjectReport, State
+from dispatch.core.model import APPLICATION_ENDS, Execution, ObjectReport, State
 
-# Ends whose provenance is (or has a part that is) the application's.
-APPLICATION_KINDS = frozenset({CauseKind.NON_ZERO_EXIT, CauseKind.OUT_OF_MEMORY,
-                               CauseKind.LAUNCH_FAILED, CauseKind.UNKNOWN})
 _NODE = re.compile(r"\.node(\d+)\.error\.json$")
 
 
 def wants_error(report: ObjectReport) -> bool:
-    if report.state is not State.FAILED or report.cause.kind not in APPLICATION_KINDS:
+    if report.state is not State.FAILED or report.cause.kind not in APPLICATION_ENDS:
         return False
     last = report.executions[-1] if report.executions else None
     return last is not None and last.error is None
