@@ -55,18 +55,11 @@ from dispatch.backends.kubeflow.client import (
     PodRes,
     TrainJobRes,
 )
+from dispatch.backends.kubeflow.gone import SOMEONE_ELSE, deleted_by, report_gone, report_pods_left
 from dispatch.backends.kubeflow.informer import Informer, InformerSettings, Predicate, Watched
 from dispatch.backends.kubeflow.look import collections_of, look_cached, look_listed
 from dispatch.backends.kubeflow.manifest import build_trainjob, parse_section
-from dispatch.backends.kubeflow.mapping import (
-    SOMEONE_ELSE,
-    awaits_evidence,
-    current_objects,
-    deleted_by,
-    report_gone,
-    report_pods_left,
-    report_trainjob,
-)
+from dispatch.backends.kubeflow.mapping import awaits_evidence, current_objects, report_trainjob
 from dispatch.backends.kubeflow.objects import (
     GATE_ANNOTATION,
     JOBSET_NAME_LABEL,

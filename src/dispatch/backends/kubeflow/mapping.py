@@ -19,7 +19,6 @@ import msgspec
 from dispatch.backends.kubeflow.events import creation_failure
 from dispatch.backends.kubeflow.objects import (
     GATE_ANNOTATION,
-    STOP_ANNOTATION,
     TOKEN_LABEL,
     as_int,
     as_list,
@@ -43,11 +42,13 @@ from dispatch.backends.kubeflow.pods import (
     crash_loop,
     job_restart_attempt,
     job_slot,
+    nodes_of,
     pending_signal,
     pod_alive,
     pod_end_signals,
     pod_node,
     pod_ref,
+    replaced_pods,
     restart_attempt,
 )
 from dispatch.core.model import (
@@ -215,21 +216,30 @@ def _job_restart_cause(slot: tuple[str, str], attempt: int, objs: Sequence[Any])
     return _under(found, header, note)
 
 
+def _replaced_run(index: int, old: Any, new: Any, kept_on: Sequence[Any]) -> Execution:
+    """The run a pod the Job controller replaced belonged to (it, and the pods that were not
+    replaced), ended by its own signals (a disruption, an exit): a restart Kubernetes made."""
+    header = f"{pod_ref(old)} replaced by {pod_ref(new)} (the Job controller)"
+    note = (f"pod {name_of(old)} replaced by {name_of(new)} on {pod_node(new) or 'a node'}: "
+            "a restart Kubernetes made (the Job's backoffLimit), not a dispatch rule")
+    found = first_cause(pod_end_signals(old))
+    cause = (Cause(kind=CauseKind.UNKNOWN, detail=header, note=note) if found is None
+             else _under(found, header, note))
+    return Execution(index=index, started_at=_started([old, *kept_on]), ended_at=cause.at,
+                     cause=cause, nodes=_ran_on([old, *kept_on]))
+
+
 def _started(pods: Sequence[Any]) -> datetime | None:
     times = [parse_time(as_map(as_map(p).get("status")).get("startTime")) for p in pods]
     known = [t for t in times if t is not None]
     return min(known) if known else None
 
 
-def _nodes(pods: Sequence[Any]) -> tuple[str, ...]:
-    return tuple(sorted({n for p in pods if (n := pod_node(p)) is not None}))
-
-
 def _ran_on(pods: Sequence[Any]) -> tuple[str, ...]:
     """The nodes an ended execution ran on: those its pods started on. A pod bound after the
     end never started (Trainer re-applies the JobSet after DeadlineExceeded: a new pod is made
     and bound as the old ones terminate); it is no node of the run."""
-    return _nodes([p for p in pods if as_map(as_map(p).get("status")).get("startTime")])
+    return nodes_of([p for p in pods if as_map(as_map(p).get("status")).get("startTime")])
 
 
 def _held_back(cause: Cause, waiting: Any, pods: Sequence[Any]) -> Cause:
@@ -238,7 +248,7 @@ def _held_back(cause: Cause, waiting: Any, pods: Sequence[Any]) -> Cause:
     placed = [p for p in pods if p is not waiting and pod_alive(p) and pod_node(p)]
     if not placed:
         return cause
-    said = (f"{len(placed)} of {len(pods)} pods placed, holding {', '.join(_nodes(placed))} "
+    said = (f"{len(placed)} of {len(pods)} pods placed, holding {', '.join(nodes_of(placed))} "
             "while the rest wait: JobSet does not schedule a job's pods as a gang")
     return msgspec.structs.replace(cause, note=f"{cause.note}; {said}" if cause.note else said)
 
@@ -293,10 +303,21 @@ def report_trainjob(
         for slot, n in sorted(per_job.items())
         for a in range(n)
     ]
-    restarts = len(past_causes)
-    past = tuple(Execution(index=i, cause=c) for i, c in enumerate(past_causes))
-    started = _started(cur_pods)
-    cur_nodes = _nodes(cur_pods)
+    # Pods the Job controller replaced (its backoffLimit): native restarts too. The old pod
+    # stays in cur_pods for the fence (evicted from a lost node, it may still run there);
+    # the current execution is the pods that replaced them, from when the last one started.
+    replaced = replaced_pods(cur_pods)
+    gone_by = {id(old) for old, _ in replaced}
+    run_pods = [p for p in cur_pods if id(p) not in gone_by]
+    kept_on = [p for p in run_pods if all(p is not new for _, new in replaced)]
+    past = (*(Execution(index=i, cause=c) for i, c in enumerate(past_causes)),
+            *(_replaced_run(len(past_causes) + i, old, new, kept_on)
+              for i, (old, new) in enumerate(replaced)))
+    restarts = len(past)
+    started = _started(run_pods) if not replaced else max(
+        t for _, new in replaced
+        if (t := parse_time(as_map(as_map(new).get("status")).get("startTime"))) is not None)
+    cur_nodes = nodes_of(cur_pods)
     spec = as_map(tj.get("spec"))
     # Our gate (S11) is a suspend we made, its annotation not yet "open"; a suspend a person
     # makes after the gate opened is a hold, theirs to resolve (docs/kubeflow.md).
@@ -304,12 +325,12 @@ def report_trainjob(
         as_map(meta(tj).get("annotations")).get(GATE_ANNOTATION)) != "open"
 
     def ended(state: State, cause: Cause) -> ObjectReport:
-        ran_on = _ran_on(cur_pods)
+        ran_on = _ran_on(run_pods)
         last = Execution(
             index=restarts, started_at=started, ended_at=cause.at, cause=cause, nodes=ran_on,
             # the first failing container's own words (issue 23), beside the cause; only
             # for an end that is the application's (a deadline's SIGTERM is not its error)
-            error=first_pod_error(cur_pods)
+            error=first_pod_error(run_pods)
             if state is State.FAILED and cause.kind in APPLICATION_ENDS else None,
         )
         return ObjectReport(
@@ -323,7 +344,7 @@ def report_trainjob(
         )
 
     def live(state: State, cause: Cause, lost_since: datetime | None = None) -> ObjectReport:
-        current = Execution(index=restarts, started_at=started, nodes=cur_nodes)
+        current = Execution(index=restarts, started_at=started, nodes=nodes_of(run_pods))
         return ObjectReport(
             ref=ref,
             token=token,
@@ -349,7 +370,7 @@ def report_trainjob(
         if (cond := true_condition(obj, "Failed")) is not None
     ]
     if failed:
-        return ended(State.FAILED, failure_cause(failed, cur_jobs, cur_pods))
+        return ended(State.FAILED, failure_cause(failed, cur_jobs, run_pods))
 
     # Held: suspended (our gate, or someone's). A Suspended=True the spec no longer asks for
     # (spec.suspend false: our gate opened, or a person resumed) is a resume in progress,
@@ -428,62 +449,7 @@ def report_trainjob(
     return live(State.PENDING, Cause(kind=CauseKind.NONE))
 
 
-def report_pods_left(
-    gone: ObjectReport, pods: Sequence[Any], before: State | None = None
-) -> ObjectReport:
-    """A TrainJob that is gone while pods of its JobSet remain (deleted with background
-    propagation; a lost node's pods stay Terminating until the node is back, deleted or
-    tainted out-of-service): still alive, so a replacement's gate stays closed (S11) until the
-    last pod is gone; the end it will have is ``gone``'s. Running only if it ran: ``before``
-    (its last reading while the TrainJob was there, if this process saw it) pending or held,
-    or else no pod left that ever started, is pending (a cancelled job that never started)."""
-    names = sorted(name_of(p) + (" (Terminating)" if meta(p).get("deletionTimestamp") else "")
-                   for p in pods)
-    note = f"{gone.cause.note}; {len(names)} of its pods not yet gone: {', '.join(names)}"
-    if before is None:
-        ran = any(as_map(as_map(p).get("status")).get("phase") in ("Running", "Succeeded", "Failed")
-                  for p in pods)
-    else:
-        ran = before not in (State.PENDING, State.HELD)
-    return ObjectReport(
-        ref=gone.ref, token=gone.token, state=State.RUNNING if ran else State.PENDING,
-        cause=Cause(kind=CauseKind.NONE, note=note, at=gone.cause.at),
-        nodes=_nodes(pods),
-    )
-
-
 def awaits_evidence(report: ObjectReport) -> bool:
     """A failed end that names no cause: its pods' evidence (an exit, an OOM, a disruption)
     may still be on its way on another watch (M11), so it is not committed at once."""
     return report.state is State.FAILED and report.cause.kind is CauseKind.UNKNOWN
-
-
-# Who deleted a TrainJob when the API server says only that it is being deleted.
-SOMEONE_ELSE = "unknown"
-
-
-def deleted_by(tj: Mapping[str, Any]) -> str | None:
-    """None while the TrainJob is not being deleted; "dispatch" when it carries dispatch's
-    stop annotation (set before its own delete); else "unknown": someone other than dispatch
-    deleted it (the API server does not say who), a person's cancel (S14)."""
-    if not meta(tj).get("deletionTimestamp"):
-        return None
-    if as_map(meta(tj).get("annotations")).get(STOP_ANNOTATION) is not None:
-        return "dispatch"
-    return SOMEONE_ELSE
-
-
-def report_gone(ref: str, token: str | None, actor: str | None, now: datetime) -> ObjectReport:
-    """A TrainJob we bound that the API server no longer has: cancelled (docs/scheduler-signals.md:
-    "our TrainJob deleted by someone else"; actor None = unknown)."""
-    who = actor if actor not in (None, SOMEONE_ELSE) else (
-        "someone other than dispatch (actor unknown)" if actor is None
-        else "someone other than dispatch, seen deleting it without dispatch's stop annotation")
-    cause = Cause(
-        kind=CauseKind.CANCELLED,
-        provenance=Provenance.ACTOR,
-        actor=actor,
-        note=f"TrainJob {ref} no longer exists: deleted by {who}",
-        at=now,
-    )
-    return ObjectReport(ref=ref, token=token, state=State.CANCELLED, cause=cause)

@@ -5,7 +5,7 @@ really writes (else unknown with the words). Pure."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -274,6 +274,10 @@ def pod_node(pod: Any) -> str | None:
     return as_str(as_map(as_map(pod).get("spec")).get("nodeName"))
 
 
+def nodes_of(pods: Sequence[Any]) -> tuple[str, ...]:
+    return tuple(sorted({n for p in pods if (n := pod_node(p)) is not None}))
+
+
 def restart_attempt(obj: Any) -> int | None:
     text = as_str(labels(obj).get(RESTART_ATTEMPT_LABEL))
     return int(text) if text is not None and text.isdigit() else None
@@ -292,6 +296,38 @@ def job_slot(obj: Any) -> tuple[str, str]:
     """Which Job of the JobSet an object belongs to: (replicated job, job index)."""
     lab = labels(obj)
     return as_str(lab.get(REPLICATED_JOB_LABEL)) or "", as_str(lab.get(JOB_INDEX_LABEL)) or ""
+
+
+# The Job controller's own labels on its pods: which Job (uid) and which index of it.
+CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
+COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+
+
+def replaced_pods(pods: list[Any]) -> list[tuple[Any, Any]]:
+    """(old, new) for each pod the Job controller replaced with a pod that has started: the
+    same Job (its uid) and completion index, ``new`` the newest pod there (by creation time),
+    ``old`` any other (a pod evicted, or one that failed under restartPolicy Never, the
+    Job's backoffLimit not reached). A restart Kubernetes made, not dispatch. Pure."""
+    slots: dict[tuple[str, str], list[Any]] = {}
+    for pod in pods:
+        lab = labels(pod)
+        uid, index = as_str(lab.get(CONTROLLER_UID_LABEL)), as_str(lab.get(COMPLETION_INDEX_LABEL))
+        if uid is not None and index is not None:
+            slots.setdefault((uid, index), []).append(pod)
+    out: list[tuple[Any, Any]] = []
+    for _, mine in sorted(slots.items()):
+        there = [p for p in mine if not is_evidence(p)]
+        if len(mine) < 2 or not there:
+            continue
+        new = max(there, key=lambda p: (
+            as_str(as_map(as_map(p).get("metadata")).get("creationTimestamp")) or "", name_of(p)))
+        if not as_map(as_map(new).get("status")).get("startTime"):
+            continue  # not a restart until the replacement runs
+        olds = [o for o in mine if o is not new]
+        olds.sort(key=lambda o: (as_str(as_map(as_map(o).get("status")).get("startTime")) or "",
+                                 name_of(o)))
+        out += [(old, new) for old in olds]
+    return out
 
 
 # -- the failure and the fence -----------------------------------------------------------------

@@ -16,11 +16,8 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from dispatch.backends.kubeflow.events import creation_failure  # noqa: E402
-from dispatch.backends.kubeflow.mapping import (  # noqa: E402
-    report_gone,
-    report_pods_left,
-    report_trainjob,  # noqa: E402
-)
+from dispatch.backends.kubeflow.gone import report_gone, report_pods_left  # noqa: E402
+from dispatch.backends.kubeflow.mapping import report_trainjob  # noqa: E402
 from dispatch.backends.kubeflow.pods import (  # noqa: E402
     evidence_of,
     is_evidence,

@@ -15,11 +15,8 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from dispatch.backends.kubeflow.mapping import (  # noqa: E402
-    deleted_by,
-    report_gone,
-    report_trainjob,
-)
+from dispatch.backends.kubeflow.gone import deleted_by, report_gone  # noqa: E402
+from dispatch.backends.kubeflow.mapping import report_trainjob  # noqa: E402
 from dispatch.backends.kubeflow.objects import (  # noqa: E402
     JOBSET_NAME_LABEL,
     MANAGED_LABEL,

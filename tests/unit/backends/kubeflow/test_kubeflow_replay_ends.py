@@ -10,7 +10,8 @@ from typing import Any
 
 from test_kubeflow_replay import before_the_stop, kinds, recorded, replay
 
-from dispatch.backends.kubeflow.mapping import report_gone, report_pods_left
+from dispatch.backends.kubeflow.gone import report_gone, report_pods_left
+from dispatch.backends.kubeflow.pods import evidence_of, replaced_pods
 from dispatch.core.model import CauseKind, State
 
 
@@ -104,3 +105,42 @@ def test_a_process_that_never_saw_the_trainjob_reads_its_pods() -> None:
     assert report_pods_left(gone, pulling, State.RUNNING).state is State.RUNNING
     left = report_pods_left(gone, pulling)
     assert left.cause.kind is CauseKind.NONE and "not yet gone" in left.cause.note
+
+
+def test_a_pod_the_job_controller_replaced_is_a_native_restart_in_the_record() -> None:
+    # The stock runtime (backoffLimit 6): the taint manager evicts the pod from the lost node
+    # and the Job controller starts a replacement on another node at once, while the old pod
+    # is still Terminating there. Before, the replacement was not in the report at all.
+    readings = replay("node-lost")
+    live = [r for r in before_the_stop("node-lost", readings) if r is not None]
+    both = [r for r in live if len(r.executions) == 2]
+    assert both, [len(r.executions) for r in live]
+    assert all(len(r.executions) == 1 for r in live[:live.index(both[0])])
+    first, now = both[-1].executions
+    assert first.cause is not None and first.cause.kind is CauseKind.NODE_LOST, first
+    assert "DeletionByTaintManager" in first.cause.detail
+    assert "a restart Kubernetes made" in first.cause.note and "not a dispatch rule" in (
+        first.cause.note)
+    assert first.nodes == ("kwok-node-1",) and first.ended_at == first.cause.at
+    assert first.started_at is not None and now.started_at is not None
+    assert first.started_at < first.ended_at <= now.started_at  # type: ignore[operator]
+    assert now.nodes and "kwok-node-1" not in now.nodes, now
+    # The old pod may still run on the lost node: the fence holds, node-lost until the stop.
+    assert all((r.state, r.cause.kind) == (State.RUNNING, CauseKind.NODE_LOST) for r in both)
+    assert "kwok-node-1" in both[-1].nodes
+
+
+def test_a_replacement_that_has_not_started_is_no_restart_yet() -> None:
+    started = [ln["object"] for ln in recorded("node-lost") if ln["kind"] == "Pod"
+               and ln["object"]["metadata"]["name"].endswith("xjfk2")]
+    waiting = next(p for p in started if not p["status"].get("startTime"))
+    running = next(p for p in started if p["status"].get("startTime"))
+    old = next(ln["object"] for ln in recorded("node-lost") if ln["kind"] == "Pod"
+               and ln["object"]["metadata"]["name"].endswith("6p2tc")
+               and ln["object"]["metadata"].get("deletionTimestamp"))
+    assert replaced_pods([old, waiting]) == []
+    assert replaced_pods([old, running]) == [(old, running)]
+    # kept evidence of a pod that is gone is never the current pod of its slot
+    ev = evidence_of(old)
+    assert ev is not None and replaced_pods([ev]) == [] and replaced_pods([ev, running]) == [
+        (ev, running)]
