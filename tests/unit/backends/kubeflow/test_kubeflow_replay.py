@@ -12,10 +12,13 @@ Every scenario test runs through both ways discover() reads (the ``path`` fixtur
 tick (``informer=False``: each look lists the state the events so far leave) and the informer,
 the default (its reflectors LIST once before the first event, then each event arrives on its
 own collection's watch, through the real ``WatchStream``, reflector, cache and view, lock-step
-with the replay: no thread races it). A last test checks that both read every recording look
-for look alike. Not replayed: this process's own writes (the informer's expectations) and
-watch failures (re-LIST, 410, staleness): no recording has them (the informer's own tests, on
-the stand-in, do)."""
+with the replay: no thread races it). One test checks that both read every recording look for
+look alike. In the recorded order no look of any recording awaits its pods' evidence (M11), so
+one test also replays the failures with the pods' watch behind the others (the TrainJob's
+Failed before the pod's end, each watch in its own order): no look commits another cause (one
+without the evidence is left out, never committed as unknown). Not replayed: this process's
+own writes (the informer's expectations) and watch failures (re-LIST, 410, staleness): no
+recording has them (the informer's own tests, on the stand-in, do)."""
 
 from __future__ import annotations
 
@@ -151,13 +154,16 @@ def path(request: pytest.FixtureRequest) -> Path_:
     return cast(Path_, request.param)
 
 
-def replay(scenario: str, path: Path_, nth: int = 0) -> list[ObjectReport | None]:
+def replay(
+    scenario: str, path: Path_, nth: int = 0, *, pods_lag: bool = False
+) -> list[ObjectReport | None]:
     """What discover() reported of the scenario's TrainJob (dispatch's ``nth``: a
     resubmission's is another object, another ref) after each event from its creation on
     (None: left out of that look, which was incomplete). On the informer path every
     collection is LISTed once, before the first event (the recording's LISTED lines: what the
-    recorder's own LISTs answered), and every event after arrives on its collection's watch."""
-    lines = recorded(scenario)
+    recorder's own LISTs answered), and every event after arrives on its collection's watch.
+    ``pods_lag``: in the order of ``pods_lagging``, not as recorded."""
+    lines = pods_lagging(recorded(scenario)) if pods_lag else recorded(scenario)
     made = [ln["object"] for ln in lines if ln["kind"] == "TrainJob" and ln["type"] == "ADDED"]
     added = made[nth]
     ref = f"{added['metadata']['namespace']}/{added['metadata']['name']}"
@@ -203,6 +209,34 @@ def replay(scenario: str, path: Path_, nth: int = 0) -> list[ObjectReport | None
 def recorded(scenario: str) -> list[dict[str, Any]]:
     text = (RECORDED / f"{scenario}.jsonl").read_text()
     return [json.loads(t) for t in text.splitlines()]
+
+
+def has_evidence(line: dict[str, Any]) -> bool:
+    """A pod event that says how its container ended (or that the pod is going)."""
+    if line["kind"] != "Pod":
+        return False
+    pod = line["object"]
+    status = pod.get("status") or {}
+    said = [c.get(k) or {} for c in status.get("containerStatuses") or []
+            for k in ("state", "lastState")]
+    return (line["type"] == "DELETED" or bool(pod["metadata"].get("deletionTimestamp"))
+            or status.get("phase") in ("Failed", "Succeeded")
+            or any("terminated" in s for s in said))
+
+
+def pods_lagging(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recording as it would arrive were the pods' watch behind the others (M11): every
+    Pod event from the first that shows an end until the TrainJob's Failed comes right after
+    that Failed, at its time. Each watch keeps its own order (all the API server promises);
+    only the order across watches changes."""
+    end = next(i for i, ln in enumerate(lines) if ln["kind"] == "TrainJob" and any(
+        c["type"] == "Failed" and c["status"] == "True"
+        for c in (ln["object"].get("status") or {}).get("conditions", [])))
+    start = next(i for i, ln in enumerate(lines) if has_evidence(ln))
+    held = [dict(ln, at=lines[end]["at"]) for ln in lines[start:end] if ln["kind"] == "Pod"]
+    assert held and start < end
+    others = [ln for ln in lines[start:end] if ln["kind"] != "Pod"]
+    return [*lines[:start], *others, lines[end], *held, *lines[end + 1:]]
 
 
 def kinds(readings: list[ObjectReport | None]) -> list[tuple[State, CauseKind] | None]:
@@ -335,6 +369,25 @@ def test_the_informer_reads_every_recording_look_for_look_as_the_lists_do(
     assert len(lists) == len(informer) > 0
     differ = [(i, a, b) for i, (a, b) in enumerate(zip(lists, informer, strict=True)) if a != b]
     assert differ == [], differ[:1]
+
+
+@pytest.mark.parametrize(("scenario", "withheld"), [
+    ("exit3-never", True), ("exit3", True), ("oom", True), ("preempted", False)])
+def test_a_trainjobs_failed_before_its_pods_end_never_commits_another_cause(
+    path: Path_, scenario: str, withheld: bool
+) -> None:
+    # M11: the TrainJob's Failed reaches its watch before the pod's end reaches the pods'. A
+    # look that has not seen the evidence is left out (incomplete), not committed as unknown;
+    # once the evidence is in, the cause is the one read in the recorded order.
+    recorded_order = replay(scenario, path)[-1]
+    readings = replay(scenario, path, pods_lag=True)
+    final = readings[-1]
+    assert recorded_order is not None and final is not None
+    assert (final.state, final.cause.kind) == (recorded_order.state, recorded_order.cause.kind)
+    failed = [r.cause.kind for r in readings if r is not None and r.state is State.FAILED]
+    assert failed and set(failed) == {final.cause.kind}, kinds(readings)
+    ended = [r is None or r.state is State.FAILED for r in readings].index(True)
+    assert (readings[ended] is None) is withheld, kinds(readings)
 
 
 def test_a_real_preemption_is_preempted_and_the_rule_for_it_is_not_the_failure_budget(
