@@ -1,25 +1,40 @@
 """The kubeflow backend's reading of what the real controllers wrote (Trainer v2.3.0, JobSet
 v0.12.0, Kubernetes v1.36.3's Job controller, KWOK pods), replayed: every watch event of
-scenarios 1-3 as dispatch's watches received them on the testbed, in that order across the
+scenarios 1-9 as dispatch's watches received them on the testbed, in that order across the
 watches (tests/fixtures/k8s-recorded/, recorded by tests/integration/k8s/record_fixtures.py).
 
-The backend (lists per tick) discovers after each event, at the time the event was received,
-so every intermediate reading is checked, not only the end: a crash loop read while it
-happens, the Job controller deleting the failed pod before the TrainJob says Failed, the
-TrainJob's Failed arriving on its watch before the pod's last word on another."""
+The backend discovers after each event, at the time the event was received, so every
+intermediate reading is checked, not only the end: a crash loop read while it happens, the Job
+controller deleting the failed pod before the TrainJob says Failed, the TrainJob's Failed
+arriving on its watch before the pod's last word on another.
+
+Every scenario test runs through both ways discover() reads (the ``path`` fixture): lists per
+tick (``informer=False``: each look lists the state the events so far leave) and the informer,
+the default (its reflectors LIST once before the first event, then each event arrives on its
+own collection's watch, through the real ``WatchStream``, reflector, cache and view, lock-step
+with the replay: no thread races it). One test checks that both read every recording look for
+look alike. In the recorded order no look of any recording awaits its pods' evidence (M11), so
+one test also replays the failures with the pods' watch behind the others (the TrainJob's
+Failed before the pod's end, each watch in its own order): no look commits another cause (one
+without the evidence is left out, never committed as unknown). Not replayed: this process's
+own writes (the informer's expectations) and watch failures (re-LIST, 410, staleness): no
+recording has them (the informer's own tests, on the stand-in, do)."""
 
 from __future__ import annotations
 
 import json
+import queue
+import threading
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import msgspec
 import pytest
 
 from dispatch.backends.kubeflow import KubeflowBackend
-from dispatch.backends.kubeflow.client import ApiAnswer, ResourceType
+from dispatch.backends.kubeflow.client import ApiAnswer, Objects, ResourceType, WatchStream
 from dispatch.backends.kubeflow.objects import TOKEN_LABEL
 from dispatch.core.model import CauseKind, ObjectReport, Provenance, State
 from dispatch.core.policy import RecoveryPolicy
@@ -33,12 +48,20 @@ RECORDED = Path(__file__).resolve().parents[3] / "fixtures" / "k8s-recorded"
 
 class Replayed:
     """The API server's state as the recorded events leave it; answers lists as a client
-    would be answered (the recording holds only what dispatch's selectors select)."""
+    would be answered (the recording holds only what dispatch's selectors select), and, for
+    the informer, LISTs from that state and WATCHes that carry the recorded events.
+
+    A watch is a real ``WatchStream`` over a ``Wire`` (its HTTP response): ``deliver`` sends one
+    event down its collection's wire and returns once the reflector has applied it (the
+    reflector asks the wire for its next line only after its ``_apply``), so the informer's
+    threads never race the replay: each look sees exactly the events received before it."""
 
     default_namespace = "dispatch"
 
     def __init__(self) -> None:
         self.objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
+        self.wires: dict[tuple[str, str | None], Wire] = {}  # (kind, namespace) -> its watch
+        self.requests: list[str] = []  # "list", "LIST" (the informer's), "WATCH"
 
     def apply(self, line: dict[str, Any]) -> None:
         obj = line["object"]
@@ -50,9 +73,7 @@ class Replayed:
         else:
             kept[key] = obj
 
-    def list(
-        self, res: ResourceType, namespace: str | None, labels: Any, fields: Any = None
-    ) -> list[dict[str, Any]]:
+    def state(self, res: ResourceType, namespace: str | None) -> list[dict[str, Any]]:
         kind = res._api_info.resource.kind
         return [
             o
@@ -60,44 +81,162 @@ class Replayed:
             if namespace is None or ns == namespace
         ]
 
+    def list(
+        self, res: ResourceType, namespace: str | None, labels: Any, fields: Any = None
+    ) -> list[dict[str, Any]]:
+        self.requests.append("list")
+        return self.state(res, namespace)
+
+    def list_versioned(
+        self, res: ResourceType, namespace: str | None, labels: Any, fields: Any = None
+    ) -> tuple[Objects, str]:
+        self.requests.append("LIST")
+        self.wires.setdefault((res._api_info.resource.kind, namespace), Wire())
+        return json.loads(json.dumps(self.state(res, namespace))), "0"  # as on the wire
+
+    def open_watch(
+        self, res: ResourceType, namespace: str | None, labels: Any, resource_version: str,
+        server_timeout_s: int, fields: Any = None,
+    ) -> WatchStream:
+        self.requests.append("WATCH")
+        wire = self.wires[(res._api_info.resource.kind, namespace)]
+        return WatchStream(wire, f"watch {res._api_info.resource.kind} in {namespace}")
+
+    def deliver(self, line: dict[str, Any]) -> None:
+        """The event on its collection's watch, applied by the reflector when this returns."""
+        wire = self.wires[(line["kind"], line["object"]["metadata"].get("namespace"))]
+        wire.lines.put(json.dumps({"type": line["type"], "object": line["object"]}))
+        assert wire.applied.acquire(timeout=30), f"not applied: {line['kind']} {line['seq']}"
+
+    def probe(self) -> None:
+        return None  # the API server answers
+
     def pod_log(self, namespace: str, pod: str, params: Any) -> bytes:
         raise ApiAnswer(404, "NotFound", "a recording has no logs")
 
+    def close(self) -> None:
+        return None
 
-def replay(scenario: str, nth: int = 0) -> list[ObjectReport | None]:
+
+class Wire:
+    """A watch's HTTP response as ``WatchStream`` reads it: one JSON line per event; the
+    reflector's asking for the next line says it has applied the last one; ``abort()``
+    (``close()``) ends it through the stream's socket as it would a real one."""
+
+    def __init__(self) -> None:
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.applied = threading.Semaphore(0)
+        self.extensions = {"network_stream": self}
+
+    def iter_lines(self) -> Iterator[str]:
+        while (line := self.lines.get()) is not None:
+            yield line
+            self.applied.release()
+
+    def get_extra_info(self, what: str) -> Wire:
+        return self
+
+    def shutdown(self, how: int) -> None:
+        self.lines.put(None)
+
+    def close(self) -> None:
+        return None
+
+
+Path_ = Literal["lists", "informer"]
+
+
+@pytest.fixture(params=["lists", "informer"])
+def path(request: pytest.FixtureRequest) -> Path_:
+    """Each replay runs through both ways discover() reads: lists per tick (informer=False)
+    and the informer's list+watch cache (the default), fed the recorded events on its
+    watches."""
+    return cast(Path_, request.param)
+
+
+def replay(
+    scenario: str, path: Path_, nth: int = 0, *, pods_lag: bool = False
+) -> list[ObjectReport | None]:
     """What discover() reported of the scenario's TrainJob (dispatch's ``nth``: a
     resubmission's is another object, another ref) after each event from its creation on
-    (None: left out of that look, which was incomplete)."""
-    lines = recorded(scenario)
+    (None: left out of that look, which was incomplete). On the informer path every
+    collection is LISTed once, before the first event (the recording's LISTED lines: what the
+    recorder's own LISTs answered), and every event after arrives on its collection's watch.
+    ``pods_lag``: in the order of ``pods_lagging``, not as recorded."""
+    lines = pods_lagging(recorded(scenario)) if pods_lag else recorded(scenario)
     made = [ln["object"] for ln in lines if ln["kind"] == "TrainJob" and ln["type"] == "ADDED"]
     added = made[nth]
     ref = f"{added['metadata']['namespace']}/{added['metadata']['name']}"
     token = added["metadata"]["labels"][TOKEN_LABEL]
     api = Replayed()
-    now: list[datetime] = []
+    now: list[datetime] = [datetime.fromisoformat(lines[0]["at"])]
     backend = KubeflowBackend(
-        client=api,
-        informer=False,  # type: ignore[arg-type]
+        client=api,  # type: ignore[arg-type]
+        namespaces=[added["metadata"]["namespace"]],
+        informer=path == "informer",
         clock=lambda: now[-1],
     )
     readings: list[ObjectReport | None] = []
     seen = False
-    for line in lines:
-        api.apply(line)
-        seen = seen or line["object"] is added
-        if line["type"] == "LISTED" or not seen:
-            continue
-        now.append(datetime.fromisoformat(line["at"]))
-        found = backend.discover([token], [ref])
-        (report,) = [o for o in found.objects if o.ref == ref] or (None,)
-        assert report is not None or not found.complete
-        readings.append(report)
+    try:
+        for line in [ln for ln in lines if ln["type"] == "LISTED"]:
+            api.apply(line)
+        assert backend.discover([], []).complete  # the first look: the informer LISTs here
+        for line in [ln for ln in lines if ln["type"] != "LISTED"]:
+            api.apply(line)
+            if path == "informer":
+                api.deliver(line)
+            seen = seen or line["object"] is added
+            if not seen:
+                continue
+            now.append(datetime.fromisoformat(line["at"]))
+            found = backend.discover([token], [ref])
+            (report,) = [o for o in found.objects if o.ref == ref] or (None,)
+            assert report is not None or not found.complete
+            readings.append(report)
+        if path == "informer":
+            # one LIST per collection (4, the Warning Events, the Nodes) and at most one WATCH
+            # (a quiet one may not be open yet), then every look from the cache: no list per
+            # tick, no re-LIST, no watch reopened
+            asked = api.requests
+            assert "list" not in asked and asked.count("LIST") == 6, asked
+            assert asked.count("WATCH") <= 6, asked
+    finally:
+        backend.close()
     return readings
 
 
 def recorded(scenario: str) -> list[dict[str, Any]]:
     text = (RECORDED / f"{scenario}.jsonl").read_text()
     return [json.loads(t) for t in text.splitlines()]
+
+
+def has_evidence(line: dict[str, Any]) -> bool:
+    """A pod event that says how its container ended (or that the pod is going)."""
+    if line["kind"] != "Pod":
+        return False
+    pod = line["object"]
+    status = pod.get("status") or {}
+    said = [c.get(k) or {} for c in status.get("containerStatuses") or []
+            for k in ("state", "lastState")]
+    return (line["type"] == "DELETED" or bool(pod["metadata"].get("deletionTimestamp"))
+            or status.get("phase") in ("Failed", "Succeeded")
+            or any("terminated" in s for s in said))
+
+
+def pods_lagging(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recording as it would arrive were the pods' watch behind the others (M11): every
+    Pod event from the first that shows an end until the TrainJob's Failed comes right after
+    that Failed, at its time. Each watch keeps its own order (all the API server promises);
+    only the order across watches changes."""
+    end = next(i for i, ln in enumerate(lines) if ln["kind"] == "TrainJob" and any(
+        c["type"] == "Failed" and c["status"] == "True"
+        for c in (ln["object"].get("status") or {}).get("conditions", [])))
+    start = next(i for i, ln in enumerate(lines) if has_evidence(ln))
+    held = [dict(ln, at=lines[end]["at"]) for ln in lines[start:end] if ln["kind"] == "Pod"]
+    assert held and start < end
+    others = [ln for ln in lines[start:end] if ln["kind"] != "Pod"]
+    return [*lines[:start], *others, lines[end], *held, *lines[end + 1:]]
 
 
 def kinds(readings: list[ObjectReport | None]) -> list[tuple[State, CauseKind] | None]:
@@ -112,8 +251,8 @@ def never_pending_once_running(seen: list[tuple[State, CauseKind] | None]) -> No
     assert State.PENDING not in states[ran:], seen
 
 
-def test_success_reads_running_then_succeeded_and_nothing_else() -> None:
-    readings = replay("success")
+def test_success_reads_running_then_succeeded_and_nothing_else(path: Path_) -> None:
+    readings = replay("success", path)
     seen = kinds(readings)
     assert seen[-1] == (State.SUCCEEDED, CauseKind.NONE), seen
     assert (State.RUNNING, CauseKind.NONE) in seen
@@ -129,8 +268,8 @@ def test_success_reads_running_then_succeeded_and_nothing_else() -> None:
     assert "Complete=True" in final.cause.detail
 
 
-def test_exit_3_through_a_crash_loop_is_a_non_zero_exit_with_its_message() -> None:
-    readings = replay("exit3")
+def test_exit_3_through_a_crash_loop_is_a_non_zero_exit_with_its_message(path: Path_) -> None:
+    readings = replay("exit3", path)
     seen = kinds(readings)
     final = readings[-1]
     assert final is not None and seen[-1] == (State.FAILED, CauseKind.NON_ZERO_EXIT), seen
@@ -149,8 +288,8 @@ def test_exit_3_through_a_crash_loop_is_a_non_zero_exit_with_its_message() -> No
     never_pending_once_running(seen)
 
 
-def test_oom_killed_through_a_crash_loop_is_out_of_memory() -> None:
-    readings = replay("oom")
+def test_oom_killed_through_a_crash_loop_is_out_of_memory(path: Path_) -> None:
+    readings = replay("oom", path)
     seen = kinds(readings)
     assert seen[-1] == (State.FAILED, CauseKind.OUT_OF_MEMORY), seen
     final = readings[-1]
@@ -178,9 +317,9 @@ def started_nodes(scenario: str) -> set[str]:
     }
 
 
-def test_exit_3_without_native_restarts_fails_at_once_with_its_message() -> None:
+def test_exit_3_without_native_restarts_fails_at_once_with_its_message(path: Path_) -> None:
     # dispatch's runtime (restartPolicy Never, backoffLimit 0): no crash loop, one execution.
-    readings = replay("exit3-never")
+    readings = replay("exit3-never", path)
     seen = kinds(readings)
     final = readings[-1]
     assert final is not None and seen[-1] == (State.FAILED, CauseKind.NON_ZERO_EXIT), seen
@@ -196,10 +335,10 @@ def test_exit_3_without_native_restarts_fails_at_once_with_its_message() -> None
     never_pending_once_running(seen)
 
 
-def test_the_time_limit_is_time_limit_on_the_nodes_it_ran_on() -> None:
+def test_the_time_limit_is_time_limit_on_the_nodes_it_ran_on(path: Path_) -> None:
     # Trainer deletes the JobSet at DeadlineExceeded and then re-applies it: a new pod is made
     # and bound to another node, and never starts. The run ended where its pods ran.
-    readings = replay("time-limit")
+    readings = replay("time-limit", path)
     seen = kinds(readings)
     assert seen[-1] == (State.FAILED, CauseKind.TIME_LIMIT), seen
     ran = started_nodes("time-limit")
@@ -215,10 +354,48 @@ def trainjobs_added(scenario: str) -> list[dict[str, Any]]:
     return [ln for ln in recorded(scenario) if ln["kind"] == "TrainJob" and ln["type"] == "ADDED"]
 
 
-def test_a_real_preemption_is_preempted_and_the_rule_for_it_is_not_the_failure_budget() -> None:
+def every_trainjob() -> list[tuple[str, int]]:
+    return [(p.stem, nth) for p in sorted(RECORDED.glob("*.jsonl"))
+            for nth in range(len(trainjobs_added(p.stem)))]
+
+
+@pytest.mark.parametrize(("scenario", "nth"), every_trainjob())
+def test_the_informer_reads_every_recording_look_for_look_as_the_lists_do(
+    scenario: str, nth: int
+) -> None:
+    # Each event on its own collection's watch, a deleted pod's evidence kept by the cache
+    # as well as by the backend: no look reads otherwise than the lists' of the same moment.
+    lists, informer = replay(scenario, "lists", nth), replay(scenario, "informer", nth)
+    assert len(lists) == len(informer) > 0
+    differ = [(i, a, b) for i, (a, b) in enumerate(zip(lists, informer, strict=True)) if a != b]
+    assert differ == [], differ[:1]
+
+
+@pytest.mark.parametrize(("scenario", "withheld"), [
+    ("exit3-never", True), ("exit3", True), ("oom", True), ("preempted", False)])
+def test_a_trainjobs_failed_before_its_pods_end_never_commits_another_cause(
+    path: Path_, scenario: str, withheld: bool
+) -> None:
+    # M11: the TrainJob's Failed reaches its watch before the pod's end reaches the pods'. A
+    # look that has not seen the evidence is left out (incomplete), not committed as unknown;
+    # once the evidence is in, the cause is the one read in the recorded order.
+    recorded_order = replay(scenario, path)[-1]
+    readings = replay(scenario, path, pods_lag=True)
+    final = readings[-1]
+    assert recorded_order is not None and final is not None
+    assert (final.state, final.cause.kind) == (recorded_order.state, recorded_order.cause.kind)
+    failed = [r.cause.kind for r in readings if r is not None and r.state is State.FAILED]
+    assert failed and set(failed) == {final.cause.kind}, kinds(readings)
+    ended = [r is None or r.state is State.FAILED for r in readings].index(True)
+    assert (readings[ended] is None) is withheld, kinds(readings)
+
+
+def test_a_real_preemption_is_preempted_and_the_rule_for_it_is_not_the_failure_budget(
+    path: Path_,
+) -> None:
     # The scheduler evicts dispatch's low-priority pod for a person's high-priority Job
     # (DisruptionTarget, PreemptionByScheduler); the pod's exit 143 is not the cause.
-    readings = replay("preempted")
+    readings = replay("preempted", path)
     seen = kinds(readings)
     final = readings[-1]
     assert final is not None and seen[-1] == (State.FAILED, CauseKind.PREEMPTED), seen
@@ -236,8 +413,8 @@ def test_a_real_preemption_is_preempted_and_the_rule_for_it_is_not_the_failure_b
     assert len(trainjobs_added("preempted")) == 2
 
 
-def test_a_person_deleting_the_trainjob_reads_cancelled_by_someone_else() -> None:
-    readings = replay("deleted")
+def test_a_person_deleting_the_trainjob_reads_cancelled_by_someone_else(path: Path_) -> None:
+    readings = replay("deleted", path)
     seen = kinds(readings)
     final = readings[-1]
     assert final is not None and seen[-1] == (State.CANCELLED, CauseKind.CANCELLED), seen
@@ -250,8 +427,8 @@ def test_a_person_deleting_the_trainjob_reads_cancelled_by_someone_else() -> Non
     assert len(trainjobs_added("deleted")) == 1  # S14: never resubmitted
 
 
-def test_an_image_pull_error_is_launch_failed_with_the_kubelets_words() -> None:
-    readings = replay("image-pull")
+def test_an_image_pull_error_is_launch_failed_with_the_kubelets_words(path: Path_) -> None:
+    readings = replay("image-pull", path)
     seen = kinds(readings)
     failing = [r for r in readings if r is not None and r.cause.kind is CauseKind.LAUNCH_FAILED]
     assert failing and all(r.state is State.PENDING for r in failing), seen
@@ -283,9 +460,9 @@ def before_the_stop(
     return readings
 
 
-def test_more_nodes_than_the_cluster_has_is_pending_with_the_schedulers_words() -> None:
+def test_more_nodes_than_the_cluster_has_is_pending_with_the_schedulers_words(path: Path_) -> None:
     # 5 whole-node pods on 4 nodes: four run, the fifth is Unschedulable and holds the gang.
-    readings = replay("unschedulable")
+    readings = replay("unschedulable", path)
     live = before_the_stop("unschedulable", readings)
     waiting = [r for r in live if r is not None and "Unschedulable" in r.cause.detail]
     assert waiting and all(r.state is State.PENDING for r in waiting), kinds(live)
@@ -302,11 +479,13 @@ def first_pods(scenario: str) -> set[str]:
             if ln["kind"] == "Pod" and ln["object"]["metadata"]["name"].startswith(f"{tj}-")}
 
 
-def test_a_lost_node_is_node_lost_in_the_window_then_the_replacement_waits_for_its_pods() -> None:
+def test_a_lost_node_is_node_lost_in_the_window_then_the_replacement_waits_for_its_pods(
+    path: Path_,
+) -> None:
     # lose-node: Ready Unknown, the unreachable taint, taint eviction after 20 s, the pod
     # Terminating with no kubelet; the recorder's window is 30 s, then dispatch stops and
     # resubmits behind a closed gate; the node comes back, the old pod ends, the gate opens.
-    readings = replay("node-lost")
+    readings = replay("node-lost", path)
     live = before_the_stop("node-lost", readings)
     seen = kinds(live)
     lost = [r for r in live if r is not None and r.cause.kind is CauseKind.NODE_LOST]
@@ -342,10 +521,12 @@ def test_a_lost_node_is_node_lost_in_the_window_then_the_replacement_waits_for_i
     assert len(gone) == len(old) >= 2 and max(gone) < opened, (old, gone, opened)
 
 
-def test_a_replacement_behind_our_gate_is_ours_until_it_opens_then_never_someones_hold() -> None:
+def test_a_replacement_behind_our_gate_is_ours_until_it_opens_then_never_someones_hold(
+    path: Path_,
+) -> None:
     # The gate opens (spec.suspend false) a moment before Trainer turns Suspended False: that
     # moment is a resume in progress, not a hold of someone else's.
-    readings = replay("node-lost", nth=1)
+    readings = replay("node-lost", path, nth=1)
     held = [r for r in readings if r is not None and r.state is State.HELD]
     assert held and all(r.cause.actor == "dispatch" and r.gated for r in held), held
     seen = kinds(readings)
@@ -356,10 +537,12 @@ def test_a_replacement_behind_our_gate_is_ours_until_it_opens_then_never_someone
     assert (State.RUNNING, CauseKind.NONE) in after[opened:], after
 
 
-def test_a_node_back_inside_the_window_reads_node_lost_then_running_and_succeeds() -> None:
+def test_a_node_back_inside_the_window_reads_node_lost_then_running_and_succeeds(
+    path: Path_,
+) -> None:
     # The node's Ready goes Unknown and it is tainted unreachable, then KWOK renews its lease
     # again before the 20 s toleration: nothing is evicted, one execution, succeeded.
-    readings = replay("node-flap")
+    readings = replay("node-flap", path)
     seen = kinds(readings)
     assert seen[-1] == (State.SUCCEEDED, CauseKind.NONE), seen
     lost = seen.index((State.RUNNING, CauseKind.NODE_LOST))
