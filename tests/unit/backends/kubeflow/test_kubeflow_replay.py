@@ -28,7 +28,7 @@ import threading
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import msgspec
 import pytest
@@ -145,13 +145,6 @@ class Wire:
 
 Path_ = Literal["lists", "informer"]
 
-
-@pytest.fixture(params=["lists", "informer"])
-def path(request: pytest.FixtureRequest) -> Path_:
-    """Each replay runs through both ways discover() reads: lists per tick (informer=False)
-    and the informer's list+watch cache (the default), fed the recorded events on its
-    watches."""
-    return cast(Path_, request.param)
 
 
 def replay(

@@ -1,24 +1,25 @@
 """How the recorded scenarios end, replayed (tests/fixtures/k8s-recorded/, the helpers of
-test_kubeflow_replay.py): what an end that is not the application's carries, what a job that
-never ran reads while its pods go after dispatch's cancel, and what a gang held back by one pod
-says of the nodes its placed pods hold."""
+test_kubeflow_replay.py, through both ways discover() reads: lists and the informer): what an
+end that is not the application's carries, what a job that never ran reads while its pods go
+after dispatch's cancel, what a gang held back by one pod says of the nodes its placed pods
+hold, and a pod the Job controller replaced."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from test_kubeflow_replay import before_the_stop, kinds, recorded, replay
+from test_kubeflow_replay import Path_, before_the_stop, kinds, recorded, replay
 
 from dispatch.backends.kubeflow.gone import report_gone, report_pods_left
 from dispatch.backends.kubeflow.pods import evidence_of, replaced_pods
 from dispatch.core.model import CauseKind, State
 
 
-def test_a_time_limit_end_carries_no_application_error() -> None:
+def test_a_time_limit_end_carries_no_application_error(path: Path_) -> None:
     # The deadline's SIGTERM (exit 143, no message) is how Kubernetes ended the pods, not the
     # application's error: before, the end showed "killed by signal 15 (SIGTERM)" as its own.
-    final = replay("time-limit")[-1]
+    final = replay("time-limit", path)[-1]
     assert final is not None and final.cause.kind is CauseKind.TIME_LIMIT
     assert [e.error for e in final.executions] == [None] * len(final.executions), final
     # the pods did end by SIGTERM: the recording has it
@@ -26,14 +27,14 @@ def test_a_time_limit_end_carries_no_application_error() -> None:
     assert 143 in codes, codes
 
 
-def test_a_preempted_end_carries_no_application_error() -> None:
-    final = replay("preempted")[-1]
+def test_a_preempted_end_carries_no_application_error(path: Path_) -> None:
+    final = replay("preempted", path)[-1]
     assert final is not None and final.cause.kind is CauseKind.PREEMPTED
     assert all(e.error is None for e in final.executions), final
 
 
-def test_an_application_end_still_carries_its_error() -> None:
-    final = replay("exit3-never")[-1]
+def test_an_application_end_still_carries_its_error(path: Path_) -> None:
+    final = replay("exit3-never", path)[-1]
     assert final is not None and final.executions[-1].error is not None
 
 
@@ -47,29 +48,29 @@ def terminations(scenario: str) -> list[dict[str, Any]]:
     ]
 
 
-def after_the_stop(scenario: str) -> list[tuple[State, CauseKind] | None]:
-    readings = replay(scenario)
+def after_the_stop(scenario: str, path: Path_) -> list[tuple[State, CauseKind] | None]:
+    readings = replay(scenario, path)
     return kinds(readings[len(before_the_stop(scenario, readings)):])
 
 
-def test_a_job_that_never_started_reads_pending_while_its_pods_go() -> None:
+def test_a_job_that_never_started_reads_pending_while_its_pods_go(path: Path_) -> None:
     # dispatch cancels a job whose image cannot be pulled: the TrainJob is gone at once, its
     # pod a moment later. It never ran, so it never reads running (before: running).
-    seen = after_the_stop("image-pull")
+    seen = after_the_stop("image-pull", path)
     assert seen[-1] == (State.CANCELLED, CauseKind.CANCELLED), seen
     assert set(seen[:-1]) == {(State.PENDING, CauseKind.NONE)}, seen
 
 
-def test_a_gang_held_back_reads_pending_until_its_placed_pods_are_gone() -> None:
+def test_a_gang_held_back_reads_pending_until_its_placed_pods_are_gone(path: Path_) -> None:
     # Four of five pods ran on KWOK while the fifth was unschedulable; the job as a whole never
     # started, also after the unschedulable pod is deleted and the four remain.
-    seen = after_the_stop("unschedulable")
+    seen = after_the_stop("unschedulable", path)
     assert seen[-1] == (State.CANCELLED, CauseKind.CANCELLED), seen
     assert set(seen[:-1]) == {(State.PENDING, CauseKind.NONE)}, seen
 
 
-def test_a_gang_held_back_says_which_nodes_its_placed_pods_hold() -> None:
-    readings = replay("unschedulable")
+def test_a_gang_held_back_says_which_nodes_its_placed_pods_hold(path: Path_) -> None:
+    readings = replay("unschedulable", path)
     waiting = [r for r in before_the_stop("unschedulable", readings)
                if r is not None and r.cause.kind is CauseKind.NO_CAPACITY]
     assert waiting, kinds(readings)
@@ -107,11 +108,11 @@ def test_a_process_that_never_saw_the_trainjob_reads_its_pods() -> None:
     assert left.cause.kind is CauseKind.NONE and "not yet gone" in left.cause.note
 
 
-def test_a_pod_the_job_controller_replaced_is_a_native_restart_in_the_record() -> None:
+def test_a_pod_the_job_controller_replaced_is_a_native_restart_in_the_record(path: Path_) -> None:
     # The stock runtime (backoffLimit 6): the taint manager evicts the pod from the lost node
     # and the Job controller starts a replacement on another node at once, while the old pod
     # is still Terminating there. Before, the replacement was not in the report at all.
-    readings = replay("node-lost")
+    readings = replay("node-lost", path)
     live = [r for r in before_the_stop("node-lost", readings) if r is not None]
     both = [r for r in live if len(r.executions) == 2]
     assert both, [len(r.executions) for r in live]
