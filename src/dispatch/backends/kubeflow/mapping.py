@@ -306,7 +306,7 @@ def report_trainjob(
     # Pods the Job controller replaced (its backoffLimit): native restarts too. The old pod
     # stays in cur_pods for the fence (evicted from a lost node, it may still run there);
     # the current execution is the pods that replaced them, from when the last one started.
-    replaced = replaced_pods(cur_pods)
+    replaced = replaced_pods(cur_pods, cur_jobs)
     gone_by = {id(old) for old, _ in replaced}
     run_pods = [p for p in cur_pods if id(p) not in gone_by]
     kept_on = [p for p in run_pods if all(p is not new for _, new in replaced)]

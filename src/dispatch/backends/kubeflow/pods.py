@@ -303,11 +303,15 @@ CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 
 
-def replaced_pods(pods: list[Any]) -> list[tuple[Any, Any]]:
-    """(old, new) for each pod the Job controller replaced with a pod that has started: the
-    same Job (its uid) and completion index, ``new`` the newest pod there (by creation time),
-    ``old`` any other (a pod evicted, or one that failed under restartPolicy Never, the
-    Job's backoffLimit not reached). A restart Kubernetes made, not dispatch. Pure."""
+def replaced_pods(pods: list[Any], jobs: Sequence[Any]) -> list[tuple[Any, Any]]:
+    """(old, new) for each pod the Job controller replaced after a failure, with a pod that
+    has started: the same Job (its uid) and completion index, ``new`` the newest pod there (by
+    creation time), ``old`` the others (a pod evicted, or one that failed under restartPolicy
+    Never, the Job's backoffLimit not reached), at most as many as the Job counts failed
+    (``status.failed``: a pod deleted because someone suspended the Job is not a failure, and
+    its replacement no restart). A restart Kubernetes made, not dispatch. Pure."""
+    failed = {as_str(as_map(as_map(j).get("metadata")).get("uid")):
+              as_int(as_map(as_map(j).get("status")).get("failed")) or 0 for j in jobs}
     slots: dict[tuple[str, str], list[Any]] = {}
     for pod in pods:
         lab = labels(pod)
@@ -315,7 +319,7 @@ def replaced_pods(pods: list[Any]) -> list[tuple[Any, Any]]:
         if uid is not None and index is not None:
             slots.setdefault((uid, index), []).append(pod)
     out: list[tuple[Any, Any]] = []
-    for _, mine in sorted(slots.items()):
+    for (uid, _), mine in sorted(slots.items()):
         there = [p for p in mine if not is_evidence(p)]
         if len(mine) < 2 or not there:
             continue
@@ -326,8 +330,13 @@ def replaced_pods(pods: list[Any]) -> list[tuple[Any, Any]]:
         olds = [o for o in mine if o is not new]
         olds.sort(key=lambda o: (as_str(as_map(as_map(o).get("status")).get("startTime")) or "",
                                  name_of(o)))
-        out += [(old, new) for old in olds]
+        allowed = failed.get(uid, 0) - sum(1 for o, _ in out if _controller(o) == uid)
+        out += [(old, new) for old in olds[:max(allowed, 0)]]
     return out
+
+
+def _controller(pod: Any) -> str | None:
+    return as_str(labels(pod).get(CONTROLLER_UID_LABEL))
 
 
 # -- the failure and the fence -----------------------------------------------------------------
