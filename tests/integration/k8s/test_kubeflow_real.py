@@ -118,6 +118,17 @@ def test_a_lost_node_is_node_lost_then_resubmitted(cli: Dispatch, namespace: str
     kinds = causes_in_history(cli, "lost")
     assert "node-lost" in kinds, st["history"]
     assert "non-zero-exit" not in kinds
+    # The stock runtime's Job (backoffLimit 6) replaced the evicted pod on another node while
+    # the old one was still Terminating on the lost node: a restart Kubernetes made, in the
+    # record as the first submission's execution 0 ended (node-lost, not final) and its
+    # execution 1 started, before dispatch's rule resubmitted.
+    story = cli.json("history", "lost")
+    ended = [h["event"] for h in story if h["type"] == "ExecutionEnded"
+             and h["event"]["submission"] == 1 and h["event"]["execution"] == 0]
+    assert ended and ended[0]["cause"]["kind"] == "node-lost", story
+    assert ended[0]["final"] is False and "a restart Kubernetes made" in ended[0]["cause"]["note"]
+    assert [h for h in story if h["type"] == "ExecutionStarted"
+            and h["event"]["submission"] == 1 and h["event"]["execution"] == 1], story
 
 
 def test_exit_3_on_a_runtime_without_native_restarts_fails_at_once(
