@@ -320,11 +320,14 @@ def replaced_pods(pods: list[Any], jobs: Sequence[Any]) -> list[tuple[Any, Any]]
             slots.setdefault((uid, index), []).append(pod)
     out: list[tuple[Any, Any]] = []
     for (uid, _), mine in sorted(slots.items()):
-        there = [p for p in mine if not is_evidence(p)]
-        if len(mine) < 2 or not there:
+        if len(mine) < 2:
             continue
+        # the newest pod there; when the Job controller has deleted them all (its backoffLimit
+        # reached), the newest of their kept evidence, by when it started
+        there = [p for p in mine if not is_evidence(p)] or mine
         new = max(there, key=lambda p: (
-            as_str(as_map(as_map(p).get("metadata")).get("creationTimestamp")) or "", name_of(p)))
+            as_str(as_map(as_map(p).get("metadata")).get("creationTimestamp")) or "",
+            as_str(as_map(as_map(p).get("status")).get("startTime")) or "", name_of(p)))
         if not as_map(as_map(new).get("status")).get("startTime"):
             continue  # not a restart until the replacement runs
         olds = [o for o in mine if o is not new]

@@ -6,6 +6,7 @@ hold, and a pod the Job controller replaced."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -150,6 +151,14 @@ def test_a_replacement_that_has_not_started_is_no_restart_yet() -> None:
     ev = evidence_of(old)
     assert ev is not None and replaced_pods([ev], counted) == []
     assert replaced_pods([ev, running], counted) == [(ev, running)]
+    # both gone (the Job's backoffLimit reached, its pods deleted): the restart stays in the
+    # report, the newer evidence (by start) the current run's
+    failed_too = json.loads(json.dumps(running))
+    failed_too["status"]["containerStatuses"] = [{"name": "node", "restartCount": 0, "state": {
+        "terminated": {"exitCode": 3, "reason": "Error"}}}]
+    ev_new = evidence_of(failed_too)
+    assert ev_new is not None
+    assert replaced_pods([ev_new, ev], counted) == [(ev, ev_new)]
 
 
 def test_a_pod_the_job_does_not_count_failed_was_not_replaced_after_a_failure() -> None:
