@@ -151,6 +151,8 @@ def test_the_time_limit_is_time_limit(cli: Dispatch, namespace: str) -> None:
     code, st = run(cli, spec(cli, namespace, "tl", {"DISPATCH_TESTBED_SECONDS": "600"},
                              runtime=DISPATCH_RUNTIME, time_limit="6s"))
     assert st["state"] == "failed" and kind(st) == "time-limit", st
+    # the deadline's SIGTERM is Kubernetes', not the application's error
+    assert not st.get("application_error"), st
 
 
 def test_a_person_deleting_the_trainjob_is_cancelled_never_resubmitted(
