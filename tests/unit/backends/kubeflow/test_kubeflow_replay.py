@@ -199,6 +199,12 @@ def replay(
     return readings
 
 
+def scenarios() -> list[str]:
+    """The recorded scenarios (the faults, fault-*.jsonl, have lines of their own: a LIST or
+    WATCH's answer, a watch's end; test_kubeflow_replay_faults.py replays them)."""
+    return sorted(p.stem for p in RECORDED.glob("*.jsonl") if not p.stem.startswith("fault-"))
+
+
 def recorded(scenario: str) -> list[dict[str, Any]]:
     text = (RECORDED / f"{scenario}.jsonl").read_text()
     return [json.loads(t) for t in text.splitlines()]
@@ -292,7 +298,7 @@ def test_oom_killed_through_a_crash_loop_is_out_of_memory(path: Path_) -> None:
     never_pending_once_running(seen)
 
 
-@pytest.mark.parametrize("scenario", sorted(p.stem for p in RECORDED.glob("*.jsonl")))
+@pytest.mark.parametrize("scenario", scenarios())
 def test_a_recording_is_of_the_released_controllers(scenario: str) -> None:
     lines = recorded(scenario)
     made = [ln["object"] for ln in lines if ln["kind"] == "TrainJob" and ln["type"] == "ADDED"]
@@ -348,8 +354,7 @@ def trainjobs_added(scenario: str) -> list[dict[str, Any]]:
 
 
 def every_trainjob() -> list[tuple[str, int]]:
-    return [(p.stem, nth) for p in sorted(RECORDED.glob("*.jsonl"))
-            for nth in range(len(trainjobs_added(p.stem)))]
+    return [(stem, nth) for stem in scenarios() for nth in range(len(trainjobs_added(stem)))]
 
 
 @pytest.mark.parametrize(("scenario", "nth"), every_trainjob())
