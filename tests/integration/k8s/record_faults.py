@@ -9,7 +9,9 @@ restarts that testbed's kube-apiserver); it rewrites tests/fixtures/k8s-recorded
 Each fault is recorded while a short job (dispatch's runtime, one node) runs to success with the
 real CLI, as in test_kubeflow_faults.py: ``apiserver`` restarts kube-apiserver mid-watch;
 ``compact`` compacts etcd past every resourceVersion the watches hold and then restarts
-kube-apiserver, so that a resumed watch is answered the real 410 Gone (how: compact_then_restart).
+kube-apiserver, so that a resumed watch is answered the real 410 Gone (how: compact_then_restart);
+``apiserver-end`` restarts kube-apiserver mid-watch and keeps the informer's re-LISTs back
+until the job has succeeded, so the end reaches the informer only through its re-LIST.
 
 The recorder is dispatch's own informer (informer.py: a Reflector per collection, the same
 collections discover() reads) over a client that writes down every request it makes and every
@@ -73,7 +75,7 @@ class Tap:
 
     def __init__(self, kube: KubeClient) -> None:
         self.kube = kube
-        # While set, a WATCH waits (unrecorded) until it is cleared: ``held`` counts them.
+        # While set, a LIST or WATCH waits (unrecorded) until released: ``held`` counts them.
         self.holding = threading.Event()
         self.released = threading.Event()
         self.held = 0
@@ -103,6 +105,7 @@ class Tap:
     def list_versioned(self, res: ResourceType, namespace: str | None, labels: Any,
                        fields: Any = None) -> tuple[list[dict[str, Any]], str]:
         kind = res._api_info.resource.kind
+        self._wait_if_held()
         try:
             items, rv = self.kube.list_versioned(res, namespace, labels, fields)
         except Exception as err:
@@ -118,10 +121,7 @@ class Tap:
                    resource_version: str, server_timeout_s: int,
                    fields: Any = None) -> WatchStream:
         kind = res._api_info.resource.kind
-        if self.holding.is_set():
-            with self.lock:
-                self.held += 1
-            self.released.wait(120)
+        self._wait_if_held()
         try:
             stream = self.kube.open_watch(res, namespace, labels, resource_version,
                                           server_timeout_s, fields)
@@ -130,6 +130,16 @@ class Tap:
             raise
         self.add(kind, "WATCH", {"metadata": {"resourceVersion": resource_version}})
         return WatchStream(_Tapped(self, kind, stream._response), stream._what)
+
+    def _wait_if_held(self) -> None:
+        if self.holding.is_set():
+            with self.lock:
+                self.held += 1
+            self.released.wait(180)
+
+    def release(self) -> None:
+        self.holding.clear()
+        self.released.set()
 
     def probe(self) -> None:
         self.kube.probe()
@@ -188,8 +198,25 @@ def compact_then_restart(run: Run, tap: Tap) -> None:
     assert etcd_compact() >= int(held)
     subprocess.run([str(TESTBED), "restart", "kube-apiserver"], check=True, timeout=180)
     time.sleep(3)  # its authorizer ready (right after `up` it answers 403 for a moment)
-    tap.holding.clear()
-    tap.released.set()
+    tap.release()
+
+
+def restart_apiserver_while_the_job_ends(run: Run, tap: Tap) -> None:
+    # The API server restarts mid-watch and the informer's re-LISTs are kept back (as from a
+    # client cut off from it) until the job has succeeded: the end reaches the informer only
+    # through its re-LIST, never as a watch event.
+    _running(run)
+    tap.holding.set()
+    subprocess.run([str(TESTBED), "restart", "kube-apiserver"], check=True, timeout=180)
+    deadline = time.monotonic() + 60
+    while tap.held < 6:  # every watch broke and its re-LIST waits
+        assert time.monotonic() < deadline, f"only {tap.held} watches broke"
+        time.sleep(0.1)
+    tj = run.trainjobs()[0]
+    kubectl("wait", f"trainjob/{tj}", "-n", run.namespace, "--for=condition=Complete",
+            "--timeout=120s", timeout=150)
+    time.sleep(3)  # the controllers' last words
+    tap.release()
 
 
 def _running(run: Run) -> None:
@@ -202,6 +229,8 @@ WATCH_TIMEOUT_S = 6
 FAULTS: dict[str, tuple[Callable[[Run, Tap], None], int, str]] = {
     "apiserver": (restart_apiserver, InformerSettings().watch_timeout_s, "20"),
     "compact": (compact_then_restart, WATCH_TIMEOUT_S, "30"),
+    "apiserver-end": (restart_apiserver_while_the_job_ends, InformerSettings().watch_timeout_s,
+                      "12"),
 }
 
 

@@ -103,6 +103,7 @@ class FaultReplayed(Replayed):
         self.watched_from: dict[str, list[str]] = {}  # the versions each WATCH asked from
         self.mismatches: list[str] = []
         self.closing = False
+        self.read_at: list[int] = []  # the recorded line (seq) after which each look was made
 
     def _answer(self, kind: str, request: str) -> dict[str, Any]:
         with self.cv:
@@ -239,6 +240,7 @@ def replay_fault(
             if not seen:
                 continue
             now.append(datetime.fromisoformat(line["at"]))
+            api.read_at.append(line["seq"])
             try:
                 found = backend.discover([token], [ref])
             except SchedulerUnreachable:
@@ -344,3 +346,27 @@ def test_a_watch_resumed_on_a_compacted_store_gets_410_and_the_informer_relists_
     for kind, w in resumed.items():
         assert w["object"]["metadata"]["resourceVersion"] in api.watched_from[kind], kind
     assert states(readings)[-1] is State.SUCCEEDED
+
+
+def test_a_job_that_ends_while_the_informer_is_cut_off_is_read_succeeded_from_its_relist(
+) -> None:
+    # The API server restarts and the informer's re-LISTs reach it only once the job has
+    # succeeded: no watch event says so, the re-LIST's items do (the TrainJob Complete, the
+    # pod Succeeded). Until then every look reads it running (or raises, stale), never ended.
+    lines = recorded("fault-apiserver-end")
+    relist = next(ln["seq"] for ln in lines if ln["type"] == "LIST" and ln["seq"] > 16)
+    events = [ln for ln in lines if ln["type"] in ("ADDED", "MODIFIED", "DELETED")]
+    assert all(ln["seq"] < relist for ln in events)  # nothing came on a watch after the break
+    complete = [ln for ln in lines if ln["kind"] == "TrainJob" and ln["type"] == "LISTED"
+                and ln["seq"] > relist]
+    assert complete and "Complete" in json.dumps(complete[0]["object"]["status"])
+    tj_relist = complete[0]["seq"] - 1  # the TrainJob's re-LIST, its one item after it
+    assert lines[tj_relist - 1]["type"] == "LIST"
+    for stale_after_s in (InformerSettings.stale_after_s, 0.0):
+        readings, api = replay_fault("fault-apiserver-end", stale_after_s)
+        seen = states(readings)
+        assert seen[-1] is State.SUCCEEDED, seen
+        before = [s for s, seq in zip(seen, api.read_at, strict=True) if seq < tj_relist]
+        assert before and State.SUCCEEDED not in before, seen
+        assert set(before) <= {State.PENDING, State.RUNNING, UNREACHABLE}, seen
+        assert api.requests.count("LIST") == 12 and api.requests.count("WATCH") == 12
