@@ -16,9 +16,10 @@ with the replay: no thread races it). One test checks that both read every recor
 look alike. In the recorded order no look of any recording awaits its pods' evidence (M11), so
 one test also replays the failures with the pods' watch behind the others (the TrainJob's
 Failed before the pod's end, each watch in its own order): no look commits another cause (one
-without the evidence is left out, never committed as unknown). Not replayed: this process's
-own writes (the informer's expectations) and watch failures (re-LIST, 410, staleness): no
-recording has them (the informer's own tests, on the stand-in, do)."""
+without the evidence is left out, never committed as unknown). Not replayed here: this
+process's own writes (the informer's expectations: the informer's own tests, on the stand-in)
+and watch failures (re-LIST, 410, staleness: the fault recordings, fault-*.jsonl, replayed by
+test_kubeflow_replay_faults.py)."""
 
 from __future__ import annotations
 

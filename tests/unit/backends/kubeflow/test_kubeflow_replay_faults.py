@@ -30,8 +30,10 @@ from datetime import datetime
 from typing import Any
 
 import httpx2
+import msgspec
 import pytest
-from test_kubeflow_replay import RECORDED, Replayed, recorded
+from test_kubeflow_replay import RECORDED, RESUBMIT, Replayed, recorded
+from tests.strategies_core import KUBEFLOW, Sim
 
 from dispatch.backends.kubeflow import KubeflowBackend
 from dispatch.backends.kubeflow.client import (
@@ -45,7 +47,9 @@ from dispatch.backends.kubeflow.client import (
 from dispatch.backends.kubeflow.informer import InformerSettings
 from dispatch.backends.kubeflow.look import NODES, collections_of, events_of
 from dispatch.backends.kubeflow.objects import TOKEN_LABEL
-from dispatch.core.model import ObjectReport, SchedulerUnreachable, State
+from dispatch.core.decisions import Commit, Decision
+from dispatch.core.model import ObjectReport, SchedulerUnreachable, State, parse_token
+from dispatch.core.policy import RecoveryPolicy
 
 FAULTS = sorted(p.stem for p in RECORDED.glob("fault-*.jsonl"))
 REQUESTS = ("LIST", "WATCH", "FAILED")
@@ -286,6 +290,34 @@ def test_through_a_fault_no_look_reads_an_end_and_the_end_is_succeeded_once(
     assert {(r.state, r.cause.kind, r.executions[-1].ended_at) for r in ends  # type: ignore[union-attr]
             } == {(final.state, final.cause.kind, final.executions[-1].ended_at)}
     assert len(final.executions) == 1, final  # one execution: nothing restarted or resubmitted
+
+
+@pytest.mark.parametrize("stale_after_s", [InformerSettings.stale_after_s, 0.0])
+@pytest.mark.parametrize("fault", FAULTS)
+def test_the_core_fed_every_look_through_a_fault_submits_once_and_commits_once(
+    fault: str, stale_after_s: float
+) -> None:
+    # The looks as the supervisor's ticks (decide -> events, tests/strategies_core.Sim, the
+    # recorder's policy): an incomplete look is a Discovery with complete=False, a look that
+    # raised none at all. One submission, its object bound, one end recorded and committed
+    # succeeded: no recovery, no resubmission, nothing committed twice.
+    readings, api = replay_fault(fault, stale_after_s)
+    at = {ln["seq"]: datetime.fromisoformat(ln["at"]) for ln in recorded(fault)}
+    token = next(r.token for r in readings if isinstance(r, ObjectReport))
+    sim = Sim(msgspec.convert(RESUBMIT, RecoveryPolicy).rules, declarations=KUBEFLOW,
+              job_id=parse_token(token)[0], at=at[api.read_at[0]])
+    decided: list[Decision] = [*sim.tick([])]
+    for r, seq in zip(readings, api.read_at, strict=True):
+        if r == UNREACHABLE:
+            decided += sim.tick(None, at=at[seq])
+        elif r is None:
+            decided += sim.tick([], at=at[seq], complete=False)
+        else:
+            assert isinstance(r, ObjectReport)
+            decided += sim.tick([r], at=at[seq])
+    assert [type(d).__name__ for d in decided] == ["Submit", "Bind", "RecordEnd", "Commit"]
+    (commit,) = [d for d in decided if isinstance(d, Commit)]
+    assert commit.state is State.SUCCEEDED, commit
 
 
 @pytest.mark.parametrize("fault", FAULTS)
