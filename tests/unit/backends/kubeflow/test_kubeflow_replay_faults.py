@@ -253,7 +253,10 @@ def replay_fault(
             (report,) = [o for o in found.objects if o.ref == ref] or (None,)
             assert report is not None or not found.complete, (line["seq"], found)
             readings.append(report)
+        # at the end every collection is on an open watch: no request the recording lacks
+        assert [kind for kind, asks in api.asking.items() if asks] == []
     finally:
+        informer.stopping.set()  # no request after the recording's last line
         api.end()
         backend.close()
     assert api.mismatches == []
