@@ -16,9 +16,10 @@ with the replay: no thread races it). One test checks that both read every recor
 look alike. In the recorded order no look of any recording awaits its pods' evidence (M11), so
 one test also replays the failures with the pods' watch behind the others (the TrainJob's
 Failed before the pod's end, each watch in its own order): no look commits another cause (one
-without the evidence is left out, never committed as unknown). Not replayed: this process's
-own writes (the informer's expectations) and watch failures (re-LIST, 410, staleness): no
-recording has them (the informer's own tests, on the stand-in, do)."""
+without the evidence is left out, never committed as unknown). Not replayed here: this
+process's own writes (the informer's expectations: the informer's own tests, on the stand-in)
+and watch failures (re-LIST, 410, staleness: the fault recordings, fault-*.jsonl, replayed by
+test_kubeflow_replay_faults.py)."""
 
 from __future__ import annotations
 
@@ -199,6 +200,12 @@ def replay(
     return readings
 
 
+def scenarios() -> list[str]:
+    """The recorded scenarios (the faults, fault-*.jsonl, have lines of their own: a LIST or
+    WATCH's answer, a watch's end; test_kubeflow_replay_faults.py replays them)."""
+    return sorted(p.stem for p in RECORDED.glob("*.jsonl") if not p.stem.startswith("fault-"))
+
+
 def recorded(scenario: str) -> list[dict[str, Any]]:
     text = (RECORDED / f"{scenario}.jsonl").read_text()
     return [json.loads(t) for t in text.splitlines()]
@@ -292,7 +299,7 @@ def test_oom_killed_through_a_crash_loop_is_out_of_memory(path: Path_) -> None:
     never_pending_once_running(seen)
 
 
-@pytest.mark.parametrize("scenario", sorted(p.stem for p in RECORDED.glob("*.jsonl")))
+@pytest.mark.parametrize("scenario", scenarios())
 def test_a_recording_is_of_the_released_controllers(scenario: str) -> None:
     lines = recorded(scenario)
     made = [ln["object"] for ln in lines if ln["kind"] == "TrainJob" and ln["type"] == "ADDED"]
@@ -348,8 +355,7 @@ def trainjobs_added(scenario: str) -> list[dict[str, Any]]:
 
 
 def every_trainjob() -> list[tuple[str, int]]:
-    return [(p.stem, nth) for p in sorted(RECORDED.glob("*.jsonl"))
-            for nth in range(len(trainjobs_added(p.stem)))]
+    return [(stem, nth) for stem in scenarios() for nth in range(len(trainjobs_added(stem)))]
 
 
 @pytest.mark.parametrize(("scenario", "nth"), every_trainjob())
