@@ -21,10 +21,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tests.unit.backends.kubeflow.test_kubeflow_replay import (
+    kinds,
+    recorded,
+    replay,
+    trainjobs_added,
+)
 
 from dispatch.core.model import CauseKind, ObjectReport, Provenance, State
-
-from tests.unit.backends.kubeflow.test_kubeflow_replay import kinds, recorded, replay, trainjobs_added
 
 SCENARIOS = ["suspend-resume", "suspend-resume-late"]
 
