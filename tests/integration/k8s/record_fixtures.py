@@ -1,7 +1,8 @@
 """Record what the real controllers write, as dispatch's watches see it, for the replay tests
-(tests/unit/backends/kubeflow/test_kubeflow_replay.py). Run against a testbed of your own
-(scripts/k8s-testbed up, the `env` exports: it deletes everything in the namespace before and
-after each scenario); it rewrites tests/fixtures/k8s-recorded/*.jsonl (docs/k8s-testbed.md):
+(tests/unit/backends/kubeflow/test_kubeflow_replay.py, test_kubeflow_replay_suspend.py). Run
+against a testbed of your own (scripts/k8s-testbed up, the `env` exports: it deletes everything
+in the namespace before and after each scenario); it rewrites
+tests/fixtures/k8s-recorded/*.jsonl (docs/k8s-testbed.md):
 
     python tests/integration/k8s/record_fixtures.py [SCENARIO...]
 
