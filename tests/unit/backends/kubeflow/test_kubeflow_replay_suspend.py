@@ -7,9 +7,10 @@ The chain as recorded: the person's `spec.suspend: true`; Trainer suspends the J
 JobSet controller the Job, Trainer says `Suspended=True reason=Suspended`; the Job controller
 deletes the pod. The person's `spec.suspend: false`; Trainer's `Suspended=True` stays a moment,
 then `Suspended=False reason=Resumed`; a new pod is made and runs to the end. `suspend-resume`
-suspends as soon as the pod is Ready (as the live test does): there the killed pod turned
-`Failed` (terminated `Error`) before it was deleted; `suspend-resume-late` suspends 2 s after
-dispatch's own status said running: there it was deleted while still `Running`.
+suspends as soon as the pod is Ready (as the live test does), `suspend-resume-late` 2 s after
+dispatch's own status said running. In the first the killed pod turned `Failed` (terminated
+`Error`) before it was deleted, in the second it was deleted while still `Running` (a race: a
+second pair recorded had it the other way round).
 
 Every reading is checked against where the recording stands at that event: held exactly while
 the person's suspend is in force (asked and said), the scheduler's hold and not dispatch's
