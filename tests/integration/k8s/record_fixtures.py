@@ -1,7 +1,8 @@
 """Record what the real controllers write, as dispatch's watches see it, for the replay tests
-(tests/unit/backends/kubeflow/test_kubeflow_replay.py). Run against a testbed of your own
-(scripts/k8s-testbed up, the `env` exports: it deletes everything in the namespace before and
-after each scenario); it rewrites tests/fixtures/k8s-recorded/*.jsonl (docs/k8s-testbed.md):
+(tests/unit/backends/kubeflow/test_kubeflow_replay.py, test_kubeflow_replay_suspend.py). Run
+against a testbed of your own (scripts/k8s-testbed up, the `env` exports: it deletes everything
+in the namespace before and after each scenario); it rewrites
+tests/fixtures/k8s-recorded/*.jsonl (docs/k8s-testbed.md):
 
     python tests/integration/k8s/record_fixtures.py [SCENARIO...]
 
@@ -156,6 +157,33 @@ def delete_trainjob(run: Run) -> None:
     kubectl("delete", "trainjob", run.trainjobs()[0], "-n", run.namespace)
 
 
+def suspend_resume(said_running: bool) -> Callable[[Run], None]:
+    """Scenario 7': a person suspends the running TrainJob with kubectl (Trainer suspends the
+    JobSet, the Job controller deletes the pod); once dispatch says held and the pod is gone,
+    the person resumes it: the pod is made again and the job runs to its end. The suspend
+    comes as soon as the pod is Ready (as in test_kubeflow_suspend.py), or ``said_running``:
+    once dispatch's own status says running, 2 s later."""
+
+    def act(run: Run) -> None:
+        run.running_pod()
+        if said_running:
+            run.until("said running", lambda: run.status().get("state") == "running", 60)
+            time.sleep(2)
+        tj = run.trainjobs()[0]
+
+        def patch(value: bool) -> None:
+            kubectl("patch", "trainjob", tj, "-n", run.namespace, "--type", "merge",
+                    "-p", json.dumps({"spec": {"suspend": value}}))
+
+        patch(True)
+        run.until("held", lambda: run.status().get("state") == "held", 120)
+        run.until("its pod gone", lambda: not run.pods(tj), 120)
+        time.sleep(3)
+        patch(False)
+
+    return act
+
+
 def pods_say(word: str) -> Callable[[Run], None]:
     """Wait until a pod shows the scheduler's or the kubelet's ``word``, then cancel."""
 
@@ -184,6 +212,10 @@ SCENARIOS: dict[str, Scenario] = {
     "unschedulable": Scenario(LONG, nodes=5, runtime=OURS, kubeflow=WHOLE_NODE,
                               act=pods_say("Unschedulable")),
     "image-pull": Scenario({"DISPATCH_TESTBED_IMAGE_ERROR": "1"}, act=pods_say("ErrImagePull")),
+    "suspend-resume": Scenario({"DISPATCH_TESTBED_SECONDS": "20"}, runtime=OURS,
+                               fields={"policy": RESUBMIT}, act=suspend_resume(False)),
+    "suspend-resume-late": Scenario({"DISPATCH_TESTBED_SECONDS": "20"}, runtime=OURS,
+                                    fields={"policy": RESUBMIT}, act=suspend_resume(True)),
 }
 
 

@@ -431,7 +431,11 @@ def report_trainjob(
         # Restarted and not running again yet: recovering, with why the last attempt ended.
         return live(State.RECOVERING, past[-1].cause)
     phases = [as_map(as_map(p).get("status")).get("phase") for p in cur_pods]
-    if phases and all(ph in ("Succeeded", "Failed") for ph in phases):
+    # Pods a suspend ended (Trainer still counts the job suspended: a person's suspend being
+    # resumed) are not the run's end: that is the resume in progress below (recorded).
+    suspended_jobs = any((as_int(as_map(s).get("suspended")) or 0) > 0
+                         for s in as_list(as_map(tj.get("status")).get("jobsStatus")))
+    if phases and all(ph in ("Succeeded", "Failed") for ph in phases) and not suspended_jobs:
         # Its pods have ended and the controllers have not said the end yet (the Job, then
         # the JobSet, then the TrainJob: a second or two on the real stack): still running,
         # never pending, which would say it is waiting to start.
