@@ -4,7 +4,7 @@ Job controller and the kubelet; the backend sees them only through the REST API.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -394,3 +394,34 @@ def test_a_webhook_rejection_at_create_carries_the_webhooks_words_and_is_bad_inp
         submit(backend)
     assert words in err.value.detail
     assert err.value.exit_code == 2  # the CLI's bad-input exit
+
+
+def test_a_look_that_cannot_read_the_nodes_is_no_recovery_of_a_lost_node(
+    fake: FakeApiServer, tmp_path: Path, clock: Clock
+) -> None:
+    # A restarted API server answers 403 for a moment, before its authorizer is ready (seen
+    # in the fault-apiserver recording). A job lost by its node's condition is not read as
+    # recovered from a look without the nodes: that look is incomplete, for a bounded time.
+    lists = make_backend(fake, tmp_path, clock, informer=False)
+    try:
+        for n in NODES:
+            fake.put(tr.node(n))
+        token, ns, name = submit(lists)
+        tr.materialize(fake, ns, name, NODES)
+        fake.put(tr.node("n2", lost=True, since="2026-03-01T10:05:00Z"))
+        lost = look(lists, token)
+        assert lost.cause.kind is CauseKind.NODE_LOST and lost.lost_since is not None
+        fake.fail_next(1, code=403, match=lambda m, p: p.endswith("/nodes"))
+        blind = lists.discover([token], [])
+        assert not blind.complete and not blind.objects, blind
+        again = look(lists, token)
+        assert again.cause.kind is CauseKind.NODE_LOST and again.lost_since == lost.lost_since
+        # Refused for longer than evidence_grace (RBAC changed for good): read as it reads,
+        # never incomplete for ever.
+        fake.fail_next(2, code=403, match=lambda m, p: p.endswith("/nodes"))
+        assert not lists.discover([token], []).complete
+        clock.now += timedelta(seconds=11)
+        later = look(lists, token)
+        assert later.state is State.RUNNING and later.cause.kind is CauseKind.NONE
+    finally:
+        lists.close()

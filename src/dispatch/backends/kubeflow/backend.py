@@ -57,7 +57,7 @@ from dispatch.backends.kubeflow.client import (
 )
 from dispatch.backends.kubeflow.gone import SOMEONE_ELSE, deleted_by, report_gone, report_pods_left
 from dispatch.backends.kubeflow.informer import Informer, InformerSettings, Predicate, Watched
-from dispatch.backends.kubeflow.look import collections_of, look_cached, look_listed
+from dispatch.backends.kubeflow.look import Look, collections_of, look_cached, look_listed
 from dispatch.backends.kubeflow.manifest import build_trainjob, parse_section
 from dispatch.backends.kubeflow.mapping import awaits_evidence, current_objects, report_trainjob
 from dispatch.backends.kubeflow.objects import (
@@ -184,6 +184,7 @@ class KubeflowBackend:
         # ref -> its last state while the TrainJob was there: a job torn down reads running
         # while its pods go only if it ran (report_pods_left)
         self._last_state: dict[str, State] = {}
+        self._blind_since: dict[str, datetime] = {}  # ref -> first look that lacked its nodes
         self._evidence_grace = evidence_grace
 
     # -- wiring ------------------------------------------------------------------------------
@@ -382,7 +383,7 @@ class KubeflowBackend:
                 tj, jobset, look.jobs.get((ns, name), []), pods, look.nodes, now,
                 look.events.get(ns, []),
             )
-            if self._withheld(ref, report, now):
+            if self._withheld(ref, report, now) or self._blind(ref, report, look, now):
                 withheld = True
                 continue
             report = self._with_log_error(ns, report, current_objects(jobset, pods))
@@ -398,7 +399,7 @@ class KubeflowBackend:
                            else gone)
         for ref in [r for r in self._last_state if r not in wanted_refs | seen_refs]:
             del self._last_state[ref]
-        for kept_for in (self._evidence, self._awaiting):
+        for kept_for in (self._evidence, self._awaiting, self._blind_since):
             for ref in [r for r in kept_for if r not in seen_refs]:
                 del kept_for[ref]
         return Discovery(
@@ -417,6 +418,16 @@ class KubeflowBackend:
         if now - first < self._evidence_grace:
             return True
         return False
+
+    def _blind(self, ref: str, report: ObjectReport, look: Look, now: datetime) -> bool:
+        """A job read node-lost by its node's condition, in a look that could not read the
+        nodes (a restarting API server refuses them for a moment): not a recovery; left out
+        of the look, reported incomplete, for at most ``evidence_grace``."""
+        if not (look.nodes_refused and ref in self._lost_seen and report.alive
+                and report.cause.kind is not CauseKind.NODE_LOST):
+            self._blind_since.pop(ref, None)
+            return False
+        return now - self._blind_since.setdefault(ref, now) < self._evidence_grace
 
     def _with_log_error(self, ns: str, report: ObjectReport, pods: list[Any]) -> ObjectReport:
         """A failed end whose first failing container left no termination message: its

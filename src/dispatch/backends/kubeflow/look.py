@@ -53,6 +53,7 @@ class Look:
     nodes: list[dict[str, Any]] = field(default_factory=list)
     events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # namespace -> Warnings
     refused: set[str] = field(default_factory=set)  # namespaces we were not allowed to see
+    nodes_refused: bool = False  # the node list was refused (RBAC, or a restarting server)
 
     def add(
         self,
@@ -90,7 +91,7 @@ def look_listed(kube: KubeClient, namespaces: set[str]) -> Look:
     try:
         look.nodes = kube.list(NodeRes, None, {})
     except ApiAnswer:
-        look.nodes = []  # nodes may be forbidden; disruptions still fence
+        look.nodes, look.nodes_refused = [], True  # may be forbidden; disruptions still fence
     return look
 
 def look_cached(informer: Informer, namespaces: set[str]) -> Look | None:
@@ -110,4 +111,5 @@ def look_cached(informer: Informer, namespaces: set[str]) -> Look | None:
         look.add(ns, tjs, jss, jobs, pods)
         look.events[ns] = view.objects.get(events_of(ns), [])  # refused: as nodes
     look.nodes = view.objects.get(NODES, [])  # refused nodes: as with lists
+    look.nodes_refused = NODES in view.refused
     return look
