@@ -411,23 +411,24 @@ class KubeflowBackend:
         watch before the pod's termination on another): not committed from this look, which is
         reported incomplete, for at most ``evidence_grace`` from when it was first seen; then
         it is committed as it reads (unknown, the scheduler's words kept)."""
-        if not awaits_evidence(report):
-            self._awaiting.pop(ref, None)
-            return False
-        first = self._awaiting.setdefault(ref, now)
-        if now - first < self._evidence_grace:
-            return True
-        return False
+        return self._within_grace(self._awaiting, ref, awaits_evidence(report), now)
 
     def _blind(self, ref: str, report: ObjectReport, look: Look, now: datetime) -> bool:
         """A job read node-lost by its node's condition, in a look that could not read the
         nodes (a restarting API server refuses them for a moment): not a recovery; left out
         of the look, reported incomplete, for at most ``evidence_grace``."""
-        if not (look.nodes_refused and ref in self._lost_seen and report.alive
-                and report.cause.kind is not CauseKind.NODE_LOST):
-            self._blind_since.pop(ref, None)
+        blind = (look.nodes_refused and ref in self._lost_seen and report.alive
+                 and report.cause.kind is not CauseKind.NODE_LOST)
+        return self._within_grace(self._blind_since, ref, blind, now)
+
+    def _within_grace(self, since: dict[str, datetime], ref: str, holds: bool,
+                      now: datetime) -> bool:
+        """While ``holds``: True for at most ``evidence_grace`` from when it first held for
+        ``ref`` (kept in ``since``); forgotten once it does not."""
+        if not holds:
+            since.pop(ref, None)
             return False
-        return now - self._blind_since.setdefault(ref, now) < self._evidence_grace
+        return now - since.setdefault(ref, now) < self._evidence_grace
 
     def _with_log_error(self, ns: str, report: ObjectReport, pods: list[Any]) -> ObjectReport:
         """A failed end whose first failing container left no termination message: its

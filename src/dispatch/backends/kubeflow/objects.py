@@ -12,7 +12,7 @@ TOKEN_LABEL = "dispatch.io/token"
 MANAGED_LABEL = "dispatch.io/managed"
 GATE_ANNOTATION = "dispatch.io/gate"
 # Set by dispatch on a TrainJob just before its own delete (a stop, S14): a deletion seen
-# without it is someone else's (mapping.deleted_by).
+# without it is someone else's (gone.deleted_by).
 STOP_ANNOTATION = "dispatch.io/stop"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
@@ -22,6 +22,9 @@ RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 JOB_RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/job-restart-attempt"
 REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+# The Job controller's own labels on its pods: which Job (uid) and which index of it.
+CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
+COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 
 # Node taints that mean the node (and so the pods on it) may be gone (docs/scheduler-signals.md).
 LOST_NODE_TAINTS = frozenset(

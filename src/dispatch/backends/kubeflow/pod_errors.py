@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from dispatch.backends.kubeflow.objects import (
+    COMPLETION_INDEX_LABEL,
     as_int,
     as_list,
     as_map,
@@ -30,8 +31,6 @@ from dispatch.core.app_error import AppError, ErrorSource, from_output
 # container could not be located when the pod was terminated"; StartError: the runtime's
 # failure): Kubernetes' words, kept in the note, never shown as the application's.
 APPLICATION_REASONS = frozenset({"", "Error", "Completed", "OOMKilled"})
-COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
-JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 
 
 def _failed_terminations(pod: Any) -> list[tuple[datetime, Any, Any]]:

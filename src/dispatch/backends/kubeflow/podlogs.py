@@ -28,7 +28,16 @@ from typing import Any
 
 from dispatch.backends.base import LogRead
 from dispatch.backends.kubeflow.client import ApiAnswer, KubeClient
-from dispatch.backends.kubeflow.objects import as_list, as_map, as_str, labels, meta, name_of
+from dispatch.backends.kubeflow.objects import (
+    COMPLETION_INDEX_LABEL,
+    JOB_INDEX_LABEL,
+    as_list,
+    as_map,
+    as_str,
+    labels,
+    meta,
+    name_of,
+)
 from dispatch.backends.kubeflow.pods import restart_attempt
 
 LIMIT_BYTES = 4 << 20  # one answer's size; a longer log comes in several
@@ -36,8 +45,6 @@ MOST_BYTES = 64 << 20  # pages grow to this when one page holds nothing new
 MAX_PAGES = 64  # answers per read at most; the next read goes on from there
 READ_BYTES = 16 << 20  # one read stops past this much (``LogRead.more``): bounded memory
 TRAINER_CONTAINER = "node"  # the container Kubeflow Trainer runs the trainer in
-COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
-JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 
 Stamp = tuple[int, int]  # seconds since the epoch, nanoseconds
 Place = tuple[Stamp, int]  # the last stamp taken and how many lines carry exactly it

@@ -10,6 +10,8 @@ from datetime import datetime
 from typing import Any
 
 from dispatch.backends.kubeflow.objects import (
+    COMPLETION_INDEX_LABEL,
+    CONTROLLER_UID_LABEL,
     JOB_INDEX_LABEL,
     JOB_RESTART_ATTEMPT_LABEL,
     REPLICATED_JOB_LABEL,
@@ -296,11 +298,6 @@ def job_slot(obj: Any) -> tuple[str, str]:
     """Which Job of the JobSet an object belongs to: (replicated job, job index)."""
     lab = labels(obj)
     return as_str(lab.get(REPLICATED_JOB_LABEL)) or "", as_str(lab.get(JOB_INDEX_LABEL)) or ""
-
-
-# The Job controller's own labels on its pods: which Job (uid) and which index of it.
-CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
-COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
 
 
 def replaced_pods(pods: list[Any], jobs: Sequence[Any]) -> list[tuple[Any, Any]]:
