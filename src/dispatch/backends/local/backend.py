@@ -144,7 +144,10 @@ class LocalBackend:
         return tuple(isolated_argv(self.python, RUNNER_MODULE, [objdir], package_parent()))
 
     def ready(self) -> None:
-        """Nothing to check before the first submit creates the root."""
+        """A root another user could change under dispatch is refused (SchedulerUnreachable,
+        naming it and the fix); one that is not there yet is fine (the first submit makes
+        it)."""
+        self.disk.check_trusted()
 
     def admit(self, spec: JobSpec) -> None:
         """``validate`` is the whole of what this scheduler would check."""
@@ -232,6 +235,7 @@ class LocalBackend:
         wanted_refs = set(refs)
         now = utcnow()
         self._reap_runners()
+        self.disk.check_trusted()  # before anything is read, or adopted, there
         try:
             marker = self.disk.marker()
         except SchedulerUnreachable:
