@@ -144,9 +144,7 @@ class LocalBackend:
         return tuple(isolated_argv(self.python, RUNNER_MODULE, [objdir], package_parent()))
 
     def ready(self) -> None:
-        """A root another user could change under dispatch is refused (SchedulerUnreachable,
-        naming it and the fix); one that is not there yet is fine (the first submit makes
-        it)."""
+        """Refuse a root another user could change (``LocalRoot.check_trusted``)."""
         self.disk.check_trusted()
 
     def admit(self, spec: JobSpec) -> None:
@@ -235,7 +233,6 @@ class LocalBackend:
         wanted_refs = set(refs)
         now = utcnow()
         self._reap_runners()
-        self.disk.check_trusted()  # before anything is read, or adopted, there
         try:
             marker = self.disk.marker()
         except SchedulerUnreachable:

@@ -169,7 +169,9 @@ class LocalRoot:
     def adopt_legacy(self) -> RootMarker | None:
         """Give its marker to a root made before markers existed: it has an objects directory
         and no object in it names a root. (An unmounted mount point has no objects directory;
-        a root that lost its marker has objects that name it.) None when it is not one."""
+        a root that lost its marker has objects that name it.) None when it is not one;
+        SchedulerUnreachable for a root another user could change (``check_trusted``)."""
+        self.check_trusted()
         if not self.objects_dir.is_dir() or self.marker_path.exists():
             return None
         try:
