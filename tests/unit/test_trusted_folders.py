@@ -220,6 +220,9 @@ def test_a_job_folder_is_the_link_dispatch_made_or_refused(tmp_path: Path) -> No
     assert os.listdir(elsewhere) == []
     nested = link(base / "%A" / "%a", "126_3", target)
     assert nested == base / "126" / "3" and nested.resolve() == target.resolve()
+    os.chmod(base, 0o777)  # no longer sticky: another user could swap what is in it
+    with pytest.raises(UnsafeFolder, match="written by everybody and is not sticky"):
+        link(base / "%j", "123", target)
 
 
 # ---- item 11: submitit parameters dispatch cannot use --------------------------------------

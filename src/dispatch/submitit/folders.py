@@ -20,7 +20,7 @@ from pathlib import Path
 
 from dispatch.errors import BadInput
 from dispatch.fn.calls import UnsafeFolder
-from dispatch.support.trusted_folders import FIX, Untrusted, make_folders
+from dispatch.support.trusted_folders import FIX, Untrusted, check_folder, make_folders
 
 PATTERNS = ("%j", "%A", "%a", "%t")
 CALLS = ".calls"
@@ -98,8 +98,10 @@ def link(folder: Path, job_id: str, target: Path) -> Path:
         return target
     path = expand(folder, job_id)
     wanted = os.path.relpath(target, path.parent)
+    base = base_folder(folder)
     try:
-        make_folders(base_folder(folder), path.parent)
+        check_folder(base)  # as at the executor's start: it may have changed hands since
+        make_folders(base, path.parent)
         try:
             os.symlink(wanted, path, target_is_directory=True)
         except FileExistsError:
