@@ -34,8 +34,11 @@ class Page:
 def parse_cursor(text: str) -> tuple[int, str]:
     """``--before``'s cursor (``<created µs>:<job id>``, as the previous page printed)."""
     us, sep, job_id = text.partition(":")
-    if not sep or not job_id or not us.isdigit():
-        raise BadInput(f"--before {text!r}: not a cursor that ls printed "
+    # ASCII digits, and no more than a store's 64-bit integer holds (int() refuses other
+    # digits or 4,300 of them with a traceback, the store an integer past 2**63).
+    if (not sep or not job_id or not us.isascii() or not us.isdigit() or len(us) > 19
+            or int(us) >= 2**63):
+        raise BadInput(f"--before {quoted(text)}: not a cursor that ls printed "
                        "(it looks like 1767225600000000:a1b2c3)")
     return int(us), job_id
 
