@@ -45,6 +45,9 @@ BAD_SPECS: list[tuple[str, bytes, str]] = [
     ("shell.yaml", b'name: x\ncommand: "python train.py"\n', "argv list"),
     ("backend.yaml", b'name: x\ncommand: ["true"]\nbackend: pbs\n', "unknown backend"),
     ("two-lines.yaml", b'name: "a\\nb"\ncommand: ["true"]\n', "one line"),
+    # issue 45: re.match(r"^...$") took a value ending in "\n"; `submit --dry-run` exited 0
+    ("slurm-newline.yaml", b'name: x\nbackend: slurm\ncommand: ["true"]\n'
+                           b'slurm: {partition: "gpu\\n"}\n', "slurm.partition"),
     # Past NAME_MAX or PATH_MAX every filesystem call fails (ENAMETOOLONG): refused first.
     ("long-name.yaml", b'name: x\ncommand: ["true"]\nworkdir: /tmp/' + b"a" * 256 + b"\n",
      "workdir: has a component of 256 bytes"),
@@ -203,3 +206,17 @@ def test_the_python_api_refuses_such_a_reference(env: dict[str, str]) -> None:
     with Service.open(env["DISPATCH_STORE"]) as service, pytest.raises(BadInput) as err:
         service.resolve(NOT_UTF8)
     assert "'caf\\xe9' is not UTF-8 text" in str(err.value)
+
+
+@pytest.mark.parametrize("section", ['{runtime: t, labels: {team: "a\\n"}}',
+                                     '{runtime: t, namespace: "ns\\n"}',
+                                     '{runtime: "torch\\n"}'])
+def test_a_kubernetes_value_ending_in_a_newline_is_refused_by_dry_run(
+        tmp_path: Path, env: dict[str, str], section: str) -> None:
+    """Issue 45 item 6: re.match(r"^...$") took it ("$" matches before a final newline)."""
+    path = tmp_path / "k.yaml"
+    path.write_text(f'name: x\nbackend: kubeflow\ncommand: ["true"]\nkubeflow: {section}\n')
+    code, out, err = invoke(env, "submit", "--dry-run", str(path), "--json")
+    assert code == 2, (out, err)
+    assert json.loads(out)["error"]["message"].startswith("kubeflow.")
+    assert recorded(env) == 0
