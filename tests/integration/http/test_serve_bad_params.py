@@ -41,6 +41,11 @@ def test_crafted_parameters_are_400_naming_each_and_never_a_traceback(
         error = r.json()["error"]
         assert error["exit_code"] == 2 and f"query parameter {name!r}" in error["message"]
         assert len(error["message"]) < 300
+    # a reference and a name that are not UTF-8 (percent-encoded 0xe9): no such job
+    for path in ("/api/jobs/caf%E9", "/api/jobs/caf%E9/history", "/api/jobs/caf%E9/logs"):
+        r = s.client.get(path)
+        assert r.status_code == 404 and r.json()["error"]["code"] == "not-found", r.text
+    assert s.client.get("/api/jobs?name=caf%E9").status_code == 200
     # the same server still answers, and its log holds no traceback
     assert s.client.get("/api/jobs", params={"limit": "5"}).status_code == 200
     assert "Traceback" not in s.output() and " 500 " not in s.output()
