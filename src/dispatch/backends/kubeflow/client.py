@@ -23,6 +23,7 @@ shuts the socket down so a reader blocked on it wakes at once.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -32,6 +33,7 @@ from typing import Any, TypeVar
 
 import httpx2
 from lightkube import ApiError, Client, KubeConfig
+from lightkube.config.kubeconfig import DEFAULT_KUBECONFIG
 from lightkube.core.exceptions import ConfigError
 from lightkube.core.selector import build_selector
 from lightkube.generic_resource import (
@@ -42,6 +44,7 @@ from lightkube.generic_resource import (
 from lightkube.resources.core_v1 import PodLog as PodLogRes
 from lightkube.types import CascadeType, PatchType
 
+from dispatch.backends.kubeflow.kubeconfig import KubeConfigError, read_kubeconfig
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.errors import BackendError
 from dispatch.support.retry import with_backoff
@@ -171,20 +174,27 @@ def load_config(
     service_account_dir: str = ClientSettings.service_account_dir,
 ) -> Any:
     """A kubeconfig file when named, else lightkube's order: in-cluster service account,
-    $KUBECONFIG, ~/.kube/config. A config that cannot be loaded is a clear error."""
+    $KUBECONFIG, ~/.kube/config. Every kubeconfig read is trusted and well formed
+    (``read_kubeconfig``); a config that cannot be loaded is a KubeConfigError naming it."""
+    if kubeconfig is None:
+        try:
+            return KubeConfig.from_service_account(service_account_dir).get(context_name=context)
+        except (ConfigError, KeyError):
+            pass
+    path = Path(kubeconfig or os.environ.get("KUBECONFIG") or DEFAULT_KUBECONFIG).expanduser()
     try:
-        if kubeconfig is not None:
-            path = Path(kubeconfig)
-            if not path.is_file():
-                raise ConfigError(f"kubeconfig {kubeconfig} does not exist")
-            return KubeConfig.from_file(path).get(context_name=context)
-        return KubeConfig.from_env(service_account=service_account_dir).get(context_name=context)
-    except (ConfigError, KeyError, OSError, ValueError) as err:
-        raise KubeConfigError(f"cannot load Kubernetes config: {err}") from None
-
-
-class KubeConfigError(BackendError):
-    """No usable Kubernetes config here: the backend cannot be built (never a state)."""
+        found = read_kubeconfig(path)
+    except FileNotFoundError:
+        raise KubeConfigError(f"kubeconfig {path} does not exist") from None
+    except NotADirectoryError:
+        raise KubeConfigError(f"kubeconfig {path}: a name on the way is not a directory") \
+            from None
+    try:
+        return KubeConfig(clusters=found.clusters, contexts=found.contexts, users=found.users,
+                          current_context=found.current_context,
+                          fname=found.path).get(context_name=context)
+    except (ConfigError, KeyError) as err:
+        raise KubeConfigError(f"kubeconfig {path}: {err}") from None
 
 
 class KubeClient:
@@ -204,12 +214,17 @@ class KubeClient:
             else load_config(settings.kubeconfig, settings.context, settings.service_account_dir)
         )
         self.default_namespace: str = getattr(cfg, "namespace", None) or "default"
-        self._client: Any = Client(
-            config=cfg,
-            timeout=httpx2.Timeout(settings.timeout_s),
-            field_manager="dispatch",
-            trust_env=False,
-        )
+        try:
+            self._client: Any = Client(
+                config=cfg,
+                timeout=httpx2.Timeout(settings.timeout_s),
+                field_manager="dispatch",
+                trust_env=False,
+            )
+        except (ConfigError, OSError, ValueError) as err:  # ssl.SSLError is an OSError
+            where = getattr(cfg, "fname", None) or "the in-cluster config"
+            raise KubeConfigError(f"kubeconfig {where}: context {cfg.context_name}: its TLS "
+                                  f"files or credentials cannot be used: {err}") from None
         self._sleep = sleep
 
     def close(self) -> None:
