@@ -1,6 +1,22 @@
-"""One kubeconfig file, read as dispatch may act on it: a file only this user (or root) could
-have written or chosen, a bounded size, and the shape kubectl reads, or a ``KubeConfigError``
-naming the file and what is wrong in it (exit 2), never a traceback.
+"""Where the Kubernetes configuration comes from, as kubectl finds it, and each kubeconfig file
+read as dispatch may act on it.
+
+The order (``load_kubeconfig``), kubectl's:
+
+1. the file dispatch is told (``DISPATCH_KUBECONFIG``, ``KubeflowBackend(kubeconfig=)``),
+   which must exist;
+2. else every file ``$KUBECONFIG`` lists (``a:b``), merged: the first file to define a
+   cluster, context or user by a name wins, as does the first ``current-context``; files
+   that do not exist are skipped;
+3. else ``~/.kube/config``;
+4. else, in a pod, its service account (``KUBERNETES_SERVICE_HOST`` and its token mounted).
+
+The context is ``DISPATCH_K8S_CONTEXT`` (``KubeflowBackend(context=)``) when set, else the
+``current-context``.
+
+Each file is a file only this user (or root) could have written or chosen, of a bounded size,
+in the shape kubectl reads, or a ``KubeConfigError`` naming the file and what is wrong in it
+(exit 2), never a traceback.
 
 Why the trust rule: a kubeconfig is code and a destination. Its ``exec`` plugin runs as the
 user who submits, and its API server receives the TrainJob with its environment (secrets).
@@ -18,12 +34,14 @@ from __future__ import annotations
 import base64
 import binascii
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import yaml
+from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.config.models import Cluster, Context, User
 
 from dispatch.errors import BackendError
@@ -39,6 +57,9 @@ _SECTIONS: tuple[tuple[str, str, type[Any]], ...] = (
     ("contexts", "context", Context),
     ("users", "user", User),
 )
+
+
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 class KubeConfigError(BackendError):
@@ -212,3 +233,130 @@ def _kind(value: Any) -> str:
     if isinstance(value, dict):
         return "a mapping"
     return f"a {type(value).__name__}"
+
+
+def load_kubeconfig(explicit: str | None, context: str | None,
+                    service_account_dir: str = SERVICE_ACCOUNT_DIR,
+                    env: Mapping[str, str] = os.environ) -> SingleConfig:
+    """The configuration kubectl would use here (the module's order), with ``context`` (None:
+    the current-context); KubeConfigError naming what is missing or wrong."""
+    files, looked = _kubeconfig_files(explicit, env)
+    if files:
+        return select_context(merge([_read_existing(p) for p in files]), context)
+    if env.get("KUBERNETES_SERVICE_HOST") and env.get("KUBERNETES_SERVICE_PORT"):
+        if context is not None:
+            raise KubeConfigError(f"context {context!r} is asked for, but there is no kubeconfig"
+                                  f" ({looked}); in this pod only its service account is there")
+        return _service_account(Path(service_account_dir), env)
+    raise KubeConfigError(f"no Kubernetes configuration: {looked}, and this is no pod with a "
+                          "service account (KUBERNETES_SERVICE_HOST is unset)")
+
+
+def _service_account(account: Path, env: Mapping[str, str]) -> SingleConfig:
+    """The pod's own config, as lightkube's ``from_service_account`` makes it (the token file
+    is read again when the API server answers 401: the kubelet rotates it), from ``env``."""
+    try:
+        namespace = (account / "namespace").read_text().strip()
+        (account / "token").stat()
+    except OSError as err:
+        raise KubeConfigError(f"the pod's service account {account}: cannot read "
+                              f"{err.filename}: {err.strerror}") from None
+    host, port = env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]
+    host = f"[{host}]" if ":" in host else host  # IPv6
+    config = KubeConfig.from_one(
+        cluster=Cluster(server=f"https://{host}:{port}",
+                        certificate_auth=str(account / "ca.crt")),
+        user=User(token_file=str(account / "token")), namespace=namespace or None)
+    return config.get()  # type: ignore[return-value]  # from_one sets the current context
+
+
+def _kubeconfig_files(explicit: str | None,
+                      env: Mapping[str, str]) -> tuple[list[Path], str]:
+    """The kubeconfig files to read, in order, and where was looked (for an error)."""
+    if explicit:
+        return [Path(explicit)], ""
+    listed = env.get("KUBECONFIG", "")
+    if listed:
+        names = list(dict.fromkeys(n for n in listed.split(os.pathsep) if n))
+        paths = [Path(os.path.abspath(n)) for n in names]
+        return ([p for p in paths if _exists(p)],
+                f"no file KUBECONFIG names exists ({', '.join(map(str, paths))})")
+    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
+    default = home / ".kube" / "config"
+    return ([default] if _exists(default) else [],
+            f"KUBECONFIG is unset and {default} does not exist")
+
+
+def _exists(path: Path) -> bool:
+    return os.path.lexists(path)  # a dangling link is there: reading it says what is wrong
+
+
+def _read_existing(path: Path) -> KubeconfigFile:
+    try:
+        return read_kubeconfig(path)
+    except FileNotFoundError:
+        raise KubeConfigError(f"kubeconfig {path} does not exist") from None
+    except NotADirectoryError as err:
+        raise KubeConfigError(f"kubeconfig {path}: {err.filename} is not a directory") from None
+
+
+@dataclass(frozen=True)
+class MergedKubeconfig:
+    """Several kubeconfig files as one, kubectl's way; ``origin`` says which file gave each
+    context (for errors and the config's file name)."""
+
+    files: tuple[Path, ...]
+    clusters: dict[str, Cluster]
+    contexts: dict[str, Context]
+    users: dict[str, User]
+    current_context: str | None
+    origin: dict[str, Path]
+
+
+def merge(files: Sequence[KubeconfigFile]) -> MergedKubeconfig:
+    """The first file to define a name wins, and the first current-context. Pure."""
+    clusters: dict[str, Cluster] = {}
+    contexts: dict[str, Context] = {}
+    users: dict[str, User] = {}
+    origin: dict[str, Path] = {}
+    current: str | None = None
+    for f in files:
+        for name, cluster in f.clusters.items():
+            clusters.setdefault(name, cluster)
+        for name, ctx in f.contexts.items():
+            if name not in contexts:
+                contexts[name] = ctx
+                origin[name] = f.path
+        for name, user in f.users.items():
+            users.setdefault(name, user)
+        current = current or f.current_context
+    return MergedKubeconfig(tuple(f.path for f in files), clusters, contexts, users, current,
+                            origin)
+
+
+def select_context(config: MergedKubeconfig, context: str | None) -> SingleConfig:
+    """The cluster and user of ``context`` (None: the current-context). Pure."""
+    where = ", ".join(map(str, config.files))
+    name = context or config.current_context
+    if name is None:
+        raise KubeConfigError(f"kubeconfig {where}: no current-context, and "
+                              "DISPATCH_K8S_CONTEXT is unset: set one of them")
+    ctx = config.contexts.get(name)
+    if ctx is None:
+        known = ", ".join(sorted(config.contexts)) or "none"
+        asked = "DISPATCH_K8S_CONTEXT" if context else "current-context"
+        raise KubeConfigError(f"kubeconfig {where}: {asked} {name!r} is no context there "
+                              f"(contexts: {known})")
+    cluster = config.clusters.get(ctx.cluster)
+    if cluster is None:
+        raise KubeConfigError(f"kubeconfig {where}: context {name!r} names cluster "
+                              f"{ctx.cluster!r}, which none of them defines")
+    user = User()
+    if ctx.user:
+        found = config.users.get(ctx.user)
+        if found is None:
+            raise KubeConfigError(f"kubeconfig {where}: context {name!r} names user "
+                                  f"{ctx.user!r}, which none of them defines")
+        user = found
+    return SingleConfig(context_name=name, context=ctx, cluster=cluster, user=user,
+                        fname=config.origin[name])
