@@ -61,9 +61,9 @@ def open_trusted(path: str | os.PathLike[str], what: str, *, follow_links: bool 
             if not todo and not follow_links:
                 raise refuse("cannot open: a symbolic link")
             if st.st_uid not in (0, me):
-                raise refuse(f"the symbolic link {at} belongs to uid {st.st_uid}, not to this "
-                             f"user (uid {me}) or root: its owner chooses which file is read; "
-                             "name the file itself, or a link of your own")
+                raise refuse(f"the symbolic link {at} belongs to uid {st.st_uid}, not to "
+                             f"{_us(me)}: its owner chooses which file is read; name the file "
+                             "itself, or a link of your own")
             links += 1
             if links > MOST_LINKS:
                 raise refuse(f"more than {MOST_LINKS} symbolic links on the way (a loop?)")
@@ -81,11 +81,15 @@ def open_trusted(path: str | os.PathLike[str], what: str, *, follow_links: bool 
     raise refuse("not a regular file")
 
 
+def _us(me: int) -> str:
+    return "this user (root)" if me == 0 else f"this user (uid {me}) or root"
+
+
 def _check_directory(at: str, st: os.stat_result, me: int, refuse: _Refuse) -> None:
     if st.st_uid not in (0, me):
-        raise refuse(f"the directory {at} belongs to uid {st.st_uid}, not to this user (uid "
-                     f"{me}) or root: its owner can put another file in its place; keep the "
-                     "file in a directory of your own")
+        raise refuse(f"the directory {at} belongs to uid {st.st_uid}, not to {_us(me)}: its "
+                     "owner can put another file in its place; keep the file in a directory "
+                     "of your own")
     if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
         raise refuse(f"the directory {at} can be written by group or others (mode "
                      f"{stat.S_IMODE(st.st_mode):o}): they can put another file in its place; "
@@ -102,7 +106,7 @@ def _open_checked(at: str, seen: os.stat_result, me: int, owners: tuple[int, ...
         if not stat.S_ISREG(st.st_mode):
             raise refuse("not a regular file")
         if st.st_uid not in owners:
-            whom = f"this user (uid {me})" + ("" if private else " or root")
+            whom = f"this user (uid {me})" if private else _us(me)
             raise refuse(f"owned by uid {st.st_uid}, not by {whom}: its owner chooses what it "
                          "says; use a file of your own")
         if private and st.st_mode & 0o077:

@@ -87,7 +87,7 @@ def _read_trusted(path: Path) -> bytes:
     try:
         fd = open_trusted(path, "kubeconfig")
     except UntrustedFile as err:
-        raise KubeConfigError(f"{err}; it is not used") from None
+        raise KubeConfigError(str(err)) from None
     except FileNotFoundError:
         raise
     except OSError as err:
