@@ -60,11 +60,12 @@ def test_links_and_directories_of_another_user_on_the_way_are_refused(tmp_path: 
         theirs / "link")
     os.chown(theirs, NOBODY, NOBODY)
     (tmp_path / "via").symlink_to(theirs / "link")  # our link, through their directory
-    assert f"the directory {theirs} belongs to uid {NOBODY}" in refused(tmp_path / "via")
+    assert f"the directory {theirs} is owned by another user (uid {NOBODY})" in refused(
+        tmp_path / "via")
 
 
 def test_a_file_others_can_write_or_that_is_no_file_is_refused(tmp_path: Path) -> None:
-    assert "writable by group or others (mode 620)" in refused(file(tmp_path / "g", 0o620))
+    assert "writable by group or others (mode 602)" in refused(file(tmp_path / "g", 0o602))
     os.mkfifo(tmp_path / "fifo", 0o600)
     assert "not a regular file" in refused(tmp_path / "fifo")  # and open did not block
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
@@ -83,5 +84,16 @@ def test_a_private_file_is_ours_alone_in_a_directory_nobody_else_writes(
     shared.mkdir()
     path = file(shared / "tokens")
     shared.chmod(0o770)
-    assert f"the directory {shared} can be written by group or others (mode 770)" in refused(
-        path, private=True)
+    os.chown(shared, 0, NOBODY)  # a group with others in it
+    assert (f"the directory {shared} can be written by its group (gid {NOBODY}) and is not "
+            "sticky (mode 770)") in refused(path, private=True)
+
+
+def test_the_users_private_group_is_nobody_else(tmp_path: Path) -> None:
+    """As the folder rule has it (umask 002 systems): root's group root, no other member."""
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    ours.chmod(0o775)
+    assert read(file(ours / "f", 0o664)) == b"ours"
+    os.chown(ours / "f", 0, NOBODY)
+    assert "writable by group or others (mode 664)" in refused(ours / "f")

@@ -4,11 +4,13 @@ as this user and whose API server receives the job and its secrets).
 
 A file is trusted when it, every symbolic link met on the way to it and every directory above
 it belong to this user or root, and neither the file nor any of those directories can be
-written by anybody else (a directory others can write is accepted when it is sticky, as /tmp
-is: nobody else can rename or remove what is in it). The path is walked as the kernel resolves
-it, one name at a time with ``lstat``; the file found is then opened without following a link
-and must be the very file that was checked (device and inode), so what is read is what was
-checked. Nobody else can change a checked directory afterwards.
+written by anybody else. Each directory is held to the one folder rule
+(``trusted_folders.stat_problem``): one others can write is accepted when it is sticky, as
+/tmp is (nobody else can rename or remove what is in it); a group that is the user's own
+private group (``umask 002``) is nobody else, for the file too. The path is walked as the
+kernel resolves it, one name at a time with ``lstat``; the file found is then opened without
+following a link and must be the very file that was checked (device and inode), so what is
+read is what was checked. Nobody else can change a checked directory afterwards.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import stat
 from collections.abc import Callable
 
 from dispatch.errors import BadInput
+from dispatch.support.trusted_folders import private_group, stat_problem
 
 MOST_LINKS = 40  # as Linux's own bound (ELOOP)
 
@@ -48,7 +51,7 @@ def open_trusted(path: str | os.PathLike[str], what: str, *, follow_links: bool 
     full = shown if os.path.isabs(shown) else os.path.join(os.getcwd(), shown)
     todo = [part for part in reversed(full.split("/")) if part not in ("", ".")]
     here = "/"
-    _check_directory(here, os.lstat(here), me, refuse)
+    _check_directory(here, os.lstat(here), refuse)
     links = 0
     while todo:
         name = todo.pop()
@@ -76,7 +79,7 @@ def open_trusted(path: str | os.PathLike[str], what: str, *, follow_links: bool 
             return _open_checked(at, st, me, owners, private, refuse)
         if not stat.S_ISDIR(st.st_mode):
             raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), at)
-        _check_directory(at, st, me, refuse)
+        _check_directory(at, st, refuse)
         here = at
     raise refuse("not a regular file")
 
@@ -85,15 +88,12 @@ def _us(me: int) -> str:
     return "this user (root)" if me == 0 else f"this user (uid {me}) or root"
 
 
-def _check_directory(at: str, st: os.stat_result, me: int, refuse: _Refuse) -> None:
-    if st.st_uid not in (0, me):
-        raise refuse(f"the directory {at} belongs to uid {st.st_uid}, not to {_us(me)}: its "
-                     "owner can put another file in its place; keep the file in a directory "
-                     "of your own")
-    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-        raise refuse(f"the directory {at} can be written by group or others (mode "
-                     f"{stat.S_IMODE(st.st_mode):o}): they can put another file in its place; "
-                     f"chmod go-w {at}")
+def _check_directory(at: str, st: os.stat_result, refuse: _Refuse) -> None:
+    problem = stat_problem(st)
+    if problem is not None:
+        raise refuse(f"the directory {at} {problem}: whoever else can change it can put "
+                     f"another file in its place; chmod go-w {at}, or keep the file in a "
+                     "directory of your own")
 
 
 def _open_checked(at: str, seen: os.stat_result, me: int, owners: tuple[int, ...],
@@ -112,7 +112,8 @@ def _open_checked(at: str, seen: os.stat_result, me: int, owners: tuple[int, ...
         if private and st.st_mode & 0o077:
             raise refuse(f"readable by group or others (mode {stat.S_IMODE(st.st_mode):o}); "
                          "chmod 600 it")
-        if st.st_mode & 0o022:
+        if st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP
+                                         and not private_group(st.st_gid)):
             raise refuse(f"writable by group or others (mode {stat.S_IMODE(st.st_mode):o}): "
                          f"they choose what it says; chmod go-w {at}")
         return fd

@@ -120,10 +120,12 @@ def test_a_kubeconfig_in_a_directory_others_can_write_is_refused(tmp_path: Path)
     path = kubeconfig(shared / "config", "https://127.0.0.1:1", plugin(tmp_path))
     shared.chmod(0o777)
     err = refused(tmp_path, path)
-    assert f"the directory {shared} can be written by group or others (mode 777)" in err
+    assert f"the directory {shared} can be written by everybody and is not sticky (mode 777)" \
+        in err and f"chmod go-w {shared}" in err
     shared.chmod(0o755)
     os.chown(shared, NOBODY, NOBODY)
-    assert f"the directory {shared} belongs to uid {NOBODY}" in refused(tmp_path, path)
+    assert f"the directory {shared} is owned by another user (uid {NOBODY})" in refused(
+        tmp_path, path)
 
 
 def _b64_text(path: Path) -> None:
