@@ -44,7 +44,7 @@ def _trusted_uid(uid: int) -> bool:
     return uid in (0, os.getuid())
 
 
-def _private_group(gid: int) -> bool:
+def private_group(gid: int) -> bool:
     """Whether ``gid`` is this user's own group: the user's primary group, named after the
     user, with no other member."""
     if gid != os.getgid():
@@ -68,7 +68,7 @@ def stat_problem(st: os.stat_result) -> str | None:
     mode = stat.S_IMODE(st.st_mode)
     if st.st_mode & stat.S_IWOTH:
         return f"can be written by everybody and is not sticky (mode {mode:o})"
-    if st.st_mode & stat.S_IWGRP and not _private_group(st.st_gid):
+    if st.st_mode & stat.S_IWGRP and not private_group(st.st_gid):
         return f"can be written by its group (gid {st.st_gid}) and is not sticky (mode {mode:o})"
     return None
 
