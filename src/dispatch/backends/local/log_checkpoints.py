@@ -13,7 +13,7 @@ Matching runs on the runner's main thread, the one that obeys signals and reques
 cost is bounded: the pattern is RE2 (linear in the line), a line's bytes times the pattern's
 instructions are bounded (core/progress.py), output.py reads at most MATCH_READ_BYTES at a
 time from a node whose output is matched and checks its deadline and signals between bites,
-and the pipe of such a node holds at most MATCH_PIPE_BYTES for the end's last drain.
+and the pipe of such a node holds one bite (MATCH_PIPE_BYTES) for the end's last drain.
 """
 
 from __future__ import annotations

@@ -31,10 +31,11 @@ READ_BYTES = 1 << 20
 # limit may wait for (measured on a loaded 2-core machine: at most ~0.13 s, for 16 KiB of
 # two-byte lines that all match; the cost bound of core/progress.py keeps long lines below).
 MATCH_READ_BYTES = 16 * 1024
-# ... and its pipe is the kernel's usual size, not 1 MiB: at the end every byte left in it is
-# matched before the object may end (the last words), and a node that writes faster than its
-# lines are matched fills its pipe. 1 MiB of costly lines took 22 s to match after a cancel.
-MATCH_PIPE_BYTES = 64 * 1024
+# ... and its pipe holds one bite, not 1 MiB: at the end every byte left in it is matched
+# before the object may end (the last words), and a node that writes faster than its lines
+# are matched keeps its pipe full. 1 MiB of costly lines took 22 s to match after a cancel;
+# 64 KiB of the costliest lines within the bound still ~2 s on the loaded machine.
+MATCH_PIPE_BYTES = MATCH_READ_BYTES
 
 
 def cut_note(limit: int) -> bytes:
