@@ -111,8 +111,9 @@ def latest(progress: list[Progress]) -> Progress:
 # capture groups are copied on every step of its NFA. So the bound is on the cost, not only
 # the size: a line is matched only up to MATCH_COST / (instructions + BYTE_COST) bytes,
 # and the groups are few. Measured (CPU time, loaded 2-core machine) on the worst patterns
-# found: at most ~4 ms a line within these bounds; ``(?:a?){600}a{600}``, within the old
-# bound of 2000 instructions alone, took 75 ms a 4 KiB line.
+# found: at most ~6 ms a line within these bounds (~11 ms for the first, while RE2 fills its
+# cache); ``(?:a?){600}a{600}``, within the old bound of 2000 instructions alone, took 75 ms
+# a 4 KiB line.
 MOST_PATTERN_CHARS = 500
 MOST_PATTERN_PROGRAM = 512
 MOST_PATTERN_GROUPS = 16
