@@ -85,7 +85,9 @@ Injection = Literal["preempt", "lose-node"]
 
 
 class LocalBackend:
-    """The Backend protocol (backends/base.py) over local processes."""
+    """The Backend protocol (backends/base.py) over local processes. A backend that reuses it
+    subclasses it and sets ``name`` (its registry entry's): its declarations, dry run and
+    scope carry that name."""
 
     name = "local"
 
@@ -115,7 +117,7 @@ class LocalBackend:
     submit_in_flight = timedelta(0)
 
     def declarations(self) -> Declarations:
-        return Declarations(backend="local", native_actions=frozenset(),
+        return Declarations(backend=self.name, native_actions=frozenset(),
                             node_loss_window=self.node_loss_window)
 
     def validate(self, spec: JobSpec, source: str = "<spec>") -> None:
@@ -135,7 +137,8 @@ class LocalBackend:
     def plan(self, submission: Submission) -> LocalDryRun:
         """The runner and nodes ``submit`` would start, as data."""
         return dry_run(submission, root=self.root, kill_grace=self.kill_grace,
-                       runner_argv=self.runner_argv(f"{self.root}/objects/<ref>"))
+                       runner_argv=self.runner_argv(f"{self.root}/objects/<ref>"),
+                       backend=self.name)
 
     def runner_argv(self, objdir: str) -> tuple[str, ...]:
         """``python -m dispatch.backends.local.runner OBJDIR``, isolated
