@@ -440,7 +440,8 @@ def spec_problems(spec: JobSpec, backends: Mapping[str, BackendTraits]
     if spec.segment_health is not None:
         if refused(Enforces.SEGMENT_HEALTH):
             found.append(("segment_health", "segment health decisions name allocation units: "
-                                            f"{who(Enforces.SEGMENT_HEALTH)} publishes them"))
+                                            f"{who(Enforces.SEGMENT_HEALTH)} publishes them "
+                                            f"(not the {spec.backend} backend)"))
         if not spec.segment_health.dir.startswith("/"):
             found.append(("segment_health.dir", "must be an absolute path"))
         if spec.segment_health.launcher not in LAUNCHERS:
