@@ -3,11 +3,11 @@ checked against its real scheduler. Stores have theirs (tests/integration/stores
 backends'. A new backend is run against it first.
 
 Each lane builds a ``Harness`` for its backend and runs every check in ``CHECKS`` (one test
-each): local and every backend that reuses LocalBackend here (test_contract.py), Slurm in each
-version's lane (tests/integration/slurm/test_backend_contract.py), Kubeflow on the stand-in
-and, in the k8s lane, on the real control plane (tests/integration/kubeflow/
-test_backend_contract.py). ``LANES`` says where each registered backend runs; the registry
-walk (test_registry_walk.py) fails for a backend that has none.
+each): local and every backend that reuses LocalBackend here (test_backend_contract.py),
+Slurm in each version's lane (tests/integration/slurm/test_slurm_contract.py), Kubeflow on
+the stand-in and, in the k8s lane, on the real control plane
+(tests/integration/kubeflow/test_kubeflow_contract.py). ``LANES`` says where each registered
+backend runs; the registry walk (test_registry_walk.py) fails for a backend that has none.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from dispatch.core.spec import JobSpec
 from dispatch.errors import BadInput
 
 # Where each backend's contract runs (a test module, relative to the repository root). A
-# backend that reuses LocalBackend needs no lane of its own: test_contract.py runs it.
+# backend that reuses LocalBackend needs no lane of its own: test_backend_contract.py runs it.
 LANES = {
-    "local": "tests/integration/backends/test_contract.py",
-    "slurm": "tests/integration/slurm/test_backend_contract.py",
-    "kubeflow": "tests/integration/kubeflow/test_backend_contract.py",
+    "local": "tests/integration/backends/test_backend_contract.py",
+    "slurm": "tests/integration/slurm/test_slurm_contract.py",
+    "kubeflow": "tests/integration/kubeflow/test_kubeflow_contract.py",
 }
 WORD = "contract-says-hello"
 

@@ -30,7 +30,7 @@ from dispatch.supervise import scopes
 
 REPO = Path(__file__).resolve().parents[3]
 ARCHITECTURE = REPO / "docs" / "architecture.md"
-CONTRACT_HERE = "tests/integration/backends/test_contract.py"
+CONTRACT_HERE = "tests/integration/backends/test_backend_contract.py"
 
 
 def _built(entry: BackendEntry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Backend:
@@ -113,7 +113,7 @@ def problems(entry: BackendEntry, backend: Backend, *, packages: str = "dispatch
     lane = LANES.get(name, CONTRACT_HERE)
     if lane == CONTRACT_HERE and not isinstance(backend, LocalBackend):
         out.append(f"tests/integration/backends/contract.py LANES: no lane for {name} (only a "
-                   "backend that reuses LocalBackend runs in test_contract.py)")
+                   "backend that reuses LocalBackend runs in test_backend_contract.py)")
     elif not (REPO / lane).is_file():
         out.append(f"{lane}: no such contract module for {name}")
     elif lane != CONTRACT_HERE and lane not in (script := (REPO / "scripts" / "test").read_text()) \

@@ -85,9 +85,8 @@ Injection = Literal["preempt", "lose-node"]
 
 
 class LocalBackend:
-    """The Backend protocol (backends/base.py) over local processes. A backend that reuses it
-    subclasses it and sets ``name`` (its registry entry's): its declarations, dry run and
-    scope carry that name."""
+    """The Backend protocol (backends/base.py) over local processes. A backend reusing it
+    sets ``name`` in a subclass: its declarations, dry run and scope carry that name."""
 
     name = "local"
 
@@ -136,9 +135,8 @@ class LocalBackend:
 
     def plan(self, submission: Submission) -> LocalDryRun:
         """The runner and nodes ``submit`` would start, as data."""
-        return dry_run(submission, root=self.root, kill_grace=self.kill_grace,
-                       runner_argv=self.runner_argv(f"{self.root}/objects/<ref>"),
-                       backend=self.name)
+        return dry_run(submission, root=self.root, kill_grace=self.kill_grace, backend=self.name,
+                       runner_argv=self.runner_argv(f"{self.root}/objects/<ref>"))
 
     def runner_argv(self, objdir: str) -> tuple[str, ...]:
         """``python -m dispatch.backends.local.runner OBJDIR``, isolated

@@ -18,7 +18,7 @@ from dispatch.backends.local import LocalBackend
 from dispatch.backends.registry import REGISTRY, registered
 from dispatch.core.spec import JobSpec
 
-HERE = "tests/integration/backends/test_contract.py"
+HERE = "tests/integration/backends/test_backend_contract.py"
 PY = sys.executable
 
 
