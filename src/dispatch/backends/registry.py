@@ -19,7 +19,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from dispatch.core.backend_traits import BackendTraits, Enforces, declare
 from dispatch.core.policy import Declarations
@@ -98,7 +100,9 @@ def _kubeflow_scope(name: str, backend: Backend) -> str:
 
 # A backend's name: lower-case words joined by "-" (its package joins them by "_").
 _NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
-_SECTIONS = frozenset(JobSpec.__struct_fields__)
+# The JobSpec keys that are backends' free-form sections (a mapping of any values; not env).
+_SECTIONS = frozenset(f.name for f in msgspec.structs.fields(JobSpec)
+                      if f.type == dict[str, Any])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,7 +143,8 @@ def check_entry(entry: BackendEntry) -> None:
         raise BackendConfigError(f"backend name {entry.name!r}: lower-case words joined by -")
     if entry.section is not None and entry.section not in _SECTIONS:
         raise BackendConfigError(f"backend {entry.name}: section {entry.section!r} is no "
-                                 "JobSpec key (a section is a JobSpec field)")
+                                 "JobSpec section (a section is a JobSpec field of "
+                                 "dict[str, Any])")
     if entry.root_variable is not None and not entry.root_variable.startswith("DISPATCH_"):
         raise BackendConfigError(f"backend {entry.name}: root variable "
                                  f"{entry.root_variable!r} does not start with DISPATCH_")

@@ -194,7 +194,7 @@ def test_the_walk_names_the_place_a_backend_is_missing_from(
         found = problems(lying, Misnamed(tmp_path / "r"), packages="tests.integration.backends",
                          docs=True)
     text = "\n".join(found)
-    assert "section 'nonexistent' is no JobSpec key" in text
+    assert "section 'nonexistent' is no JobSpec section" in text
     assert "Misnamed.name is 'local', the registry says 'ssh-local'" in text
     assert "core/backend_traits.py declared(): ssh-local is not as its entry says" in text
     assert "README.md Backends: no paragraph on **ssh-local**" in text
