@@ -26,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from dispatch.backends.registry import traits
 from dispatch.core import events as ev
 from dispatch.core.model import State, Status
 from dispatch.core.record import Job as RecordJob
@@ -86,7 +87,7 @@ def _spec(spec: SpecLike) -> JobSpec:
     if isinstance(spec, JobSpec):
         return spec
     if isinstance(spec, Mapping):
-        return parse_spec(dict(spec), "<dict>")
+        return parse_spec(dict(spec), "<dict>", backends=traits())
     if isinstance(spec, (str, os.PathLike)):
         from dispatch.service.specfile import load_spec
 

@@ -16,8 +16,9 @@ import psutil
 import pytest
 from tests.e2e.conftest import REPO, Dispatch, script
 
-PATH_VARIABLES = ("DISPATCH_LOCAL_ROOT", "DISPATCH_SLURM_OUTPUT_DIR", "DISPATCH_KUBECONFIG",
-                  "DISPATCH_STORE")
+from dispatch.backends.registry import path_variables
+
+PATH_VARIABLES = path_variables()  # each backend's root variable, and the store's
 
 
 @pytest.mark.parametrize("variable", PATH_VARIABLES)

@@ -6,8 +6,9 @@ that cannot reach its scheduler raises ``SchedulerUnreachable`` (an error, never
 The contract, in the order a job meets it:
 
 - ``validate(spec)``: refuse a spec this backend cannot run (its own section included), before
-  anything is recorded; raises ``SpecError`` naming the key. ``ready()``: refuse when the
-  backend cannot be used from here at all (no config), also before anything is recorded.
+  anything is recorded; raises ``SpecError`` (or another ``BadInput``: exit 2) naming the
+  key. ``ready()``: refuse when the backend cannot be used from here at all (no config), also
+  before anything is recorded.
 - ``dry_run(submission)``: exactly what ``submit`` would send, built without side effects
   (TorchX's ``submit_dryrun`` beside ``schedule``).
 - ``submit`` / ``discover`` / ``stop`` / ``cancel`` / ``open_gate``: the supervisor's calls.
@@ -124,7 +125,8 @@ class Backend(Protocol):
     def declarations(self) -> Declarations: ...
 
     def validate(self, spec: JobSpec) -> None:
-        """Raise ``SpecError`` (naming the key) for a spec this backend cannot run."""
+        """Raise ``SpecError`` (or another ``BadInput``), naming the key, for a spec this
+        backend cannot run."""
         ...
 
     def ready(self) -> None:

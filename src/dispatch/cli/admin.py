@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from dispatch.backends.registry import declarations_for, names
+from dispatch.backends.registry import declarations_for, names, traits
 from dispatch.cli.common import (
     SECONDS,
     emit_json,
@@ -64,7 +64,7 @@ def _policy_from_file(file: Path) -> RecoveryPolicy:
     """A policy file, or a job spec whose policy: section is checked (the file read once)."""
     data = load_yaml_file(file)
     if isinstance(data, dict) and "command" in data:
-        return parse_spec(data, str(file)).policy
+        return parse_spec(data, str(file), backends=traits()).policy
     return parse_policy(data, str(file))
 
 

@@ -60,7 +60,9 @@ def handle_errors(fn: F) -> F:
         debug = bool((ctx.find_root().obj or {}).get("debug"))
         refuse_undecodable(ctx)
         try:
-            check_path_variables()
+            from dispatch.backends.registry import path_variables  # each backend's root
+
+            check_path_variables(path_variables())
             return fn(*args, **kwargs)
         except DispatchError as e:
             if debug:

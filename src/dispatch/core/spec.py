@@ -7,10 +7,12 @@ Pure: ``parse_*`` take already-loaded data. Reading and parsing YAML files (the 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
+from dispatch.core.backend_traits import BackendTraits, Enforces, declared, enforcing
 from dispatch.core.policy import PolicyError, RecoveryPolicy, Rule
 from dispatch.core.progress import ProgressSpec, pattern_problem
 from dispatch.core.suggest import did_you_mean, explain
@@ -110,8 +112,15 @@ class SegmentHealthSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     launcher: str = "none"  # none | ft_launcher | torchrun
 
 
-class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """What a person asks to run. Times in seconds, sizes in bytes once parsed."""
+class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True,
+              omit_defaults=True):
+    """What a person asks to run. Times in seconds, sizes in bytes once parsed.
+
+    Encoded without the keys that hold their default (``omit_defaults``): a record keeps only
+    what its job uses, so a key added later (a new backend's section) changes no record that
+    does not use it, and an older build still reads those records. A default is therefore
+    part of the record format: never change one (tests/unit/core/test_spec_record.py pins
+    them); docs/architecture.md says what adding a key costs."""
 
     name: str
     command: tuple[str, ...]
@@ -119,12 +128,13 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     nodes: int = 1
     time_limit: int | None = None
     memory: int | None = None
-    # Bytes of output each node may write to its log (local backend); the rest is dropped.
+    # Bytes of output each node may write to its log; the rest is dropped (backends that
+    # enforce OUTPUT_BOUND).
     max_output_bytes: int | None = None
     policy: RecoveryPolicy = RecoveryPolicy()
     segment_health: SegmentHealthSpec | None = None
     # A log pattern that says a checkpoint became durable (G3), for a training that cannot
-    # write DISPATCH_PROGRESS_FILE (local backend).
+    # write DISPATCH_PROGRESS_FILE (backends that enforce LOG_PROGRESS).
     progress: ProgressSpec | None = None
     workdir: str | None = None
     env: dict[str, str] = {}
@@ -132,12 +142,12 @@ class JobSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     # and kept beside the record, never in it (dispatch.backends.hostenv): the record holds
     # the names.
     env_from_host: tuple[str, ...] = ()
+    # The backends' free-form sections (a registry entry's ``section`` names its own).
     local: dict[str, Any] = {}
     slurm: dict[str, Any] = {}
     kubeflow: dict[str, Any] = {}
 
 
-BACKENDS = ("local", "slurm", "kubeflow")
 _SPEC_KEYS = set(JobSpec.__struct_fields__)
 
 
@@ -258,10 +268,13 @@ def check_text(data: Any, source: str = "<spec>") -> None:
                         "not text that can be written as UTF-8")
 
 
-def parse_spec(data: Any, source: str = "<spec>") -> JobSpec:
+def parse_spec(data: Any, source: str = "<spec>", *,
+               backends: Mapping[str, BackendTraits] | None = None) -> JobSpec:
     """Decode and check a spec mapping. Every problem is reported at once (``SpecProblems``,
     or the one ``SpecError``; a policy's own problems alone stay a ``PolicyError``), each with
-    its place; an unknown key gets the closest known one."""
+    its place; an unknown key gets the closest known one. ``backends``: the backends the spec
+    may name and what each enforces (``registry.traits()``; None: the declared table)."""
+    table = declared() if backends is None else backends
     if not isinstance(data, dict):
         raise SpecError(source, "(top)", "a job spec is a mapping")
     check_text(data, source)
@@ -313,7 +326,8 @@ def parse_spec(data: Any, source: str = "<spec>") -> JobSpec:
         try:
             partial = msgspec.convert({"name": "x", "command": ["x"], **raw}, JobSpec,
                                       strict=True)
-            problems += [p for p in spec_problems(partial) if p[0].split(".")[0] in raw]
+            problems += [p for p in spec_problems(partial, table)
+                         if p[0].split(".")[0] in raw]
         except msgspec.ValidationError:
             pass
     spec = None
@@ -325,7 +339,7 @@ def parse_spec(data: Any, source: str = "<spec>") -> JobSpec:
             raise SpecError(source, where, message) from None
         assert policy is not None
         spec = msgspec.structs.replace(spec, policy=policy)
-        problems += spec_problems(spec)
+        problems += spec_problems(spec, table)
     if policy_error is not None and len(problems) == len(policy_error.problems):
         raise policy_error
     if len(problems) == 1:
@@ -342,12 +356,13 @@ def _split(problem: str) -> tuple[str, str]:
     return where, message
 
 
-def check_spec(spec: JobSpec, source: str = "<spec>") -> None:
+def check_spec(spec: JobSpec, source: str = "<spec>", *,
+               backends: Mapping[str, BackendTraits] | None = None) -> None:
     """What every spec must hold beyond its types, whether it came from a file, a request or
     a ``JobSpec`` made in Python: refused with a SpecError naming the key (SpecProblems
-    naming each, when there are several)."""
+    naming each, when there are several). ``backends`` as ``parse_spec``'s."""
     check_text(spec, source)
-    problems = spec_problems(spec)
+    problems = spec_problems(spec, declared() if backends is None else backends)
     if len(problems) == 1:
         raise SpecError(source, *problems[0])
     if problems:
@@ -369,13 +384,16 @@ def path_problem(path: str) -> str:
     return ""
 
 
-def spec_problems(spec: JobSpec) -> list[tuple[str, str]]:
-    """Every problem of a typed spec beyond its types, as (place, what)."""
+def spec_problems(spec: JobSpec, backends: Mapping[str, BackendTraits]
+                  ) -> list[tuple[str, str]]:
+    """Every problem of a typed spec beyond its types, as (place, what). ``backends``: the
+    backends a spec may name, with what each enforces."""
     found: list[tuple[str, str]] = []
-    if spec.backend not in BACKENDS:
-        known = ", ".join(BACKENDS)
+    traits = backends.get(spec.backend)
+    if traits is None:
         found.append(("backend", f"unknown backend {spec.backend!r}"
-                                 f"{did_you_mean(spec.backend, BACKENDS)} ({known})"))
+                                 f"{did_you_mean(spec.backend, list(backends))} "
+                                 f"({', '.join(backends)})"))
     if not spec.name.strip():
         found.append(("name", "must not be empty"))
     command_ok = bool(spec.command) and all(isinstance(a, str) and a for a in spec.command)
@@ -401,20 +419,31 @@ def spec_problems(spec: JobSpec) -> list[tuple[str, str]]:
     if control:
         found.append(("name", f"holds the control character U+{ord(control.group()):04X} "
                               "(a terminal would act on it)"))
-    if spec.max_output_bytes is not None and spec.backend != "local":
-        found.append(("max_output_bytes", "only the local backend enforces it (Slurm and "
-                                          "Kubernetes keep the output where they write it)"))
+    def refused(what: Enforces) -> bool:
+        return traits is not None and what not in traits.enforces
+
+    def who(what: Enforces) -> str:
+        names = enforcing(backends, what)
+        return (f"only the {' and '.join(names)} backend{'s' if len(names) > 1 else ''}"
+                if names else "no backend here")
+
+    if spec.max_output_bytes is not None and refused(Enforces.OUTPUT_BOUND):
+        found.append(("max_output_bytes", f"{who(Enforces.OUTPUT_BOUND)} enforces it (the "
+                                          f"{spec.backend} backend keeps the output where "
+                                          "its scheduler writes it)"))
     if spec.progress is not None:
         why = pattern_problem(spec.progress.checkpoint_pattern)
         if why:
             found.append(("progress.checkpoint_pattern", why))
-        if spec.backend != "local":
-            found.append(("progress", "only the local backend reads a log pattern (on Slurm "
-                                      "and Kubernetes, write DISPATCH_PROGRESS_FILE)"))
+        if refused(Enforces.LOG_PROGRESS):
+            found.append(("progress", f"{who(Enforces.LOG_PROGRESS)} reads a log pattern (on "
+                                      f"the {spec.backend} backend, write "
+                                      "DISPATCH_PROGRESS_FILE)"))
     if spec.segment_health is not None:
-        if spec.backend != "slurm":
-            found.append(("segment_health", "segment health decisions name Slurm allocation "
-                                            "units: only the slurm backend publishes them"))
+        if refused(Enforces.SEGMENT_HEALTH):
+            found.append(("segment_health", "segment health decisions name allocation units: "
+                                            f"{who(Enforces.SEGMENT_HEALTH)} publishes them "
+                                            f"(not the {spec.backend} backend)"))
         if not spec.segment_health.dir.startswith("/"):
             found.append(("segment_health.dir", "must be an absolute path"))
         if spec.segment_health.launcher not in LAUNCHERS:

@@ -32,6 +32,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from dispatch.api import BadArgument, Store, _store_url
 from dispatch.api import submit as submit_spec
+from dispatch.backends.registry import REGISTRY, traits
 from dispatch.core.spec import MAX_NODES, JobSpec, parse_spec
 from dispatch.core.suggest import did_you_mean
 from dispatch.errors import BadInput, StateConflict
@@ -160,7 +161,8 @@ class Executor:
         self._tasks_per_node = tasks
 
     def _check(self, fields: dict[str, Any]) -> JobSpec:
-        spec = parse_spec({"name": "fn", **fields, "command": ["python"]}, "<executor>")
+        spec = parse_spec({"name": "fn", **fields, "command": ["python"]}, "<executor>",
+                          backends=traits())
         if spec.backend == "slurm":  # the slurm section as sbatch would get it, checked now
             from dispatch.backends.slurm.script import validate_spec
 
@@ -298,7 +300,8 @@ class Executor:
             fields["nodes"] = fields.get("nodes", 1) * self._tasks_per_node
             fields["env"] = {**fields.get("env", {}),
                              TASKS_VAR: str(self._tasks_per_node)}
-        return parse_spec({**fields, "name": name, "command": command}, "<executor>")
+        return parse_spec({**fields, "name": name, "command": command}, "<executor>",
+                          backends=traits())
 
 
 def _set(fields: dict[str, Any], key: str, value: Any) -> None:
@@ -320,7 +323,8 @@ def _set(fields: dict[str, Any], key: str, value: Any) -> None:
             flag = "--" + str(option).replace("_", "-")
             extra.append(flag if setting is True else f"{flag}={setting}")
         fields["slurm"]["extra"] = extra
-    elif key in ("slurm", "local", "kubeflow", "env") and isinstance(value, dict):
+    elif (key == "env" or key in {e.section for e in REGISTRY.values()}) and isinstance(
+            value, dict):
         fields[key] = {**fields.get(key, {}), **value}
     else:
         fields[key] = value

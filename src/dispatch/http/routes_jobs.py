@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from dispatch.backends.registry import names as backend_names
+from dispatch.backends.registry import traits as backend_traits
 from dispatch.core.spec import SpecError, parse_spec
 from dispatch.errors import DispatchError
 from dispatch.http.endpoints import Server, actor_of, flag, handle, http_status
@@ -82,7 +83,7 @@ def job_routes(server: Server) -> list[Route]:
 
     @handle
     def create_job(request: Request) -> Response:
-        spec = parse_spec(_json_body(request), "<request>")
+        spec = parse_spec(_json_body(request), "<request>", backends=backend_traits())
         if spec.env_from_host:  # the server's environment is not the client's
             raise SpecError("<request>", "env_from_host", "takes values from the submitting "
                             "process's environment, which a request does not carry: submit "

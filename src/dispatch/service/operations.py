@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from dispatch.backends.registry import Backends
+from dispatch.backends.registry import Backends, traits
 from dispatch.core.model import Status, token_for
 from dispatch.core.policy import Plan
 from dispatch.core.record import Job, fold
@@ -54,7 +54,8 @@ def prepare(spec: JobSpec, backends: Backends, *, ready: bool = True,
     """The spec as it will be recorded, validated by its backend, and its plan on that
     backend; with ``ready``, also refused when the backend cannot be used from here. Nothing
     is recorded, no scheduler is asked. ``source`` names the spec in errors (its file)."""
-    check_spec(spec, source)  # a JobSpec made in Python gets the checks a file gets
+    # A JobSpec made in Python gets the checks a file gets.
+    check_spec(spec, source, backends=traits())
     if spec.workdir is None:
         # Relative paths in the command mean what they meant where the job was submitted.
         try:

@@ -13,6 +13,7 @@ import yaml
 import yaml.composer
 import yaml.constructor
 
+from dispatch.backends.registry import traits
 from dispatch.core.policy import RecoveryPolicy
 from dispatch.core.spec import JobSpec, SpecError, parse_policy, parse_spec
 
@@ -116,7 +117,7 @@ def load_yaml_file(path: str | Path) -> Any:
 
 def load_spec(path: str | Path) -> JobSpec:
     p = Path(path)
-    return parse_spec(load_yaml_file(p), str(p))
+    return parse_spec(load_yaml_file(p), str(p), backends=traits())
 
 
 def load_policy(path: str | Path) -> RecoveryPolicy:

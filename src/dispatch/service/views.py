@@ -7,10 +7,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from dispatch.core import events as ev
 from dispatch.core.app_error import error_json as app_error_json
 from dispatch.core.codec import cause_json, to_builtins
 from dispatch.core.model import Cause, SchedulerUnreachable, Status
+from dispatch.core.spec import JobSpec
 from dispatch.errors import BackendError, DispatchError
 
 # What a view says about the scheduler it came from.
@@ -101,8 +104,12 @@ HIDDEN = "<hidden>"
 
 
 def event_json(e: ev.Event) -> dict[str, Any]:
-    """An event as JSON for a front end: the spec's env values hidden, its names kept."""
+    """An event as JSON for a front end: the spec's env values hidden, its names kept. The
+    spec is shown whole, every key with its value (the record omits those at their
+    default)."""
     doc: dict[str, Any] = to_builtins(e)
+    if isinstance(whole := getattr(e, "spec", None), JobSpec):
+        doc["spec"] = to_builtins(msgspec.structs.asdict(whole))
     spec = doc.get("spec")
     if isinstance(spec, dict) and isinstance(spec.get("env"), dict):
         doc["spec"] = {**spec, "env": dict.fromkeys(spec["env"], HIDDEN)}

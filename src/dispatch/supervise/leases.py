@@ -43,21 +43,17 @@ from dispatch.stores.fence import Lease, LeaseLost
 from dispatch.supervise.discovery import LOOK_DEADLINE_S, Lookout
 from dispatch.supervise.escalations import Notifier
 from dispatch.supervise.loop import Supervisor, TickReport
-from dispatch.supervise.scopes import BACKENDS as BACKENDS
 from dispatch.supervise.scopes import RESOLVE_WAIT_S as RESOLVE_WAIT_S
 from dispatch.supervise.scopes import ScopeError as ScopeError
 from dispatch.supervise.scopes import Unresolved as Unresolved
 from dispatch.supervise.scopes import ask_scope
 from dispatch.supervise.scopes import backend_of as backend_of
-from dispatch.supervise.scopes import kubeflow_scope as kubeflow_scope
 from dispatch.supervise.scopes import live_scopes as live_scopes
 from dispatch.supervise.scopes import local_scope as local_scope
 from dispatch.supervise.scopes import resolve_scopes as resolve_scopes
 from dispatch.supervise.scopes import scope_at_submit as scope_at_submit
 from dispatch.supervise.scopes import scope_for as scope_for
 from dispatch.supervise.scopes import scopes_to_serve as scopes_to_serve
-from dispatch.supervise.scopes import slurm_cluster_name as slurm_cluster_name
-from dispatch.supervise.scopes import slurm_scope as slurm_scope
 from dispatch.supervise.scopes import unresolved_note as unresolved_note
 from dispatch.support import failpoints as fp
 from dispatch.support.durations import lease_seconds, poll_seconds

@@ -15,20 +15,18 @@ is taken when it comes (leases.py), so it never holds up the other backends.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_all
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dispatch.backends import registry
 from dispatch.backends.base import Backend
+from dispatch.backends.local.scope import local_scope as local_scope
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.errors import BackendError, BadInput
 
@@ -37,84 +35,42 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dispatch.supervise.leases")
 
-BACKENDS = ("local", "slurm", "kubeflow")
 # How long a supervisor's start waits for the schedulers to say their clusters.
 RESOLVE_WAIT_S = 2.0
-# The backends whose scope asks no scheduler (local: a digest of its root on this machine).
-# Their answer takes only this machine's time (building the backend, on a loaded machine
-# seconds), so it is waited for up to this long, never cut at RESOLVE_WAIT_S: a local scope
-# left unresolved would leave its jobs unticked by ``supervise --once`` (issue 32 item 9).
-ASKS_NO_SCHEDULER = frozenset({"local"})
+# A backend whose scope asks no scheduler (its entry's ``asks_scheduler``; local: a digest of
+# its root on this machine) takes only this machine's time to answer (building the backend,
+# on a loaded machine seconds), so it is waited for up to this long, never cut at
+# RESOLVE_WAIT_S: a local scope left unresolved would leave its jobs unticked by
+# ``supervise --once`` (issue 32 item 9).
 NO_SCHEDULER_WAIT_S = 60.0
+
+
+def backends() -> tuple[str, ...]:
+    """Every backend's name, from the registry (read each time: a test may register one)."""
+    return registry.names()
+
+
+def asks_no_scheduler() -> frozenset[str]:
+    return frozenset(n for n, e in registry.REGISTRY.items() if not e.asks_scheduler)
 
 
 class ScopeError(BadInput):
     """A --scope that names no backend, or a cluster this machine's tools do not reach."""
 
 
-def local_scope(root: Path, host: str | None = None) -> str:
-    digest = hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:8]
-    return f"local:{host or socket.gethostname()}:{digest}"
-
-
-def slurm_cluster_name(config_text: str) -> str | None:
-    """ClusterName from ``scontrol show config`` output (``ClusterName = x``)."""
-    for line in config_text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() == "ClusterName" and value.strip():
-            return value.strip()
-    return None
-
-
-def slurm_scope() -> str:
-    from dispatch.backends.slurm.tools import NAME, run_tool
-
-    res = run_tool(["scontrol", "show", "config"], 30.0)
-    if res.returncode != 0:
-        raise SchedulerUnreachable(NAME, f"scontrol show config failed (exit {res.returncode}):"
-                                   f" {res.words or 'no words'}")
-    name = slurm_cluster_name(res.stdout)
-    if name is None:
-        raise SchedulerUnreachable(NAME, "scontrol show config names no ClusterName")
-    return f"slurm:{name}"
-
-
-def kubeflow_scope() -> str:
-    from dispatch.backends.kubeflow.client import load_config
-    from dispatch.support.paths import K8S_CONTEXT, KUBECONFIG, env_path
-
-    # the configuration the backend uses (registry.py): the same file and context
-    kubeconfig = env_path(KUBECONFIG)
-    cfg = load_config(str(kubeconfig) if kubeconfig else None,
-                      os.environ.get(K8S_CONTEXT) or None)
-    context = getattr(cfg, "context_name", None) or "in-cluster"
-    namespace = (os.environ.get("DISPATCH_K8S_NAMESPACE") or getattr(cfg, "namespace", None)
-                 or "default")
-    return f"kubeflow:{context}/{namespace}"
-
-
 _scopes: dict[tuple[str, int], str] = {}
 
 
 def scope_for(backend_name: str, backend: Backend) -> str:
-    """The scope a job recorded now through ``backend`` belongs to (asked once per process).
-    SchedulerUnreachable when the scheduler cannot say which cluster it is."""
+    """The scope a job recorded now through ``backend`` belongs to (asked once per process;
+    the registry entry's ``scope`` says how). SchedulerUnreachable when the scheduler cannot
+    say which cluster it is."""
     key = (backend_name, id(backend))
     if key not in _scopes:
-        if backend_name == "local":
-            root = getattr(backend, "root", None)
-            if not isinstance(root, Path):
-                raise BackendError("the local backend has no root directory")
-            _scopes[key] = local_scope(root)
-        elif backend_name == "slurm":
-            _scopes[key] = slurm_scope()
-        elif backend_name == "kubeflow":
-            try:
-                _scopes[key] = kubeflow_scope()
-            except Exception as err:  # a kubeconfig that cannot be read names itself
-                raise BackendError(f"kubeflow: cannot tell the scope: {err}") from None
-        else:
-            raise ScopeError(f"unknown backend {backend_name!r} ({', '.join(BACKENDS)})")
+        entry = registry.REGISTRY.get(backend_name)
+        if entry is None:
+            raise ScopeError(f"unknown backend {backend_name!r} ({', '.join(backends())})")
+        _scopes[key] = entry.scope(backend_name, backend)
     return _scopes[key]
 
 
@@ -132,8 +88,8 @@ def scope_at_submit(backend_name: str, backend: Backend) -> str:
 
 def backend_of(scope: str) -> str:
     name = scope.partition(":")[0]
-    if name not in BACKENDS:
-        raise ScopeError(f"scope {scope!r}: names no backend ({', '.join(BACKENDS)}, "
+    if name not in registry.REGISTRY:
+        raise ScopeError(f"scope {scope!r}: names no backend ({', '.join(backends())}, "
                          "optionally followed by :cluster)")
     return name
 
@@ -182,15 +138,16 @@ def resolve_scopes(requested: Iterable[str], backend_for: Callable[[str], Backen
     answered within ``wait_s`` (all are asked at once), is served under its bare name and
     listed as Unresolved (a scheduler down while the supervisor starts must not leave its
     jobs unserved, nor hold up the others); a backend that asks no scheduler
-    (ASKS_NO_SCHEDULER) is waited for up to NO_SCHEDULER_WAIT_S instead. A full scope:
+    (``asks_no_scheduler()``) is waited for up to NO_SCHEDULER_WAIT_S instead. A full scope:
     itself, refused when this machine's tools reach another cluster (served as given when
     they cannot be asked now)."""
     wanted = list(dict.fromkeys(requested))
-    items = wanted or list(BACKENDS)
+    items = wanted or list(backends())
     names = [backend_of(item) for item in items]  # a scope naming no backend: refused first
     asks = {name: ask_scope(name, backend_for) for name in dict.fromkeys(names)}
     started = time.monotonic()
-    wait_all([a for n, a in asks.items() if n in ASKS_NO_SCHEDULER],
+    local = asks_no_scheduler()
+    wait_all([a for n, a in asks.items() if n in local],
              timeout=max(wait_s, NO_SCHEDULER_WAIT_S))
     wait_all(asks.values(), timeout=max(0.0, started + wait_s - time.monotonic()))
     out: list[str] = []
@@ -226,12 +183,13 @@ def scopes_to_serve(requested: Sequence[str], store: RecordStore,
                     backend_for: Callable[[str], Backend]
                     ) -> tuple[list[str], list[Unresolved]]:
     """What a supervisor started without a choice of scopes serves (``supervise`` without
-    --scope, ``serve``): the ``requested`` ones and the local backend (a requested scope this
-    machine cannot serve is refused: ScopeError), then each live job's scope this machine can
-    serve (one of another machine's cluster is left to its own supervisor). No other
-    backend is asked which cluster it is: a machine where only local jobs run never probes
-    Slurm or Kubernetes."""
-    resolved, unresolved = resolve_scopes([*requested, "local"], backend_for)
+    --scope, ``serve``): the ``requested`` ones and every backend whose scope asks no
+    scheduler (local; a requested scope this machine cannot serve is refused: ScopeError),
+    then each live job's scope this machine can serve (one of another machine's cluster is
+    left to its own supervisor). No other backend is asked which cluster it is: a machine
+    where only local jobs run never probes Slurm or Kubernetes."""
+    resolved, unresolved = resolve_scopes([*requested, *sorted(asks_no_scheduler())],
+                                          backend_for)
     for scope in live_scopes(store):
         if scope in resolved:
             continue

@@ -4,21 +4,18 @@ environment variables that name paths (one place reads them)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from dispatch.errors import BadInput
 
 APP = "dispatch"
 
-# Every environment variable that names a path. A relative one would mean a different place
-# in each process that reads it (the CLI, `serve`, the local runner started in its root):
-# each is refused at start, naming the variable.
-LOCAL_ROOT = "DISPATCH_LOCAL_ROOT"
-SLURM_OUTPUT_DIR = "DISPATCH_SLURM_OUTPUT_DIR"
-KUBECONFIG = "DISPATCH_KUBECONFIG"
+# The environment variables that name paths: the store's, and each backend's root (its entry
+# in backends/registry.py names it; ``registry.path_variables()`` lists them all). A relative
+# one would mean a different place in each process that reads it (the CLI, `serve`, the local
+# runner started in its root): each is refused at start, naming the variable.
 STORE = "DISPATCH_STORE"  # a path only when it is no URL (postgresql://, sqlite:///)
-PATH_VARIABLES = (LOCAL_ROOT, SLURM_OUTPUT_DIR, KUBECONFIG, STORE)
 K8S_CONTEXT = "DISPATCH_K8S_CONTEXT"  # not a path: the kubeconfig context to use
 
 
@@ -52,10 +49,10 @@ def env_path(variable: str, env: Mapping[str, str] = os.environ) -> Path | None:
     return Path(path)
 
 
-def check_path_variables(env: Mapping[str, str] = os.environ) -> None:
-    """Refuse a relative path in any path variable (``RelativePath``, naming it): what every
+def check_path_variables(variables: Iterable[str], env: Mapping[str, str] = os.environ) -> None:
+    """Refuse a relative path in any of ``variables`` (``RelativePath``, naming it): what every
     command checks at start. The store variable is a path only when it is no URL."""
-    for variable in PATH_VARIABLES:
+    for variable in variables:
         if variable == STORE:
             value = env.get(STORE, "").strip()
             if value and ":" not in value and "=" not in value:  # a bare path, no URL

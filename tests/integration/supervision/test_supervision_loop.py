@@ -14,6 +14,7 @@ from tests.integration.supervision.helpers import ROOT, child_env, create_jobs, 
 
 from dispatch.backends.local import LocalBackend
 from dispatch.backends.registry import Backends
+from dispatch.backends.slurm.scope import slurm_cluster_name
 from dispatch.cli.supervisors import once_summary
 from dispatch.stores.select import open_store
 from dispatch.supervise.leases import (
@@ -21,7 +22,6 @@ from dispatch.supervise.leases import (
     Supervision,
     local_scope,
     resolve_scopes,
-    slurm_cluster_name,
 )
 
 

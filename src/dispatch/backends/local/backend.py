@@ -85,23 +85,23 @@ Injection = Literal["preempt", "lose-node"]
 
 
 class LocalBackend:
-    """The Backend protocol (backends/base.py) over local processes."""
+    """The Backend protocol (backends/base.py) over local processes. A backend reusing it
+    sets ``name`` in a subclass: its declarations, dry run and scope carry that name."""
 
     name = "local"
 
     def __init__(self, root: Path | str | None = None,
                  node_loss_window: timedelta = timedelta(seconds=5), *,
-                 kill_grace: float = 3.0, python: str = sys.executable) -> None:
+                 kill_grace: float = 3.0, python: str = sys.executable,
+                 root_variable: str | None = None) -> None:
         # Absolute: the runner starts in the root and is handed its object's path.
         self.root = Path(os.path.abspath(root)) if root is not None else default_root()
         self.node_loss_window = node_loss_window
         self.kill_grace = kill_grace
         self.python = python
-        self.disk = LocalRoot(self.root)
-        self.objects_dir = self.disk.objects_dir
-        self.staging_dir = self.disk.staging_dir
-        # Reports of ended objects: they never change. They save reads, never stand in for
-        # the disk.
+        self.disk = LocalRoot(self.root, root_variable)
+        self.objects_dir, self.staging_dir = self.disk.objects_dir, self.disk.staging_dir
+        # Reports of ended objects: they never change; they save reads, never stand in for disk
         self._ended: dict[str, ObjectReport] = {}
         # Runners this process started, kept only to reap them when they exit.
         self._children: dict[str, subprocess.Popen[bytes]] = {}
@@ -115,7 +115,7 @@ class LocalBackend:
     submit_in_flight = timedelta(0)
 
     def declarations(self) -> Declarations:
-        return Declarations(backend="local", native_actions=frozenset(),
+        return Declarations(backend=self.name, native_actions=frozenset(),
                             node_loss_window=self.node_loss_window)
 
     def validate(self, spec: JobSpec, source: str = "<spec>") -> None:
@@ -134,7 +134,7 @@ class LocalBackend:
 
     def plan(self, submission: Submission) -> LocalDryRun:
         """The runner and nodes ``submit`` would start, as data."""
-        return dry_run(submission, root=self.root, kill_grace=self.kill_grace,
+        return dry_run(submission, root=self.root, kill_grace=self.kill_grace, backend=self.name,
                        runner_argv=self.runner_argv(f"{self.root}/objects/<ref>"))
 
     def runner_argv(self, objdir: str) -> tuple[str, ...]:

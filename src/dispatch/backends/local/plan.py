@@ -79,13 +79,15 @@ class LocalDryRun(msgspec.Struct, frozen=True, kw_only=True):
     gated: bool
     kill_grace: float
     max_output_bytes: int | None = None
+    # The backend that would run it: local, or one that reuses LocalBackend under its own name.
+    backend: str = "local"
 
     def as_dry_run(self) -> DryRun:
-        return DryRun(backend="local", argv=self.runner_argv,
-                      documents=(("the local runner's plan", self.text()),))
+        return DryRun(backend=self.backend, argv=self.runner_argv,
+                      documents=((f"the {self.backend} runner's plan", self.text()),))
 
     def text(self) -> str:
-        lines = [f"local root: {self.root}",
+        lines = [f"{self.backend} root: {self.root}",
                  f"runner: {' '.join(self.runner_argv)}",
                  f"nodes: {self.nodes} x {list(self.argv)} in {self.workdir}",
                  f"time limit: {f'{self.time_limit:g}s' if self.time_limit else 'none'}",
@@ -101,7 +103,7 @@ class LocalDryRun(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def dry_run(submission: Submission, *, root: Path, kill_grace: float,
-            runner_argv: tuple[str, ...]) -> LocalDryRun:
+            runner_argv: tuple[str, ...], backend: str = "local") -> LocalDryRun:
     spec = submission.spec
     workdir = str(Path(spec.workdir).resolve()) if spec.workdir else os.getcwd()
     meta = ObjectMeta(ref="<ref>", token=submission.token, job_id=submission.job_id,
@@ -123,4 +125,4 @@ def dry_run(submission: Submission, *, root: Path, kill_grace: float,
         node_env=node_env,
         time_limit=float(spec.time_limit) if spec.time_limit is not None else None,
         memory=spec.memory, gated=submission.gated, kill_grace=kill_grace,
-        max_output_bytes=spec.max_output_bytes)
+        max_output_bytes=spec.max_output_bytes, backend=backend)

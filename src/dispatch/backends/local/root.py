@@ -41,7 +41,7 @@ from dispatch.backends.local.wire import (
 )
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.support.files import create_exclusive, fsync_dir, write_atomic
-from dispatch.support.paths import LOCAL_ROOT, state_home
+from dispatch.support.paths import state_home
 from dispatch.support.trusted_folders import FIX, Untrusted, check_folder
 
 
@@ -60,15 +60,15 @@ def _unreachable(reason: str) -> SchedulerUnreachable:
     return SchedulerUnreachable("local", reason)
 
 
-def check_trusted_folder(root: Path, folder: Path) -> None:
+def check_trusted_folder(root: Path, folder: Path, variable: str | None = None) -> None:
     """Refuse (SchedulerUnreachable, exit 4) a folder of the local root ``root`` that another
     user owns or that others can write without the sticky bit; nothing there is fine."""
     try:
         check_folder(folder)
     except Untrusted as err:
-        raise _unreachable(
-            f"the local root {root} is not safe to use: {err.path} {err.problem}; {FIX} "
-            f"(set {LOCAL_ROOT} to it)") from None
+        where = f"(set {variable} to it)" if variable else "(make the backend's root one)"
+        raise _unreachable(f"the local root {root} is not safe to use: {err.path} "
+                           f"{err.problem}; {FIX} {where}") from None
 
 
 _REF_ROOT = re.compile(r"l-([0-9a-f]{8})-[0-9a-f]{8}")
@@ -127,8 +127,9 @@ def write_request(control: Path, name: str, data: bytes) -> None:
 class LocalRoot:
     """The files of one root. Caches hold only files that never change once written."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, variable: str | None = None) -> None:
         self.path = path
+        self.variable = variable  # the environment variable that names it, for the fix
         self.objects_dir = path / OBJECTS
         self.staging_dir = path / STAGING
         self.marker_path = path / ROOT_MARKER
@@ -143,7 +144,7 @@ class LocalRoot:
         directory, is left to ``marker`` and ``scan`` (unreachable, in their words)."""
         for folder in (self.path, self.objects_dir, self.staging_dir, self.path / CLAIMS):
             if folder.is_dir():
-                check_trusted_folder(self.path, folder)
+                check_trusted_folder(self.path, folder, self.variable)
 
     def marker(self) -> RootMarker:
         """The root's marker; SchedulerUnreachable when the root is not there to be asked, or

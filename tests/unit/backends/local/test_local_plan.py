@@ -103,3 +103,21 @@ def test_a_workdir_whose_link_leads_past_name_max_is_refused_naming_it(tmp_path:
     with pytest.raises(SpecError) as err:
         LocalBackend(tmp_path / "root").validate(_spec(workdir=str(link)), source="w.yaml")
     assert err.value.where == "workdir" and "File name too long" in str(err.value)
+
+
+def test_a_backend_that_reuses_the_local_one_says_its_own_name_in_its_dry_run(
+        tmp_path: Path) -> None:
+    """Issue 50 item 6: not "the local runner's plan" and "local root" for every backend
+    that reuses LocalBackend."""
+    class Reuser(LocalBackend):
+        name = "ssh-local"
+
+    spec = JobSpec(name="p", command=("python", "train.py"), backend="ssh-local")
+    sub = Submission(job_id="j", number=1, token="j.1", spec=spec)
+    dry = Reuser(tmp_path / "root").dry_run(sub)
+    assert dry.backend == "ssh-local"
+    ((title, text),) = dry.documents
+    assert title == "the ssh-local runner's plan"
+    assert text.startswith(f"ssh-local root: {tmp_path / 'root'}")
+    assert "local root" not in text.replace("ssh-local root", "")
+    assert Reuser(tmp_path / "root").declarations().backend == "ssh-local"
