@@ -31,18 +31,14 @@ def this_process() -> Holder | None:
     return Holder(host=socket.gethostname(), boot_id=boot, pid=pid, start_ticks=st.start_ticks)
 
 
-def _fresh() -> Holder | None:
-    # A forked child is another process: its holder is its own, not its parent's.
+def holder() -> Holder | None:
+    """The holder to record with this process's attempts (a forked child is another
+    process: its own holder, never its parent's)."""
     me = this_process()
     if me is not None and me.pid != os.getpid():
         this_process.cache_clear()
         me = this_process()
     return me
-
-
-def holder() -> Holder | None:
-    """The holder to record with this process's attempts."""
-    return _fresh()
 
 
 def is_gone(h: Holder, *, host: str | None = None, boot: str | None = None) -> bool:

@@ -126,9 +126,8 @@ class Supervisor:
         # what the previous holder recorded and may not have carried out is redone at once).
         self._epoch: int | None = None
         self.taken_over_at: datetime | None = None
-        # This process, named in the submit attempts it records (events.Holder), and the
-        # holders of the ticked jobs' unresolved attempts found gone this tick (holders.py).
-        self.holder = holder()
+        # The holders of the ticked jobs' unresolved attempts found gone this tick
+        # (holders.py); this process names itself in the attempts it records.
         self._gone: frozenset[ev.Holder] = frozenset()
 
     # ---- one tick -------------------------------------------------------------------
@@ -211,7 +210,7 @@ class Supervisor:
             if backend is None and any(isinstance(d, _NEEDS_BACKEND) for d in decisions):
                 return  # waits until its backend can be used; the tick reported why
             events = dc.to_events(decisions, job, now, self.name, stop_by=self.stop_by,
-                                  holder=self.holder)
+                                  holder=holder())
             try:
                 version = self.store.append(job.id, events, job.version,
                                             fence=self._fence()) if events else job.version
