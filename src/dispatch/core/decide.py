@@ -48,7 +48,15 @@ from dispatch.core.model import (
 from dispatch.core.policy import Action, Enforcer, Plan
 from dispatch.core.record import Job, Submission
 from dispatch.core.segment_decisions import allocation_unit, segment_decisions
-from dispatch.core.waits import ATTEMPT_LEASE, RESEND_AFTER, Takeover, Waits
+from dispatch.core.waits import (
+    ATTEMPT_LEASE,
+    RESEND_AFTER,
+    WATCH_UNRESOLVED,
+    Gone,
+    Takeover,
+    Waits,
+    watch_until,
+)
 
 
 def _ended_executions(obj: ObjectReport) -> list[tuple[int, Cause, bool, AppError | None]]:
@@ -124,15 +132,17 @@ def _fail(cause: Cause, why: str) -> list[Decision]:
 def decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
            *, attempt_lease: timedelta = ATTEMPT_LEASE,
            resend_after: timedelta = RESEND_AFTER,
-           takeover: Takeover | None = None) -> list[Decision]:
+           takeover: Takeover | None = None, gone: Gone | None = None) -> list[Decision]:
     """Everything the supervisor should do for ``job`` now. Empty when nothing is to be done.
 
     With ``discovery`` None (the scheduler was not asked or could not be reached) only
     decisions that need no scheduler information are made (R3). A new submission asks the
     scheduler to avoid the nodes of the job's published segment-health exclusions.
     ``takeover``: when the acting supervisor took the scope over (None: not under a lease).
+    ``gone``: the submit attempts' holders known gone, and the backend's submit bound.
     """
-    out = _decide(job, discovery, plan, now, Waits(attempt_lease, resend_after, takeover))
+    out = _decide(job, discovery, plan, now,
+                  Waits(attempt_lease, resend_after, takeover, gone))
     avoid = excluded_nodes(job.segments)
     out = [msgspec.structs.replace(d, exclude_nodes=avoid)
            if avoid and isinstance(d, Submit) else d for d in out]
@@ -230,23 +240,29 @@ def _look(job: Job, discovery: Discovery | None) -> _Seen:
 
 def _bind_and_duplicates(job: Job, seen: _Seen, now: datetime) -> list[Decision]:
     """Bind a submission whose object is found; stop objects the supervisor did not mean to
-    have (S15)."""
+    have (S15). A finished job binds nothing: an object that a submit attempt never resolved
+    before the outcome publishes late is one the job will never run, so a duplicate."""
     out: list[Decision] = []
     for o in seen.objs:
         parsed = parse_token(o.token or "")
         number = parsed[1] if parsed else 0
         sub = job.submission(number)
         if sub is not None and sub.ref is None and number not in seen.bound \
-                and o.cause.kind is not CauseKind.DUPLICATE:
+                and o.cause.kind is not CauseKind.DUPLICATE and job.outcome is None:
             seen.bound[number] = o.ref
             out.append(Bind(submission=number, ref=o.ref))
             continue
         mine = sub is not None and seen.ref_of(sub) == o.ref
         if not mine and o.alive and o.ref not in job.duplicates_stopped:
+            if sub is not None and sub.ref is None and job.outcome is not None:
+                detail = (f"object {o.ref} carries token {o.token}, whose submit was never "
+                          f"resolved before the job was {job.outcome.state.value}")
+            else:
+                detail = (f"object {o.ref} carries token {o.token}, already bound to "
+                          f"{sub.ref if sub else 'no submission'}")
             out.append(StopDuplicate(ref=o.ref, token=o.token or "", cause=Cause(
                 kind=CauseKind.DUPLICATE, provenance=Provenance.ACTOR, actor=SUPERVISOR,
-                detail=f"object {o.ref} carries token {o.token}, already bound to "
-                       f"{sub.ref if sub else 'no submission'}", at=now)))
+                detail=detail, at=now)))
     return out
 
 
@@ -447,7 +463,10 @@ __all__ = [
     "ATTEMPT_LEASE",
     "RESEND_AFTER",
     "SUPERVISOR",
+    "WATCH_UNRESOLVED",
+    "Gone",
     "Takeover",
+    "watch_until",
     "allocation_unit",
     "decide",
     "verdict",

@@ -152,20 +152,22 @@ Decision = (
 
 
 def to_events(decisions: Sequence[Decision], job: Job, now: datetime,
-              supervisor: str = SUPERVISOR, stop_by: str | None = None) -> list[ev.Event]:
+              supervisor: str = SUPERVISOR, stop_by: str | None = None,
+              holder: ev.Holder | None = None) -> list[ev.Event]:
     """The events a batch of decisions appends before anything is done (intent first).
     OpenGate records its result after the action instead (the supervisor appends it).
-    ``stop_by``: the actor the scheduler will name for this supervisor's stops (its uid)."""
+    ``stop_by``: the actor the scheduler will name for this supervisor's stops (its uid);
+    ``holder``: the process that will make the submit attempts of this batch."""
     out: list[ev.Event] = []
     for d in decisions:
-        e = _event(d, job.version + len(out) + 1, now, supervisor, stop_by)
+        e = _event(d, job.version + len(out) + 1, now, supervisor, stop_by, holder)
         if e is not None:
             out.append(e)
     return out
 
 
 def _event(d: Decision, seq: int, now: datetime, supervisor: str,
-           stop_by: str | None) -> ev.Event | None:
+           stop_by: str | None, holder: ev.Holder | None) -> ev.Event | None:
     match d:
         case RecordEnd():
             return ev.ExecutionEnded(seq=seq, at=now, submission=d.submission, ref=d.ref,
@@ -186,10 +188,10 @@ def _event(d: Decision, seq: int, now: datetime, supervisor: str,
         case Submit():
             return ev.SubmissionIntended(seq=seq, at=now, submission=d.submission,
                                          token=d.token, gated=d.gated, cause=d.cause,
-                                         exclude_nodes=d.exclude_nodes)
+                                         exclude_nodes=d.exclude_nodes, holder=holder)
         case RetrySubmit():
             return ev.SubmissionAttempted(seq=seq, at=now, submission=d.submission,
-                                          supervisor=supervisor)
+                                          supervisor=supervisor, holder=holder)
         case StartRecovery():
             return ev.RecoveryStarted(seq=seq, at=now, rule=d.rule, action=d.action,
                                       cause=d.cause, native=d.native)

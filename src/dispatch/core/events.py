@@ -23,6 +23,19 @@ class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_d
     at: datetime
 
 
+class Holder(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The process that made a submit attempt: its host, the host's boot id, its pid and
+    its start time (clock ticks since boot, /proc/PID/stat field 22). On this very host and
+    boot, a pid whose start time differs (or that does not exist) is that process gone: a
+    supervisor may then retry its submit within the backend's bound instead of the attempt
+    lease (R1)."""
+
+    host: str
+    boot_id: str
+    pid: int
+    start_ticks: int
+
+
 class JobCreated(_Event, tag="created", frozen=True):
     """The job exists, with its spec, policy (inside the spec) and the backend's declarations."""
 
@@ -39,20 +52,25 @@ class JobCreated(_Event, tag="created", frozen=True):
 class SubmissionIntended(_Event, tag="submission-intended", frozen=True):
     """The supervisor is about to submit (intent before action). ``cause`` is the cause
     recovered from, for a submission after the first. ``exclude_nodes``: nodes of the job's
-    published segment-health exclusions the scheduler is asked to avoid (Slurm --exclude)."""
+    published segment-health exclusions the scheduler is asked to avoid (Slurm --exclude).
+    ``holder``: the process that is about to submit (absent in records written before it
+    existed, and where the writer could not tell)."""
 
     submission: int
     token: str
     gated: bool = False
     cause: Cause | None = None
     exclude_nodes: tuple[str, ...] = ()
+    holder: Holder | None = None
 
 
 class SubmissionAttempted(_Event, tag="submission-attempted", frozen=True):
-    """A supervisor claims the right to (re)try the submit call for an intended submission."""
+    """A supervisor claims the right to (re)try the submit call for an intended submission.
+    ``holder``: the process that makes the attempt, as SubmissionIntended's."""
 
     submission: int
     supervisor: str = ""
+    holder: Holder | None = None
 
 
 class SubmissionBound(_Event, tag="submission-bound", frozen=True):

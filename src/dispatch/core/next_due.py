@@ -6,8 +6,10 @@ fixed wait": a submit's claim expires (attempted_at + the attempt lease), a stop
 is sent again (stop_at / cancel_sent_at + the resend wait), a running object on a lost node
 is fenced (lost_since + the node-loss window); after a takeover, a claim of the previous
 holder's expires at the takeover + the backend's submit bound (a send it recorded is sent
-again at once, which depends on no time ahead). Every other use of `now` (a cause's time, the
-attribution of an end to a published exclusion) only shapes decisions that are made anyway.
+again at once, which depends on no time ahead); a claim whose every holder is gone expires
+at the attempt + that bound (which holders are gone is an input, like the objects). Every
+other use of `now` (a cause's time, the attribution of an end to a published exclusion) only
+shapes decisions that are made anyway.
 Between two thresholds every one of these tests has the same answer, so an empty answer at
 `now` stays empty until the earliest threshold after `now`. Holds, give-ups and segment
 decisions wait for a person or the scheduler, never for time. A supervisor uses this to
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from dispatch.core.decide import ATTEMPT_LEASE, RESEND_AFTER, Takeover
+from dispatch.core.decide import ATTEMPT_LEASE, RESEND_AFTER, Gone, Takeover
 from dispatch.core.model import Discovery, ObjectReport
 from dispatch.core.policy import Plan
 from dispatch.core.record import Job
@@ -38,7 +40,8 @@ def objects_seen(job: Job, discovery: Discovery | None) -> tuple[ObjectReport, .
 def next_due(job: Job, discovery: Discovery | None, plan: Plan, now: datetime, *,
              attempt_lease: timedelta = ATTEMPT_LEASE,
              resend_after: timedelta = RESEND_AFTER,
-             takeover: Takeover | None = None) -> datetime | None:
+             takeover: Takeover | None = None, gone: Gone | None = None
+             ) -> datetime | None:
     """The earliest time after ``now`` at which decide(job, discovery, plan, t) may differ
     from decide(job, discovery, plan, now) in whether it decides anything; None when no
     threshold lies ahead (only a change of the record or of the objects can change it).
@@ -55,6 +58,9 @@ def next_due(job: Job, discovery: Discovery | None, plan: Plan, now: datetime, *
         if takeover is not None and cur.attempted_at < takeover.at:
             # Another holder's claim: it expires the backend's bound after the takeover.
             times.append(takeover.at + takeover.submit_in_flight)
+        if gone is not None and gone.all_gone(cur):
+            # Every holder gone: the claim expires the backend's bound after the attempt.
+            times.append(cur.attempted_at + gone.submit_in_flight)
     for s in job.submissions:
         if s.stop_at is not None:
             times.append(s.stop_at + resend_after)

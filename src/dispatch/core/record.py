@@ -80,6 +80,14 @@ class Submission(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     exclude_nodes: tuple[str, ...] = ()  # nodes the scheduler was asked to avoid
     executions_started: frozenset[int] = frozenset()  # ExecutionStarted recorded (G1)
     checkpoint: tuple[int, int] | None = None  # (execution, step) of the latest checkpoint
+    # The processes that attempted the submit (intent, then each retry), oldest first; None
+    # for an attempt whose record names no holder (written before holders were recorded).
+    holders: tuple[ev.Holder | None, ...] = ()
+
+    @property
+    def unresolved(self) -> bool:
+        """Attempted and never resolved: no object bound, no rejection or end recorded."""
+        return self.ref is None and not self.ended
 
 
 class Hold(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -325,13 +333,14 @@ class _Builder:
                 return
             self.subs.append(Submission(number=e.submission, token=e.token, intended_at=e.at,
                                         attempted_at=e.at, gated=e.gated, cause=e.cause,
-                                        exclude_nodes=e.exclude_nodes))
+                                        exclude_nodes=e.exclude_nodes, holders=(e.holder,)))
             self.awaiting = None
             self.resubmit = None
         elif isinstance(e, ev.SubmissionAttempted):
             s = self._sub(e.submission)
             if s is not None:
-                self._set(e.submission, replace(s, attempted_at=e.at))
+                held = s.holders if e.holder in s.holders else (*s.holders, e.holder)
+                self._set(e.submission, replace(s, attempted_at=e.at, holders=held))
         elif isinstance(e, ev.SubmissionBound):
             s = self._sub(e.submission)
             if s is not None and s.ref is None:

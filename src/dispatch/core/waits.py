@@ -1,6 +1,8 @@
 """How long decide() waits before it repeats a send or a submit another may still be carrying
 out (pure). A supervisor's own sends wait RESEND_AFTER; its own claims ATTEMPT_LEASE; after a
-takeover, what the previous holder recorded waits only what the backend declares (issue 39).
+takeover, what the previous holder recorded waits only what the backend declares (issue 39);
+a claim whose every holder is gone waits only that bound too, and a finished job is watched
+while a never-resolved attempt may still publish (issue 45).
 """
 
 from __future__ import annotations
@@ -8,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from dispatch.core.record import Submission
+from dispatch.core.events import Holder
+from dispatch.core.record import Job, Submission
 
 # A submit call claimed by one supervisor is not retried by another for this long: it may
 # still be in flight. A duplicate that slips through anyway is caught by S15. After a
@@ -30,6 +33,45 @@ class Takeover:
     submit_in_flight: timedelta
 
 
+# A job whose outcome is committed while a submit attempt of it was never resolved (no object
+# bound, no rejection) is still watched: an object that attempt publishes late is stopped
+# and recorded as a duplicate (S15). Once every process that attempted it is known gone, for
+# the backend's submit bound after the attempt; else (a holder alive, paused, or on a host
+# whose processes cannot be seen from here) for this long after the last attempt.
+WATCH_UNRESOLVED = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class Gone:
+    """The submit attempts' holders the shell found gone (on this very host and boot: their
+    pid no longer the process that attempted), and the backend's submit bound: how long a
+    submit call of a process that is gone can still land (base.Backend.submit_in_flight)."""
+
+    holders: frozenset[Holder]
+    submit_in_flight: timedelta
+
+    def all_gone(self, s: Submission) -> bool:
+        """Every attempt of ``s`` names its holder, and each of them is gone."""
+        return bool(s.holders) and all(h is not None and h in self.holders
+                                       for h in s.holders)
+
+
+def watch_until(job: Job, gone: Gone | None) -> datetime | None:
+    """Until when a finished job must still be looked at for an object a never-resolved
+    submit attempt may publish (None: nothing to watch for). Pure: the times are the record's,
+    the gone holders the shell's finding."""
+    if job.outcome is None:
+        return None
+    until: datetime | None = None
+    for s in job.submissions:
+        if not s.unresolved:
+            continue
+        t = s.attempted_at + (gone.submit_in_flight if gone is not None and gone.all_gone(s)
+                              else WATCH_UNRESOLVED)
+        until = t if until is None else max(until, t)
+    return until
+
+
 @dataclass(frozen=True)
 class Waits:
     """The waits decide() applies to sends and submits already recorded."""
@@ -37,6 +79,7 @@ class Waits:
     attempt_lease: timedelta
     resend_after: timedelta
     takeover: Takeover | None
+    gone: Gone | None = None
 
     def resend(self, last: datetime | None, now: datetime) -> bool:
         """Send a stop or cancel (again): never sent, sent long enough ago, or recorded by
@@ -48,7 +91,11 @@ class Waits:
     def claim_expired(self, s: Submission, now: datetime) -> bool:
         """A submit claimed at ``s.attempted_at`` can no longer be in flight: the attempt
         lease has passed, or the claim is another holder's from before the takeover and the
-        backend's bound has passed since the takeover (the holder's lease had ended)."""
-        t = self.takeover
+        backend's bound has passed since the takeover (the holder's lease had ended), or every
+        process that attempted it is gone and the backend's bound has passed since the last
+        attempt (a child such as sbatch, started after the attempt was recorded, gives up
+        within that bound whatever happened to its parent)."""
+        t, g = self.takeover, self.gone
         return now - s.attempted_at >= self.attempt_lease or (
-            t is not None and s.attempted_at < t.at and now - t.at >= t.submit_in_flight)
+            t is not None and s.attempted_at < t.at and now - t.at >= t.submit_in_flight) or (
+            g is not None and g.all_gone(s) and now - s.attempted_at >= g.submit_in_flight)

@@ -46,6 +46,7 @@ from dispatch.stores.live import LiveFolds
 from dispatch.stores.reading import fold_records
 from dispatch.supervise.discovery import OK, UNREACHABLE, Lookout, by_backend
 from dispatch.supervise.escalations import Notifier
+from dispatch.supervise.holders import gone_holders, holder
 from dispatch.support import failpoints as fp
 from dispatch.support.clock import Clock, utcnow
 
@@ -75,6 +76,7 @@ class _Quiet:
     objects: tuple[ObjectReport, ...] | None
     complete: bool
     due: datetime | None
+    gone: frozenset[ev.Holder] = frozenset()  # the job's attempt holders known gone then
 
 
 class Supervisor:
@@ -124,6 +126,9 @@ class Supervisor:
         # what the previous holder recorded and may not have carried out is redone at once).
         self._epoch: int | None = None
         self.taken_over_at: datetime | None = None
+        # The holders of the ticked jobs' unresolved attempts found gone this tick
+        # (holders.py); this process names itself in the attempts it records.
+        self._gone: frozenset[ev.Holder] = frozenset()
 
     # ---- one tick -------------------------------------------------------------------
     def tick(self, job_ids: Sequence[str] | None = None) -> TickReport:
@@ -143,6 +148,7 @@ class Supervisor:
             log.error("job %s: its record cannot be used: %s", job_id, err)
         jobs = [j for j in jobs if not j.terminal or j.id in self.chasing]
         report.jobs = len(jobs)
+        self._gone = gone_holders(jobs)  # one /proc read per holder of an unresolved attempt
         for name, group in by_backend(jobs).items():
             seen = self.lookout.look(name, group, self.backend_for, now,
                                      keep_alive=self._fence, stopping=self.stopping)
@@ -170,14 +176,19 @@ class Supervisor:
               report: TickReport, attempts: int = 3) -> None:
         """Decide, append, act. ``backend`` None: it cannot be built here, so only decisions
         that need no scheduler are made (e.g. cancelling a job that never reached one)."""
+        gone = self._gone_for(job, backend)
         if job.terminal and discovery is not None and not _any_alive(job, discovery):
-            self.chasing.discard(job.id)  # the scheduler shows nothing of it alive: done
-            return
+            until = dc.watch_until(job, gone)
+            if until is None or self.clock() >= until:
+                self.chasing.discard(job.id)  # nothing of it alive, nothing may appear: done
+                return
+            # A submit attempt never resolved may still publish an object: watched on.
         seen = objects_seen(job, discovery)
         complete = discovery is not None and discovery.complete
         quiet = self.quiet.pop(job.id, None)
         if quiet is not None and quiet.version == job.version and quiet.complete == complete \
-                and quiet.objects == seen and _within(quiet, self.clock()):
+                and quiet.objects == seen and quiet.gone == gone.holders \
+                and _within(quiet, self.clock()):
             self.quiet[job.id] = quiet  # the same answer as last tick: nothing (next_due.py)
             report.skipped += 1
             return
@@ -188,17 +199,18 @@ class Supervisor:
             takeover = self._takeover(backend)
             decisions = observe(job, discovery) + dc.decide(
                 job, discovery, plan, now, attempt_lease=self.attempt_lease,
-                resend_after=self.resend_after, takeover=takeover)
+                resend_after=self.resend_after, takeover=takeover, gone=gone)
             if not decisions:
                 self.quiet[job.id] = _Quiet(
                     at=now, version=job.version, objects=objects_seen(job, discovery),
-                    complete=complete, due=next_due(
+                    complete=complete, gone=gone.holders, due=next_due(
                         job, discovery, plan, now, attempt_lease=self.attempt_lease,
-                        resend_after=self.resend_after, takeover=takeover))
+                        resend_after=self.resend_after, takeover=takeover, gone=gone))
                 return
             if backend is None and any(isinstance(d, _NEEDS_BACKEND) for d in decisions):
                 return  # waits until its backend can be used; the tick reported why
-            events = dc.to_events(decisions, job, now, self.name, stop_by=self.stop_by)
+            events = dc.to_events(decisions, job, now, self.name, stop_by=self.stop_by,
+                                  holder=holder())
             try:
                 version = self.store.append(job.id, events, job.version,
                                             fence=self._fence()) if events else job.version
@@ -211,10 +223,12 @@ class Supervisor:
                 fp.appended(events)
             report.decisions += len(decisions)
             report.appended += len(events)
-            if any(isinstance(d, dc.Commit) for d in decisions) and any(
+            if any(isinstance(d, dc.Commit) for d in decisions) and (any(
                     isinstance(d, (dc.Stop, dc.StopDuplicate, dc.CancelObject))
-                    for d in decisions):
-                self.chasing.add(job.id)  # make sure the stop lands even after the commit
+                    for d in decisions) or any(s.unresolved for s in job.submissions)):
+                # Make sure the stop lands even after the commit, and watch for an object a
+                # submit attempt never resolved may still publish (dc.watch_until).
+                self.chasing.add(job.id)
             self._act(job, version, decisions, backend, report)
             return
 
@@ -359,6 +373,14 @@ class Supervisor:
         if fence is not None and fence.epoch != self._epoch:
             self._epoch, self.taken_over_at = fence.epoch, now
             self.quiet.clear()
+
+    def _gone_for(self, job: Job, backend: Backend | None) -> dc.Gone:
+        """This tick's gone holders of ``job``'s unresolved attempts, with the backend's
+        submit bound (a backend that declares none keeps the attempt lease)."""
+        mine = frozenset(h for s in job.submissions if s.unresolved for h in s.holders
+                         if h is not None and h in self._gone) if self._gone else frozenset()
+        return dc.Gone(holders=mine, submit_in_flight=getattr(
+            backend, "submit_in_flight", self.attempt_lease))
 
     def _takeover(self, backend: Backend | None) -> dc.Takeover | None:
         if self.taken_over_at is None:

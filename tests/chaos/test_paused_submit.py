@@ -1,0 +1,158 @@
+"""Issue 45 item 12: a person's cancel during a paused submit leaves no process running.
+
+A real supervisor A (a child process) is stopped (SIGSTOP) inside the local submit, its
+object staged and the token's claim held; standby B (this process, a real Supervision)
+takes the scope over and its retry is refused by the claim; a person cancels; B commits
+``cancelled`` with no object bound. Then A is continued and publishes its object. Checked
+on the committed history, on SQLite and on a throwaway PostgreSQL: B stopped that late
+object and recorded it as a duplicate (S15), the outcome is still the person's cancel, and
+the object's processes are gone.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from functools import partial
+from pathlib import Path
+
+import pytest
+from tests.conftest_pg import postgres_cluster, postgres_url  # noqa: F401  (fixtures)
+from tests.integration.supervision.helpers import ROOT, child_env
+
+from dispatch.backends.local import LocalBackend
+from dispatch.backends.local.procs import marked, process_alive
+from dispatch.core import events as ev
+from dispatch.core.model import CauseKind, State
+from dispatch.core.record import fold
+from dispatch.core.spec import parse_spec
+from dispatch.service.requests import create_job, request_cancel
+from dispatch.stores.select import open_store
+from dispatch.supervise.leases import Supervision, local_scope
+from dispatch.supervise.loop import Supervisor, utcnow
+
+pytestmark = pytest.mark.chaos
+
+# Supervisor A: serves the scope; its first publish stops the process itself (SIGSTOP) just
+# before the rename of the staged object, claim held, then publishes when continued.
+PAUSES_IN_SUBMIT = """
+import os, signal, sys
+from dispatch.backends.local import LocalBackend
+from dispatch.stores.select import open_store
+from dispatch.supervise.leases import Supervision
+
+url, root, scope = sys.argv[1:4]
+rename = os.rename
+paused = []
+def stop_then_rename(src, dst):
+    if "/staging/" in str(src) and "/objects/" in str(dst) and not paused:
+        paused.append(True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+    rename(src, dst)
+os.rename = stop_then_rename
+backend = LocalBackend(root)
+sup = Supervision(open_store(url), lambda _n: backend, [scope], lease_s=1.0, poll=0.1)
+signal.signal(signal.SIGTERM, lambda *_: sup.stop())
+sup.run()
+"""
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite://{tmp_path / 'record.sqlite3'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        return False
+
+
+def _wait(pred, what: str, timeout: float = 120) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_a_late_object_of_a_paused_submit_is_stopped_after_a_persons_cancel(
+        url: str, tmp_path: Path) -> None:
+    root = tmp_path / "local"
+    scope = local_scope(root)
+    spec = {"name": "paused", "backend": "local", "command": ["sleep", "300"], "nodes": 1,
+            "policy": {"rules": [{"on": ["preempted"], "action": "resubmit", "budget": 1}]}}
+    with open_store(url) as store:
+        job_id = create_job(store, parse_spec(spec, "<paused>"), LocalBackend(root)
+                            .declarations(), utcnow(), scope=scope)
+    a = subprocess.Popen([sys.executable, "-c", PAUSES_IN_SUBMIT, url, str(root), scope],
+                         env=child_env(), cwd=ROOT, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        _wait(lambda: _stopped(a.pid) or a.poll() is not None, "A to stop in its submit")
+        assert a.poll() is None, a.communicate()
+        _wait(lambda: len(list((root / "staging").glob("*/runner.json"))) == 1,
+              "A's object staged, its runner waiting", timeout=30)
+        phase = {"cancelled": False, "continued": False}
+        # B: attempt lease 3 s, so the person's cancel commits without the 30 s wait.
+        make = partial(Supervisor, attempt_lease=timedelta(seconds=3))
+        backend = LocalBackend(root)
+        with open_store(url) as store:
+            sup = Supervision(store, lambda _n: backend, [scope], lease_s=1.0, poll=0.1,
+                              make_supervisor=make)
+            deadline = time.monotonic() + 180
+
+            def done() -> bool:
+                assert time.monotonic() < deadline, store.read(job_id)
+                record = store.read(job_id)
+                job = fold(record, utcnow())
+                if not phase["cancelled"] and any(
+                        isinstance(e, ev.SubmissionAttempted) for e in record):
+                    request_cancel(store, job_id, utcnow(), "alice")  # B's retry refused
+                    phase["cancelled"] = True
+                elif phase["cancelled"] and not phase["continued"] \
+                        and job.outcome is not None:
+                    assert job.submissions[0].ref is None  # committed with nothing bound
+                    a.send_signal(signal.SIGCONT)  # A publishes its object now
+                    phase["continued"] = True
+                return any(isinstance(e, ev.DuplicateStopped) for e in record)
+
+            sup.serve_until(done)
+            record = store.read(job_id)
+        job = fold(record, utcnow())
+        assert phase["continued"]
+        assert job.outcome is not None
+        assert (job.outcome.state, job.outcome.cause.kind, job.outcome.cause.actor) == \
+            (State.CANCELLED, CauseKind.CANCELLED, "alice")
+        assert not any(isinstance(e, ev.SubmissionBound) for e in record), \
+            "A's late append is fenced; B binds nothing to a finished job"
+        [dup] = [e for e in record if isinstance(e, ev.DuplicateStopped)]
+        assert dup.token == job.submissions[0].token
+        assert dup.cause.kind is CauseKind.DUPLICATE
+        assert dup.at > job.outcome.at  # the late object, after the outcome
+        # The late object is the one A published, and it ended with every process of it.
+        objdir = root / "objects" / dup.ref
+        meta = json.loads((objdir / "meta.json").read_text())
+        assert meta["token"] == dup.token
+        runner = json.loads((objdir / "runner.json").read_text())
+        _wait(lambda: not process_alive(runner["pid"], runner["start_ticks"]),
+              f"the runner of {dup.ref} to leave")
+        report = LocalBackend(root).discover([dup.token], [dup.ref]).get(dup.ref)
+        assert report is not None and not report.alive, report
+        assert marked(meta["mark"]) == [], "a process of the late object still runs"
+    finally:
+        if a.poll() is None:
+            a.send_signal(signal.SIGCONT)
+            a.terminate()
+            try:
+                a.wait(15)
+            except subprocess.TimeoutExpired:
+                a.kill()
+                a.wait()
