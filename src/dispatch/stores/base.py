@@ -33,7 +33,16 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from dispatch.core.codec import DecodeError, decode_event
-from dispatch.core.events import Event, JobCreated, OutcomeCommitted, Superseded
+from dispatch.core.events import (
+    Event,
+    HoldPlaced,
+    HoldReleased,
+    JobCreated,
+    OutcomeCommitted,
+    RecoveryStarted,
+    Superseded,
+)
+from dispatch.core.model import CauseKind
 from dispatch.core.record import check_record
 from dispatch.errors import NotFound, StateConflict, StoreUnusable
 
@@ -51,14 +60,16 @@ if TYPE_CHECKING:
 # snapshot.encode: (the snapshot's body, its digest) of a Job and its last event's body.
 Encoder = Callable[["Job", bytes], tuple[bytes, str]]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The schema this build writes and reads. A store whose schema is newer is refused; an
 older one is migrated in place, step by step, under the store's write lock
 (stores/schema.py): 1 -> 2 one successor per job (``supersedes`` UNIQUE); 2 -> 3 each job's
 ``scope`` and the supervisor leases (stores/lease.py); 3 -> 4 each job's change mark (for
 a tick that reads only what changed) and the snapshot cache (stores/snapshot.py); 4 -> 5
 ``jobs.edited``, set by the database when a stored event is updated or deleted, so that no
-snapshot outlives an edit of the events under it (stores/schema.py)."""
+snapshot outlives an edit of the events under it (stores/schema.py); 5 -> 6 the causes each
+job's history holds (``history_causes``), so a list finds jobs by a cause they recovered
+from."""
 
 
 class StoreError(StoreUnusable):
@@ -204,6 +215,25 @@ def match_row(where: str, r: tuple[object, ...]) -> JobMatch:
 def created_scope(created: JobCreated) -> str:
     """The scope column of a new job: its JobCreated's scope, else its backend's name."""
     return created.scope or created.spec.backend
+
+
+def history_causes(events: Sequence[Event]) -> list[str]:
+    """The cause kinds a batch adds to its job's committed history (core/record.py's
+    transitions: a recovery, a hold, a release, the outcome), sorted, each once. The stores
+    keep them per job at append time (schema version 6), so a list finds the jobs that
+    ever had a cause in one indexed lookup. Events after an outcome are left out, as the
+    fold leaves them out; a hold released twice may leave ``released`` where the fold shows
+    none: the index narrows, the fold decides (service/rows.py ``had_cause``)."""
+    found: set[str] = set()
+    for e in events:
+        if isinstance(e, RecoveryStarted | HoldPlaced):
+            found.add(e.cause.kind.value)
+        elif isinstance(e, HoldReleased):
+            found.add(CauseKind.RELEASED.value)
+        elif isinstance(e, OutcomeCommitted) and e.state.terminal:
+            found.add(e.cause.kind.value)
+            break
+    return sorted(found)
 
 
 def outcome_of(events: Sequence[Event]) -> str | None:

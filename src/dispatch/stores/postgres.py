@@ -48,6 +48,7 @@ from dispatch.stores.base import (
     check_successor,
     created_scope,
     match_row,
+    history_causes,
     outcome_of,
     sort_key_us,
 )
@@ -330,6 +331,7 @@ class PostgresStore(RecordStore):
         # armed, and no standby could take the scope over until it was continued.
         seqs = [e.seq for e in events]
         bodies = [encode_event(e).decode() for e in events]
+        causes = history_causes(events)
 
         def work(cur: Cursor) -> int:
             if fence is not None:
@@ -354,6 +356,11 @@ class PostgresStore(RecordStore):
                 "INSERT INTO dispatch_events (job_id, seq, body)"
                 " SELECT %s, s, b FROM unnest(%s::integer[], %s::text[]) AS t(s, b)",
                 (job_id, seqs, bodies))
+            if causes:  # one statement, as above (no pipeline stopped halfway)
+                cur.execute(
+                    "INSERT INTO dispatch_job_causes (cause, job_id)"
+                    " SELECT c, %s FROM unnest(%s::text[]) AS t(c) ON CONFLICT DO NOTHING",
+                    (job_id, causes))
             return new_version
 
         def landed(cur: Cursor) -> bool:

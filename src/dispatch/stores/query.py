@@ -26,7 +26,9 @@ class JobQuery:
     state (State value), and those finished before the store kept it (the caller looks).
     ``since_us``: created at or after. ``after``: the key of the last row of the previous
     page (as ``row_key`` makes it). ``terminal``: only finished (True) or unfinished (False)
-    jobs."""
+    jobs. ``cause``: jobs whose committed history holds that cause kind (the causes table,
+    schema version 6), and every unfinished job (whose shown cause may be one not yet
+    committed: the caller looks)."""
 
     terminal: bool | None = None
     name: str | None = None
@@ -35,6 +37,7 @@ class JobQuery:
     search: str | None = None
     outcome: str | None = None  # the committed outcome's state (a finished job's state)
     since_us: int | None = None  # created at or after (base.sort_key_us)
+    cause: str | None = None  # a CauseKind value the history holds (or an unfinished job)
     order: Order = "created"
     descending: bool = False
     after: Key | None = None
@@ -66,6 +69,11 @@ def query_sql(q: JobQuery, table: str, mark: str) -> tuple[str, list[object]]:
         where.append(f"(outcome = {mark} OR (outcome IS NULL AND "
                      + ("terminal = 1))" if mark == "?" else "terminal))"))
         params.append(q.outcome)
+    if q.cause is not None:
+        causes = {"jobs": "job_causes", "dispatch_jobs": "dispatch_job_causes"}[table]
+        live = "terminal = 0" if mark == "?" else "NOT terminal"
+        where.append(f"({live} OR job_id IN (SELECT job_id FROM {causes} WHERE cause = {mark}))")
+        params.append(q.cause)
     if q.search:
         where.append(f"(lower(name) LIKE {mark} ESCAPE '\\' OR lower(job_id) LIKE {mark} "
                      "ESCAPE '\\')")

@@ -16,7 +16,8 @@ its JobCreated event; the backend's name for jobs recorded before scopes), index
 ``terminal`` for a supervisor's tick, and the supervisor lease table (stores/lease.py).
 
 Version 4 (issue 27): change marks and the snapshot cache (below). Version 5 (issue 32
-item 7): ``jobs.edited`` and the triggers that set it (below).
+item 7): ``jobs.edited`` and the triggers that set it (below). Version 6 (issue 48 item 2):
+the causes each job's history holds, a table of its own (below).
 """
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 
-from dispatch.stores.base import SCHEMA_VERSION, SchemaInvalid, SchemaTooNew
+from dispatch.core.codec import decode_event
+from dispatch.core.events import OutcomeCommitted
+from dispatch.stores.base import (
+    SCHEMA_VERSION,
+    SchemaInvalid,
+    SchemaTooNew,
+    history_causes,
+)
 from dispatch.stores.lease import PG_DDL, SQLITE_DDL
 
 SQLITE_V1 = [
@@ -72,8 +80,8 @@ PG_V1 = [
 # The tables of version 1 (every step needs them) and of the current version.
 SQLITE_TABLES = ("schema", "jobs", "events")
 PG_TABLES = ("dispatch_schema", "dispatch_jobs", "dispatch_events")
-SQLITE_TABLES_NOW = (*SQLITE_TABLES, "leases", "snapshots")
-PG_TABLES_NOW = (*PG_TABLES, "dispatch_leases", "dispatch_snapshots")
+SQLITE_TABLES_NOW = (*SQLITE_TABLES, "leases", "snapshots", "job_causes")
+PG_TABLES_NOW = (*PG_TABLES, "dispatch_leases", "dispatch_snapshots", "dispatch_job_causes")
 
 # Version 2: one successor per job. The statements run after the backfill's column exists.
 SQLITE_V2_COLUMN = "ALTER TABLE jobs ADD COLUMN supersedes TEXT"
@@ -184,6 +192,51 @@ PG_V5 = [
     " FOR EACH STATEMENT EXECUTE FUNCTION dispatch_events_edited()",
     "DELETE FROM dispatch_snapshots",
 ]
+
+
+# Version 6 (issue 48 item 2): the cause kinds each job's committed history holds (a
+# recovery's, a hold's, a release, the outcome's: base.history_causes), one row per (job,
+# kind), written by the append that commits them. ``ls --cause preempted`` finds the jobs
+# that were ever preempted, a recovered success among them, in one indexed lookup rather
+# than a fold of every job. The step fills it from the events already stored
+# (``causes_from_bodies``); a new table, so an older build's reads are unchanged, but an
+# older build's appends would not fill it: the version keeps such a build out.
+SQLITE_V6 = [
+    """CREATE TABLE job_causes (
+        cause  TEXT NOT NULL,  -- a CauseKind value
+        job_id TEXT NOT NULL REFERENCES jobs (job_id),
+        PRIMARY KEY (cause, job_id)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX job_causes_by_job ON job_causes (job_id)",  # prune deletes by job
+]
+PG_V6 = [
+    """CREATE TABLE dispatch_job_causes (
+        cause  text NOT NULL,
+        job_id text NOT NULL REFERENCES dispatch_jobs (job_id),
+        PRIMARY KEY (cause, job_id)
+    )""",
+    "CREATE INDEX dispatch_job_causes_by_job ON dispatch_job_causes (job_id)",
+]
+
+
+def causes_from_bodies(rows: Iterable[tuple[str, object]]) -> list[tuple[str, str]]:
+    """(cause, job id) rows for the causes table, from stored events ``(job_id, body)`` in
+    (job, seq) order: what ``base.history_causes`` gives each job's record. A body that does
+    not decode is left out (its record is refused when it is read, not here)."""
+    found: set[tuple[str, str]] = set()
+    done: set[str] = set()  # jobs whose outcome was seen: what follows is not history
+    for job_id, body in rows:
+        if job_id in done:
+            continue
+        try:
+            event = decode_event(body if isinstance(body, str | bytes) else str(body))
+        except (ValueError, TypeError):
+            continue
+        for kind in history_causes([event]):
+            found.add((kind, job_id))
+        if isinstance(event, OutcomeCommitted) and event.state.terminal:
+            done.add(job_id)
+    return sorted(found)
 
 
 def check_version(where: str, found: object) -> int:

@@ -45,6 +45,7 @@ from dispatch.stores.base import (
     check_successor,
     created_scope,
     match_row,
+    history_causes,
     outcome_of,
     sort_key_us,
 )
@@ -199,6 +200,12 @@ class SQLiteStore(RecordStore):
         if found < 5:
             for stmt in schema.SQLITE_V5:
                 c.execute(stmt)
+        if found < 6:
+            for stmt in schema.SQLITE_V6:
+                c.execute(stmt)
+            c.executemany("INSERT INTO job_causes (cause, job_id) VALUES (?, ?)",
+                          schema.causes_from_bodies(c.execute(
+                              "SELECT job_id, body FROM events ORDER BY job_id, seq")))
         if found < SCHEMA_VERSION:
             c.execute("UPDATE schema SET version = ?", (SCHEMA_VERSION,))
 
@@ -325,6 +332,8 @@ class SQLiteStore(RecordStore):
                 + SQLITE_NEXT_MARK + ", outcome = coalesce(outcome, ?) WHERE job_id = ?",
                 (new_version, int(terminal), outcome_of(events) if terminal else None, job_id),
             )
+            c.executemany("INSERT OR IGNORE INTO job_causes (cause, job_id) VALUES (?, ?)",
+                          [(kind, job_id) for kind in history_causes(events)])
             c.execute("COMMIT")
         return new_version
 
