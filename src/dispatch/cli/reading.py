@@ -41,8 +41,9 @@ STATES = ["live", *(s.value for s in State)]
               help="Only jobs in this state (a finished state implies --all; live: every "
                    "unfinished job), as the HTTP API's state=.")
 @click.option("--cause", type=click.Choice([c.value for c in CauseKind]), default=None,
-              help="Only jobs whose cause is this (the job's own, else the last one it "
-                   "recovered from), as the HTTP API's cause=; implies --all.")
+              help="Only jobs that had this cause: their own, one they recovered from, or "
+                   "any in their committed history (a success after a preemption is found "
+                   "by --cause preempted), as the HTTP API's cause=; implies --all.")
 @click.option("--backend", default=None, help="Only jobs of this backend.")
 @click.option("--since", default=None, metavar="TIME",
               help="Only jobs created at or after TIME: ISO 8601 (UTC unless it says), or an "

@@ -22,7 +22,7 @@ from dispatch.core.model import CauseKind, State
 from dispatch.errors import BadInput
 from dispatch.service.operations import Service
 from dispatch.service.pages import parse_since
-from dispatch.service.rows import answers, list_row_json
+from dispatch.service.rows import answers, had_cause, list_row_json
 from dispatch.service.rows import shown_cause as row_cause
 from dispatch.service.views import JobView, status_json
 from dispatch.stores.base import JobRow, sort_key_us
@@ -170,10 +170,8 @@ def _matches(req: ListRequest, view: JobView, row: JobRow | None = None) -> bool
         return False
     if req.state is not None and s is not None and s.state is not req.state:
         return False
-    if req.cause is not None:
-        cause, _ = row_cause(view)
-        if cause is None or cause.kind is not req.cause:
-            return False
+    if req.cause is not None and not had_cause(view, req.cause):
+        return False
     return req.search is None or answers(
         view, req.search, job_id=row.job_id if row else "", name=row.name if row else "")
 
@@ -192,7 +190,8 @@ def find_jobs(service: Service, req: ListRequest) -> tuple[list[JobView], str | 
     # A finished state is the store's outcome column: filtered in SQL, not by folding.
     outcome = req.state.value if req.state is not None and req.state.terminal else None
     base = JobQuery(terminal=terminal, backend=req.backend, outcome=outcome,
-                    since_us=req.since_us)
+                    since_us=req.since_us,
+                    cause=req.cause.value if req.cause is not None else None)
     if not req.derived:
         order: Order = req.order  # type: ignore[assignment]  # a store column here
         rows = service.store.query_jobs(replace(base, order=order, descending=req.descending,

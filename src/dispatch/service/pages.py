@@ -60,18 +60,15 @@ def parse_since(text: str, now: datetime | None = None, option: str = "--since")
 def shows(view: JobView, state: State | None, live: bool, cause: CauseKind | None) -> bool:
     """Whether a job is in ``ls``'s page: the HTTP API's filters (service/listing.py), with
     their meaning: ``state`` the job's state, ``live`` any unfinished one, ``cause`` the cause
-    the list shows (the job's own, else the last one it recovered from)."""
-    from dispatch.service.rows import shown_cause
+    the list shows or any cause of the job's committed history (``rows.had_cause``)."""
+    from dispatch.service.rows import had_cause
 
     s = view.status
     if state is not None and (s is None or s.state is not state):
         return False
     if live and (s is None or s.state.terminal):
         return False
-    if cause is None:
-        return True
-    shown, _ = shown_cause(view)
-    return shown is not None and shown.kind is cause
+    return cause is None or had_cause(view, cause)
 
 
 def ls_page(service: Service, *, finished: bool, state: State | None = None,
@@ -85,7 +82,8 @@ def ls_page(service: Service, *, finished: bool, state: State | None = None,
     if live:  # ... unless only the unfinished ones are asked for
         finished = False
     query = JobQuery(terminal=None if finished else False, backend=backend, name=name,
-                     since_us=since_us, descending=True, after=before, limit=limit + 1)
+                     since_us=since_us, descending=True, after=before, limit=limit + 1,
+                     cause=cause.value if cause is not None else None)
     if state is not None:
         query = replace(query, terminal=state.terminal,
                         outcome=state.value if state.terminal else None)

@@ -47,8 +47,8 @@ from dispatch.stores.base import (
     check_created,
     check_successor,
     created_scope,
-    match_row,
     history_causes,
+    match_row,
     outcome_of,
     sort_key_us,
 )

@@ -1,9 +1,9 @@
 """The PostgreSQL store's tables: created on first use, migrated step by step to
 SCHEMA_VERSION (1 -> 2: the supersedes column and its unique index; 2 -> 3: scopes and
 leases; 3 -> 4: change marks and snapshots; 4 -> 5: the mark of a job whose events
-were edited in place, and its triggers; 5 -> 6: the causes each job's history holds), inside one transaction under an advisory lock
-so that two processes starting at once never both create or migrate. The statements
-themselves are in stores/schema.py."""
+were edited in place, and its triggers; 5 -> 6: the causes each job's history holds),
+inside one transaction under an advisory lock so that two processes starting at once never
+both create or migrate. The statements themselves are in stores/schema.py."""
 
 from __future__ import annotations
 

@@ -136,6 +136,12 @@ function stateBadge(state, settled) {
   return b;
 }
 
+// "after 2 recoveries: preempted, node-lost": a recovered job reads as one (issue 48).
+function recoveryText(n, kinds) {
+  if (!n) return "";
+  return "after " + n + (n === 1 ? " recovery: " : " recoveries: ") + kinds.join(", ");
+}
+
 function causeBadge(c, recovered) {
   const span = el("span", { class: "cause-badge", title: causeTitle(c) });
   if (!c) { span.textContent = "-"; return span; }
@@ -181,6 +187,7 @@ function jobRow(j) {
   tr.append(st);
   const cause = el("td", { class: "cause" });
   cause.append(causeBadge(j.cause, j.recovered));
+  if (j.recoveries) cause.append(el("span", { class: "recovery" }, " " + recoveryText(j.recoveries, j.recovered_from)));
   tr.append(cause);
   // the application's own error, shortened (the job's page has it whole)
   tr.append(el("td", { class: "app-error-cell", title: j.app_error || "" }, j.app_error || ""));
@@ -322,6 +329,8 @@ function drawStatus(status, created) {
   document.title = jobId + (status.name && status.name !== jobId ? " (" + status.name + ")" : "") + " · dispatch";
   $("detail-state").className = "state " + status.state;
   $("detail-state").textContent = status.state;
+  const kinds = status.recovered_from || [];
+  $("detail-recovery").textContent = recoveryText(kinds.length, [...new Set(kinds)]);
   $("detail-cause").replaceChildren(document.createTextNode("cause: "));
   $("detail-cause").append(causeBadge(status.cause, false));
   if (status.cause && status.cause.detail) $("detail-cause").append(document.createTextNode(" — “" + status.cause.detail + "”"));
