@@ -25,17 +25,23 @@ def job_id(name: str) -> str:
     return "j" + name.replace("-", "")
 
 
+def created_at(name: str) -> datetime:
+    return T0 + timedelta(minutes=NAMES.index(name))
+
+
 def _events(name: str) -> list[Event]:
+    at = created_at(name) + timedelta(seconds=30)
     if name in LIVE:
         return []
     if name in FAILED:
-        return [OutcomeCommitted(seq=2, at=T0, state=State.FAILED,
+        return [OutcomeCommitted(seq=2, at=at, state=State.FAILED,
                                  cause=Cause(kind=CauseKind.NON_ZERO_EXIT, exit_code=1))]
     done: list[Event] = []
     if name in RECOVERED:
-        done.append(RecoveryStarted(seq=2, at=T0, rule=0, action=Action.RESUBMIT,
+        done.append(RecoveryStarted(seq=2, at=at - timedelta(seconds=10), rule=0,
+                                    action=Action.RESUBMIT,
                                     cause=Cause(kind=CauseKind.PREEMPTED)))
-    done.append(OutcomeCommitted(seq=len(done) + 2, at=T0, state=State.SUCCEEDED,
+    done.append(OutcomeCommitted(seq=len(done) + 2, at=at, state=State.SUCCEEDED,
                                  cause=Cause(kind=CauseKind.NONE, exit_code=0)))
     return done
 
@@ -43,10 +49,10 @@ def _events(name: str) -> list[Event]:
 def fill(store: RecordStore) -> None:
     """The fleet, created in NAMES' order (a minute apart)."""
     store.create_many([
-        JobCreated(seq=1, at=T0 + timedelta(minutes=i), job_id=job_id(name),
+        JobCreated(seq=1, at=created_at(name), job_id=job_id(name),
                    spec=JobSpec(name=name, command=("true",), backend="local"),
                    declarations=Declarations(backend="local"))
-        for i, name in enumerate(NAMES)])
+        for name in NAMES])
     for name in NAMES:
         events = _events(name)
         if events:

@@ -81,7 +81,7 @@ def ls_page(service: Service, *, finished: bool, state: State | None = None,
         finished = True
     if live:  # ... unless only the unfinished ones are asked for
         finished = False
-    query = JobQuery(terminal=None if finished else False, backend=backend, name=name,
+    query = JobQuery(terminal=None if finished else False, backend=backend, name_glob=name,
                      since_us=since_us, descending=True, after=before, limit=limit + 1,
                      cause=cause.value if cause is not None else None)
     if state is not None:
@@ -105,3 +105,30 @@ def ls_page(service: Service, *, finished: bool, state: State | None = None,
     chosen, keys = chosen[:limit], keys[:limit]
     older = f"{keys[-1][0]}:{keys[-1][1]}" if more else None
     return Page(jobs=list(reversed(chosen)), older=older)
+
+
+def select_jobs(service: Service, *, finished: bool = False, state: State | None = None,
+                live: bool = False, cause: CauseKind | None = None,
+                backend: str | None = None, name: str | None = None,
+                since_us: int | None = None) -> list[str]:
+    """Every job ``ls`` with these filters would list, on all its pages, oldest first (the
+    Python API's ``dispatch.jobs``): the store filters by what its jobs table holds (finished
+    or not, a finished job's outcome, backend, a name pattern, creation, the causes a
+    history holds); only when a state or a cause is asked are the remaining jobs folded,
+    together (snapshots, no scheduler asked), and kept as ``shows`` says."""
+    if state is not None:
+        finished = finished or state.terminal
+    if cause is not None:
+        finished = True
+    if live:
+        finished = False
+    query = JobQuery(terminal=None if finished else False, backend=backend, name_glob=name,
+                     since_us=since_us, cause=cause.value if cause is not None else None)
+    if state is not None:
+        query = replace(query, terminal=state.terminal,
+                        outcome=state.value if state.terminal else None)
+    ids = [r.job_id for r in service.store.query_jobs(query)]
+    if state is None and cause is None:
+        return ids
+    return [v.job for v in service.views(ids, ask_scheduler=False)
+            if shows(v, state, live, cause)]

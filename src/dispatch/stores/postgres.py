@@ -67,6 +67,7 @@ from dispatch.stores.query import JobQuery, matches_sql, query_sql, stamp_sql
 from dispatch.stores.reading import decode_rows, job_row
 from dispatch.stores.snapshot_sql import Stored, stored_rows
 from dispatch.stores.url import mask_password
+from dispatch.support.name_glob import natural_key
 
 CONNECT_TIMEOUT_S = 10
 IDLE_IN_TXN_TIMEOUT_MS = 2000
@@ -225,9 +226,9 @@ class PostgresStore(RecordStore):
         cur.executemany(
             "INSERT INTO dispatch_jobs"
             " (job_id, name, backend, created_at, created_us, version, supersedes, scope,"
-            " changed) VALUES (%s, %s, %s, %s, %s, 1, %s, %s, " + PG_MARK + ")",
+            " changed, name_key) VALUES (%s, %s, %s, %s, %s, 1, %s, %s, " + PG_MARK + ", %s)",
             [(e.job_id, e.spec.name, e.spec.backend, e.at.isoformat(), sort_key_us(e.at),
-              e.supersedes, created_scope(e)) for e in created],
+              e.supersedes, created_scope(e), natural_key(e.spec.name)) for e in created],
         )
         cur.executemany(
             "INSERT INTO dispatch_events (job_id, seq, body) VALUES (%s, 1, %s)",

@@ -85,5 +85,8 @@ def migrate(conn: psycopg.Connection[Any], where: str, found: int) -> None:
         with conn.cursor() as cur:
             cur.executemany("INSERT INTO dispatch_job_causes (cause, job_id) VALUES (%s, %s)",
                             rows)
+            cur.executemany("UPDATE dispatch_jobs SET name_key = %s WHERE job_id = %s",
+                            schema.name_keys(conn.execute(
+                                "SELECT job_id, name FROM dispatch_jobs").fetchall()))
     if found < SCHEMA_VERSION:
         conn.execute("UPDATE dispatch_schema SET version = %s", (SCHEMA_VERSION,))

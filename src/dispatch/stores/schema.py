@@ -34,6 +34,7 @@ from dispatch.stores.base import (
     history_causes,
 )
 from dispatch.stores.lease import PG_DDL, SQLITE_DDL
+from dispatch.support.name_glob import natural_key
 
 SQLITE_V1 = [
     "CREATE TABLE schema (version INTEGER NOT NULL)",
@@ -200,7 +201,10 @@ PG_V5 = [
 # that were ever preempted, a recovered success among them, in one indexed lookup rather
 # than a fold of every job. The step fills it from the events already stored
 # (``causes_from_bodies``); a new table, so an older build's reads are unchanged, but an
-# older build's appends would not fill it: the version keeps such a build out.
+# older build's appends would not fill it: the version keeps such a build out. And each
+# job's ``name_key`` (support/name_glob.natural_key), written with the row and filled by the
+# step, so that a list ordered by name is in natural order (sweep-9 before sweep-10) and
+# still one indexed range scan a page.
 SQLITE_V6 = [
     """CREATE TABLE job_causes (
         cause  TEXT NOT NULL,  -- a CauseKind value
@@ -208,6 +212,8 @@ SQLITE_V6 = [
         PRIMARY KEY (cause, job_id)
     ) WITHOUT ROWID""",
     "CREATE INDEX job_causes_by_job ON job_causes (job_id)",  # prune deletes by job
+    "ALTER TABLE jobs ADD COLUMN name_key TEXT NOT NULL DEFAULT ''",  # filled by the step
+    "CREATE INDEX jobs_by_name_key ON jobs (name_key, created_us, job_id)",
 ]
 PG_V6 = [
     """CREATE TABLE dispatch_job_causes (
@@ -216,6 +222,8 @@ PG_V6 = [
         PRIMARY KEY (cause, job_id)
     )""",
     "CREATE INDEX dispatch_job_causes_by_job ON dispatch_job_causes (job_id)",
+    "ALTER TABLE dispatch_jobs ADD COLUMN name_key text NOT NULL DEFAULT ''",
+    "CREATE INDEX dispatch_jobs_by_name_key ON dispatch_jobs (name_key, created_us, job_id)",
 ]
 
 
@@ -237,6 +245,11 @@ def causes_from_bodies(rows: Iterable[tuple[str, object]]) -> list[tuple[str, st
         if isinstance(event, OutcomeCommitted) and event.state.terminal:
             done.add(job_id)
     return sorted(found)
+
+
+def name_keys(rows: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(name_key, job id) for each (job id, name): the version-6 step's fill."""
+    return [(natural_key(name), job_id) for job_id, name in rows]
 
 
 def check_version(where: str, found: object) -> int:

@@ -63,6 +63,7 @@ from dispatch.stores.reading import decode_rows, job_row
 from dispatch.stores.snapshot_sql import Stored, stored_rows
 from dispatch.stores.sqlite_file import default_path as default_path  # re-exported
 from dispatch.stores.sqlite_file import prepare_file, words
+from dispatch.support.name_glob import natural_key
 
 BUSY_TIMEOUT_MS = 30_000
 """How long a writer waits for another process's write lock before giving up (StoreError).
@@ -206,6 +207,8 @@ class SQLiteStore(RecordStore):
             c.executemany("INSERT INTO job_causes (cause, job_id) VALUES (?, ?)",
                           schema.causes_from_bodies(c.execute(
                               "SELECT job_id, body FROM events ORDER BY job_id, seq")))
+            c.executemany("UPDATE jobs SET name_key = ? WHERE job_id = ?",
+                          schema.name_keys(c.execute("SELECT job_id, name FROM jobs")))
         if found < SCHEMA_VERSION:
             c.execute("UPDATE schema SET version = ?", (SCHEMA_VERSION,))
 
@@ -216,9 +219,9 @@ class SQLiteStore(RecordStore):
         c.executemany(
             "INSERT INTO jobs"
             " (job_id, name, backend, created_at, created_us, version, supersedes, scope,"
-            " changed) VALUES (?, ?, ?, ?, ?, 1, ?, ?, " + SQLITE_NEXT_MARK + ")",
+            " changed, name_key) VALUES (?, ?, ?, ?, ?, 1, ?, ?, " + SQLITE_NEXT_MARK + ", ?)",
             ((e.job_id, e.spec.name, e.spec.backend, e.at.isoformat(), sort_key_us(e.at),
-              e.supersedes, created_scope(e)) for e in created),
+              e.supersedes, created_scope(e), natural_key(e.spec.name)) for e in created),
         )
         c.executemany(
             "INSERT INTO events (job_id, seq, body) VALUES (?, 1, ?)",

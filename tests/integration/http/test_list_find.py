@@ -37,3 +37,33 @@ def test_cause_finds_what_a_job_recovered_from(service: Service) -> None:
         assert r["recoveries"] == 1 and r["recovered_from"] == ["preempted"]
     plain = page(service, q="sweep-4")
     assert plain and "recoveries" not in plain[0] and "recovered_from" not in plain[0]
+
+
+def test_name_takes_a_pattern_and_the_page_says_how_many_match(service: Service) -> None:
+    body = list_page(service, parse_list_request({"limit": "2", "name": "sweep-1*"},
+                                                 ["local"]))
+    assert [r["name"] for r in body["jobs"]] == ["sweep-12", "sweep-11"]
+    assert body["total"] == 4 and body["next"] is not None  # every page together
+    body = list_page(service, parse_list_request({"limit": "50", "q": "sweep-1"}, ["local"]))
+    assert body["total"] == 4  # a search is counted too
+    assert list_page(service, parse_list_request({"limit": "5"}, ["local"]))["total"] is None
+    # the plain list (GET /api/jobs?name=...&all=1) takes the same pattern
+    assert [v.status.name for v in service.jobs(include_finished=True, name="sweep-?")
+            if v.status is not None] == [f"sweep-{i}" for i in range(1, 10)]
+
+
+def test_names_sort_naturally(service: Service) -> None:
+    """sweep-10 after sweep-9, on a store column's order (keyset pages) and on one the
+    record decides (a search)."""
+    want = ["eval", "sweep", *(f"sweep-{i}" for i in range(1, 13))]
+    pages: list[str] = []
+    after: dict[str, str] = {}
+    while True:
+        body = list_page(service, parse_list_request(
+            {"limit": "4", "order": "name", **after}, ["local"]))
+        pages += [r["name"] for r in body["jobs"]]
+        if body["next"] is None:
+            break
+        after = {"after": body["next"]}
+    assert pages == want
+    assert [r["name"] for r in page(service, order="-name", q="sweep-")] == want[:1:-1]

@@ -215,6 +215,10 @@ function drawList(page) {
   $("older").disabled = !page.next;
   $("newer").disabled = listState.page === 0;
   $("page-info").textContent = "page " + (listState.page + 1);
+  // a search's match count, on every page together (the server counts: issue 48)
+  const counted = page.total !== null && page.total !== undefined;
+  $("match-count").hidden = !counted;
+  if (counted) $("match-count").textContent = page.total === 1 ? "1 match" : page.total + " matches";
   drawHeldCount(page.held_count);
   showProblem([...problems].join("\n"));
 }
