@@ -231,6 +231,9 @@ def test_snapshots_from_before_version_5_are_dropped_by_the_upgrade(
     backdoor.execute("ALTER TABLE jobs DROP COLUMN edited",
                      "ALTER TABLE dispatch_jobs DROP COLUMN edited")
     backdoor.execute("DROP TABLE job_causes", "DROP TABLE dispatch_job_causes")  # version 6
+    backdoor.execute("DROP INDEX jobs_by_name_key", "DROP INDEX dispatch_jobs_by_name_key")
+    backdoor.execute("ALTER TABLE jobs DROP COLUMN name_key",
+                     "ALTER TABLE dispatch_jobs DROP COLUMN name_key")
     backdoor.set_schema_version(4)
     swap(backdoor, "a", 2, 3)
     assert len(backdoor.query("SELECT job_id FROM snapshots",
