@@ -295,17 +295,22 @@ function filtersFromUrl() {
 
 // ---- one job's page -------------------------------------------------------------------------
 
+// A rule's one name, as the API's budget_used and the CLI say it (core/policy.py Rule.name).
+function ruleName(r) {
+  return r.on.join(", ") + " (" + r.action + ")";
+}
+
 function budgetLines(status, created) {
   const rules = (((created || {}).spec || {}).policy || {}).rules || [];
   const used = status.budget_used || {};
   const out = [];
-  rules.forEach((r, i) => {
-    const n = used["rules[" + i + "]"] || 0;
+  rules.forEach((r) => {
+    const n = used[ruleName(r)] || 0; // budget_used is keyed by the rule's name
     if (r.budget === undefined || r.budget === null) {
-      if (n) out.push([r.on.join(", ") + " (" + r.action + ")", n + " used, no budget"]);
+      if (n) out.push([ruleName(r), n + " used, no budget"]);
       return;
     }
-    out.push([r.on.join(", ") + " (" + r.action + ")", n + " of " + r.budget + " used"]);
+    out.push([ruleName(r), n + " of " + r.budget + " used"]);
   });
   return out;
 }
