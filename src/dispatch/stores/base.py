@@ -33,16 +33,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from dispatch.core.codec import DecodeError, decode_event
-from dispatch.core.events import (
-    Event,
-    HoldPlaced,
-    HoldReleased,
-    JobCreated,
-    OutcomeCommitted,
-    RecoveryStarted,
-    Superseded,
-)
-from dispatch.core.model import CauseKind
+from dispatch.core.events import Event, JobCreated, OutcomeCommitted, Superseded
 from dispatch.core.record import check_record
 from dispatch.errors import NotFound, StateConflict, StoreUnusable
 
@@ -51,6 +42,7 @@ from dispatch.errors import NotFound, StateConflict, StoreUnusable
 from dispatch.stores.fence import Fence as Fence
 from dispatch.stores.fence import Fenced as Fenced
 from dispatch.stores.query import JobQuery
+from dispatch.support.name_glob import natural_key
 
 if TYPE_CHECKING:
     from dispatch.core.record import Job
@@ -68,7 +60,7 @@ older one is migrated in place, step by step, under the store's write lock
 a tick that reads only what changed) and the snapshot cache (stores/snapshot.py); 4 -> 5
 ``jobs.edited``, set by the database when a stored event is updated or deleted, so that no
 snapshot outlives an edit of the events under it (stores/schema.py); 5 -> 6 the causes each
-job's history holds (``history_causes``), so a list finds jobs by a cause they recovered
+job's history holds (stores/causes.py), so a list finds jobs by a cause they recovered
 from."""
 
 
@@ -217,23 +209,12 @@ def created_scope(created: JobCreated) -> str:
     return created.scope or created.spec.backend
 
 
-def history_causes(events: Sequence[Event]) -> list[str]:
-    """The cause kinds a batch adds to its job's committed history (core/record.py's
-    transitions: a recovery, a hold, a release, the outcome), sorted, each once. The stores
-    keep them per job at append time (schema version 6), so a list finds the jobs that
-    ever had a cause in one indexed lookup. Events after an outcome are left out, as the
-    fold leaves them out; a hold released twice may leave ``released`` where the fold shows
-    none: the index narrows, the fold decides (service/rows.py ``had_cause``)."""
-    found: set[str] = set()
-    for e in events:
-        if isinstance(e, RecoveryStarted | HoldPlaced):
-            found.add(e.cause.kind.value)
-        elif isinstance(e, HoldReleased):
-            found.add(CauseKind.RELEASED.value)
-        elif isinstance(e, OutcomeCommitted) and e.state.terminal:
-            found.add(e.cause.kind.value)
-            break
-    return sorted(found)
+def created_columns(e: JobCreated) -> tuple[object, ...]:
+    """A new job's row as both stores insert it: job_id, name, backend, created_at,
+    created_us, supersedes, scope, name_key (support/name_glob.natural_key: a name order
+    is natural, schema version 6)."""
+    return (e.job_id, e.spec.name, e.spec.backend, e.at.isoformat(), sort_key_us(e.at),
+            e.supersedes, created_scope(e), natural_key(e.spec.name))
 
 
 def outcome_of(events: Sequence[Event]) -> str | None:

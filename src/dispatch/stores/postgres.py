@@ -27,7 +27,7 @@ from psycopg.conninfo import conninfo_to_dict
 from dispatch.core.codec import encode_event
 from dispatch.core.events import Event, JobCreated, Superseded
 from dispatch.core.record import Job
-from dispatch.stores import schema
+from dispatch.stores import causes, schema
 from dispatch.stores import snapshot_sql as snap
 from dispatch.stores.base import (
     MIN_PREFIX,
@@ -46,11 +46,9 @@ from dispatch.stores.base import (
     check_batch,
     check_created,
     check_successor,
-    created_scope,
-    history_causes,
+    created_columns,
     match_row,
     outcome_of,
-    sort_key_us,
 )
 from dispatch.stores.changes import (
     PG_LOOK_MARK,
@@ -67,7 +65,6 @@ from dispatch.stores.query import JobQuery, matches_sql, query_sql, stamp_sql
 from dispatch.stores.reading import decode_rows, job_row
 from dispatch.stores.snapshot_sql import Stored, stored_rows
 from dispatch.stores.url import mask_password
-from dispatch.support.name_glob import natural_key
 
 CONNECT_TIMEOUT_S = 10
 IDLE_IN_TXN_TIMEOUT_MS = 2000
@@ -227,8 +224,7 @@ class PostgresStore(RecordStore):
             "INSERT INTO dispatch_jobs"
             " (job_id, name, backend, created_at, created_us, version, supersedes, scope,"
             " changed, name_key) VALUES (%s, %s, %s, %s, %s, 1, %s, %s, " + PG_MARK + ", %s)",
-            [(e.job_id, e.spec.name, e.spec.backend, e.at.isoformat(), sort_key_us(e.at),
-              e.supersedes, created_scope(e), natural_key(e.spec.name)) for e in created],
+            [created_columns(e) for e in created],
         )
         cur.executemany(
             "INSERT INTO dispatch_events (job_id, seq, body) VALUES (%s, 1, %s)",
@@ -332,7 +328,6 @@ class PostgresStore(RecordStore):
         # armed, and no standby could take the scope over until it was continued.
         seqs = [e.seq for e in events]
         bodies = [encode_event(e).decode() for e in events]
-        causes = history_causes(events)
 
         def work(cur: Cursor) -> int:
             if fence is not None:
@@ -357,11 +352,8 @@ class PostgresStore(RecordStore):
                 "INSERT INTO dispatch_events (job_id, seq, body)"
                 " SELECT %s, s, b FROM unnest(%s::integer[], %s::text[]) AS t(s, b)",
                 (job_id, seqs, bodies))
-            if causes:  # one statement, as above (no pipeline stopped halfway)
-                cur.execute(
-                    "INSERT INTO dispatch_job_causes (cause, job_id)"
-                    " SELECT c, %s FROM unnest(%s::text[]) AS t(c) ON CONFLICT DO NOTHING",
-                    (job_id, causes))
+            if kinds := causes.history_causes(events):
+                cur.execute(causes.PG_INSERT, (job_id, kinds))
             return new_version
 
         def landed(cur: Cursor) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from dispatch.stores import schema
+from dispatch.stores import causes, schema
 from dispatch.stores.base import SCHEMA_VERSION
 
 SCHEMA_LOCK = 0x6469737061746368  # pg_advisory_xact_lock key ("dispatch"): schema setup only
@@ -80,7 +80,7 @@ def migrate(conn: psycopg.Connection[Any], where: str, found: int) -> None:
     if found < 6:
         for stmt in schema.PG_V6:
             conn.execute(stmt)
-        rows = schema.causes_from_bodies(conn.execute(
+        rows = causes.from_bodies(conn.execute(
             "SELECT job_id, body FROM dispatch_events ORDER BY job_id, seq"))
         with conn.cursor() as cur:
             cur.executemany("INSERT INTO dispatch_job_causes (cause, job_id) VALUES (%s, %s)",

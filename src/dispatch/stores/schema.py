@@ -25,14 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 
-from dispatch.core.codec import decode_event
-from dispatch.core.events import OutcomeCommitted
-from dispatch.stores.base import (
-    SCHEMA_VERSION,
-    SchemaInvalid,
-    SchemaTooNew,
-    history_causes,
-)
+from dispatch.stores.base import SCHEMA_VERSION, SchemaInvalid, SchemaTooNew
 from dispatch.stores.lease import PG_DDL, SQLITE_DDL
 from dispatch.support.name_glob import natural_key
 
@@ -200,7 +193,7 @@ PG_V5 = [
 # kind), written by the append that commits them. ``ls --cause preempted`` finds the jobs
 # that were ever preempted, a recovered success among them, in one indexed lookup rather
 # than a fold of every job. The step fills it from the events already stored
-# (``causes_from_bodies``); a new table, so an older build's reads are unchanged, but an
+# (stores/causes.py ``from_bodies``); a new table, so an older build's reads are unchanged, but an
 # older build's appends would not fill it: the version keeps such a build out. And each
 # job's ``name_key`` (support/name_glob.natural_key), written with the row and filled by the
 # step, so that a list ordered by name is in natural order (sweep-9 before sweep-10) and
@@ -225,26 +218,6 @@ PG_V6 = [
     "ALTER TABLE dispatch_jobs ADD COLUMN name_key text NOT NULL DEFAULT ''",
     "CREATE INDEX dispatch_jobs_by_name_key ON dispatch_jobs (name_key, created_us, job_id)",
 ]
-
-
-def causes_from_bodies(rows: Iterable[tuple[str, object]]) -> list[tuple[str, str]]:
-    """(cause, job id) rows for the causes table, from stored events ``(job_id, body)`` in
-    (job, seq) order: what ``base.history_causes`` gives each job's record. A body that does
-    not decode is left out (its record is refused when it is read, not here)."""
-    found: set[tuple[str, str]] = set()
-    done: set[str] = set()  # jobs whose outcome was seen: what follows is not history
-    for job_id, body in rows:
-        if job_id in done:
-            continue
-        try:
-            event = decode_event(body if isinstance(body, str | bytes) else str(body))
-        except (ValueError, TypeError):
-            continue
-        for kind in history_causes([event]):
-            found.add((kind, job_id))
-        if isinstance(event, OutcomeCommitted) and event.state.terminal:
-            done.add(job_id)
-    return sorted(found)
 
 
 def name_keys(rows: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from dispatch.core.codec import encode_event
 from dispatch.core.events import Event, JobCreated, Superseded
 from dispatch.core.record import Job
-from dispatch.stores import schema
+from dispatch.stores import causes, schema
 from dispatch.stores import snapshot_sql as snap
 from dispatch.stores.base import (
     MIN_PREFIX,
@@ -43,11 +43,9 @@ from dispatch.stores.base import (
     check_batch,
     check_created,
     check_successor,
-    created_scope,
-    history_causes,
+    created_columns,
     match_row,
     outcome_of,
-    sort_key_us,
 )
 from dispatch.stores.changes import (
     SQLITE_NEXT_MARK,
@@ -63,7 +61,6 @@ from dispatch.stores.reading import decode_rows, job_row
 from dispatch.stores.snapshot_sql import Stored, stored_rows
 from dispatch.stores.sqlite_file import default_path as default_path  # re-exported
 from dispatch.stores.sqlite_file import prepare_file, words
-from dispatch.support.name_glob import natural_key
 
 BUSY_TIMEOUT_MS = 30_000
 """How long a writer waits for another process's write lock before giving up (StoreError).
@@ -204,9 +201,8 @@ class SQLiteStore(RecordStore):
         if found < 6:
             for stmt in schema.SQLITE_V6:
                 c.execute(stmt)
-            c.executemany("INSERT INTO job_causes (cause, job_id) VALUES (?, ?)",
-                          schema.causes_from_bodies(c.execute(
-                              "SELECT job_id, body FROM events ORDER BY job_id, seq")))
+            c.executemany(causes.SQLITE_INSERT, causes.from_bodies(c.execute(
+                "SELECT job_id, body FROM events ORDER BY job_id, seq")))
             c.executemany("UPDATE jobs SET name_key = ? WHERE job_id = ?",
                           schema.name_keys(c.execute("SELECT job_id, name FROM jobs")))
         if found < SCHEMA_VERSION:
@@ -220,8 +216,7 @@ class SQLiteStore(RecordStore):
             "INSERT INTO jobs"
             " (job_id, name, backend, created_at, created_us, version, supersedes, scope,"
             " changed, name_key) VALUES (?, ?, ?, ?, ?, 1, ?, ?, " + SQLITE_NEXT_MARK + ", ?)",
-            ((e.job_id, e.spec.name, e.spec.backend, e.at.isoformat(), sort_key_us(e.at),
-              e.supersedes, created_scope(e), natural_key(e.spec.name)) for e in created),
+            [created_columns(e) for e in created],
         )
         c.executemany(
             "INSERT INTO events (job_id, seq, body) VALUES (?, 1, ?)",
@@ -335,8 +330,8 @@ class SQLiteStore(RecordStore):
                 + SQLITE_NEXT_MARK + ", outcome = coalesce(outcome, ?) WHERE job_id = ?",
                 (new_version, int(terminal), outcome_of(events) if terminal else None, job_id),
             )
-            c.executemany("INSERT OR IGNORE INTO job_causes (cause, job_id) VALUES (?, ?)",
-                          [(kind, job_id) for kind in history_causes(events)])
+            c.executemany(causes.SQLITE_INSERT,
+                          [(kind, job_id) for kind in causes.history_causes(events)])
             c.execute("COMMIT")
         return new_version
 

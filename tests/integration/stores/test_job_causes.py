@@ -20,7 +20,8 @@ from dispatch.core.events import (
 from dispatch.core.model import Cause, CauseKind, State
 from dispatch.core.policy import Action, Declarations
 from dispatch.core.spec import JobSpec
-from dispatch.stores.base import SCHEMA_VERSION, RecordStore, history_causes
+from dispatch.stores.base import SCHEMA_VERSION, RecordStore
+from dispatch.stores.causes import history_causes
 from dispatch.stores.query import JobQuery
 from dispatch.stores.select import open_store
 
