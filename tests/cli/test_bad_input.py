@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,6 +45,9 @@ BAD_SPECS: list[tuple[str, bytes, str]] = [
     ("shell.yaml", b'name: x\ncommand: "python train.py"\n', "argv list"),
     ("backend.yaml", b'name: x\ncommand: ["true"]\nbackend: pbs\n', "unknown backend"),
     ("two-lines.yaml", b'name: "a\\nb"\ncommand: ["true"]\n', "one line"),
+    # issue 45: re.match(r"^...$") took a value ending in "\n"; `submit --dry-run` exited 0
+    ("slurm-newline.yaml", b'name: x\nbackend: slurm\ncommand: ["true"]\n'
+                           b'slurm: {partition: "gpu\\n"}\n', "slurm.partition"),
     # Past NAME_MAX or PATH_MAX every filesystem call fails (ENAMETOOLONG): refused first.
     ("long-name.yaml", b'name: x\ncommand: ["true"]\nworkdir: /tmp/' + b"a" * 256 + b"\n",
      "workdir: has a component of 256 bytes"),
@@ -152,3 +157,66 @@ def test_yaml_like_text_is_parsed_or_refused_clearly(text: str) -> None:
         load_yaml_text(text, "<t>")
     except SpecError:
         pass
+
+
+# A job reference or name that is not UTF-8 (issue 45 item 4): argv's byte 0xe9 arrives as
+# U+DCE9 (surrogateescape); the store's query, or a JSON encoder, failed on it with a
+# traceback. Each command that takes a job reference or a name, and ls's and cancel's --name.
+NOT_UTF8 = "caf\udce9"
+REFERENCES: list[list[str]] = [
+    ["status", NOT_UTF8], ["history", NOT_UTF8], ["logs", NOT_UTF8], ["cancel", NOT_UTF8],
+    ["cancel", "--name", NOT_UTF8], ["goodput", NOT_UTF8], ["supersede", NOT_UTF8],
+    ["resubmit", NOT_UTF8], ["give-up", NOT_UTF8], ["ls", "--name", NOT_UTF8],
+    ["segment", "list", NOT_UTF8],
+]
+WITHOUT_JSON: list[list[str]] = [["local", "inject", NOT_UTF8, "preempt"],
+                                 ["segment", "mark", NOT_UTF8, "--reason", "r"],
+                                 ["segment", "clear", NOT_UTF8, "--reason", "r"]]
+
+
+@pytest.mark.parametrize("args", REFERENCES + WITHOUT_JSON,
+                         ids=[" ".join(a[:2]) for a in REFERENCES + WITHOUT_JSON])
+def test_a_reference_that_is_not_utf8_is_a_usage_error(env: dict[str, str],
+                                                       args: list[str]) -> None:
+    as_json = args in REFERENCES
+    result = CliRunner().invoke(main, [*args, "--json"] if as_json else args, env=env)
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)  # not the store's UnicodeEncodeError
+    assert "'caf\\xe9' is not UTF-8 text" in result.stderr
+    if as_json:
+        message = json.loads(result.stdout)["error"]["message"]
+        assert "'caf\\xe9' is not UTF-8 text" in message
+    assert recorded(env) == 0
+
+
+def test_the_real_process_shows_the_bytes_escaped(env: dict[str, str]) -> None:
+    """Through real argv bytes, as a shell passes $'caf\\xe9'."""
+    proc = subprocess.run([sys.executable.encode(), b"-m", b"dispatch.cli", b"status",
+                           b"caf\xe9"], env={**os.environ, **env}, capture_output=True,
+                          timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert b"Traceback" not in proc.stderr
+    assert b"Invalid value for 'JOB': 'caf\\xe9' is not UTF-8 text" in proc.stderr
+
+
+def test_the_python_api_refuses_such_a_reference(env: dict[str, str]) -> None:
+    from dispatch.errors import BadInput
+    from dispatch.service import Service
+
+    with Service.open(env["DISPATCH_STORE"]) as service, pytest.raises(BadInput) as err:
+        service.resolve(NOT_UTF8)
+    assert "'caf\\xe9' is not UTF-8 text" in str(err.value)
+
+
+@pytest.mark.parametrize("section", ['{runtime: t, labels: {team: "a\\n"}}',
+                                     '{runtime: t, namespace: "ns\\n"}',
+                                     '{runtime: "torch\\n"}'])
+def test_a_kubernetes_value_ending_in_a_newline_is_refused_by_dry_run(
+        tmp_path: Path, env: dict[str, str], section: str) -> None:
+    """Issue 45 item 6: re.match(r"^...$") took it ("$" matches before a final newline)."""
+    path = tmp_path / "k.yaml"
+    path.write_text(f'name: x\nbackend: kubeflow\ncommand: ["true"]\nkubeflow: {section}\n')
+    code, out, err = invoke(env, "submit", "--dry-run", str(path), "--json")
+    assert code == 2, (out, err)
+    assert json.loads(out)["error"]["message"].startswith("kubeflow.")
+    assert recorded(env) == 0

@@ -153,3 +153,42 @@ def test_the_lease_book_itself_refuses_an_unbounded_period(tmp_path: Path,
         assert lease is not None
         with pytest.raises(ValueError, match="finite number of seconds"):
             book.renew(lease.fence, period)
+
+
+# Ages (issue 45 item 3): ASCII digits only, at most a century; superscript digits gave a
+# ValueError from int(), 14 digits an OverflowError, 4,300 digits int()'s digit limit, and
+# Arabic-Indic 7 was read as 7.
+BAD_AGES = ["\u00b2d", "\u00b3h", "99999999999999d", "9" * 4400 + "d", "\u0667d",
+            "\uff17d", "36501d", "5215w", "1" + "0" * 20 + "s", "7 d x", "d", ""]
+AGE_OPTIONS = [["ls", "--since"], ["prune", "--before"], ["goodput", "--since"]]
+
+
+@pytest.mark.parametrize("value", BAD_AGES, ids=[v[:20] for v in BAD_AGES])
+@pytest.mark.parametrize("head", AGE_OPTIONS, ids=[" ".join(h) for h in AGE_OPTIONS])
+def test_a_bad_age_is_a_usage_error_naming_the_option(env: dict[str, str], head: list[str],
+                                                      value: str) -> None:
+    result = CliRunner().invoke(main, [*head, value, "--json"], env=env)
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    message = json.loads(result.stdout)["error"]["message"]
+    assert message.startswith(head[-1]), message
+    assert len(message) < 300  # a value of thousands of digits is named, not printed whole
+    _nothing_recorded_or_held(env)
+
+
+@pytest.mark.parametrize("value", ["36500d", "5214w", "90m", " 2h ", "0s"])
+@pytest.mark.parametrize("head", AGE_OPTIONS[:2], ids=[" ".join(h) for h in AGE_OPTIONS[:2]])
+def test_an_age_up_to_a_century_is_read(env: dict[str, str], head: list[str],
+                                        value: str) -> None:
+    result = CliRunner().invoke(main, [*head, value], env=env)
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("value", ["\u00b2d", "99999999999999d", "9" * 4400 + "d"],
+                         ids=["superscript", "14 digits", "4400 digits"])
+def test_the_real_process_refuses_a_bad_age(env: dict[str, str], value: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "dispatch.cli", "prune", "--before", value],
+                          env={**os.environ, **env}, cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and "--before" in proc.stderr

@@ -70,3 +70,16 @@ def test_a_bad_cursor_or_time_is_bad_input(env: dict[str, str]) -> None:
     assert code == 2 and "cursor" in err
     code, _, err = ls(env, "--all", "--since", "yesterday")
     assert code == 2 and "ISO 8601" in err
+
+
+@pytest.mark.parametrize("cursor", ["\u00b2:job01", "\u0667:job01", "9" * 20 + ":job01",
+                                    str(2**63) + ":job01", "9" * 4400 + ":job01"],
+                         ids=["superscript", "arabic-indic", "20 digits", "2**63", "4400"])
+def test_a_crafted_cursor_is_bad_input(env: dict[str, str], cursor: str) -> None:
+    """Before (issue 45): int() refused these with a traceback, or the store refused an
+    integer past 64 bits (OverflowError)."""
+    result = CliRunner().invoke(main, ["ls", "--all", "--before", cursor], env=env)
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert "--before" in result.stderr and "cursor" in result.stderr
+    assert len(result.stderr) < 300

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from dispatch.core.policy import Declarations
 from dispatch.core.spec import BACKENDS, parse_duration
 from dispatch.errors import BackendError
-from dispatch.support.paths import KUBECONFIG, LOCAL_ROOT, env_path
+from dispatch.support.paths import K8S_CONTEXT, KUBECONFIG, LOCAL_ROOT, env_path
 
 if TYPE_CHECKING:  # the protocol's module is loaded by the backends, when one is made
     from dispatch.backends.base import Backend
@@ -56,6 +56,7 @@ def _kubeflow() -> Backend:
     namespace = os.environ.get("DISPATCH_K8S_NAMESPACE")
     return KubeflowBackend(
         kubeconfig=str(kubeconfig) if (kubeconfig := env_path(KUBECONFIG)) else None,
+        context=os.environ.get(K8S_CONTEXT) or None,
         namespaces=[namespace] if namespace else (),
         node_loss_window=_window("DISPATCH_KUBEFLOW_NODE_LOSS_WINDOW", "300s"),
         # restart is native only where the cluster's runtime has a JobSet failurePolicy

@@ -58,6 +58,7 @@ def handle_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         ctx = click.get_current_context()
         debug = bool((ctx.find_root().obj or {}).get("debug"))
+        refuse_undecodable(ctx)
         try:
             check_path_variables()
             return fn(*args, **kwargs)
@@ -67,6 +68,23 @@ def handle_errors(fn: F) -> F:
             fail(e, as_json=bool(kwargs.get("as_json")))
 
     return wrapper  # type: ignore[return-value]
+
+
+def refuse_undecodable(ctx: click.Context) -> None:
+    """A value that is not UTF-8 (a job reference, ``ls --name``, any option: argv's bytes
+    as surrogateescape holds them) is a usage error naming its parameter, the bytes shown
+    escaped, before the command starts: no record, name or id can hold it, and the store or
+    a JSON encoder would fail on it with a traceback (issue 45). A file's path is left to
+    the command (a file name may be any bytes)."""
+    from dispatch.support.utf8 import encodable, escaped
+
+    for param in ctx.command.params:
+        if isinstance(param.type, click.Path) or param.name is None:
+            continue
+        value = ctx.params.get(param.name)
+        for v in value if isinstance(value, tuple | list) else (value,):
+            if isinstance(v, str) and not encodable(v):
+                raise click.BadParameter(f"{escaped(v)} is not UTF-8 text", ctx, param)
 
 
 def fail(e: DispatchError, *, as_json: bool = False) -> None:

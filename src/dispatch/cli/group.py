@@ -39,6 +39,10 @@ class LazyGroup(click.Group):
     shape on stdout (and click's usage text on stderr), exit 2; a closed stdout ends the
     command quietly with exit 141."""
 
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        _check_failpoints()
+        return super().main(*args, **kwargs)
+
     def make_context(self, info_name: str | None, args: list[str],
                      parent: click.Context | None = None, **extra: Any) -> click.Context:
         with _usage_json(list(args)):  # a copy: parsing consumes the list
@@ -117,6 +121,22 @@ def _usage_json(args: list[str]) -> Iterator[None]:
                 message = f"{err.ctx.command_path}: {message}"
             click.echo(json.dumps(error_json(BadInput(message)), indent=2))
         raise
+
+
+def _check_failpoints() -> None:
+    """A mistyped DISPATCH_FAILPOINTS (a test hook, support/failpoints.py, read when that
+    module is imported) is exit 2 naming the known points, before any command or --help
+    imports the module: else the first import (the supervisor's loop, the local backend)
+    raised it as a traceback (issue 45)."""
+    if not os.environ.get("DISPATCH_FAILPOINTS"):
+        return
+    from dispatch.errors import BadInput
+
+    try:
+        import dispatch.support.failpoints  # noqa: F401  (it parses the variable)
+    except BadInput as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(err.exit_code)
 
 
 def _reader_left() -> NoReturn:

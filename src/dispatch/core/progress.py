@@ -104,12 +104,21 @@ def latest(progress: list[Progress]) -> Progress:
 # A spec's log pattern (``progress.checkpoint_pattern``): for a training that cannot write
 # the progress file, a line of its output that matches says a checkpoint became durable.
 # It is an RE2 expression, matched in time linear in the line: a backtracking engine (Python's
-# re) spins for ever on ``^(a+)+$`` against ``aaaa...ab``, and the runner that matches is the
-# one that must obey cancel, stop and the time limit. RE2's program size is bounded too: past
-# a few thousand instructions its DFA gives way to its NFA, about 0.1 s per 4 KiB line at
-# 14,000 (measured: at most ~1 ms per line under this bound).
+# re) spins for ever on ``^(a+)+$`` against ``aaaa...ab``. Linear is not cheap: RE2's work on
+# a line grows with its bytes times the pattern's instructions (an NFA step visits each
+# instruction once), plus a fixed cost a byte when its DFA cache thrashes (a new state a
+# byte: ``a[ab]{16}c`` on random a/b lines, 22 instructions, ~2.7 ms a 4 KiB line), and
+# capture groups are copied on every step of its NFA. So the bound is on the cost, not only
+# the size: a line is matched only up to MATCH_COST / (instructions + BYTE_COST) bytes,
+# and the groups are few. Measured (CPU time, loaded 2-core machine) on the worst patterns
+# found: at most ~6 ms a line within these bounds (~11 ms for the first, while RE2 fills its
+# cache); ``(?:a?){600}a{600}``, within the old bound of 2000 instructions alone, took 75 ms
+# a 4 KiB line.
 MOST_PATTERN_CHARS = 500
-MOST_PATTERN_PROGRAM = 2000
+MOST_PATTERN_PROGRAM = 512
+MOST_PATTERN_GROUPS = 16
+BYTE_COST = 64  # RE2's fixed cost a byte, in instructions (a DFA state built a byte)
+MATCH_COST = 1 << 19  # bytes x (instructions + BYTE_COST) matched in one line, at most
 STEP_GROUP = "step"
 
 
@@ -128,18 +137,27 @@ def _re2_options() -> Any:
     return options
 
 
+def most_matched_line_bytes(instructions: int) -> int:
+    """The longest line a pattern of ``instructions`` RE2 instructions is matched against:
+    MOST_LINE_BYTES up to 64 instructions, fewer past that (the cost bound)."""
+    return min(MOST_LINE_BYTES, MATCH_COST // (instructions + BYTE_COST))
+
+
 class CheckpointPattern:
-    """A compiled checkpoint pattern: the RE2 program, and the number of its ``step`` group
-    (None without one), asked once: RE2's wrapper builds its group table on every ask."""
+    """A compiled checkpoint pattern: the RE2 program, the number of its ``step`` group
+    (None without one), asked once: RE2's wrapper builds its group table on every ask, and
+    the longest line it is matched against."""
 
     def __init__(self, regex: Any) -> None:
         self.regex = regex
         self.step_group: int | None = regex.groupindex.get(STEP_GROUP)
+        self.most_line_bytes = most_matched_line_bytes(regex.programsize)
 
 
 def compile_pattern(text: str) -> CheckpointPattern:
     """The RE2 program of a checkpoint pattern; ValueError (RE2's words) when RE2 cannot
-    compile it or it is over the program bound. Bounded by MOST_PATTERN_CHARS first."""
+    compile it or it is over the program or group bounds. Bounded by MOST_PATTERN_CHARS
+    first."""
     import re2  # here: a status read parses no pattern, and RE2 costs its start-up
 
     if len(text) > MOST_PATTERN_CHARS:
@@ -156,7 +174,12 @@ def compile_pattern(text: str) -> CheckpointPattern:
                          "backreferences nor lookaround)") from None
     if compiled.programsize > MOST_PATTERN_PROGRAM:
         raise ValueError(f"compiles to {compiled.programsize} RE2 instructions, more than "
-                         f"{MOST_PATTERN_PROGRAM} (matching every line would cost too much)")
+                         f"{MOST_PATTERN_PROGRAM} (matching every line would cost too much: "
+                         "RE2's work on a line grows with its bytes times the instructions)")
+    if compiled.groups > MOST_PATTERN_GROUPS:
+        raise ValueError(f"has {compiled.groups} capturing groups, more than "
+                         f"{MOST_PATTERN_GROUPS} (RE2 copies them all on every step of a "
+                         "line; (?:...) groups without capturing)")
     return CheckpointPattern(compiled)
 
 

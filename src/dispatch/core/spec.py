@@ -52,7 +52,9 @@ NAME_MAX = 255
 PATH_MAX = 4096
 
 # A portable environment variable name (POSIX): what env_from_host may name.
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Each for fullmatch: "^...$" with match takes a value ending in "\n" ("$" matches before a
+# final newline).
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # C0 controls, DEL and C1 controls: a terminal acts on them (ESC starts a sequence that can
 # retitle or clear the terminal, CR forges a line), so a name may not hold one.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -61,8 +63,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 # ASCII digits only: \d and int() take any Unicode digit ("٧d" would be a week).
-_DURATION = re.compile(r"^\s*([0-9]+)\s*(s|m|h|d)?\s*$", re.ASCII)
-_SIZE = re.compile(r"^\s*([0-9]+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE | re.ASCII)
+_DURATION = re.compile(r"\s*([0-9]+)\s*(s|m|h|d)?\s*", re.ASCII)
+_SIZE = re.compile(r"\s*([0-9]+)\s*([KMGT]i?B?|B)?\s*", re.IGNORECASE | re.ASCII)
 
 
 def parse_duration(text: str | int) -> int:
@@ -72,7 +74,7 @@ def parse_duration(text: str | int) -> int:
     if isinstance(text, int):
         value = text
     else:
-        m = _DURATION.match(str(text))
+        m = _DURATION.fullmatch(str(text))
         if not m or len(m.group(1)) > MAX_DIGITS:
             raise ValueError(f"not a duration: {text!r} (use e.g. 90s, 10m, 2h)")
         value = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2) or "s"]
@@ -90,7 +92,7 @@ def parse_size(text: str | int) -> int:
     if isinstance(text, int):
         value = text
     else:
-        m = _SIZE.match(str(text))
+        m = _SIZE.fullmatch(str(text))
         if not m or len(m.group(1)) > MAX_DIGITS:
             raise ValueError(f"not a size: {text!r} (use e.g. 512M, 2G)")
         unit = (m.group(2) or "B").upper()[:1]
@@ -430,7 +432,7 @@ def _env_from_host_problems(spec: JobSpec) -> list[tuple[str, str]]:
     seen: set[str] = set()
     for i, name in enumerate(spec.env_from_host):
         where = f"env_from_host[{i}]"
-        if not _ENV_NAME.match(name):
+        if not _ENV_NAME.fullmatch(name):
             found.append((where, f"{name!r} is not an environment variable name (letters, "
                                  "digits and _, not starting with a digit)"))
         if name in seen:

@@ -44,6 +44,8 @@ import cloudpickle
 
 from dispatch.errors import BadInput, DamagedFile, DispatchError, NotFound
 from dispatch.support.files import read_at_most, write_atomic
+from dispatch.support.trusted_folders import FIX, Untrusted
+from dispatch.support.trusted_folders import check_folder as check_folder_rule
 
 # A call (the function, its arguments and what it closes over) and a result travel through a
 # shared folder: past these sizes a data set was captured by mistake (pass a path instead).
@@ -237,26 +239,15 @@ def check_folder(path: Path) -> None:
 
 def check_executor_folder(path: Path) -> None:
     """Refuse an executor's folder (where the call folders go) that is not a directory, that
-    another user owns (root excepted), or that everybody can write without the sticky bit
-    (anybody could move a call folder away and put another in its place). A link is
-    followed, and must be ours (or root's) too. Nothing is refused when it does not exist
-    yet (``make_folder`` creates it as ours)."""
+    another user owns (root excepted), or that others can write without the sticky bit
+    (anybody could move a call folder away and put another in its place): the rule of
+    dispatch.support.trusted_folders. A link is followed, and must be ours (or root's) too.
+    Nothing is refused when it does not exist yet (``make_folder`` creates it as ours)."""
     try:
-        link = os.lstat(path)
-        st = os.stat(path)
-    except FileNotFoundError:
-        return
-    for what, s in (("a link", link), ("a folder", st)):
-        if s.st_uid not in (0, os.getuid()):
-            raise UnsafeFolder(f"executor folder {path} is {what} owned by another user (uid "
-                               f"{s.st_uid}): its call folders could be taken over; use a "
-                               "folder of your own")
-    if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeFolder(f"executor folder {path} is not a directory")
-    if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
-        raise UnsafeFolder(f"executor folder {path} can be written by everybody and is not "
-                           f"sticky (mode {stat.S_IMODE(st.st_mode):o}); use a folder of "
-                           "your own")
+        check_folder_rule(path)
+    except Untrusted as err:
+        raise UnsafeFolder(f"executor folder {path} {err.problem}: its call folders could be "
+                           f"taken over; {FIX}") from None
 
 
 def write_file(path: Path, data: bytes) -> None:

@@ -20,6 +20,7 @@ recorded, so a function that cannot be pickled fails at ``submit``.
 from __future__ import annotations
 
 import copy
+import math
 import os
 import re
 import secrets
@@ -31,7 +32,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from dispatch.api import BadArgument, Store, _store_url
 from dispatch.api import submit as submit_spec
-from dispatch.core.spec import JobSpec, parse_spec
+from dispatch.core.spec import MAX_NODES, JobSpec, parse_spec
 from dispatch.core.suggest import did_you_mean
 from dispatch.errors import BadInput, StateConflict
 from dispatch.fn.calls import (
@@ -149,6 +150,10 @@ class Executor:
                                    "function (torchrun, multiprocessing) or use more nodes")
             else:
                 _set(fields, key, value)
+        nodes = fields.get("nodes", 1)
+        if tasks > 1 and isinstance(nodes, int) and nodes * tasks > MAX_NODES:
+            raise BadArgument("tasks_per_node", f"at most {MAX_NODES // nodes} with {nodes} "
+                              f"node(s) (a job runs at most {MAX_NODES} processes)", tasks)
         self._check(fields)
         self._fields = fields
         self._array_parallelism = parallelism
@@ -303,8 +308,9 @@ def _set(fields: dict[str, Any], key: str, value: Any) -> None:
     elif key == "timeout_min":
         fields["time_limit"] = _whole(key, value) * 60
     elif key == "mem_gb":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise BadArgument(key, "a positive number of GiB", value)
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0
+                or not math.isfinite(value)):
+            raise BadArgument(key, "a positive, finite number of GiB", value)
         fields["memory"] = int(value * 1024**3)
     elif key == "slurm_additional_parameters":
         if not isinstance(value, dict):

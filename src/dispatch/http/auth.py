@@ -15,17 +15,16 @@ not JSON (http/guard.py).
 
 from __future__ import annotations
 
-import errno
 import hmac
 import ipaddress
 import os
 import secrets
-import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dispatch.errors import BadInput
+from dispatch.support.trusted_files import open_trusted
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 MIN_TOKEN = 16
@@ -177,23 +176,15 @@ def write_secret_file(path: Path, text: str) -> None:
 
 
 def _read_token_file(p: Path) -> bytes:
-    """The bytes of a token file that is ours, a regular file and private. Opened with
-    O_NONBLOCK so that a FIFO cannot hang the start, then checked on the open descriptor."""
+    """The bytes of a token file that is ours, a regular file and private, in a directory
+    nobody else can write (``open_trusted``): opened O_NONBLOCK so that a FIFO cannot hang
+    the start, checked on the open descriptor."""
     try:
-        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = open_trusted(p, "token file", follow_links=False, private=True,
+                          error=TokenFileError)
     except OSError as err:
-        why = "a symbolic link" if err.errno == errno.ELOOP else err.strerror
-        raise TokenFileError(f"token file {p}: cannot open: {why}") from None
+        raise TokenFileError(f"token file {p}: cannot open: {err.strerror}") from None
     with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise TokenFileError(f"token file {p}: not a regular file")
-        if st.st_uid != os.getuid():
-            raise TokenFileError(f"token file {p}: owned by uid {st.st_uid}, not by this "
-                                 f"user (uid {os.getuid()})")
-        if st.st_mode & 0o077:
-            raise TokenFileError(f"token file {p}: readable by group or others "
-                                 f"(mode {stat.S_IMODE(st.st_mode):o}); chmod 600 it")
         os.set_blocking(fh.fileno(), True)
         return fh.read()
 

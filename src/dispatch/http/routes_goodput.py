@@ -8,8 +8,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from dispatch.errors import BadInput
 from dispatch.http.endpoints import Server, handle
+from dispatch.service.listing import whole_number
 
 
 def goodput_routes(server: Server) -> list[Route]:
@@ -20,10 +20,7 @@ def goodput_routes(server: Server) -> list[Route]:
         from dispatch.core.goodput import fleet
         from dispatch.service.goodput import badput_by_day, fleet_times, split_json
 
-        raw = request.query_params.get("days", "14")
-        if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= 90:
-            raise BadInput(f"days: {raw!r} must be a whole number from 1 to 90")
-        days = int(raw)
+        days = whole_number("days", request.query_params.get("days", "14"), 1, 90)
         with server.service() as service:
             now = service.clock()
             found, errors = fleet_times(service.store, now)

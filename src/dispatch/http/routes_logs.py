@@ -7,9 +7,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from dispatch.core.spec import SpecError
 from dispatch.http.endpoints import Server, error_of, flag, handle
 from dispatch.http.follow import LogStreamResponse
+from dispatch.service.listing import whole_number
 from dispatch.service.logs import Follow
 
 
@@ -18,17 +18,13 @@ def log_routes(server: Server) -> list[Route]:
     def job_logs(request: Request) -> Response:
         """The job's output as text, streamed in pieces (never held whole: a log of any size
         takes a few MiB here); ``tail=N``: the last N lines of each stream only."""
-        def _count(name: str) -> int | None:
+        def _count(name: str, least: int) -> int | None:
             raw = request.query_params.get(name)
-            if raw is None:
-                return None
-            if not raw.isascii() or not raw.isdigit():
-                raise SpecError(name, "", f"not a whole number: {raw!r}")
-            return int(raw)
+            return None if raw is None else whole_number(name, raw, least)
 
         follow = flag(request, "follow")
-        submission = _count("submission")
-        tail = _count("tail")
+        submission = _count("submission", 1)
+        tail = _count("tail", 0)
         with server.service() as service:
             job_id = service.resolve(request.path_params["job"])
         # Read look by look on the event loop (http/follow.py): a stream waiting for its

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -12,18 +11,15 @@ from dispatch.core.goodput import ZERO, By, JobTime, Phase, Split, fleet, job_ti
 from dispatch.errors import BadInput, DispatchError
 from dispatch.stores.base import RecordStore
 from dispatch.stores.reading import fold_with_records
-
-# ASCII only: \d and int() take any Unicode digit (٧d would be a week).
-_SPAN = re.compile(r"^\s*([0-9]{1,6})\s*([smhdw])\s*$", re.ASCII)
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+from dispatch.support.durations import age_seconds, quoted
 
 
 def span_of(text: str, what: str = "--since") -> timedelta:
     """'7d', '12h', '30m', '90s', '2w' as a timedelta; BadInput naming ``what`` otherwise."""
-    m = _SPAN.match(text)
-    if m is None or int(m.group(1)) == 0:
-        raise BadInput(f"{what}: {text!r} is not a span such as 7d, 12h, 30m, 90s or 2w")
-    return timedelta(seconds=int(m.group(1)) * _UNIT[m.group(2)])
+    seconds = age_seconds(text, what)
+    if not seconds:  # not an age, or 0
+        raise BadInput(f"{what} {quoted(text)}: not a span such as 7d, 12h, 30m, 90s or 2w")
+    return timedelta(seconds=seconds)
 
 
 def job_times(store: RecordStore, job_ids: Sequence[str], now: datetime

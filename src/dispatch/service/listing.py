@@ -27,6 +27,7 @@ from dispatch.service.rows import shown_cause as row_cause
 from dispatch.service.views import JobView, status_json
 from dispatch.stores.base import JobRow, sort_key_us
 from dispatch.stores.query import ORDERS, JobQuery, Key, Order
+from dispatch.support.durations import quoted
 from dispatch.support.name_glob import natural_key
 
 Column = Literal["created", "name", "backend", "job", "state", "cause", "submissions"]
@@ -69,6 +70,30 @@ class ListRequest:
                 or self.order not in ORDERS)
 
 
+# The largest whole number a parameter takes: what a store's 64-bit integer holds (int()
+# refuses 4,300 digits with a traceback, a store any integer past 2**63).
+MOST = 2**63 - 1
+
+
+def whole_number(name: str, raw: str, least: int, most: int = MOST) -> int:
+    """Query parameter ``name`` as a whole number from ``least`` to ``most``; BadParameter
+    naming it otherwise (ASCII digits only: int() reads any Unicode digit)."""
+    if (not raw.isascii() or not raw.isdigit() or len(raw.lstrip("0")) > len(str(most))
+            or not least <= int(raw) <= most):
+        span = f"from {least} to {most}" if most < MOST else f"of at least {least}"
+        raise BadParameter(name, f"{quoted(raw)} is not a whole number {span}")
+    return int(raw)
+
+
+# The key of each order, as _store_key and _derived_key make it: (its column's value,)
+# creation µs, job id. A cursor is read against it, so a crafted one (another shape, mixed
+# types, an integer no store holds) is refused here, not by the store or by sorted().
+_KEY_TYPES: dict[Column, tuple[type, ...]] = {
+    "created": (int, str), "name": (str, int, str), "backend": (str, int, str),
+    "job": (str, int, str), "state": (str, int, str), "cause": (str, int, str),
+    "submissions": (int, int, str)}
+
+
 def encode_cursor(order: Column, descending: bool, key: Key) -> str:
     raw = json.dumps([order, descending, *key], separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
@@ -78,14 +103,29 @@ def decode_cursor(text: str, order: Column, descending: bool) -> Key:
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
         doc = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: [[[[... nested past the stack
         raise BadParameter("after", "not a cursor this server gave (use the 'next' of the "
                            "previous page)") from None
-    if (not isinstance(doc, list) or len(doc) < 3 or doc[0] != order or doc[1] != descending
-            or not all(isinstance(v, str | int) and not isinstance(v, bool) for v in doc[2:])):
+    if not isinstance(doc, list) or len(doc) < 2 or doc[0] != order or doc[1] != descending:
         raise BadParameter("after", "not a cursor of this order (a cursor belongs to the "
                            "order and direction of the page that gave it)")
-    return tuple(doc[2:])
+    key = doc[2:]
+    if not (len(key) == len(_KEY_TYPES[order])
+            and all(type(v) is t for v, t in zip(key, _KEY_TYPES[order], strict=True))
+            and all(0 <= v <= MOST for v in key if isinstance(v, int))
+            and all(_encodable(v) for v in key if isinstance(v, str))):
+        raise BadParameter("after", "not a cursor this server gave (use the 'next' of the "
+                           "previous page)")
+    return tuple(key)
+
+
+def _encodable(text: str) -> bool:
+    """Whether UTF-8 can write ``text`` (JSON's \\udce9 is a lone surrogate it cannot)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def parse_list_request(params: dict[str, str], backends: Sequence[str]) -> ListRequest:
@@ -99,14 +139,7 @@ def parse_list_request(params: dict[str, str], backends: Sequence[str]) -> ListR
                                f"{', '.join(COLUMNS)} (a leading '-' for descending)")
         req = replace(req, order=column, descending=raw.startswith("-"))
     if "limit" in params:
-        try:
-            limit = int(params["limit"])
-        except ValueError:
-            limit = 0
-        if not 1 <= limit <= MAX_LIMIT:
-            raise BadParameter("limit", f"{params['limit']!r} is not a number from 1 to "
-                               f"{MAX_LIMIT}")
-        req = replace(req, limit=limit)
+        req = replace(req, limit=whole_number("limit", params["limit"], 1, MAX_LIMIT))
     state = params.get("state")
     if state == "live":
         req = replace(req, live_only=True)
@@ -130,9 +163,9 @@ def parse_list_request(params: dict[str, str], backends: Sequence[str]) -> ListR
                                f"{', '.join(backends)}")
         req = replace(req, backend=backend)
     if "name" in params:
-        if not params["name"]:
-            raise BadParameter("name", "empty: a name, or a shell-style pattern such as "
-                               "'sweep-*'")
+        if not params["name"] or not _encodable(params["name"]):
+            raise BadParameter("name", f"{quoted(params['name'])}: a name, or a shell-style "
+                               "pattern such as 'sweep-*'")
         req = replace(req, name=params["name"])
     search = params.get("q", "").strip()
     if len(search) > 200:
@@ -143,8 +176,8 @@ def parse_list_request(params: dict[str, str], backends: Sequence[str]) -> ListR
         try:
             req = replace(req, since_us=parse_since(params["since"]))
         except BadInput:
-            raise BadParameter("since", f"{params['since']!r} is not an ISO 8601 date or "
-                               "time (e.g. 2026-12-01 or 2026-12-01T08:00)") from None
+            raise BadParameter("since", f"{quoted(params['since'])} is not an ISO 8601 date "
+                               "or time (e.g. 2026-12-01 or 2026-12-01T08:00)") from None
     if "after" in params:
         req = replace(req, after=decode_cursor(params["after"], req.order, req.descending))
     return req

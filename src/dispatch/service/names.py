@@ -14,10 +14,15 @@ from dispatch.support.name_glob import is_glob
 
 
 def check_pattern(pattern: str, option: str = "--name") -> str:
-    """The pattern, or BadInput naming the option when it cannot be one (empty)."""
+    """The pattern, or BadInput naming the option when it cannot be one (empty, or not
+    UTF-8 text: no name holds it, and a store cannot be asked for it)."""
+    from dispatch.support.utf8 import encodable, escaped
+
     if not pattern:
         raise BadInput(f"{option} '': an empty pattern matches no name (a name, or a "
                        "shell-style pattern such as 'sweep-*')")
+    if not encodable(pattern):
+        raise BadInput(f"{option} {escaped(pattern)}: not UTF-8 text")
     return pattern
 
 

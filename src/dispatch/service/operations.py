@@ -22,7 +22,7 @@ from dispatch.core.policy import Plan
 from dispatch.core.record import Job, fold
 from dispatch.core.spec import JobSpec, SpecError, check_spec
 from dispatch.core.status import project
-from dispatch.errors import NotFound
+from dispatch.errors import BadInput, NotFound
 from dispatch.service import requests
 from dispatch.service.views import (
     SCHEDULER_NOT_ASKED,
@@ -135,7 +135,10 @@ class Service:
         or a unique id prefix (service/resolve.py). ``NotFound`` when none, or when
         unrelated jobs share the name (``AmbiguousName``, listing them)."""
         from dispatch.service.resolve import LISTED, choose
+        from dispatch.support.utf8 import encodable, escaped
 
+        if not encodable(job):  # argv's non-UTF-8 bytes: no id or name holds them
+            raise BadInput(f"job reference {escaped(job)} is not UTF-8 text")
         return choose(job, self.store.matches(job, LISTED + 1), self._describe,
                       lambda: (r.name for r in self.store.list_jobs()))
 

@@ -18,6 +18,7 @@ from dispatch.service.operations import Service
 from dispatch.service.views import JobView
 from dispatch.stores.base import sort_key_us
 from dispatch.stores.query import JobQuery
+from dispatch.support.durations import age_seconds, quoted
 
 DEFAULT_LIMIT = 100
 
@@ -33,27 +34,31 @@ class Page:
 def parse_cursor(text: str) -> tuple[int, str]:
     """``--before``'s cursor (``<created µs>:<job id>``, as the previous page printed)."""
     us, sep, job_id = text.partition(":")
-    if not sep or not job_id or not us.isdigit():
-        raise BadInput(f"--before {text!r}: not a cursor that ls printed "
+    # ASCII digits, and no more than a store's 64-bit integer holds (int() refuses other
+    # digits or 4,300 of them with a traceback, the store an integer past 2**63).
+    if (not sep or not job_id or not us.isascii() or not us.isdigit() or len(us) > 19
+            or int(us) >= 2**63):
+        raise BadInput(f"--before {quoted(text)}: not a cursor that ls printed "
                        "(it looks like 1767225600000000:a1b2c3)")
     return int(us), job_id
-
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def parse_since(text: str, now: datetime | None = None, option: str = "--since") -> int:
     """``--since`` (and ``prune --before``): an ISO 8601 date or time (UTC unless it names
     its zone), or an age before ``now``: a whole number and a unit, ``90m``, ``2h``, ``30d``,
     ``1w``."""
-    age = text.strip()
-    if now is not None and age[:-1].isdigit() and age[-1:] in _UNITS:
-        return sort_key_us(now - timedelta(seconds=int(age[:-1]) * _UNITS[age[-1]]))
+    if now is not None:
+        age = age_seconds(text, option)
+        if age is not None:
+            return sort_key_us(now - timedelta(seconds=age))
     try:
-        at = datetime.fromisoformat(text)
+        # ASCII only: a date in other digits is not one ISO 8601 writes.
+        at = datetime.fromisoformat(text) if text.isascii() else None
     except ValueError:
-        raise BadInput(f"{option} {text!r}: not an ISO 8601 date or time (e.g. 2026-12-01 "
-                       "or 2026-12-01T08:00) nor an age (e.g. 90m, 2h, 30d, 1w)") from None
+        at = None
+    if at is None:
+        raise BadInput(f"{option} {quoted(text)}: not an ISO 8601 date or time (e.g. "
+                       "2026-12-01 or 2026-12-01T08:00) nor an age (e.g. 90m, 2h, 30d, 1w)")
     return sort_key_us(at if at.tzinfo else at.replace(tzinfo=UTC))
 
 

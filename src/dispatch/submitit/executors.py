@@ -7,10 +7,16 @@ policy (preempted: resubmit; time-limit: resubmit at most ``slurm_max_num_timeou
 for a checkpointable callable), and a callable with a ``checkpoint`` method is asked for its
 checkpoint on a stop (helpers.Resumable). Escalations and the supervisor's other log lines go
 to ``<folder>/dispatch.log``, not to the terminal.
+
+The folder is checked when the executor is made: a name no file system takes, or a place no
+folder can be made, is a ``BadFolder`` (a ``ValueError``); a base folder (or ``.calls``) that
+another user owns, or that others can write without the sticky bit, is an ``UnsafeFolder``
+(dispatch.support.trusted_folders); the log is opened in it without following a link.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import shutil
@@ -21,18 +27,27 @@ from typing import Any, TypeVar
 
 from dispatch.errors import BadInput, StateConflict
 from dispatch.fn.bootstrap import RESULTS_VAR
+from dispatch.fn.calls import UnsafeFolder
 from dispatch.fn.executor import Executor as FunctionExecutor
 from dispatch.submitit.core.utils import DelayedSubmission
-from dispatch.submitit.folders import FolderPatternError, base_folder, calls_folder
+from dispatch.submitit.folders import (
+    BadFolder,
+    FolderPatternError,
+    base_folder,
+    calls_folder,
+    check_name,
+)
 from dispatch.submitit.helpers import _hook, resumable
 from dispatch.submitit.job import DebugJob, Job
 from dispatch.submitit.parameters import (
     CLUSTERS,
+    BadParameterValue,
     check_names,
     dispatch_parameters,
     for_cluster,
     recovery_policy,
 )
+from dispatch.support.trusted_folders import FIX, Untrusted, make_folders, open_appending
 
 R = TypeVar("R")
 CLUSTER_VAR = "DISPATCH_SUBMITIT_CLUSTER"  # AutoExecutor's choice when cluster=None
@@ -52,14 +67,38 @@ def which() -> str:
 
 def log_to_folder(folder: Path) -> None:
     """dispatch's log lines (an ESCALATION, a supervisor's warning) into
-    ``<folder>/dispatch.log`` instead of the terminal (Python's last-resort handler)."""
+    ``<folder>/dispatch.log`` instead of the terminal (Python's last-resort handler). The
+    folder must pass the folder rule; the file is opened in it without following a link and
+    must be a file of ours (0600 when made)."""
     if folder in _LOGGED:
         return
-    folder.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(folder / LOG_NAME, encoding="utf-8")
+    stream = os.fdopen(open_appending(folder, LOG_NAME), "a", encoding="utf-8")
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     logging.getLogger("dispatch").addHandler(handler)
     _LOGGED.add(folder)
+
+
+def usable_folder(folder: object) -> Path:
+    """The executor's ``folder``, absolute, with its base folder (and ``.calls`` under it)
+    made and checked and its log opened: ``BadFolder`` (a ``ValueError``) for a folder that
+    cannot be made, ``UnsafeFolder`` for one another user could change under dispatch."""
+    if not isinstance(folder, (str, os.PathLike)) or not os.fspath(folder):
+        raise BadFolder(f"folder={folder!r}: expected a directory path (str or os.PathLike)")
+    path = Path(os.fspath(folder)).absolute()
+    check_name(path)
+    base = base_folder(path)
+    try:
+        if not base.is_dir():
+            base.mkdir(parents=True, exist_ok=True)
+        log_to_folder(base)
+        make_folders(base, calls_folder(path))
+    except Untrusted as err:
+        raise UnsafeFolder(f"folder={str(folder)!r}: {err.path} {err.problem}: {FIX}") from None
+    except OSError as err:
+        raise BadFolder(f"folder={str(folder)!r}: cannot use {err.filename or base}: "
+                        f"{err.strerror or err}") from None
+    return path
 
 
 class Executor:
@@ -76,15 +115,13 @@ class Executor:
         max_num_timeout: int = DEFAULT_MAX_NUM_TIMEOUT,
     ) -> None:
         self.cluster = cluster
-        self.folder = Path(os.fspath(folder)).absolute()
-        base = base_folder(self.folder)
+        self.folder = usable_folder(folder)
         self._functions = FunctionExecutor(calls_folder(self.folder), backend=cluster)
         self._functions.update_parameters(env={RESULTS_VAR: "every"})
         self.max_num_timeout = max_num_timeout
         self.parameters: dict[str, Any] = {}
         self._in_batch = False
         self._batched: list[Job[Any]] = []
-        log_to_folder(base)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(folder={str(self.folder)!r}, cluster={self.cluster!r})"
@@ -106,10 +143,38 @@ class Executor:
             )
         check_names(named)
         mine = for_cluster(named, self.cluster)
+        mapped = dispatch_parameters(mine, self.cluster)
+        try:
+            self._functions.update_parameters(**mapped)
+        except BadInput as err:
+            raise self._culprit(mine, err) from None
         if "max_num_timeout" in mine:
             self.max_num_timeout = int(mine["max_num_timeout"])
-        self._functions.update_parameters(**dispatch_parameters(mine, self.cluster))
         self.parameters.update(named)
+
+    def _culprit(self, mine: dict[str, Any], err: BadInput) -> BadInput:
+        """``err`` (a value the dispatch Executor refused, in its own names) as a
+        ``BadParameterValue`` naming the submitit parameter it came from: the first one
+        refused alone, else all of them (refused together, as nodes with tasks_per_node).
+        Nothing is changed."""
+        if isinstance(err, BadParameterValue):
+            return err
+        named = list(mine)
+        for key in mine:
+            trial = copy.deepcopy(self._functions)
+            try:
+                trial.update_parameters(**dispatch_parameters({key: mine[key]}, self.cluster))
+            except BadInput:
+                named = [key]
+                break
+        shown = ", ".join(f"{self._name_of(k)}={mine[k]!r}" for k in named)
+        return BadParameterValue(f"{shown}: {err}")
+
+    def _name_of(self, key: str) -> str:
+        """A cluster's parameter as the user gave it (``slurm_partition``)."""
+        from dispatch.submitit.parameters import GENERIC
+
+        return key if key in GENERIC else f"{self.cluster}_{key}"
 
     def _tasks(self) -> int:
         nodes = self._functions.parameters.get("nodes", 1)
@@ -170,12 +235,13 @@ class Executor:
 def _link_each(jobs: list[Job[Any]]) -> None:
     """Each submitted job's folder link. A folder the job's id does not fit (``%a`` for a
     job that is no array task) is no reason to lose the jobs: ``job.paths`` raises it, as
-    submitit's does."""
+    submitit's does; so does a ``%j`` folder that cannot be made or that another user planted
+    (never followed)."""
     for job in jobs:
         try:
             job.link_folder()
-        except FolderPatternError:
-            pass
+        except (FolderPatternError, UnsafeFolder, BadFolder) as err:
+            logging.getLogger(__name__).warning("%s", err)
 
 
 class LocalExecutor(Executor):

@@ -103,6 +103,11 @@ class BadParameter(BadInput, AssertionError):
     """A generic parameter of the wrong type (submitit's ``AssertionError``)."""
 
 
+class BadParameterValue(BadInput, ValueError):
+    """A parameter's value dispatch cannot use (infinite memory, more tasks than a job may
+    have): names the submitit parameter as it was given."""
+
+
 def check_names(parameters: Mapping[str, Any], generic_ok: bool = True) -> None:
     """submitit's checks: generic names have their types; every other name is
     ``<cluster>_<name>`` with a known cluster and a name valid there."""

@@ -81,8 +81,12 @@ def slurm_scope() -> str:
 
 def kubeflow_scope() -> str:
     from dispatch.backends.kubeflow.client import load_config
+    from dispatch.support.paths import K8S_CONTEXT, KUBECONFIG, env_path
 
-    cfg = load_config(os.environ.get("DISPATCH_KUBECONFIG") or None, None)
+    # the configuration the backend uses (registry.py): the same file and context
+    kubeconfig = env_path(KUBECONFIG)
+    cfg = load_config(str(kubeconfig) if kubeconfig else None,
+                      os.environ.get(K8S_CONTEXT) or None)
     context = getattr(cfg, "context_name", None) or "in-cluster"
     namespace = (os.environ.get("DISPATCH_K8S_NAMESPACE") or getattr(cfg, "namespace", None)
                  or "default")

@@ -10,7 +10,9 @@ lease released, no buffers flushed: as kill -9 would leave it) the first time it
 of those points. The variable is read once, at import; nothing else arms a point (no option,
 no config file, no API), so a user's configuration can never reach one. Off, a point costs
 one test of a module-level constant (``if failpoints.ARMED:`` at the call site). An unknown
-name is an error naming the known ones, so a test never arms a point that does not exist.
+name is an error naming the known ones, so a test never arms a point that does not exist:
+the ``dispatch`` command checks the variable before anything else (cli/group.py), so every
+command, ``--help`` included, exits 2 with that one line rather than a traceback here.
 
 The points (what is in the record and on the scheduler when the process dies there):
 

@@ -19,6 +19,7 @@ SLURM_OUTPUT_DIR = "DISPATCH_SLURM_OUTPUT_DIR"
 KUBECONFIG = "DISPATCH_KUBECONFIG"
 STORE = "DISPATCH_STORE"  # a path only when it is no URL (postgresql://, sqlite:///)
 PATH_VARIABLES = (LOCAL_ROOT, SLURM_OUTPUT_DIR, KUBECONFIG, STORE)
+K8S_CONTEXT = "DISPATCH_K8S_CONTEXT"  # not a path: the kubeconfig context to use
 
 
 class RelativePath(BadInput):

@@ -55,6 +55,7 @@ def test_in_cluster_service_account(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
     monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config: it would come first
     client = KubeClient(ClientSettings(service_account_dir=str(sa)))
     assert client.default_namespace == "from-sa"
     http = client._client._client._client  # lightkube Client -> generic client -> httpx client

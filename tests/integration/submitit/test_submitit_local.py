@@ -14,6 +14,7 @@ import pytest
 
 import dispatch.submitit as submitit
 from dispatch.errors import StateConflict
+from dispatch.fn.calls import UnsafeFolder
 
 
 @pytest.fixture
@@ -67,6 +68,33 @@ def test_a_batchs_handles_paths_and_submission(folder: Path) -> None:
         lone.paths  # noqa: B018
     delayed = job.submission()
     assert delayed.function is divmod and delayed.args == (7, 2)
+
+
+def test_a_job_folder_another_user_put_in_place_is_refused_not_followed(folder: Path) -> None:
+    # Issue 45, item 1: the %j link is dispatch's own; one put in its place (here: ours
+    # pointing elsewhere; as root also another user's to the very call folder) is refused by
+    # job.paths, naming it, and nothing is read or written through it.
+    executor = submitit.AutoExecutor(folder=folder)
+    job = executor.submit(divmod, 7, 2)
+    assert job.result() == (3, 1)
+    mine = job.paths.folder
+    target = os.readlink(mine)
+    elsewhere = folder.parent.parent / "elsewhere"
+    elsewhere.mkdir()
+    os.unlink(mine)
+    os.symlink(elsewhere, mine)
+    with pytest.raises(UnsafeFolder, match="is there already and is not the link") as caught:
+        job.paths  # noqa: B018
+    assert str(mine) in str(caught.value) and "remove it" in str(caught.value)
+    assert os.listdir(elsewhere) == []
+    if os.getuid() == 0:
+        os.unlink(mine)
+        os.symlink(target, mine)
+        os.lchown(mine, 65534, 65534)
+        with pytest.raises(UnsafeFolder, match="owner uid 65534"):
+            job.paths  # noqa: B018
+    os.unlink(mine)  # gone: made again, as ours
+    assert job.paths.folder == mine and job.paths.result_pickle.exists()
 
 
 def test_escalations_go_to_the_folders_log_not_the_terminal(

@@ -6,10 +6,14 @@ from __future__ import annotations
 import pytest
 
 from dispatch.core.progress import (
+    MATCH_COST,
+    MOST_LINE_BYTES,
     MOST_PATTERN_CHARS,
+    MOST_PATTERN_GROUPS,
     MOST_PATTERN_PROGRAM,
     checkpoint_step,
     compile_pattern,
+    most_matched_line_bytes,
 )
 from dispatch.core.spec import SpecError, parse_spec
 from dispatch.errors import BadInput
@@ -54,6 +58,42 @@ def test_a_pattern_too_costly_to_match_is_refused() -> None:
     err = _problem(r"[\w\W]{1000}x")
     assert err.where == "progress.checkpoint_pattern"
     assert str(MOST_PATTERN_PROGRAM) in err.message
+
+
+@pytest.mark.parametrize("pattern", [
+    r"(?P<step>(?:a?){600}a{600})",  # the audit's: 1806 instructions, ~75 ms a 4 KiB line
+    r"(?:a?){200}a{200}",
+    r"((a{10}){10}){10}",
+    r"(?:a|b)*a(?:a|b){600}",  # a DFA of 2^600 states: every byte a new one
+])
+def test_a_nested_repetition_too_costly_to_match_is_refused(pattern: str) -> None:
+    err = _problem(pattern)
+    assert err.where == "progress.checkpoint_pattern"
+    assert f"more than {MOST_PATTERN_PROGRAM}" in err.message
+    assert "instructions" in err.message and "cost" in err.message
+
+
+def test_many_capturing_groups_are_refused() -> None:
+    # RE2's NFA copies every group on each step: 62 of them in 254 instructions cost
+    # ~20 ms a 4 KiB line.
+    err = _problem("(?:" + "".join(f"({c}?)" for c in "abcdefghijklmnopq") + ")+!")
+    assert err.where == "progress.checkpoint_pattern"
+    assert f"17 capturing groups, more than {MOST_PATTERN_GROUPS}" in err.message
+    parse_spec({**BASE, "progress": {"checkpoint_pattern": "(?:" + "".join(
+        f"(?:{c}?)" for c in "abcdefghijklmnopq") + ")+!"}})
+
+
+def test_the_lines_matched_are_shorter_for_a_costlier_pattern() -> None:
+    assert compile_pattern(r"saved checkpoint at step (?P<step>\d+)").most_line_bytes \
+        == MOST_LINE_BYTES
+    assert most_matched_line_bytes(64) == MOST_LINE_BYTES
+    assert most_matched_line_bytes(MOST_PATTERN_PROGRAM) == 910
+    for instructions in range(1, MOST_PATTERN_PROGRAM + 1):  # the cost bound holds
+        most = most_matched_line_bytes(instructions)
+        assert most * (instructions + 64) <= MATCH_COST and most >= 910
+    costly = compile_pattern(r"(?:a?){100}a{100}")  # just under the bound
+    assert costly.regex.programsize <= MOST_PATTERN_PROGRAM
+    assert costly.most_line_bytes < MOST_LINE_BYTES
 
 
 @pytest.mark.parametrize("pattern", ["", "x*", "^", "(step)?", "a|"])

@@ -242,14 +242,15 @@ def test_a_spec_is_a_mapping() -> None:
 
 @pytest.mark.parametrize("text, seconds", [
     ("90s", 90), ("10m", 600), ("2h", 7200), ("1d", 86400), ("45", 45), (45, 45),
-    (" 3m ", 180), ("5 m", 300),
+    (" 3m ", 180), ("5 m", 300), ("2h\n", 7200),  # whitespace about it, a newline too
 ])
 def test_durations(text: str | int, seconds: int) -> None:
     assert parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["", "0", "0s", 0, -5, "-5s", "1.5h", "10x", "h", True,
-                                  "2 hours", "1h30m", "\u0667d", "\uff19\uff10s", "1\u00a0h"])
+                                  "2 hours", "1h30m", "\u0667d", "\uff19\uff10s", "1\u00a0h",
+                                  "2h\nx"])
 def test_bad_durations_are_refused(text: object) -> None:
     with pytest.raises(ValueError):
         parse_duration(text)  # type: ignore[arg-type]

@@ -66,6 +66,9 @@ def test_a_jobspec_made_in_python_gets_the_same_checks() -> None:
                  id="bad-name"),
     pytest.param({"env_from_host": ["A=B"]}, "env_from_host[0]", "not an environment",
                  id="equals"),
+    # issue 45: re.match(r"^...$") took a name ending in "\n" ("$" matches before it)
+    pytest.param({"env_from_host": ["TOKEN\n"]}, "env_from_host[0]", "not an environment",
+                 id="ends-in-newline"),
     pytest.param({"env_from_host": ["TOKEN", "TOKEN"]}, "env_from_host[1]", "twice",
                  id="twice"),
     pytest.param({"env_from_host": ["TOKEN"], "env": {"TOKEN": "x"}}, "env_from_host[0]",

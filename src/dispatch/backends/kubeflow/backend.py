@@ -129,8 +129,9 @@ ADMISSION_REFUSALS = (400, 403, 404, 422)
 
 
 class KubeflowBackend:
-    """Kubeflow Trainer on Kubernetes. Config from ``kubeconfig`` (a file) or, when None, the
-    in-cluster service account, then $KUBECONFIG / ~/.kube/config."""
+    """Kubeflow Trainer on Kubernetes. Config from ``kubeconfig`` (a file) or, when None,
+    kubectl's order: $KUBECONFIG, ~/.kube/config, the in-cluster service account; ``context``
+    (None: the current-context). See kubeconfig.py."""
 
     name = "kubeflow"
 

@@ -6,8 +6,10 @@ Built on lightkube (pinned in pyproject.toml). Why lightkube and not the officia
 its generic resources are plain dicts, so the pure mapping reads exactly the JSON the API
 server sent, with no generated model classes in between (the official client would decode a
 TrainJob, which it has no model for, into untyped dicts anyway, and a Pod into a model we would
-have to turn back into JSON); it loads kubeconfig files and in-cluster service-account config
-with one call (``KubeConfig.from_env``); and its errors carry the API server's ``Status``.
+have to turn back into JSON); and its errors carry the API server's ``Status``. Where the
+configuration comes from, and which kubeconfig may be used, is ours (kubeconfig.py: kubectl's
+order, trusted files only), as is running an exec credential plugin (exec_credential.py:
+lightkube runs no ``client.authentication.k8s.io/v1`` plugin).
 
 Retries are ours: connection refused, timeouts, 429 and 5xx are retried ``retries`` times with
 backoff, then raised as ``SchedulerUnreachable`` (never a state). Any other answer (404, 409,
@@ -27,11 +29,11 @@ import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx2
-from lightkube import ApiError, Client, KubeConfig
+import msgspec
+from lightkube import ApiError, Client
 from lightkube.core.exceptions import ConfigError
 from lightkube.core.selector import build_selector
 from lightkube.generic_resource import (
@@ -42,6 +44,12 @@ from lightkube.generic_resource import (
 from lightkube.resources.core_v1 import PodLog as PodLogRes
 from lightkube.types import CascadeType, PatchType
 
+from dispatch.backends.kubeflow.exec_credential import ExecCredentialAuth
+from dispatch.backends.kubeflow.kubeconfig import (
+    SERVICE_ACCOUNT_DIR,
+    KubeConfigError,
+    load_kubeconfig,
+)
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.errors import BackendError
 from dispatch.support.retry import with_backoff
@@ -157,12 +165,12 @@ class WatchStream:
 class ClientSettings:
     """How to reach the API server and how hard to try."""
 
-    kubeconfig: str | None = None  # None: in-cluster service account, else $KUBECONFIG / ~/.kube
+    kubeconfig: str | None = None  # None: $KUBECONFIG, else ~/.kube/config, else in-cluster
     context: str | None = None
     timeout_s: float = 10.0
     retries: int = 3
     backoff_s: float = 0.5
-    service_account_dir: str = "/var/run/secrets/kubernetes.io/serviceaccount"
+    service_account_dir: str = SERVICE_ACCOUNT_DIR
 
 
 def load_config(
@@ -170,21 +178,16 @@ def load_config(
     context: str | None,
     service_account_dir: str = ClientSettings.service_account_dir,
 ) -> Any:
-    """A kubeconfig file when named, else lightkube's order: in-cluster service account,
-    $KUBECONFIG, ~/.kube/config. A config that cannot be loaded is a clear error."""
-    try:
-        if kubeconfig is not None:
-            path = Path(kubeconfig)
-            if not path.is_file():
-                raise ConfigError(f"kubeconfig {kubeconfig} does not exist")
-            return KubeConfig.from_file(path).get(context_name=context)
-        return KubeConfig.from_env(service_account=service_account_dir).get(context_name=context)
-    except (ConfigError, KeyError, OSError, ValueError) as err:
-        raise KubeConfigError(f"cannot load Kubernetes config: {err}") from None
+    """The configuration kubectl would use (``load_kubeconfig``: the named file, else the
+    files of $KUBECONFIG merged, else ~/.kube/config, else the pod's service account), every
+    kubeconfig trusted and well formed; KubeConfigError naming what is wrong."""
+    return load_kubeconfig(kubeconfig, context, service_account_dir)
 
 
-class KubeConfigError(BackendError):
-    """No usable Kubernetes config here: the backend cannot be built (never a state)."""
+def _where(cfg: Any) -> str:
+    fname = getattr(cfg, "fname", None)
+    return (f"kubeconfig {fname}: context {cfg.context_name}" if fname
+            else "the pod's service account")
 
 
 class KubeClient:
@@ -204,12 +207,26 @@ class KubeClient:
             else load_config(settings.kubeconfig, settings.context, settings.service_account_dir)
         )
         self.default_namespace: str = getattr(cfg, "namespace", None) or "default"
-        self._client: Any = Client(
-            config=cfg,
-            timeout=httpx2.Timeout(settings.timeout_s),
-            field_manager="dispatch",
-            trust_env=False,
-        )
+        user = getattr(cfg, "user", None)
+        try:
+            self._client: Any = Client(
+                # the exec plugin is ours to run (below), not lightkube's
+                config=cfg if user is None or user.exec is None else cfg._replace(
+                    user=msgspec.structs.replace(user, exec=None)),
+                timeout=httpx2.Timeout(settings.timeout_s),
+                field_manager="dispatch",
+                trust_env=False,
+            )
+        except (ConfigError, OSError, ValueError) as err:  # ssl.SSLError is an OSError
+            raise KubeConfigError(f"{_where(cfg)}: its TLS files or credentials cannot be "
+                                  f"used: {err}") from None
+        if user is not None and user.exec is not None:
+            # lightkube runs only v1beta1 plugins; ours runs v1 too (exec_credential.py)
+            http = self._client._client._client  # lightkube's httpx client
+            try:
+                http.auth = ExecCredentialAuth(user.exec, cfg.context.user or "")
+            except KubeConfigError as err:
+                raise KubeConfigError(f"{_where(cfg)}: {err}") from None
         self._sleep = sleep
 
     def close(self) -> None:

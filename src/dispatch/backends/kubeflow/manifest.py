@@ -40,18 +40,22 @@ KIND = "TrainJob"
 PATCH_MANAGER = "dispatch.io/kubeflow-backend"
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 
+# Each is for fullmatch: ``match`` with "^...$" takes a value ending in "\n" ("$" matches
+# before a final newline), which the API server refuses at submit, or worse, not at all.
 # Kubernetes label value: at most 63 characters, alphanumeric at both ends, [-_.] inside.
-LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 LABEL_VALUE_MAX = 63
 # A qualified label key: optional DNS-subdomain prefix + '/' + name of at most 63 characters.
-LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 # The CRD's pattern for a resource quantity (resourcesPerNode.requests / limits values).
 QUANTITY = re.compile(
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
-    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+    r"(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?"
 )
+# An image reference (registry/name:tag@digest): no whitespace or control character.
+_IMAGE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]+")
 # TrainJob names become JobSet, Job, Pod and Service names; Trainer keeps them short.
 NAME_MAX = 40
 HASH_LEN = 10
@@ -106,9 +110,9 @@ def _where(err: msgspec.ValidationError) -> tuple[str, str]:
 
 def _check_label_key(where: str, key: str) -> None:
     prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix)):
+    if prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.fullmatch(prefix)):
         raise KubeflowSpecError(where, f"label key {key!r}: prefix must be a DNS subdomain")
-    if len(name) > 63 or not LABEL_NAME.match(name):
+    if len(name) > 63 or not LABEL_NAME.fullmatch(name):
         raise KubeflowSpecError(
             where, f"label key {key!r}: name must be 1-63 characters, alphanumeric at both ends"
         )
@@ -119,7 +123,7 @@ def check_label_value(where: str, value: str) -> None:
         raise KubeflowSpecError(
             where, f"{value!r} is {len(value)} characters; a label value is at most 63"
         )
-    if not LABEL_VALUE.match(value):
+    if not LABEL_VALUE.fullmatch(value):
         raise KubeflowSpecError(
             where,
             f"{value!r} is not a label value: letters, digits, '-', '_', '.', "
@@ -137,22 +141,25 @@ def parse_section(data: Any) -> KubeflowSection:
         where, message = _where(err)
         raise KubeflowSpecError(where, message) from None
     ref = section.runtime_ref
-    if not ref.name or len(ref.name) > 253:
-        raise KubeflowSpecError("runtime", "needs a name of 1-253 characters")
+    if len(ref.name) > 253 or not DNS1123_SUBDOMAIN.fullmatch(ref.name):
+        raise KubeflowSpecError("runtime", f"{ref.name!r} is not a runtime's name (1-253 "
+                                "characters: lowercase letters, digits, '-' and '.')")
     if ref.kind not in RUNTIME_KINDS:
         raise KubeflowSpecError("runtime.kind", f"must be one of {', '.join(RUNTIME_KINDS)}")
     if section.namespace is not None and (
-        len(section.namespace) > 63 or not DNS1123_LABEL.match(section.namespace)
+        len(section.namespace) > 63 or not DNS1123_LABEL.fullmatch(section.namespace)
     ):
         raise KubeflowSpecError("namespace", f"{section.namespace!r} is not a namespace name")
-    if section.image is not None and not (0 < len(section.image) <= 500):
-        raise KubeflowSpecError("image", "must be 1-500 characters")
+    if section.image is not None and not (0 < len(section.image) <= 500
+                                          and _IMAGE.fullmatch(section.image)):
+        raise KubeflowSpecError("image", "must be 1-500 characters, with no whitespace or "
+                                "control character")
     if section.numProcPerNode is not None and section.numProcPerNode < 1:
         raise KubeflowSpecError("numProcPerNode", "must be >= 1")
     if section.resourcesPerNode is not None:
         for part in ("requests", "limits"):
             for res, qty in getattr(section.resourcesPerNode, part).items():
-                if isinstance(qty, bool) or not QUANTITY.match(str(qty)):
+                if isinstance(qty, bool) or not QUANTITY.fullmatch(str(qty)):
                     raise KubeflowSpecError(
                         f"resourcesPerNode.{part}.{res}",
                         f"{qty!r} is not a quantity (e.g. 8, 64Gi)",

@@ -144,7 +144,8 @@ class LocalBackend:
         return tuple(isolated_argv(self.python, RUNNER_MODULE, [objdir], package_parent()))
 
     def ready(self) -> None:
-        """Nothing to check before the first submit creates the root."""
+        """Refuse a root another user could change (``LocalRoot.check_trusted``)."""
+        self.disk.check_trusted()
 
     def admit(self, spec: JobSpec) -> None:
         """``validate`` is the whole of what this scheduler would check."""

@@ -20,9 +20,9 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from dispatch.backends.local.root import check_trusted_folder
+from dispatch.backends.local.wire import CLAIMS
 from dispatch.core.model import SchedulerUnreachable
-
-CLAIMS = "claims"
 
 
 class SubmitInFlight(SchedulerUnreachable):
@@ -41,6 +41,11 @@ def submit_claim(root: Path, token: str) -> Iterator[Path]:
     path = claim_path(root, token)
     try:
         path.parent.mkdir(mode=0o700, exist_ok=True)
+    except OSError as err:
+        raise SchedulerUnreachable(
+            "local", f"cannot make {path.parent}: {err.strerror or err}") from None
+    check_trusted_folder(root, path.parent)  # made by us, not laid out by another user
+    try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as err:
         raise SchedulerUnreachable(

@@ -4,14 +4,16 @@ a progress line ``{"step": N, "checkpoint": true, "time": T}`` to a file of disp
 ``node<i>.logcheckpoints.jsonl``, read beside the node's progress file: a matching line
 counts exactly as a checkpoint the training reported itself, at the time the runner saw it.
 
-A line longer than MOST_LINE_BYTES is not matched (its start is dropped); a line is only
-matched once its newline came (or the output ended). Writing is a courtesy: a file that
-cannot be written drops the match, never the node's output.
+A line longer than the pattern's bound (MOST_LINE_BYTES, fewer for a costly pattern:
+core/progress.py) is not matched (its start is dropped); a line is only matched once its
+newline came (or the output ended). Writing is a courtesy: a file that cannot be written
+drops the match, never the node's output.
 
 Matching runs on the runner's main thread, the one that obeys signals and requests, so its
-cost is bounded: the pattern is RE2 (linear in the line, its program bounded at validation,
-core/progress.py), a line is at most MOST_LINE_BYTES, and output.py reads at most
-MATCH_READ_BYTES at a time from a node whose output is matched.
+cost is bounded: the pattern is RE2 (linear in the line), a line's bytes times the pattern's
+instructions are bounded (core/progress.py), output.py reads at most MATCH_READ_BYTES at a
+time from a node whose output is matched and checks its deadline and signals between bites,
+and the pipe of such a node holds one bite (MATCH_PIPE_BYTES) for the end's last drain.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 
 import msgspec
 
-from dispatch.core.progress import MOST_LINE_BYTES, checkpoint_step, compile_pattern
+from dispatch.core.progress import checkpoint_step, compile_pattern
 
 
 class LogCheckpoints:
@@ -32,6 +34,7 @@ class LogCheckpoints:
         # ValueError for a pattern RE2 refuses (a record older than RE2 validation): the
         # node cannot start, as for any spec that is refused.
         self.pattern = compile_pattern(pattern)
+        self.most = self.pattern.most_line_bytes
         self.path = path
         self.partial = b""
         self.too_long = False  # the line being received is already over the bound
@@ -49,7 +52,7 @@ class LogCheckpoints:
             self._write([doc for doc in [self._line(b"")] if doc])
 
     def _keep(self, rest: bytes) -> None:
-        if self.too_long or len(self.partial) + len(rest) > MOST_LINE_BYTES:
+        if self.too_long or len(self.partial) + len(rest) > self.most:
             self.partial, self.too_long = b"", True
         else:
             self.partial += rest
@@ -57,7 +60,7 @@ class LogCheckpoints:
     def _line(self, end: bytes) -> bytes:
         """The progress line a complete output line says ("" when it says none)."""
         raw = self.partial + end
-        too_long = self.too_long or len(raw) > MOST_LINE_BYTES
+        too_long = self.too_long or len(raw) > self.most
         self.partial, self.too_long = b"", False
         if too_long or not raw:  # an empty line: a pattern never matches it (validation)
             return b""

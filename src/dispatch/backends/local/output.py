@@ -29,8 +29,13 @@ READ_BYTES = 1 << 20
 # A node whose lines are matched (log_checkpoints.py) is read in smaller bites: matching runs
 # on the runner's main thread, and one bite's matching is what a signal, a cancel or the time
 # limit may wait for (measured on a loaded 2-core machine: at most ~0.13 s, for 16 KiB of
-# two-byte lines that all match; ~0.01 s for 4 KiB lines whatever the pattern).
+# two-byte lines that all match; the cost bound of core/progress.py keeps long lines below).
 MATCH_READ_BYTES = 16 * 1024
+# ... and its pipe holds one bite, not 1 MiB: at the end every byte left in it is matched
+# before the object may end (the last words), and a node that writes faster than its lines
+# are matched keeps its pipe full. 1 MiB of costly lines took 22 s to match after a cancel;
+# 64 KiB of the costliest lines within the bound still ~2 s on the loaded machine.
+MATCH_PIPE_BYTES = MATCH_READ_BYTES
 
 
 def cut_note(limit: int) -> bytes:
@@ -53,9 +58,15 @@ class NodeOutput:
         self.read_fd, self.write_fd = os.pipe()  # both close-on-exec; Popen dup2s the child's
         os.set_blocking(self.read_fd, False)
         try:
-            fcntl.fcntl(self.read_fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+            fcntl.fcntl(self.read_fd, fcntl.F_SETPIPE_SZ,
+                        PIPE_BYTES if checkpoints is None else MATCH_PIPE_BYTES)
         except OSError:
             pass  # a smaller pipe only means more reads
+        # What the pipe can hold: the most the end's drain reads.
+        try:
+            self.capacity: int = fcntl.fcntl(self.read_fd, fcntl.F_GETPIPE_SZ)
+        except OSError:
+            self.capacity = PIPE_BYTES
         self.file_fd: int | None = None
         self.taken = 0  # bytes the node wrote, kept or not
         self.cut = False
@@ -91,9 +102,11 @@ class NodeOutput:
 
     def drain(self) -> None:
         """Copy everything the pipe still holds (for the object's end: its writers are gone,
-        or could not be killed and are left behind)."""
-        while self.pump():
-            pass
+        or could not be killed and are left behind): at most what it can hold, so that a
+        writer left behind cannot keep the end waiting."""
+        left = self.capacity
+        while left > 0 and (taken := self.pump()):
+            left -= taken
 
     def take(self, data: bytes) -> None:
         if self.checkpoints is not None:  # all of it: a cut log still says checkpoints
@@ -173,13 +186,16 @@ def copy_until(wake_fd: int, outputs: Sequence[NodeOutput], timeout: float) -> N
         by_fd = {o.read_fd: o for o in outputs if o.open}
         left = max(deadline - time.monotonic(), 0.0)
         ready, _, _ = select.select([wake_fd, *by_fd], [], [], left)
-        for fd in ready:
-            if fd in by_fd:
-                by_fd[fd].pump()
-                # A signal came (or was there): the runner acts before the other nodes'
-                # bites are copied (at least one bite a call, so copying goes on).
-                if _readable(wake_fd):
-                    return
+        # The node that has sent the least goes first: a call may end after one bite, and
+        # no node waits behind a chattier one.
+        for output in sorted((by_fd[fd] for fd in ready if fd in by_fd),
+                             key=lambda o: o.taken):
+            output.pump()
+            # A signal came (or was there), or the time is up (a time limit, a kill's
+            # grace): the runner acts before the other nodes' bites are copied, at least
+            # one bite a call, so copying goes on.
+            if _readable(wake_fd) or time.monotonic() >= deadline:
+                return
         if wake_fd in ready or not ready or left <= 0:
             return
 

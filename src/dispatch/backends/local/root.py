@@ -5,6 +5,11 @@ made in the root names it (``l-<root id>-<object id>``). Together they make an a
 a positive answer: a root that is missing, unreadable, not a directory, or present without
 its marker (an unmounted mount point, a wrong path) is unreachable, and a ref made in another
 root is not answered for; only a ref of this very root with no object here is ended.
+
+The root and its folders (objects/, staging/, claims/) must be ours and closed to other
+writers (dispatch.support.trusted_folders): another user who can write them could move a
+running job's object away (read as ended) or lay out a claims/ folder of theirs. Such a root
+is unreachable, never read (``check_trusted``), naming the root and the fix.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 import msgspec
 
 from dispatch.backends.local.wire import (
+    CLAIMS,
     META,
     OBJECTS,
     ROOT_MARKER,
@@ -35,7 +41,8 @@ from dispatch.backends.local.wire import (
 )
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.support.files import create_exclusive, fsync_dir, write_atomic
-from dispatch.support.paths import state_home
+from dispatch.support.paths import LOCAL_ROOT, state_home
+from dispatch.support.trusted_folders import FIX, Untrusted, check_folder
 
 
 def default_root() -> Path:
@@ -51,6 +58,17 @@ def _read(path: Path) -> bytes:
 
 def _unreachable(reason: str) -> SchedulerUnreachable:
     return SchedulerUnreachable("local", reason)
+
+
+def check_trusted_folder(root: Path, folder: Path) -> None:
+    """Refuse (SchedulerUnreachable, exit 4) a folder of the local root ``root`` that another
+    user owns or that others can write without the sticky bit; nothing there is fine."""
+    try:
+        check_folder(folder)
+    except Untrusted as err:
+        raise _unreachable(
+            f"the local root {root} is not safe to use: {err.path} {err.problem}; {FIX} "
+            f"(set {LOCAL_ROOT} to it)") from None
 
 
 _REF_ROOT = re.compile(r"l-([0-9a-f]{8})-[0-9a-f]{8}")
@@ -119,8 +137,18 @@ class LocalRoot:
 
     # ------------------------------------------------------------ the root itself
 
+    def check_trusted(self) -> None:
+        """Refuse (SchedulerUnreachable) a root, or a folder of it, that another user owns or
+        that others can write without the sticky bit. One that is not there, or is no
+        directory, is left to ``marker`` and ``scan`` (unreachable, in their words)."""
+        for folder in (self.path, self.objects_dir, self.staging_dir, self.path / CLAIMS):
+            if folder.is_dir():
+                check_trusted_folder(self.path, folder)
+
     def marker(self) -> RootMarker:
-        """The root's marker; SchedulerUnreachable when the root is not there to be asked."""
+        """The root's marker; SchedulerUnreachable when the root is not there to be asked, or
+        cannot be trusted (``check_trusted``)."""
+        self.check_trusted()
         try:
             raw = _read(self.marker_path)
         except FileNotFoundError:
@@ -141,7 +169,9 @@ class LocalRoot:
     def adopt_legacy(self) -> RootMarker | None:
         """Give its marker to a root made before markers existed: it has an objects directory
         and no object in it names a root. (An unmounted mount point has no objects directory;
-        a root that lost its marker has objects that name it.) None when it is not one."""
+        a root that lost its marker has objects that name it.) None when it is not one;
+        SchedulerUnreachable for a root another user could change (``check_trusted``)."""
+        self.check_trusted()
         if not self.objects_dir.is_dir() or self.marker_path.exists():
             return None
         try:
@@ -176,6 +206,7 @@ class LocalRoot:
         A directory without a marker gets a new one, even when it is an unmounted mount
         point: that is safe because every ref names the root it was made in (``ref_root``),
         so a ref of the other root is never read as ended here."""
+        self.check_trusted()
         try:
             return self.marker()
         except SchedulerUnreachable:
@@ -183,6 +214,7 @@ class LocalRoot:
         try:
             self.objects_dir.mkdir(parents=True, exist_ok=True)
             self.staging_dir.mkdir(parents=True, exist_ok=True)
+            self.check_trusted()  # as made: no other user's folder among them
             fsync_dir(self.path)
             mine = RootMarker(id=secrets.token_hex(8), created_at=utcnow())
             if create_exclusive(self.marker_path, msgspec.json.encode(mine)):

@@ -30,6 +30,7 @@ SUPERVISOR_ACTOR = "dispatch"
 ROOT_MARKER = "root.json"
 OBJECTS = "objects"
 STAGING = "staging"
+CLAIMS = "claims"  # claims.py
 META = "meta.json"
 RUNNER = "runner.json"
 STATUS = "status.json"

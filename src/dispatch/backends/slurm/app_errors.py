@@ -24,7 +24,7 @@ from dispatch.core.app_error import (
 )
 from dispatch.core.model import APPLICATION_ENDS, Execution, ObjectReport, State
 
-_NODE = re.compile(r"\.node(\d+)\.error\.json$")
+_NODE = re.compile(r"\.node([0-9]+)\.error\.json\Z")  # \Z: "$" takes a final "\n"
 
 
 def wants_error(report: ObjectReport) -> bool:

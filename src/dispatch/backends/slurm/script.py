@@ -87,9 +87,12 @@ SLURM_KEYS = frozenset({"partition", "exclusive", "output_dir", "extra", "array"
 # the step, where the output goes): ``srun_args`` may not set them again.
 _SRUN_OWN = frozenset({"kill-on-bad-exit", "nodes", "ntasks-per-node", "ntasks", "output",
                        "error", "input", "jobid", "overlap", "pty", "export"})
-# Slurm's --array grammar: indexes, ranges with an optional step, an optional %throttle.
-_ARRAY = re.compile(r"^\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?$")
-_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
+# Whole values only (fullmatch): ``re.match(r"^...$")`` takes a value ending in "\n", as
+# "$" matches before a final newline, and the line would end early in the batch script.
+# Slurm's --array grammar (ASCII digits: \d takes any): indexes, ranges with an optional
+# step, an optional %throttle.
+_ARRAY = re.compile(r"\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?", re.ASCII)
+_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?")
 # Launcher options the launch shape sets: a command may not set them again (a later
 # --rdzv-backend would silently drop the segment health check).
 _SHAPE_OPTIONS = {
@@ -101,10 +104,10 @@ _SHAPE_OPTIONS = {
                            "--rdzv_endpoint", "--rdzv-id", "--rdzv_id", "--nnodes",
                            "--nproc-per-node", "--nproc_per_node", "--standalone"),
 }
-_OPTION = re.compile(r"^--([a-z][a-z0-9-]*)(?:=(.+))?$", re.DOTALL)
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SAFE_TEXT = re.compile(r"^[^\x00\n\r]+$")
-_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_OPTION = re.compile(r"--([a-z][a-z0-9-]*)(?:=(.+))?", re.DOTALL)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SAFE_TEXT = re.compile(r"[^\x00\n\r]+")
+_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 DEFAULT_OUTPUT_DIR_ENV = "DISPATCH_SLURM_OUTPUT_DIR"
 
@@ -122,7 +125,7 @@ def _text(section: dict[str, Any], key: str) -> str | None:
     value = section.get(key)
     if value is None:
         return None
-    if not isinstance(value, str) or not _SAFE_TEXT.match(value) or value.startswith("-"):
+    if not isinstance(value, str) or not _SAFE_TEXT.fullmatch(value) or value.startswith("-"):
         raise _bad(key, f"must be a one-line string not starting with '-', got {value!r}")
     return value
 
@@ -142,11 +145,11 @@ def _validate(section: dict[str, Any]) -> None:
         _text(section, key)
     out = section.get("output_dir")
     if out is not None and (not isinstance(out, str) or not out.startswith("/")
-                            or not _SAFE_TEXT.match(out)):
+                            or not _SAFE_TEXT.fullmatch(out)):
         raise _bad("output_dir", f"must be an absolute path, got {out!r}")
     array = section.get("array")
     if array is not None:
-        if not isinstance(array, str) or not _ARRAY.match(array):
+        if not isinstance(array, str) or not _ARRAY.fullmatch(array):
             raise _bad("array", f"must be a Slurm array string like \"0-3\", \"1,3,5\", "
                        f"\"0-7:2\" or \"0-15%4\" (quoted), got {array!r}")
         try:
@@ -168,7 +171,7 @@ def _validate(section: dict[str, Any]) -> None:
             raise _bad("rdzv_port", f"must be a port number 1..65535, got {value!r}")
     if "rdzv_host" in section:
         value = section["rdzv_host"]
-        if not isinstance(value, str) or not _HOST.match(value):
+        if not isinstance(value, str) or not _HOST.fullmatch(value):
             raise _bad("rdzv_host", f"must be a host name or IPv4 address, got {value!r}")
     extra = section.get("extra", [])
     if not isinstance(extra, list):
@@ -176,8 +179,8 @@ def _validate(section: dict[str, Any]) -> None:
     for i, opt in enumerate(extra):
         if not isinstance(opt, str):
             raise _bad(f"extra[{i}]", f"must be a string, got {opt!r}")
-        m = _OPTION.match(opt)
-        if not m or (m.group(2) is not None and not _SAFE_TEXT.match(m.group(2))):
+        m = _OPTION.fullmatch(opt)
+        if not m or (m.group(2) is not None and not _SAFE_TEXT.fullmatch(m.group(2))):
             raise _bad(f"extra[{i}]", f"not an sbatch long option (--name or --name=value): "
                        f"{opt!r}")
         if m.group(1) not in SBATCH_EXTRA_OPTIONS:
@@ -189,8 +192,8 @@ def _validate_srun_args(args: Any) -> None:
     if not isinstance(args, list):
         raise _bad("srun_args", "must be a list of srun options like --cpu-bind=none")
     for i, opt in enumerate(args):
-        m = _OPTION.match(opt) if isinstance(opt, str) else None
-        if not m or (m.group(2) is not None and not _SAFE_TEXT.match(m.group(2))):
+        m = _OPTION.fullmatch(opt) if isinstance(opt, str) else None
+        if not m or (m.group(2) is not None and not _SAFE_TEXT.fullmatch(m.group(2))):
             raise _bad(f"srun_args[{i}]", f"not an srun long option (--name or --name=value): "
                        f"{opt!r}")
         if m.group(1) in _SRUN_OWN:
@@ -324,7 +327,7 @@ def render_script(submission: Submission, error_prefix: str | None = None) -> st
         "set -u",
     ]
     for key, value in sorted(spec.env.items()):
-        if not _ENV_NAME.match(key):
+        if not _ENV_NAME.fullmatch(key):
             raise SpecError("<spec>", f"env.{key}", "not a valid environment variable name")
         lines.append(f"export {key}={shlex.quote(value)}")
     # The same names the local backend sets, so a command can tell its submission apart.
@@ -389,7 +392,7 @@ def sbatch_argv(submission: Submission, *, script: Path, out_dir: Path,
     spec = submission.spec
     section = dict(spec.slurm)
     _validate_submission(submission)
-    if not _SAFE_TEXT.match(spec.name):
+    if not _SAFE_TEXT.fullmatch(spec.name):
         raise SpecError("<spec>", "name", "must be one line")
     if requeue is None:
         requeue = wants_requeue(submission)
@@ -440,7 +443,7 @@ def exclude_option(submission: Submission, extra_excludes: list[str]) -> str | N
     user = _text(dict(submission.spec.slurm), "exclude")
     parts = ([user] if user else []) + [o.split("=", 1)[1] for o in extra_excludes]
     for node in submission.exclude_nodes:
-        if not _NODE.match(node):
+        if not _NODE.fullmatch(node):
             raise SpecError("<submission>", "exclude_nodes", f"not a Slurm node name: {node!r}")
     named = {n for p in parts for n in p.split(",")}
     parts += [n for n in submission.exclude_nodes if n not in named]

@@ -4,6 +4,7 @@ dry_run prints, which must validate against the real TrainJob CRD schema."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -174,3 +175,48 @@ def test_declarations() -> None:
     assert restarting.native_actions == frozenset({Action.RESTART})
     assert Action.REQUEUE not in restarting.native_actions
     assert restarting.node_loss_window == timedelta(minutes=9)
+
+
+# Issue 45 item 6: each Kubernetes name, label, quantity and image check takes whole values
+# only. With ``re.match(r"^...$")`` a value ending in "\n" passed ("$" matches before a final
+# newline) and `submit --dry-run` exited 0. (the section made from a value, a good value,
+# where the error is named)
+NEWLINE_CASES: dict[str, tuple[Callable[[str], dict[str, Any]], str, str]] = {
+    "namespace": (lambda v: {"runtime": "t", "namespace": v}, "team-a", "namespace"),
+    "label value": (lambda v: {"runtime": "t", "labels": {"team": v}}, "a", "labels.team"),
+    "label name": (lambda v: {"runtime": "t", "labels": {v: "a"}}, "team", "labels.team\n"),
+    "label prefix": (lambda v: {"runtime": "t", "labels": {v + "/team": "a"}}, "example.com",
+                     "labels.example.com\n/team"),
+    "annotation name": (lambda v: {"runtime": "t", "annotations": {v: "a"}}, "note",
+                        "annotations.note\n"),
+    "annotation prefix": (lambda v: {"runtime": "t", "annotations": {v + "/note": "a"}},
+                          "example.com", "annotations.example.com\n/note"),
+    "quantity": (lambda v: {"runtime": "t", "resourcesPerNode": {"limits": {"cpu": v}}}, "8",
+                 "resourcesPerNode.limits.cpu"),
+    "runtime": (lambda v: {"runtime": v}, "torch-distributed", "runtime"),
+    "runtime ref": (lambda v: {"runtime": {"name": v}}, "torch-distributed", "runtime"),
+    "image": (lambda v: {"runtime": "t", "image": v}, "ghcr.io/x/train:1", "image"),
+}
+
+
+@pytest.mark.parametrize("case", NEWLINE_CASES, ids=list(NEWLINE_CASES))
+def test_a_value_ending_in_a_newline_is_refused(case: str) -> None:
+    make, good, where = NEWLINE_CASES[case]
+    parse_section(make(good))  # the value itself is fine
+    with pytest.raises(KubeflowSpecError) as err:
+        parse_section(make(good + "\n"))
+    assert err.value.where == where
+
+
+def test_a_token_ending_in_a_newline_cannot_be_a_label() -> None:
+    build_trainjob(submission({"runtime": "t"}, token="job-1.0"), "default")
+    with pytest.raises(KubeflowSpecError) as err:
+        build_trainjob(submission({"runtime": "t"}, token="job-1.0\n"), "default")
+    assert err.value.where == "(token)"
+
+
+@pytest.mark.parametrize("runtime", ["Torch", "torch distributed", "-torch", "torch_1", ""])
+def test_a_runtime_name_is_a_dns_subdomain(runtime: str) -> None:
+    with pytest.raises(KubeflowSpecError) as err:
+        parse_section({"runtime": runtime})
+    assert err.value.where == "runtime"

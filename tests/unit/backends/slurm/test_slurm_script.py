@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -383,3 +384,50 @@ def test_launch_shape_quotes_any_program(program: list[str]) -> None:
     words = shlex.split(exec_line)
     assert words[5:8] == ["/bin/sh", "-c", ARRAY_TASK_ERROR_FILE]  # then the prefix
     assert words[13:] == program
+
+
+# Issue 45 item 6: each of the script's validators takes whole values only. With
+# ``re.match(r"^...$")`` a value ending in "\n" passed ("$" matches before a final newline)
+# and ended its line of the batch script or of sbatch's argv early. Each case: (how the
+# submission is made from a value, the value that is good, where the error is named).
+def _with(key: str) -> Callable[[str], Submission]:
+    return lambda value: sub(slurm={key: value})
+
+
+NEWLINE_CASES: dict[str, tuple[Callable[[str], Submission], str, str]] = {
+    **{key: (_with(key), "x1", f"slurm.{key}")
+       for key in ("partition", "account", "qos", "reservation", "constraint", "nodelist",
+                   "exclude")},
+    "output_dir": (lambda v: sub(slurm={"output_dir": v}), "/shared/out", "slurm.output_dir"),
+    "array": (lambda v: sub(slurm={"array": v}), "0-3", "slurm.array"),
+    "extra value": (lambda v: sub(slurm={"extra": [v]}), "--mail-type=END", "slurm.extra[0]"),
+    "extra flag": (lambda v: sub(slurm={"extra": [v]}), "--no-kill", "slurm.extra[0]"),
+    "srun_args value": (lambda v: sub(slurm={"srun_args": [v]}), "--cpu-bind=none",
+                        "slurm.srun_args[0]"),
+    "srun_args flag": (lambda v: sub(slurm={"srun_args": [v]}), "--exclusive",
+                       "slurm.srun_args[0]"),
+    "rdzv_host": (lambda v: array_sub(slurm={"array": "0-1", "rdzv_host": v}), "node1",
+                  "slurm.rdzv_host"),
+    "name": (lambda v: sub(name=v), "train", "name"),
+    "env name": (lambda v: sub(env={v: "1"}), "GREETING", "env.GREETING\n"),
+    "exclude_nodes": (lambda v: Submission(job_id="j1", number=2, token="j1.2",
+                                           spec=JobSpec(name="t", command=("true",),
+                                                        backend="slurm"),
+                                           exclude_nodes=(v,)), "node7", "exclude_nodes"),
+}
+
+
+@pytest.mark.parametrize("case", NEWLINE_CASES, ids=list(NEWLINE_CASES))
+def test_a_value_ending_in_a_newline_is_refused(case: str, tmp_path: Path) -> None:
+    make, good, where = NEWLINE_CASES[case]
+    render(make(good), out_dir=tmp_path)  # the value itself is fine
+    with pytest.raises(SpecError) as err:
+        render(make(good + "\n"), out_dir=tmp_path)
+    assert err.value.where == where
+
+
+def test_an_array_in_other_digits_is_refused(tmp_path: Path) -> None:
+    """\\d takes Arabic-Indic digits, which int() reads and Slurm does not."""
+    with pytest.raises(SpecError) as err:
+        render(sub(slurm={"array": "\u0660-\u0663"}), out_dir=tmp_path)
+    assert err.value.where == "slurm.array"
