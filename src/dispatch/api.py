@@ -23,12 +23,13 @@ import warnings
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from dispatch.backends.registry import traits
 from dispatch.core import events as ev
-from dispatch.core.model import State, Status
+from dispatch.core.model import CauseKind, State, Status
 from dispatch.core.record import Job as RecordJob
 from dispatch.core.spec import JobSpec, SpecError, parse_spec
 from dispatch.core.status import plain
@@ -37,6 +38,8 @@ from dispatch.service import Service
 from dispatch.service.logs import Follow, Piece, check_count
 from dispatch.service.views import cause_text
 from dispatch.support.tails import text_of
+
+E = TypeVar("E", bound=StrEnum)
 
 __all__ = ["BadArgument", "HistoryLine", "Job", "LogLine", "get", "jobs", "submit"]
 
@@ -128,11 +131,49 @@ def get(job: str, *, store: Store = None) -> Job:
     return Job(job_id, store=store)
 
 
-def jobs(all: bool = False, *, store: Store = None) -> list[Job]:  # noqa: A002 - the CLI's --all
-    """The unfinished jobs, oldest first; with ``all``, the finished ones too."""
+def jobs(all: bool = False, *, state: str | State | None = None,  # noqa: A002 - --all
+         name: str | None = None, cause: str | CauseKind | None = None,
+         since: str | datetime | None = None, backend: str | None = None,
+         store: Store = None) -> list[Job]:
+    """The unfinished jobs, oldest first; with ``all``, the finished ones too. The filters
+    are ``dispatch ls``'s and mean what they mean there: ``state`` a state or ``"live"``
+    (a finished state implies ``all``), ``name`` a name or a shell-style pattern
+    (``"sweep-*"``), ``cause`` the job's cause or any cause of its committed history
+    (implies ``all``), ``since`` created at or after (a datetime, an ISO 8601 text, or an
+    age: ``"2h"``, ``"7d"``), ``backend``. The store's index answers them (its jobs table,
+    and the causes each history holds); only a state or a cause folds the jobs left, all
+    together, never a record read per job. ``BadInput`` for a filter that is not one."""
+    from dispatch.service.names import check_pattern
+    from dispatch.service.pages import parse_since, select_jobs
+    from dispatch.stores.base import sort_key_us
+    from dispatch.support.clock import utcnow
+
+    live = state == "live"
+    chosen = None if state is None or live else _enum(State, state, "state")
+    why = None if cause is None else _enum(CauseKind, cause, "cause")
+    if name is not None:
+        check_pattern(name, "name")
+    since_us = None
+    if isinstance(since, datetime):
+        if since.tzinfo is None:
+            raise BadInput("since: a datetime with its zone (e.g. datetime.now(UTC))")
+        since_us = sort_key_us(since)
+    elif since is not None:
+        since_us = parse_since(since, utcnow(), option="since")
     with _open(store) as service:
-        rows = service.store.list_jobs(live_only=not all)
-    return [Job(r.job_id, store=store) for r in rows]
+        ids = select_jobs(service, finished=all, state=chosen, live=live, cause=why,
+                          backend=backend, name=name, since_us=since_us)
+    return [Job(job_id, store=store) for job_id in ids]
+
+
+def _enum(kind: type[E], value: str, what: str) -> E:
+    """``value`` as a member of ``kind`` (itself, or its word); BadInput naming the words."""
+    try:
+        return kind(value)
+    except ValueError:
+        words = ", ".join(m.value for m in kind)
+        extra = "live, " if kind is State else ""
+        raise BadInput(f"{what}: {value!r} is not a {what}; one of {extra}{words}") from None
 
 
 class JobFailed(DispatchError):

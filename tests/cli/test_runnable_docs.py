@@ -71,3 +71,47 @@ def test_python_api_doc_shows_what_print_prints() -> None:
     assert m.group(1).strip() == printed == "succeeded none"
     assert str(State.SUCCEEDED) == "succeeded" and f"{CauseKind.NODE_LOST}" == "node-lost"
     assert "str(State.SUCCEEDED) == \"succeeded\"" in text
+
+
+def _quick_start_after_demo() -> list[str]:
+    """The README quick start's commands after ``./scripts/demo`` up to its first
+    ``dispatch`` command (comments dropped): what a newcomer types next."""
+    text = (REPO / "README.md").read_text()
+    m = re.search(r"^## Quick start\n.*?^```sh\n(.*?)^```", text, re.M | re.S)
+    assert m is not None, "README.md has no quick start block"
+    lines = [line.split("#", 1)[0].strip() for line in m.group(1).splitlines()]
+    lines = [line for line in lines if line]
+    assert lines[0] == "./scripts/demo", lines
+    rest = lines[1:]
+    first = next((i for i, line in enumerate(rest) if line.startswith("dispatch ")), None)
+    assert first is not None, f"the quick start gives no dispatch command after the demo: {rest}"
+    return rest[: first + 1]
+
+
+def test_quick_start_next_command_runs_in_a_clean_shell(tmp_path: Path) -> None:
+    """Issue 48 item 1: after ``./scripts/demo`` (which installs into ``.venv``), the
+    README's next command ran ``dispatch ls --all`` in a shell that cannot find it. The
+    commands the README gives after the demo run, as written, in a login-less shell whose
+    PATH has no dispatch, in a checkout whose ``.venv`` is this test's venv."""
+    venv = Path(sys.prefix)
+    assert (venv / "bin" / "activate").is_file(), f"the tests run from a venv, not {venv}"
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / ".venv").symlink_to(venv, target_is_directory=True)
+    env = {"HOME": str(tmp_path), "PATH": "/usr/local/bin:/usr/bin:/bin",
+           "DISPATCH_STORE": str(tmp_path / "record.sqlite3"),
+           "DISPATCH_LOCAL_ROOT": str(tmp_path / "local"),
+           "XDG_STATE_HOME": str(tmp_path / "state")}
+    bare = subprocess.run(["bash", "--norc", "--noprofile", "-c", "command -v dispatch"],
+                          env=env, capture_output=True, text=True)
+    assert bare.returncode != 0, f"the clean shell already finds {bare.stdout.strip()}"
+    steps = _quick_start_after_demo()
+    done = subprocess.run(["bash", "--norc", "--noprofile", "-euo", "pipefail", "-c",
+                           "\n".join(steps)], cwd=checkout, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, f"{steps} failed:\n{done.stdout}\n{done.stderr}"
+    assert done.stdout.split()[:3] == ["JOB", "NAME", "STATE"], done.stdout  # ls's header
+    # and the demo itself ends by telling the same step (its last lines, when the shell
+    # that ran it lacks dispatch)
+    demo = (REPO / "scripts" / "demo").read_text()
+    assert "/activate" in demo and "dispatch ls --all" in demo

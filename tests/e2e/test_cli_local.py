@@ -85,7 +85,8 @@ def test_preempted_is_recovered_without_touching_the_failure_budget(dispatch: Di
     assert code == 0, st
     assert st["state"] == "succeeded"
     assert st["submissions"] == 2
-    assert st["budget_used"] == {"rules[0]": 1, "rules[1]": 0}
+    assert st["budget_used"] == {"preempted, node-lost (resubmit)": 1,
+                                 "non-zero-exit (resubmit)": 0}
     recov = [h for h in st["history"] if h["state"] == "recovering"]
     assert recov and recov[0]["cause"]["kind"] == "preempted"
 

@@ -4,7 +4,6 @@ finished jobs whole (a dry run unless ``--yes``; docs/semantics.md)."""
 
 from __future__ import annotations
 
-import fnmatch
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -25,14 +24,17 @@ LIVE_STATES = [s.value for s in State if not s.terminal]
 
 
 def selected(views: Sequence[JobView], pattern: str | None, state: State | None) -> list[str]:
-    """The unfinished jobs whose name matches ``pattern`` (a shell-style glob: ``sweep-*``)
-    and whose state is ``state`` (each when given), in ``views``' order."""
+    """The unfinished jobs whose name matches ``pattern`` (support/name_glob.py: a name or
+    a shell-style glob, ``sweep-*``) and whose state is ``state`` (each when given), in
+    ``views``' order."""
+    from dispatch.support.name_glob import glob_matches
+
     out = []
     for v in views:
         s = v.status
         if s is None or s.state.terminal:
             continue
-        if pattern is not None and not fnmatch.fnmatchcase(s.name, pattern):
+        if pattern is not None and not glob_matches(pattern, s.name):
             continue
         if state is not None and s.state is not state:
             continue
@@ -66,10 +68,17 @@ def cancel(jobs: tuple[str, ...], pattern: str | None, state: str | None,
     if not jobs and pattern is None and state is None:
         raise BadInput("cancel what? name a JOB (several may be given), or select with "
                        "--name PATTERN and/or --state STATE")
+    from dispatch.service.names import check_pattern, match_note
+
+    if pattern is not None:
+        check_pattern(pattern)
     single = len(jobs) == 1
     with open_service(store_url) as service:
-        refs = list(jobs) or selected(service.jobs(), pattern, State(state) if state
-                                      else None)
+        refs = list(jobs) or selected(service.jobs(name=pattern), pattern,
+                                      State(state) if state else None)
+        if pattern is not None:  # how many the pattern names, finished ones too
+            click.echo(f"{match_note(service, pattern)}; {len(refs)} unfinished"
+                       + (f" and {state}" if state else ""), err=True)
         if not refs:
             click.echo("no unfinished job matches; nothing to cancel", err=True)
             if as_json:

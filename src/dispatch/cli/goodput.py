@@ -3,11 +3,18 @@ from the record alone."""
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import TYPE_CHECKING
+
 import click
 
 from dispatch.cli.common import emit_json, handle_errors, json_option, open_service, store_option
-from dispatch.core.goodput import By, Split, split
+from dispatch.core.goodput import By, JobTime, Split, split
 from dispatch.support.clock import utcnow
+
+if TYPE_CHECKING:
+    from dispatch.errors import DispatchError
+    from dispatch.service import Service
 
 
 @click.command()
@@ -27,13 +34,18 @@ def goodput(job: str | None, since: str | None, by: str, store_url: str | None,
     (wall time x nodes, every phase) and over allocated node-time (running, stopping).
     --by job: one row a job.
 
-    JOB: one job (id or unique name); without it, every job in the store."""
+    JOB: one job (id or unique name), or the jobs whose name matches a shell-style pattern
+    ('sweep-*', quoted; counted as the fleet is: --by); without it, every job in the store."""
     from dispatch.service.goodput import fleet_times, groups, job_times, span_of, split_json
+    from dispatch.support.name_glob import is_glob
 
     span = span_of(since) if since is not None else None
     now = utcnow()
     with open_service(store_url) as service:
-        if job is not None:
+        if job is not None and is_glob(job):
+            found, errors = _matching_times(service, job, now)
+            parts = groups(found, By(by), now, span)
+        elif job is not None:
             job_id = service.resolve(job)
             found, errors = job_times(service.store, [job_id], now)
             for err in errors.values():
@@ -57,6 +69,23 @@ def goodput(job: str | None, since: str | None, by: str, store_url: str | None,
         _print(parts, By(by))
     for job_id, err in sorted(errors.items()):
         click.echo(f"not counted: {job_id}: {err}", err=True)
+
+
+def _matching_times(service: Service, pattern: str, now: datetime
+                    ) -> tuple[list[JobTime], dict[str, DispatchError]]:
+    """The times of the jobs whose name matches ``pattern``, the count said on stderr;
+    NotFound (with what would match) when none does."""
+    from dispatch.errors import NotFound
+    from dispatch.service.goodput import job_times
+    from dispatch.service.names import match_note
+    from dispatch.stores.query import JobQuery
+
+    rows = service.store.query_jobs(JobQuery(name_glob=pattern))
+    note = match_note(service, pattern, option="")
+    if not rows:
+        raise NotFound(note)
+    click.echo(note, err=True)
+    return job_times(service.store, [r.job_id for r in rows], now)
 
 
 def _print(parts: dict[str, Split], by: By) -> None:

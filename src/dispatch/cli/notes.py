@@ -74,6 +74,6 @@ def hidden_note(service: Service, *, backend: str | None, name: str | None,
     ``terminal`` column: no record is read)."""
     from dispatch.stores.query import JobQuery
 
-    rows = service.store.query_jobs(JobQuery(terminal=True, backend=backend, name=name,
+    rows = service.store.query_jobs(JobQuery(terminal=True, backend=backend, name_glob=name,
                                              since_us=since_us))
     return hidden_line(len(rows), filters)

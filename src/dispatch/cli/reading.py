@@ -32,17 +32,21 @@ PLAIN_HELP = ("Tab-separated lines (a header, then one line per job), for script
 
 
 STATES = ["live", *(s.value for s in State)]
+NAME_HELP = ("Only jobs whose name matches PATTERN: a name, or a shell-style pattern "
+             "('sweep-*', 'sweep-1?', quoted so the shell leaves it alone); how many jobs "
+             "match is said on stderr.")
 
 
 @click.command("ls")
 @click.option("--all", "show_all", is_flag=True, help="Include finished jobs.")
-@click.option("--name", default=None, help="Only jobs with this name.")
+@click.option("--name", "name", default=None, metavar="PATTERN", help=NAME_HELP)
 @click.option("--state", type=click.Choice(STATES), default=None,
               help="Only jobs in this state (a finished state implies --all; live: every "
                    "unfinished job), as the HTTP API's state=.")
 @click.option("--cause", type=click.Choice([c.value for c in CauseKind]), default=None,
-              help="Only jobs whose cause is this (the job's own, else the last one it "
-                   "recovered from), as the HTTP API's cause=; implies --all.")
+              help="Only jobs that had this cause: their own, one they recovered from, or "
+                   "any in their committed history (a success after a preemption is found "
+                   "by --cause preempted), as the HTTP API's cause=; implies --all.")
 @click.option("--backend", default=None, help="Only jobs of this backend.")
 @click.option("--since", default=None, metavar="TIME",
               help="Only jobs created at or after TIME: ISO 8601 (UTC unless it says), or an "
@@ -63,11 +67,14 @@ def ls(show_all: bool, name: str | None, state: str | None, cause: str | None,
     stderr, and so are the finished jobs a bare `ls` hides and the jobs no supervisor
     serves."""
     from dispatch.cli.notes import hidden_note, unsupervised_notes
+    from dispatch.service.names import check_pattern, match_note
     from dispatch.service.pages import ls_page, parse_cursor, parse_since
 
     now = utcnow()
     live = state == "live"
     since_us = parse_since(since, now) if since is not None else None
+    if name is not None:
+        check_pattern(name)
     with open_service(store_url) as service:
         page = ls_page(service, finished=show_all,
                        state=State(state) if state and not live else None, live=live,
@@ -75,6 +82,8 @@ def ls(show_all: bool, name: str | None, state: str | None, cause: str | None,
                        name=name, since_us=since_us, limit=limit,
                        before=parse_cursor(before) if before else None)
         notes = [] if as_json else unsupervised_notes(service, page.jobs)
+        if name is not None and not as_json:
+            notes.insert(0, match_note(service, name, len(page.jobs)))
         if not (as_json or show_all or state or cause or before):
             filters = [f"--{k} {shlex.quote(v)}" for k, v in (
                 ("name", name), ("backend", backend), ("since", since)) if v is not None]
@@ -96,10 +105,11 @@ def ls(show_all: bool, name: str | None, state: str | None, cause: str | None,
 @click.option("--plain", is_flag=True, help=PLAIN_HELP)
 @click.option("--count", type=click.IntRange(min=1), default=None,
               help="Stop after this many refreshes.")
+@click.option("--name", "name", default=None, metavar="PATTERN", help=NAME_HELP)
 @store_option
 @json_option
 @handle_errors
-def watch(interval: float, show_all: bool, plain: bool, count: int | None,
+def watch(interval: float, show_all: bool, plain: bool, count: int | None, name: str | None,
           store_url: str | None, as_json: bool) -> None:
     """`ls`, refreshed in place until Ctrl-C. When stdout is not a terminal (a pipe, a
     file), or with --plain or --json, each refresh is printed after the last (--json: one
@@ -107,14 +117,20 @@ def watch(interval: float, show_all: bool, plain: bool, count: int | None,
     import itertools
     import json
 
+    from dispatch.service.names import check_pattern, match_note
+
+    if name is not None:
+        check_pattern(name)
     refreshes = itertools.count() if count is None else range(count)
     with open_service(store_url) as service:
+        if name is not None and not as_json:  # once: the count as the watch begins
+            click.echo(match_note(service, name), err=True)
         try:
             if as_json or plain or not render.out().is_terminal:
                 for i in refreshes:
                     if i:
                         time.sleep(interval)
-                    rows = service.jobs(include_finished=show_all)
+                    rows = service.jobs(include_finished=show_all, name=name)
                     if as_json:
                         click.echo(json.dumps([status_json(v) for v in rows], default=str))
                     else:
@@ -128,8 +144,8 @@ def watch(interval: float, show_all: bool, plain: bool, count: int | None,
                 for i in refreshes:
                     if i:
                         time.sleep(interval)
-                    live.update(render.table(service.jobs(include_finished=show_all),
-                                             utcnow()))
+                    live.update(render.table(service.jobs(include_finished=show_all,
+                                                          name=name), utcnow()))
         except KeyboardInterrupt:
             return
 

@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NamedTuple
 
 from dispatch.core import events as ev
-from dispatch.core.model import State
-from dispatch.service.views import SCHEDULER_OK, JobView, cause_text
+from dispatch.core.model import State, Status
+from dispatch.service.views import SCHEDULER_OK, JobView, cause_text, recovery_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -175,6 +175,15 @@ def forecast_text(view: JobView) -> str:
     return "" if f is None else f"{f.state.value}?"
 
 
+def cause_cell(s: Status) -> str:
+    """A row's cause: the job's own, and what it recovered from when it did (``none (exit
+    0), after 1 recovery: preempted``): a recovered success reads as one."""
+    rec = recovery_text(s)
+    if not rec:
+        return cause_text(s.cause)
+    return rec if s.cause is None else f"{cause_text(s.cause)}, {rec}"
+
+
 def table(rows: Sequence[JobView], now: datetime, width: int | None = None) -> Table:
     """One row per job; a state marked "!" comes from the record alone (its scheduler could
     not be asked: the caption says why). On a terminal (or with ``width``) the table fits
@@ -233,7 +242,7 @@ def _cells(v: JobView, now: datetime, forecasts: bool, errors: bool) -> list[Tex
                 Text("-"), Text("-"), Text("-"), *extra]
     used = ", ".join(f"{k}={n}" for k, n in s.budget_used.items() if n) or "-"
     return [Text(visible(s.job)), Text(visible(s.name)), state_text(v),
-            Text(visible(cause_text(s.cause))), Text(str(s.submissions)), Text(used),
+            Text(visible(cause_cell(s))), Text(str(s.submissions)), Text(used),
             Text(age(s.created_at, now)), *extra]
 
 
@@ -259,7 +268,7 @@ def plain_rows(rows: Sequence[JobView], now: datetime) -> list[str]:
             continue
         used = ", ".join(f"{k}={n}" for k, n in s.budget_used.items() if n) or "-"
         out.append("\t".join([cell(s.job), cell(s.name), state_text(v).plain,
-                              cell(cause_text(s.cause)), str(s.submissions), used,
+                              cell(cause_cell(s)), str(s.submissions), used,
                               age(s.created_at, now),
                               cell(error_short(s.error)) if s.error is not None else ""]))
     return out
@@ -314,8 +323,9 @@ def status_lines(view: JobView, verbose: bool = False) -> list[Line]:
     if view.scheduler != SCHEDULER_OK:
         lines.append(line(visible(f"scheduler: {view.scheduler}: {view.problem}; the state "
                                   "below is the record's last committed one"), "red"))
+    rec = recovery_text(s)
     lines.append(Line(((visible(s.job), "bold"), f" {visible(s.name)}: ",
-                       (s.state.value, STATE_STYLE[s.state]),
+                       (s.state.value, STATE_STYLE[s.state]), f" {rec}" if rec else "",
                        f"  cause: {visible(cause_text(s.cause))}")))
     if s.cause is not None:
         lines += _indented(f"  provenance: {s.cause.provenance.value}"

@@ -104,20 +104,20 @@ def verdict(job: Job, plan: Plan, cause: Cause, next_number: int, old_alive: boo
         return _fail(cause, f"no rule covers {kind.value}")
     index, rule = found
     if rule.action is Action.ESCALATE:
-        return _fail(cause, f"rules[{index}] escalates {kind.value}")
+        return _fail(cause, f"rule {rule.name} escalates {kind.value}")
     unenforced = plan.unenforced_reason(rule)
     if unenforced is not None:
-        return _fail(cause, f"rules[{index}] ({rule.action.value} on {kind.value}): {unenforced}")
+        return _fail(cause, f"rule {rule.name} on {kind.value}: {unenforced}")
     if rule.enforced_by is Enforcer.BACKEND:
         return _fail(cause, f"the {plan.declarations.backend} backend ended the object although "
-                            f"rules[{index}] asks it to {rule.action.value} on {kind.value}"
+                            f"rule {rule.name} asks it to {rule.action.value} on {kind.value}"
                             f" (budget used {budget_used[index]}/{rule.budget})")
     if rule.action is Action.HOLD:
         return [PlaceHold(cause=cause)]
     budget = rule.budget or 0
     spent = budget_used[index]
     if spent >= budget:
-        return _fail(cause, f"rules[{index}] budget spent ({spent}/{budget}) on {kind.value}")
+        return _fail(cause, f"rule {rule.name}: budget spent ({spent}/{budget}) on {kind.value}")
     return [
         StartRecovery(rule=index, action=rule.action, cause=cause),
         Submit(submission=next_number, token=token_for(job.id, next_number), gated=old_alive,

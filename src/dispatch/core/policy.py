@@ -5,7 +5,7 @@ Pure: validation and verdicts are functions of their inputs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from enum import StrEnum
 
@@ -61,10 +61,24 @@ class Rule(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
             return Enforcer.BACKEND
         return Enforcer.SUPERVISOR
 
+    @property
+    def name(self) -> str:
+        """The rule's one name everywhere it is shown (the CLI, history, escalations, the
+        API's ``budget_used``, metrics, the dashboard): its causes and its action,
+        ``preempted, node-lost (resubmit)``. Unique within a policy (a cause is covered by
+        one rule at most)."""
+        return f"{', '.join(k.value for k in self.on)} ({self.action.value})"
+
     def describe(self) -> str:
         kinds = ", ".join(k.value for k in self.on)
         budget = f" budget {self.budget}" if self.budget is not None else ""
         return f"[{kinds}] -> {self.action.value}{budget} ({self.enforced_by.value})"
+
+
+def rule_name(rules: Sequence[Rule], index: int) -> str:
+    """``Rule.name`` of ``rules[index]``; ``rules[N]`` for an index no rule has (a record
+    that names a rule its spec lacks)."""
+    return rules[index].name if 0 <= index < len(rules) else f"rules[{index}]"
 
 
 class PolicyError(BadInput, ValueError):

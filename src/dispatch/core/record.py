@@ -18,7 +18,7 @@ from dispatch.core import events as ev
 from dispatch.core.app_error import AppError
 from dispatch.core.deferred import Deferred
 from dispatch.core.model import Cause, CauseKind, Escalation, Provenance, State, Transition
-from dispatch.core.policy import Declarations
+from dispatch.core.policy import Declarations, rule_name
 from dispatch.core.spec import JobSpec
 from dispatch.errors import StoreUnusable
 
@@ -392,7 +392,8 @@ class _Builder:
             if not e.native:
                 self.awaiting = None
             self.history.append(Transition(at=e.at, state=State.RECOVERING, cause=e.cause,
-                                           seq=e.seq, note=f"{e.action.value} by rules[{e.rule}]"
+                                           seq=e.seq, note=f"{e.action.value} by rule "
+                                           f"{rule_name(self.spec.policy.rules, e.rule)}"
                                            + (" (native)" if e.native else "")))
         elif isinstance(e, ev.HoldPlaced):
             if self.outcome is not None:

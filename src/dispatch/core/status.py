@@ -28,7 +28,7 @@ from dispatch.core.model import (
     State,
     Status,
 )
-from dispatch.core.policy import Plan
+from dispatch.core.policy import Plan, rule_name
 from dispatch.core.record import Job, Submission, advance
 
 # Ends that only an object that ran can have: an exit status, a kill for memory or time,
@@ -69,7 +69,8 @@ def project(job: Job, discovery: Discovery | None, now: datetime) -> Status:
         history=job.history, escalations=job.escalations,
         supersedes=job.supersedes, superseded_by=job.superseded_by,
         submissions=len(job.submissions),
-        budget_used={f"rules[{i}]": n for i, n in enumerate(job.budget_used)},
+        budget_used={rule_name(job.spec.policy.rules, i): n
+                     for i, n in enumerate(job.budget_used)},
         objects=job.refs,
         settled=job.outcome is not None, forecast=forecast, scheduler_seen=seen,
         backend=job.spec.backend,

@@ -13,6 +13,7 @@ from typing import assert_never
 from dispatch.core import events as ev
 from dispatch.core.app_error import one_line
 from dispatch.core.model import Cause
+from dispatch.core.policy import Rule, rule_name
 
 
 def _cause(c: Cause | None) -> str:
@@ -29,11 +30,11 @@ def _cause(c: Cause | None) -> str:
     return " ".join(parts)
 
 
-def line(e: ev.Event) -> str:  # noqa: C901 - one case per event type
+def line(e: ev.Event, rules: Sequence[Rule] = ()) -> str:  # noqa: C901 - one case per event type
     if isinstance(e, ev.JobCreated):
-        rules = len(e.spec.policy.rules)
         text = (f"created '{e.spec.name}' on {e.spec.backend}, {e.spec.nodes} node(s), "
-                f"{rules} recovery rule(s)" + (f", by {e.actor}" if e.actor else ""))
+                f"{len(e.spec.policy.rules)} recovery rule(s)"
+                + (f", by {e.actor}" if e.actor else ""))
         return text + (f"; supersedes {e.supersedes}" if e.supersedes else "")
     if isinstance(e, ev.SubmissionIntended):
         why = f" to recover from {_cause(e.cause)}" if e.cause else ""
@@ -65,7 +66,8 @@ def line(e: ev.Event) -> str:  # noqa: C901 - one case per event type
                 f"{e.execution}, written {e.written.isoformat()})")
     if isinstance(e, ev.RecoveryStarted):
         native = " by the backend" if e.native else ""
-        return f"RECOVERING: rules[{e.rule}] {e.action.value}{native} on {_cause(e.cause)}"
+        return (f"RECOVERING: rule {rule_name(rules, e.rule)}: {e.action.value}{native} on "
+                f"{_cause(e.cause)}")
     if isinstance(e, ev.HoldPlaced):
         kind = "recovery hold" if e.recovery else "hold"
         return f"HELD: {kind} on {_cause(e.cause)}; waits for resubmit, cancel or give-up"
@@ -101,4 +103,8 @@ def line(e: ev.Event) -> str:  # noqa: C901 - one case per event type
 
 
 def story(record: Sequence[ev.Event]) -> list[tuple[ev.Event, str]]:
-    return [(e, line(e)) for e in record]
+    """Each event and its line; a rule is named as ``Rule.name`` says, from the job's spec
+    (its JobCreated)."""
+    first = record[0] if record else None
+    rules = first.spec.policy.rules if isinstance(first, ev.JobCreated) else ()
+    return [(e, line(e, rules)) for e in record]

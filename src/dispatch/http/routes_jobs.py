@@ -37,7 +37,7 @@ def job_routes(server: Server) -> list[Route]:
         state = request.query_params.get("state")
         with server.service() as service:
             views = service.jobs(include_finished=flag(request, "all"),
-                                 name=request.query_params.get("name"))
+                                 name=request.query_params.get("name") or None)
         rows = [status_json(v) for v in views]
         if state:
             rows = [r for r in rows if r.get("state") == state]

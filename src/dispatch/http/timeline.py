@@ -17,7 +17,7 @@ from dispatch.core import events as ev
 from dispatch.core.codec import cause_json
 from dispatch.core.goodput import job_time
 from dispatch.core.model import Cause
-from dispatch.core.policy import Rule
+from dispatch.core.policy import Rule, rule_name
 from dispatch.service.goodput import job_goodput_json
 
 
@@ -77,9 +77,7 @@ def timeline_json(events: Sequence[ev.Event], now: datetime) -> dict[str, Any]: 
             holds[-1].update(end=_t(e.at), released_by=e.actor, resubmit=e.resubmit)
         elif isinstance(e, ev.RecoveryStarted):
             marks.append({"at": _t(e.at), "kind": "recovery", "cause": _cause(e.cause),
-                          "text": f"{e.action.value} by "
-                                  + (f"the rule for {', '.join(rules[e.rule].on)}"
-                                     if e.rule < len(rules) else f"rule {e.rule + 1}")
+                          "text": f"{e.action.value} by rule {rule_name(rules, e.rule)}"
                                   + (" (native)" if e.native else "")})
         elif isinstance(e, (ev.CancelRequested, ev.GiveUpRequested)):
             what = "cancel" if isinstance(e, ev.CancelRequested) else "give-up"

@@ -22,12 +22,13 @@ from dispatch.core.model import CauseKind, State
 from dispatch.errors import BadInput
 from dispatch.service.operations import Service
 from dispatch.service.pages import parse_since
-from dispatch.service.rows import answers, list_row_json
+from dispatch.service.rows import answers, had_cause, list_row_json
 from dispatch.service.rows import shown_cause as row_cause
 from dispatch.service.views import JobView, status_json
 from dispatch.stores.base import JobRow, sort_key_us
 from dispatch.stores.query import ORDERS, JobQuery, Key, Order
 from dispatch.support.durations import quoted
+from dispatch.support.name_glob import natural_key
 
 Column = Literal["created", "name", "backend", "job", "state", "cause", "submissions"]
 COLUMNS: tuple[Column, ...] = (*ORDERS, "state", "cause", "submissions")
@@ -59,6 +60,7 @@ class ListRequest:
     backend: str | None = None
     search: str | None = None
     since_us: int | None = None  # created at or after (stores/base.py sort_key_us)
+    name: str | None = None  # a name pattern (support/name_glob.py), filtered in the store
 
     @property
     def derived(self) -> bool:
@@ -160,6 +162,11 @@ def parse_list_request(params: dict[str, str], backends: Sequence[str]) -> ListR
             raise BadParameter("backend", f"{backend!r} is not a backend; one of "
                                f"{', '.join(backends)}")
         req = replace(req, backend=backend)
+    if "name" in params:
+        if not params["name"] or not _encodable(params["name"]):
+            raise BadParameter("name", f"{quoted(params['name'])}: a name, or a shell-style "
+                               "pattern such as 'sweep-*'")
+        req = replace(req, name=params["name"])
     search = params.get("q", "").strip()
     if len(search) > 200:
         raise BadParameter("q", "longer than 200 characters")
@@ -177,7 +184,8 @@ def parse_list_request(params: dict[str, str], backends: Sequence[str]) -> ListR
 
 
 def _store_key(order: Column, row: JobRow) -> Key:
-    first: dict[str, str] = {"name": row.name, "backend": row.backend, "job": row.job_id}
+    first: dict[str, str] = {"name": natural_key(row.name), "backend": row.backend,
+                             "job": row.job_id}
     tail = (sort_key_us(row.created_at), row.job_id)
     return (first[order], *tail) if order in first else tail
 
@@ -203,10 +211,8 @@ def _matches(req: ListRequest, view: JobView, row: JobRow | None = None) -> bool
         return False
     if req.state is not None and s is not None and s.state is not req.state:
         return False
-    if req.cause is not None:
-        cause, _ = row_cause(view)
-        if cause is None or cause.kind is not req.cause:
-            return False
+    if req.cause is not None and not had_cause(view, req.cause):
+        return False
     return req.search is None or answers(
         view, req.search, job_id=row.job_id if row else "", name=row.name if row else "")
 
@@ -218,14 +224,24 @@ def _after(key: Key, cursor: Key, descending: bool) -> bool:
 def find_jobs(service: Service, req: ListRequest) -> tuple[list[JobView], str | None]:
     """One page of the list: the jobs' views (the scheduler asked for those shown) and the
     cursor of the next page (None on the last). The dashboard, the API and the CLI share
-    it: filters (state, cause, backend), the search over names, id prefixes, causes and
-    application errors (service/rows.py ``answers``), any column's order."""
+    it: filters (state, cause, backend, a name pattern), the search over names, id
+    prefixes, causes and application errors (service/rows.py ``answers``), any column's
+    order."""
+    views, nxt, _ = find_counted(service, req)
+    return views, nxt
+
+
+def find_counted(service: Service, req: ListRequest
+                 ) -> tuple[list[JobView], str | None, int | None]:
+    """``find_jobs``, and how many jobs match the filters on every page together when a
+    search or a name pattern asks (None otherwise): the dashboard's match count."""
     terminal = (False if req.live_only else
                 None if req.state is None else req.state.terminal)
     # A finished state is the store's outcome column: filtered in SQL, not by folding.
     outcome = req.state.value if req.state is not None and req.state.terminal else None
     base = JobQuery(terminal=terminal, backend=req.backend, outcome=outcome,
-                    since_us=req.since_us)
+                    since_us=req.since_us, name_glob=req.name,
+                    cause=req.cause.value if req.cause is not None else None)
     if not req.derived:
         order: Order = req.order  # type: ignore[assignment]  # a store column here
         rows = service.store.query_jobs(replace(base, order=order, descending=req.descending,
@@ -235,6 +251,8 @@ def find_jobs(service: Service, req: ListRequest) -> tuple[list[JobView], str | 
         views = service.views([r.job_id for r in page])
         if req.state is not None:  # jobs finished before the store kept outcomes
             views = [v for v in views if _matches(req, v)]
+        # the jobs table's rows alone (no record read), and only when a pattern asks
+        total = len(service.store.query_jobs(base)) if req.name is not None else None
     else:
         rows = service.store.query_jobs(base)
         by_id = {v.job: v for v in service.views([r.job_id for r in rows],
@@ -242,6 +260,7 @@ def find_jobs(service: Service, req: ListRequest) -> tuple[list[JobView], str | 
         keyed = sorted(((_derived_key(req.order, r, by_id[r.job_id]), r) for r in rows
                         if r.job_id in by_id and _matches(req, by_id[r.job_id], r)),
                        key=lambda kr: kr[0], reverse=req.descending)
+        total = len(keyed) if req.search is not None or req.name is not None else None
         if req.after is not None:
             cursor = req.after
             keyed = [(k, r) for k, r in keyed if _after(k, cursor, req.descending)]
@@ -250,17 +269,18 @@ def find_jobs(service: Service, req: ListRequest) -> tuple[list[JobView], str | 
         asked = {v.job: v for v in service.views([r.job_id for _, r in chosen])}
         views = [asked.get(r.job_id, by_id[r.job_id]) for _, r in chosen]
     nxt = encode_cursor(req.order, req.descending, keys[-1]) if more else None
-    return views, nxt
+    return views, nxt, total
 
 
 def list_page(service: Service, req: ListRequest) -> dict[str, Any]:
-    """``{"jobs", "next", "held_count"}``: one page of list rows (service/rows.py: what the
-    list shows, not the whole status), the cursor of the next page (None on the last), and
-    how many jobs are held (the dashboard's banner; ``state=held`` lists them; None while
-    a server is still counting them)."""
-    views, nxt = find_jobs(service, req)
+    """``{"jobs", "next", "held_count", "total"}``: one page of list rows (service/rows.py:
+    what the list shows, not the whole status), the cursor of the next page (None on the
+    last), how many jobs are held (the dashboard's banner; ``state=held`` lists them; None
+    while a server is still counting them), and with a search (``q``) or a name pattern
+    (``name``) how many jobs match on all pages together (None without)."""
+    views, nxt, total = find_counted(service, req)
     return {"jobs": [list_row_json(v) for v in views], "next": nxt,
-            "held_count": held_count(service)}
+            "held_count": held_count(service), "total": total}
 
 
 def held_ids(service: Service) -> list[str]:
@@ -292,4 +312,5 @@ def held_jobs(service: Service) -> list[dict[str, Any]]:
 
 
 # The parameters that ask for a page (the shape above) rather than the plain list.
+# ``name`` alone (with ``all``, ``state``) keeps the plain list, as before pages: a pattern.
 PAGE_PARAMETERS = frozenset({"limit", "after", "order", "q", "backend", "cause", "since"})

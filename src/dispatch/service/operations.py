@@ -207,9 +207,14 @@ class Service:
 
     def jobs(self, *, include_finished: bool = False, name: str | None = None,
              ask_scheduler: bool = True) -> list[JobView]:
-        ids = [r.job_id for r in self.store.list_jobs(live_only=not include_finished,
-                                                      name=name)]
-        return self.views(ids, ask_scheduler=ask_scheduler)
+        """The jobs (unfinished ones unless ``include_finished``) in creation order; ``name``:
+        a name pattern (support/name_glob.py: a name, or a shell-style glob), matched in
+        the jobs table."""
+        from dispatch.stores.query import JobQuery
+
+        rows = self.store.query_jobs(JobQuery(terminal=None if include_finished else False,
+                                              name_glob=name))
+        return self.views([r.job_id for r in rows], ask_scheduler=ask_scheduler)
 
     def history(self, job: str) -> list[tuple[ev.Event, str]]:
         """The job's story: every committed event with one line of text."""

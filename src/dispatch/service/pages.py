@@ -65,18 +65,15 @@ def parse_since(text: str, now: datetime | None = None, option: str = "--since")
 def shows(view: JobView, state: State | None, live: bool, cause: CauseKind | None) -> bool:
     """Whether a job is in ``ls``'s page: the HTTP API's filters (service/listing.py), with
     their meaning: ``state`` the job's state, ``live`` any unfinished one, ``cause`` the cause
-    the list shows (the job's own, else the last one it recovered from)."""
-    from dispatch.service.rows import shown_cause
+    the list shows or any cause of the job's committed history (``rows.had_cause``)."""
+    from dispatch.service.rows import had_cause
 
     s = view.status
     if state is not None and (s is None or s.state is not state):
         return False
     if live and (s is None or s.state.terminal):
         return False
-    if cause is None:
-        return True
-    shown, _ = shown_cause(view)
-    return shown is not None and shown.kind is cause
+    return cause is None or had_cause(view, cause)
 
 
 def ls_page(service: Service, *, finished: bool, state: State | None = None,
@@ -89,8 +86,9 @@ def ls_page(service: Service, *, finished: bool, state: State | None = None,
         finished = True
     if live:  # ... unless only the unfinished ones are asked for
         finished = False
-    query = JobQuery(terminal=None if finished else False, backend=backend, name=name,
-                     since_us=since_us, descending=True, after=before, limit=limit + 1)
+    query = JobQuery(terminal=None if finished else False, backend=backend, name_glob=name,
+                     since_us=since_us, descending=True, after=before, limit=limit + 1,
+                     cause=cause.value if cause is not None else None)
     if state is not None:
         query = replace(query, terminal=state.terminal,
                         outcome=state.value if state.terminal else None)
@@ -112,3 +110,30 @@ def ls_page(service: Service, *, finished: bool, state: State | None = None,
     chosen, keys = chosen[:limit], keys[:limit]
     older = f"{keys[-1][0]}:{keys[-1][1]}" if more else None
     return Page(jobs=list(reversed(chosen)), older=older)
+
+
+def select_jobs(service: Service, *, finished: bool = False, state: State | None = None,
+                live: bool = False, cause: CauseKind | None = None,
+                backend: str | None = None, name: str | None = None,
+                since_us: int | None = None) -> list[str]:
+    """Every job ``ls`` with these filters would list, on all its pages, oldest first (the
+    Python API's ``dispatch.jobs``): the store filters by what its jobs table holds (finished
+    or not, a finished job's outcome, backend, a name pattern, creation, the causes a
+    history holds); only when a state or a cause is asked are the remaining jobs folded,
+    together (snapshots, no scheduler asked), and kept as ``shows`` says."""
+    if state is not None:
+        finished = finished or state.terminal
+    if cause is not None:
+        finished = True
+    if live:
+        finished = False
+    query = JobQuery(terminal=None if finished else False, backend=backend, name_glob=name,
+                     since_us=since_us, cause=cause.value if cause is not None else None)
+    if state is not None:
+        query = replace(query, terminal=state.terminal,
+                        outcome=state.value if state.terminal else None)
+    ids = [r.job_id for r in service.store.query_jobs(query)]
+    if state is None and cause is None:
+        return ids
+    return [v.job for v in service.views(ids, ask_scheduler=False)
+            if shows(v, state, live, cause)]

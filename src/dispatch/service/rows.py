@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from dispatch.core.app_error import one_line, short
-from dispatch.core.model import Cause
-from dispatch.service.views import SCHEDULER_OK, JobView, error_json
+from dispatch.core.model import Cause, CauseKind
+from dispatch.service.views import SCHEDULER_OK, JobView, error_json, recovered_from
 
 # What a row keeps of the words (the job's page has them whole), so that a row stays under
 # 600 bytes whatever the words (tests/unit/http/test_list_rows.py): issue 36.
@@ -38,6 +38,20 @@ def shown_cause(view: JobView) -> tuple[Cause | None, bool]:
     return None, False
 
 
+def had_cause(view: JobView, kind: CauseKind) -> bool:
+    """Whether a job answers a filter by cause: its shown cause (``shown_cause``) is
+    ``kind``, or any transition of its committed history carries it (a success recovered
+    from a preemption answers ``preempted``). The stores' causes table (stores/query.py,
+    ``JobQuery.cause``) narrows the jobs read to those; this decides on the record."""
+    s = view.status
+    if s is None:
+        return False
+    shown, _ = shown_cause(view)
+    if shown is not None and shown.kind is kind:
+        return True
+    return any(t.cause is not None and t.cause.kind is kind for t in s.history)
+
+
 def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -59,7 +73,8 @@ def list_row_json(view: JobView) -> dict[str, Any]:
     """One row of the list: id, name, state (settled or not), the shown cause (its words
     cut), the application's error shortened to ROW_ERROR characters (``app_error``, absent
     when none), submissions, creation, backend, and what the scheduler said when it was not
-    ``ok`` (``scheduler``, ``scheduler_problem``); ``recovered`` only when true. A job whose
+    ``ok`` (``scheduler``, ``scheduler_problem``); ``recovered`` only when true; for a job
+that recovered, ``recoveries`` (how many) and ``recovered_from`` (each cause once). A job whose
     record cannot be trusted is its id and the error."""
     s = view.status
     if s is None:
@@ -75,6 +90,10 @@ def list_row_json(view: JobView) -> dict[str, Any]:
     # what most rows lack is left out, not sent as null
     if recovered:
         row["recovered"] = True
+    kinds = recovered_from(s)
+    if kinds:  # how many recoveries, and from what (each cause once: a row stays short)
+        row["recoveries"] = len(kinds)
+        row["recovered_from"] = list(dict.fromkeys(k.value for k in kinds))
     if s.error is not None:
         row["app_error"] = short(s.error, ROW_ERROR)
     if view.scheduler != SCHEDULER_OK:
@@ -104,4 +123,4 @@ def answers(view: JobView, text: str, *, job_id: str = "", name: str = "") -> bo
     return any(needle in w.lower() for w in words if w)
 
 
-__all__ = ["ROW_ERROR", "answers", "list_row_json", "shown_cause"]
+__all__ = ["ROW_ERROR", "answers", "had_cause", "list_row_json", "shown_cause"]

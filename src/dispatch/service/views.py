@@ -12,7 +12,7 @@ import msgspec
 from dispatch.core import events as ev
 from dispatch.core.app_error import error_json as app_error_json
 from dispatch.core.codec import cause_json, to_builtins
-from dispatch.core.model import Cause, SchedulerUnreachable, Status
+from dispatch.core.model import Cause, CauseKind, SchedulerUnreachable, State, Status
 from dispatch.core.spec import JobSpec
 from dispatch.errors import BackendError, DispatchError
 
@@ -70,6 +70,32 @@ def cause_text(c: Cause | None) -> str:
     return text
 
 
+def recovered_from(s: Status) -> list[CauseKind]:
+    """What each of the job's recoveries recovered from, in order: a recovery's own cause;
+    for a hold a person released, the hold's cause (the release is how, not why)."""
+    found: list[CauseKind] = []
+    held: Cause | None = None
+    for t in s.history:
+        if t.state is State.HELD:
+            held = t.cause
+        elif t.state is State.RECOVERING and t.cause is not None:
+            why = held if t.cause.kind is CauseKind.RELEASED and held is not None else t.cause
+            found.append(why.kind)
+            held = None
+    return found
+
+
+def recovery_text(s: Status) -> str:
+    """``after 1 recovery: preempted``, ``after 3 recoveries: preempted, node-lost`` (each
+    cause once, in the order first met); "" for a job that never recovered."""
+    kinds = recovered_from(s)
+    if not kinds:
+        return ""
+    n = len(kinds)
+    return (f"after {n} recover{'y' if n == 1 else 'ies'}: "
+            + ", ".join(dict.fromkeys(k.value for k in kinds)))
+
+
 def status_json(view: JobView) -> dict[str, Any]:
     s = view.status
     if s is None:
@@ -91,6 +117,8 @@ def status_json(view: JobView) -> dict[str, Any]:
                          "cause": cause_json(x.cause), "seq": x.seq} for x in s.escalations],
         "supersedes": s.supersedes, "superseded_by": s.superseded_by,
         "submissions": s.submissions, "budget_used": s.budget_used, "objects": list(s.objects),
+        # one per recovery, in order: a recovered success is found and shown as one
+        "recovered_from": [k.value for k in recovered_from(s)],
         "created_at": s.created_at.isoformat() if s.created_at else None,
         "segments": list(s.segments),
         "scheduler": view.scheduler,

@@ -42,6 +42,7 @@ from dispatch.errors import NotFound, StateConflict, StoreUnusable
 from dispatch.stores.fence import Fence as Fence
 from dispatch.stores.fence import Fenced as Fenced
 from dispatch.stores.query import JobQuery
+from dispatch.support.name_glob import natural_key
 
 if TYPE_CHECKING:
     from dispatch.core.record import Job
@@ -51,14 +52,16 @@ if TYPE_CHECKING:
 # snapshot.encode: (the snapshot's body, its digest) of a Job and its last event's body.
 Encoder = Callable[["Job", bytes], tuple[bytes, str]]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The schema this build writes and reads. A store whose schema is newer is refused; an
 older one is migrated in place, step by step, under the store's write lock
 (stores/schema.py): 1 -> 2 one successor per job (``supersedes`` UNIQUE); 2 -> 3 each job's
 ``scope`` and the supervisor leases (stores/lease.py); 3 -> 4 each job's change mark (for
 a tick that reads only what changed) and the snapshot cache (stores/snapshot.py); 4 -> 5
 ``jobs.edited``, set by the database when a stored event is updated or deleted, so that no
-snapshot outlives an edit of the events under it (stores/schema.py)."""
+snapshot outlives an edit of the events under it (stores/schema.py); 5 -> 6 the causes each
+job's history holds (stores/causes.py), so a list finds jobs by a cause they recovered
+from."""
 
 
 class StoreError(StoreUnusable):
@@ -204,6 +207,14 @@ def match_row(where: str, r: tuple[object, ...]) -> JobMatch:
 def created_scope(created: JobCreated) -> str:
     """The scope column of a new job: its JobCreated's scope, else its backend's name."""
     return created.scope or created.spec.backend
+
+
+def created_columns(e: JobCreated) -> tuple[object, ...]:
+    """A new job's row as both stores insert it: job_id, name, backend, created_at,
+    created_us, supersedes, scope, name_key (support/name_glob.natural_key: a name order
+    is natural, schema version 6)."""
+    return (e.job_id, e.spec.name, e.spec.backend, e.at.isoformat(), sort_key_us(e.at),
+            e.supersedes, created_scope(e), natural_key(e.spec.name))
 
 
 def outcome_of(events: Sequence[Event]) -> str | None:

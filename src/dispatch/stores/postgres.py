@@ -27,7 +27,7 @@ from psycopg.conninfo import conninfo_to_dict
 from dispatch.core.codec import encode_event
 from dispatch.core.events import Event, JobCreated, Superseded
 from dispatch.core.record import Job
-from dispatch.stores import schema
+from dispatch.stores import causes, schema
 from dispatch.stores import snapshot_sql as snap
 from dispatch.stores.base import (
     MIN_PREFIX,
@@ -46,10 +46,9 @@ from dispatch.stores.base import (
     check_batch,
     check_created,
     check_successor,
-    created_scope,
+    created_columns,
     match_row,
     outcome_of,
-    sort_key_us,
 )
 from dispatch.stores.changes import (
     PG_LOOK_MARK,
@@ -224,9 +223,8 @@ class PostgresStore(RecordStore):
         cur.executemany(
             "INSERT INTO dispatch_jobs"
             " (job_id, name, backend, created_at, created_us, version, supersedes, scope,"
-            " changed) VALUES (%s, %s, %s, %s, %s, 1, %s, %s, " + PG_MARK + ")",
-            [(e.job_id, e.spec.name, e.spec.backend, e.at.isoformat(), sort_key_us(e.at),
-              e.supersedes, created_scope(e)) for e in created],
+            " changed, name_key) VALUES (%s, %s, %s, %s, %s, 1, %s, %s, " + PG_MARK + ", %s)",
+            [created_columns(e) for e in created],
         )
         cur.executemany(
             "INSERT INTO dispatch_events (job_id, seq, body) VALUES (%s, 1, %s)",
@@ -354,6 +352,8 @@ class PostgresStore(RecordStore):
                 "INSERT INTO dispatch_events (job_id, seq, body)"
                 " SELECT %s, s, b FROM unnest(%s::integer[], %s::text[]) AS t(s, b)",
                 (job_id, seqs, bodies))
+            if kinds := causes.history_causes(events):
+                cur.execute(causes.PG_INSERT, (job_id, kinds))
             return new_version
 
         def landed(cur: Cursor) -> bool:

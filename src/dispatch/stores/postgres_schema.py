@@ -1,9 +1,9 @@
 """The PostgreSQL store's tables: created on first use, migrated step by step to
 SCHEMA_VERSION (1 -> 2: the supersedes column and its unique index; 2 -> 3: scopes and
 leases; 3 -> 4: change marks and snapshots; 4 -> 5: the mark of a job whose events
-were edited in place, and its triggers), inside one transaction under an advisory lock
-so that two processes starting at once never both create or migrate. The statements
-themselves are in stores/schema.py."""
+were edited in place, and its triggers; 5 -> 6: the causes each job's history holds),
+inside one transaction under an advisory lock so that two processes starting at once never
+both create or migrate. The statements themselves are in stores/schema.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from dispatch.stores import schema
+from dispatch.stores import causes, schema
 from dispatch.stores.base import SCHEMA_VERSION
 
 SCHEMA_LOCK = 0x6469737061746368  # pg_advisory_xact_lock key ("dispatch"): schema setup only
@@ -77,5 +77,16 @@ def migrate(conn: psycopg.Connection[Any], where: str, found: int) -> None:
     if found < 5:
         for stmt in schema.PG_V5:
             conn.execute(stmt)
+    if found < 6:
+        for stmt in schema.PG_V6:
+            conn.execute(stmt)
+        rows = causes.from_bodies(conn.execute(
+            "SELECT job_id, body FROM dispatch_events ORDER BY job_id, seq"))
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO dispatch_job_causes (cause, job_id) VALUES (%s, %s)",
+                            rows)
+            cur.executemany("UPDATE dispatch_jobs SET name_key = %s WHERE job_id = %s",
+                            schema.name_keys(conn.execute(
+                                "SELECT job_id, name FROM dispatch_jobs").fetchall()))
     if found < SCHEMA_VERSION:
         conn.execute("UPDATE dispatch_schema SET version = %s", (SCHEMA_VERSION,))

@@ -11,10 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from dispatch.support.name_glob import is_glob, pg_regex, sqlite_glob
+
 Order = Literal["created", "name", "backend", "job"]
 ORDERS: tuple[Order, ...] = ("created", "name", "backend", "job")
 # The column each order sorts by first; every order ends with (created_us, job_id).
-_COLUMN: dict[Order, str] = {"created": "", "name": "name", "backend": "backend",
+# "name" sorts by the name's natural key (support/name_glob.natural_key: sweep-9 before
+# sweep-10), a column the stores write beside the name (schema version 6).
+_COLUMN: dict[Order, str] = {"created": "", "name": "name_key", "backend": "backend",
                              "job": "job_id"}
 Key = tuple[str | int, ...]
 
@@ -25,16 +29,22 @@ class JobQuery:
     or an id starting with it. ``outcome``: finished jobs whose committed outcome is that
     state (State value), and those finished before the store kept it (the caller looks).
     ``since_us``: created at or after. ``after``: the key of the last row of the previous
-    page (as ``row_key`` makes it). ``terminal``: only finished (True) or unfinished (False)
-    jobs."""
+    page (as ``row_key`` makes it; for the name order, the name's ``natural_key``).
+    ``terminal``: only finished (True) or unfinished (False) jobs. ``name_glob``: a name
+    pattern (support/name_glob.py; one without wildcards is an exact name). ``cause``: jobs
+    whose committed history holds that cause kind (the causes table, schema version 6), and
+    every unfinished job (whose shown cause may be one not yet committed: the caller
+    looks)."""
 
     terminal: bool | None = None
     name: str | None = None
+    name_glob: str | None = None  # a shell-style name pattern (support/name_glob.py)
     scope: str | None = None
     backend: str | None = None
     search: str | None = None
     outcome: str | None = None  # the committed outcome's state (a finished job's state)
     since_us: int | None = None  # created at or after (base.sort_key_us)
+    cause: str | None = None  # a CauseKind value the history holds (or an unfinished job)
     order: Order = "created"
     descending: bool = False
     after: Key | None = None
@@ -62,10 +72,25 @@ def query_sql(q: JobQuery, table: str, mark: str) -> tuple[str, list[object]]:
         if value is not None:
             where.append(f"{column} = {mark}")
             params.append(value)
+    if q.name_glob is not None:
+        if not is_glob(q.name_glob):
+            where.append(f"name = {mark}")
+            params.append(q.name_glob)
+        elif mark == "?":
+            where.append(f"name GLOB {mark}")
+            params.append(sqlite_glob(q.name_glob))
+        else:
+            where.append(f"name ~ {mark}")
+            params.append(pg_regex(q.name_glob))
     if q.outcome is not None:  # NULL: finished before schema 4; the caller reads those
         where.append(f"(outcome = {mark} OR (outcome IS NULL AND "
                      + ("terminal = 1))" if mark == "?" else "terminal))"))
         params.append(q.outcome)
+    if q.cause is not None:
+        causes = {"jobs": "job_causes", "dispatch_jobs": "dispatch_job_causes"}[table]
+        live = "terminal = 0" if mark == "?" else "NOT terminal"
+        where.append(f"({live} OR job_id IN (SELECT job_id FROM {causes} WHERE cause = {mark}))")
+        params.append(q.cause)
     if q.search:
         where.append(f"(lower(name) LIKE {mark} ESCAPE '\\' OR lower(job_id) LIKE {mark} "
                      "ESCAPE '\\')")

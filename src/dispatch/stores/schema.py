@@ -16,7 +16,8 @@ its JobCreated event; the backend's name for jobs recorded before scopes), index
 ``terminal`` for a supervisor's tick, and the supervisor lease table (stores/lease.py).
 
 Version 4 (issue 27): change marks and the snapshot cache (below). Version 5 (issue 32
-item 7): ``jobs.edited`` and the triggers that set it (below).
+item 7): ``jobs.edited`` and the triggers that set it (below). Version 6 (issue 48 item 2):
+the causes each job's history holds, a table of its own (below).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Callable, Iterable
 
 from dispatch.stores.base import SCHEMA_VERSION, SchemaInvalid, SchemaTooNew
 from dispatch.stores.lease import PG_DDL, SQLITE_DDL
+from dispatch.support.name_glob import natural_key
 
 SQLITE_V1 = [
     "CREATE TABLE schema (version INTEGER NOT NULL)",
@@ -72,8 +74,8 @@ PG_V1 = [
 # The tables of version 1 (every step needs them) and of the current version.
 SQLITE_TABLES = ("schema", "jobs", "events")
 PG_TABLES = ("dispatch_schema", "dispatch_jobs", "dispatch_events")
-SQLITE_TABLES_NOW = (*SQLITE_TABLES, "leases", "snapshots")
-PG_TABLES_NOW = (*PG_TABLES, "dispatch_leases", "dispatch_snapshots")
+SQLITE_TABLES_NOW = (*SQLITE_TABLES, "leases", "snapshots", "job_causes")
+PG_TABLES_NOW = (*PG_TABLES, "dispatch_leases", "dispatch_snapshots", "dispatch_job_causes")
 
 # Version 2: one successor per job. The statements run after the backfill's column exists.
 SQLITE_V2_COLUMN = "ALTER TABLE jobs ADD COLUMN supersedes TEXT"
@@ -184,6 +186,43 @@ PG_V5 = [
     " FOR EACH STATEMENT EXECUTE FUNCTION dispatch_events_edited()",
     "DELETE FROM dispatch_snapshots",
 ]
+
+
+# Version 6 (issue 48 item 2): the cause kinds each job's committed history holds (a
+# recovery's, a hold's, a release, the outcome's: base.history_causes), one row per (job,
+# kind), written by the append that commits them. ``ls --cause preempted`` finds the jobs
+# that were ever preempted, a recovered success among them, in one indexed lookup rather
+# than a fold of every job. The step fills it from the events already stored
+# (stores/causes.py ``from_bodies``); a new table, so an older build's reads are unchanged, but an
+# older build's appends would not fill it: the version keeps such a build out. And each
+# job's ``name_key`` (support/name_glob.natural_key), written with the row and filled by the
+# step, so that a list ordered by name is in natural order (sweep-9 before sweep-10) and
+# still one indexed range scan a page.
+SQLITE_V6 = [
+    """CREATE TABLE job_causes (
+        cause  TEXT NOT NULL,  -- a CauseKind value
+        job_id TEXT NOT NULL REFERENCES jobs (job_id),
+        PRIMARY KEY (cause, job_id)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX job_causes_by_job ON job_causes (job_id)",  # prune deletes by job
+    "ALTER TABLE jobs ADD COLUMN name_key TEXT NOT NULL DEFAULT ''",  # filled by the step
+    "CREATE INDEX jobs_by_name_key ON jobs (name_key, created_us, job_id)",
+]
+PG_V6 = [
+    """CREATE TABLE dispatch_job_causes (
+        cause  text NOT NULL,
+        job_id text NOT NULL REFERENCES dispatch_jobs (job_id),
+        PRIMARY KEY (cause, job_id)
+    )""",
+    "CREATE INDEX dispatch_job_causes_by_job ON dispatch_job_causes (job_id)",
+    "ALTER TABLE dispatch_jobs ADD COLUMN name_key text NOT NULL DEFAULT ''",
+    "CREATE INDEX dispatch_jobs_by_name_key ON dispatch_jobs (name_key, created_us, job_id)",
+]
+
+
+def name_keys(rows: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(name_key, job id) for each (job id, name): the version-6 step's fill."""
+    return [(natural_key(name), job_id) for job_id, name in rows]
 
 
 def check_version(where: str, found: object) -> int:

@@ -23,7 +23,7 @@ from pathlib import Path
 from dispatch.core.codec import encode_event
 from dispatch.core.events import Event, JobCreated, Superseded
 from dispatch.core.record import Job
-from dispatch.stores import schema
+from dispatch.stores import causes, schema
 from dispatch.stores import snapshot_sql as snap
 from dispatch.stores.base import (
     MIN_PREFIX,
@@ -43,10 +43,9 @@ from dispatch.stores.base import (
     check_batch,
     check_created,
     check_successor,
-    created_scope,
+    created_columns,
     match_row,
     outcome_of,
-    sort_key_us,
 )
 from dispatch.stores.changes import (
     SQLITE_NEXT_MARK,
@@ -199,6 +198,13 @@ class SQLiteStore(RecordStore):
         if found < 5:
             for stmt in schema.SQLITE_V5:
                 c.execute(stmt)
+        if found < 6:
+            for stmt in schema.SQLITE_V6:
+                c.execute(stmt)
+            c.executemany(causes.SQLITE_INSERT, causes.from_bodies(c.execute(
+                "SELECT job_id, body FROM events ORDER BY job_id, seq")))
+            c.executemany("UPDATE jobs SET name_key = ? WHERE job_id = ?",
+                          schema.name_keys(c.execute("SELECT job_id, name FROM jobs")))
         if found < SCHEMA_VERSION:
             c.execute("UPDATE schema SET version = ?", (SCHEMA_VERSION,))
 
@@ -209,9 +215,8 @@ class SQLiteStore(RecordStore):
         c.executemany(
             "INSERT INTO jobs"
             " (job_id, name, backend, created_at, created_us, version, supersedes, scope,"
-            " changed) VALUES (?, ?, ?, ?, ?, 1, ?, ?, " + SQLITE_NEXT_MARK + ")",
-            ((e.job_id, e.spec.name, e.spec.backend, e.at.isoformat(), sort_key_us(e.at),
-              e.supersedes, created_scope(e)) for e in created),
+            " changed, name_key) VALUES (?, ?, ?, ?, ?, 1, ?, ?, " + SQLITE_NEXT_MARK + ", ?)",
+            [created_columns(e) for e in created],
         )
         c.executemany(
             "INSERT INTO events (job_id, seq, body) VALUES (?, 1, ?)",
@@ -325,6 +330,8 @@ class SQLiteStore(RecordStore):
                 + SQLITE_NEXT_MARK + ", outcome = coalesce(outcome, ?) WHERE job_id = ?",
                 (new_version, int(terminal), outcome_of(events) if terminal else None, job_id),
             )
+            c.executemany(causes.SQLITE_INSERT,
+                          [(kind, job_id) for kind in causes.history_causes(events)])
             c.execute("COMMIT")
         return new_version
 

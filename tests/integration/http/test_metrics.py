@@ -49,8 +49,9 @@ def test_metrics_count_jobs_recoveries_outcomes_budget_and_calls(
     assert all(k[1] == (("cause", "non-zero-exit"),) for k in m
                if k[0] == "dispatch_application_errors_total")
     # summed by scope and rule (the unfinished jobs'): never a series per job (issue 36)
-    budget = {dict(k[1])["scope"]: v for k, v in m.items()
-              if k[0] == "dispatch_budget_used" and dict(k[1])["rule"] == "rules[0]"}
+    budget = {dict(k[1])["scope"]: v for k, v in m.items()  # a rule by its name
+              if k[0] == "dispatch_budget_used"
+              and dict(k[1])["rule"] == "non-zero-exit (resubmit)"}
     assert len(budget) == 1 and next(iter(budget)).startswith("local")  # the local scope
     assert list(budget.values()) == [0]
     assert not any("job" in dict(k[1]) or "name" in dict(k[1]) for k in m)

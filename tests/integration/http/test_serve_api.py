@@ -47,7 +47,7 @@ def test_logs_follow_streams_across_submissions(serve: Callable[..., Served]) ->
                      "submission 2"]
     st = s.status(job)
     assert st["state"] == "succeeded" and st["submissions"] == 2
-    assert st["budget_used"] == {"rules[0]": 1}
+    assert st["budget_used"] == {"non-zero-exit (resubmit)": 1}  # the rule's name
     r = s.client.get(f"/api/jobs/{job}/logs", params={"submission": "1"})
     assert r.text == "submission 1\n"
 

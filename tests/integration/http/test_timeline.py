@@ -62,8 +62,8 @@ def test_a_fenced_submission_then_a_recovered_one_then_success() -> None:
     assert two["gate_opened_at"] == at(33).isoformat()
     assert two["executions"][0]["cause"]["kind"] == "none"
     assert [m["kind"] for m in tl["marks"]] == ["recovery"]
-    # the rule by what it covers, not by its index
-    assert tl["marks"][0]["text"] == "resubmit by the rule for node-lost, preempted"
+    # the rule by its name (what it covers and does), not by its index
+    assert tl["marks"][0]["text"] == "resubmit by rule node-lost, preempted (resubmit)"
     assert tl["outcome"]["state"] == "succeeded"
     # the goodput split's phases (one computation for both: issue 36): queued until the
     # first run (0-3), running 3-28 (the scheduler's end time) and 34-50, recovering 28-34,

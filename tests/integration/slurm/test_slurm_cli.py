@@ -103,7 +103,7 @@ def test_preempted_then_recovered_without_touching_the_failure_budget(cli: Dispa
     subprocess.run(["scancel", high], capture_output=True, check=False)
     assert code == 0, st
     assert st["state"] == "succeeded" and st["submissions"] == 2
-    assert st["budget_used"] == {"rules[0]": 1, "rules[1]": 0}
+    assert st["budget_used"] == {"preempted (resubmit)": 1, "non-zero-exit (resubmit)": 0}
     recov = [h for h in st["history"] if h["state"] == "recovering"]
     assert recov and recov[0]["cause"]["kind"] == "preempted"
 

@@ -14,6 +14,7 @@ from dispatch.core.policy import Declarations
 from dispatch.core.spec import JobSpec
 from dispatch.stores.base import JobRow, RecordStore, sort_key_us
 from dispatch.stores.query import ORDERS, JobQuery, Order
+from dispatch.support.name_glob import natural_key
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 NAMES = ["train", "eval_1", "train", "Sweep%", "eval_10", "train"]
@@ -33,7 +34,7 @@ def _fill(store: RecordStore) -> list[str]:
 
 
 def _key(order: Order, r: JobRow) -> tuple[object, ...]:
-    first = {"name": r.name, "backend": r.backend, "job": r.job_id}.get(order)
+    first = {"name": natural_key(r.name), "backend": r.backend, "job": r.job_id}.get(order)
     tail = (sort_key_us(r.created_at), r.job_id)
     return tail if first is None else (first, *tail)
 

@@ -230,12 +230,16 @@ def test_snapshots_from_before_version_5_are_dropped_by_the_upgrade(
     backdoor.execute("SELECT 1", "DROP FUNCTION dispatch_events_edited()")
     backdoor.execute("ALTER TABLE jobs DROP COLUMN edited",
                      "ALTER TABLE dispatch_jobs DROP COLUMN edited")
+    backdoor.execute("DROP TABLE job_causes", "DROP TABLE dispatch_job_causes")  # version 6
+    backdoor.execute("DROP INDEX jobs_by_name_key", "DROP INDEX dispatch_jobs_by_name_key")
+    backdoor.execute("ALTER TABLE jobs DROP COLUMN name_key",
+                     "ALTER TABLE dispatch_jobs DROP COLUMN name_key")
     backdoor.set_schema_version(4)
     swap(backdoor, "a", 2, 3)
     assert len(backdoor.query("SELECT job_id FROM snapshots",
                               "SELECT job_id FROM dispatch_snapshots")) == 2
     with open_store(store_url) as store:
-        assert backdoor.schema_version() == SCHEMA_VERSION == 5
+        assert backdoor.schema_version() == SCHEMA_VERSION == 6
         jobs, errors = snapshot.fold_with_snapshots(store, ["a", "b"], T0)
         assert set(errors) == {"a"} and str(errors["a"]) == refusal(store, "a")
         assert jobs == [truth_b]

@@ -355,7 +355,8 @@ def test_rule_with_budget_left_recovers_and_starts_the_next_submission() -> None
     status = sim.status([ended(1, K.NODE_LOST)])
     assert status.state is State.RECOVERING
     assert status.cause is not None and status.cause.kind is K.NODE_LOST
-    assert status.submissions == 2 and status.budget_used == {"rules[0]": 1}
+    assert status.submissions == 2
+    assert status.budget_used == {"preempted, node-lost (resubmit)": 1}  # the rule's name
 
 
 @pytest.mark.parametrize("resolution", ["resubmit", "cancel", "give-up"])
@@ -400,7 +401,8 @@ def test_hold_rule_holds_until_a_person_resubmits_cancels_or_gives_up(resolution
     pytest.param([], LOCAL, "no rule covers time-limit", id="no-rule"),
     pytest.param([rule([K.TIME_LIMIT], Action.RESUBMIT, 0)], LOCAL, "budget spent (0/0)",
                  id="spent-budget"),
-    pytest.param([rule([K.TIME_LIMIT], Action.ESCALATE)], LOCAL, "rules[0] escalates",
+    pytest.param([rule([K.TIME_LIMIT], Action.ESCALATE)], LOCAL,
+                 "rule time-limit (escalate) escalates",
                  id="escalate-rule"),
     pytest.param([rule([K.TIME_LIMIT], Action.REQUEUE, 2)], LOCAL,
                  "the local backend does not enforce requeue natively", id="nobody-enforces"),

@@ -136,6 +136,12 @@ function stateBadge(state, settled) {
   return b;
 }
 
+// "after 2 recoveries: preempted, node-lost": a recovered job reads as one (issue 48).
+function recoveryText(n, kinds) {
+  if (!n) return "";
+  return "after " + n + (n === 1 ? " recovery: " : " recoveries: ") + kinds.join(", ");
+}
+
 function causeBadge(c, recovered) {
   const span = el("span", { class: "cause-badge", title: causeTitle(c) });
   if (!c) { span.textContent = "-"; return span; }
@@ -181,6 +187,7 @@ function jobRow(j) {
   tr.append(st);
   const cause = el("td", { class: "cause" });
   cause.append(causeBadge(j.cause, j.recovered));
+  if (j.recoveries) cause.append(el("span", { class: "recovery" }, " " + recoveryText(j.recoveries, j.recovered_from)));
   tr.append(cause);
   // the application's own error, shortened (the job's page has it whole)
   tr.append(el("td", { class: "app-error-cell", title: j.app_error || "" }, j.app_error || ""));
@@ -208,6 +215,10 @@ function drawList(page) {
   $("older").disabled = !page.next;
   $("newer").disabled = listState.page === 0;
   $("page-info").textContent = "page " + (listState.page + 1);
+  // a search's match count, on every page together (the server counts: issue 48)
+  const counted = page.total !== null && page.total !== undefined;
+  $("match-count").hidden = !counted;
+  if (counted) $("match-count").textContent = page.total === 1 ? "1 match" : page.total + " matches";
   drawHeldCount(page.held_count);
   showProblem([...problems].join("\n"));
 }
@@ -284,17 +295,22 @@ function filtersFromUrl() {
 
 // ---- one job's page -------------------------------------------------------------------------
 
+// A rule's one name, as the API's budget_used and the CLI say it (core/policy.py Rule.name).
+function ruleName(r) {
+  return r.on.join(", ") + " (" + r.action + ")";
+}
+
 function budgetLines(status, created) {
   const rules = (((created || {}).spec || {}).policy || {}).rules || [];
   const used = status.budget_used || {};
   const out = [];
-  rules.forEach((r, i) => {
-    const n = used["rules[" + i + "]"] || 0;
+  rules.forEach((r) => {
+    const n = used[ruleName(r)] || 0; // budget_used is keyed by the rule's name
     if (r.budget === undefined || r.budget === null) {
-      if (n) out.push([r.on.join(", ") + " (" + r.action + ")", n + " used, no budget"]);
+      if (n) out.push([ruleName(r), n + " used, no budget"]);
       return;
     }
-    out.push([r.on.join(", ") + " (" + r.action + ")", n + " of " + r.budget + " used"]);
+    out.push([ruleName(r), n + " of " + r.budget + " used"]);
   });
   return out;
 }
@@ -322,6 +338,8 @@ function drawStatus(status, created) {
   document.title = jobId + (status.name && status.name !== jobId ? " (" + status.name + ")" : "") + " · dispatch";
   $("detail-state").className = "state " + status.state;
   $("detail-state").textContent = status.state;
+  const kinds = status.recovered_from || [];
+  $("detail-recovery").textContent = recoveryText(kinds.length, [...new Set(kinds)]);
   $("detail-cause").replaceChildren(document.createTextNode("cause: "));
   $("detail-cause").append(causeBadge(status.cause, false));
   if (status.cause && status.cause.detail) $("detail-cause").append(document.createTextNode(" — “" + status.cause.detail + "”"));
