@@ -92,6 +92,24 @@ _PATH = re.compile(
 )
 
 
+def access_of(method: str, path: str, query: dict[str, str]
+              ) -> tuple[str, str, str, str] | None:
+    """The RBAC (verb, group, resource, namespace) a request needs, as the API server's
+    authorizer reads it; None for a path that is no resource (``/version``, discovery)."""
+    log = _LOG_PATH.match(path)
+    if log is not None:
+        return "get", "", "pods/log", log.group("ns")
+    m = _PATH.match(path)
+    if not m or m.group("plural") not in KINDS:
+        return None
+    kind = KINDS[m.group("plural")]
+    verb = {"POST": "create", "PATCH": "patch", "DELETE": "delete",
+            "PUT": "update"}.get(method, "get" if m.group("name") else "list")
+    if query.get("watch") in ("true", "1"):
+        verb = "watch"
+    return verb, kind.group, kind.plural, m.group("ns") or ""
+
+
 def now_rfc3339() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
@@ -747,22 +765,9 @@ class FakeApiServer:
         """403 for a request whose (verb, group, resource) the test denied."""
         if not self.denied:
             return
-        log = _LOG_PATH.match(path)
-        if log is not None:
-            verb, group, resource, ns = "get", "", "pods/log", log.group("ns")
-        else:
-            m = _PATH.match(path)
-            if not m or m.group("plural") not in KINDS:
-                return
-            kind = KINDS[m.group("plural")]
-            group, resource, ns = kind.group, kind.plural, m.group("ns") or ""
-            name = m.group("name")
-            verb = {"POST": "create", "PATCH": "patch", "DELETE": "delete",
-                    "PUT": "update"}.get(method, "get" if name else "list")
-            if query.get("watch") in ("true", "1"):
-                verb = "watch"
-        if (verb, group, resource) in self.denied:
-            raise ApiFailure(403, "Forbidden", self.forbidden_words(verb, group, resource, ns))
+        found = access_of(method, path, query)
+        if found is not None and found[:3] in self.denied:
+            raise ApiFailure(403, "Forbidden", self.forbidden_words(*found))
 
     def _access_review(self, body: Any) -> dict[str, Any]:
         attrs = ((body or {}).get("spec") or {}).get("resourceAttributes") or {}
