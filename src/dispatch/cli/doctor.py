@@ -155,9 +155,17 @@ def manifests(namespace: str, user: str | None, service_account: str | None,
         return
     subject = (Subject("User", user) if user is not None
                else Subject("ServiceAccount", service_account or "dispatch"))
-    for what, value in (("namespace", namespace), ("user", subject.name)):
-        if not value or any(ch in value for ch in "\n\r\t\0"):
-            raise BadInput(f"--{what}: {value!r} is not a name")
+    import re
+
+    label = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+    if not label.fullmatch(namespace):
+        raise BadInput(f"--namespace: {namespace!r} is not a namespace's name (lower-case "
+                       "letters, digits and '-', at most 63)")
+    if subject.kind == "ServiceAccount" and not re.fullmatch(
+            r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", subject.name):
+        raise BadInput(f"--service-account: {subject.name!r} is not a service account's name")
+    if not subject.name or not subject.name.isprintable():
+        raise BadInput(f"--user: {subject.name!r} is not a user's name")
     click.echo(render(cluster_manifests(namespace, subject, namespace_only=namespace_only),
                       namespace_only=namespace_only), nl=False)
 

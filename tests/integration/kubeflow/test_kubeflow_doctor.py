@@ -112,3 +112,29 @@ def test_the_human_table(fake: FakeApiServer, tmp_path: Path,
     row = next(line for line in r.output.splitlines() if line.startswith("get     pods/log"))
     assert row.endswith("denied (degraded)")
     assert "ready: a job can run" in r.output
+
+
+def test_manifests_print_what_to_apply() -> None:
+    import yaml
+
+    r = CliRunner().invoke(main, ["kubeflow", "manifests", "--namespace", "ml",
+                                  "--service-account", "runner"])
+    assert r.exit_code == 0, r.output
+    docs = list(yaml.safe_load_all(r.stdout))
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding", "ClusterRole",
+                                         "ClusterRoleBinding", "ClusterTrainingRuntime"]
+    r = CliRunner().invoke(main, ["kubeflow", "manifests", "--namespace-only", "--user", "u"])
+    assert "node" in r.stdout.splitlines()[1] and "pods' conditions" in r.stdout
+    assert [d["kind"] for d in yaml.safe_load_all(r.stdout)] == ["Role", "RoleBinding"]
+    r = CliRunner().invoke(main, ["kubeflow", "manifests", "--runtime-only"])
+    assert [d["kind"] for d in yaml.safe_load_all(r.stdout)] == ["ClusterTrainingRuntime"]
+    r = CliRunner().invoke(main, ["kubeflow", "manifests", "--user", "u",
+                                  "--service-account", "s"])
+    assert r.exit_code == 2 and "not both" in r.output
+
+
+@pytest.mark.parametrize("args", [["--namespace", "Team"], ["--namespace", "a b"],
+                                  ["--service-account", "x_y"], ["--user", "a\nb"]])
+def test_manifests_refuse_a_bad_name(args: list[str]) -> None:
+    r = CliRunner().invoke(main, ["kubeflow", "manifests", *args])
+    assert r.exit_code == 2 and "is not a" in r.output and "Traceback" not in r.output
