@@ -138,3 +138,33 @@ def test_manifests_print_what_to_apply() -> None:
 def test_manifests_refuse_a_bad_name(args: list[str]) -> None:
     r = CliRunner().invoke(main, ["kubeflow", "manifests", *args])
     assert r.exit_code == 2 and "is not a" in r.output and "Traceback" not in r.output
+
+
+def test_the_runtime_a_spec_names(fake: FakeApiServer, tmp_path: Path,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import yaml
+
+    fake.put(runtime("from-spec"))
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump({"name": "t", "command": ["python", "t.py"],
+                                    "backend": "kubeflow", "kubeflow": {"runtime": "from-spec"}}))
+    code, out = run_doctor(fake, tmp_path, monkeypatch, "--spec", str(spec))
+    assert code == 0, out
+    assert verdicts(out)["runtime ClusterTrainingRuntime from-spec"] == "ok"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"name": "t", "command": ["x"], "backend": "kubeflow",
+                                   "kubeflow": {"runtime": {"nme": "x"}}}))
+    r = CliRunner().invoke(main, ["doctor", "--backend", "kubeflow", "--spec", str(bad)])
+    assert r.exit_code == 2 and "kubeflow" in r.output and "Traceback" not in r.output
+
+
+def test_no_kubeconfig_is_a_problem_naming_where_it_looked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("DISPATCH_KUBECONFIG", "KUBECONFIG", "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    r = CliRunner().invoke(main, ["doctor", "--backend", "kubeflow", "--json"])
+    assert r.exit_code == 1
+    (check,) = json.loads(r.stdout)["checks"]
+    assert check["name"] == "configuration" and check["verdict"] == "problem"
+    assert str(tmp_path / ".kube" / "config") in check["detail"]
