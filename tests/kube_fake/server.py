@@ -77,6 +77,9 @@ KINDS = {
         Kind("Pod", "", "v1", "pods"),
         Kind("Node", "", "v1", "nodes", namespaced=False),
         Kind("Event", "", "v1", "events"),
+        Kind("ClusterTrainingRuntime", "trainer.kubeflow.org", "v1alpha1",
+             "clustertrainingruntimes", namespaced=False),
+        Kind("TrainingRuntime", "trainer.kubeflow.org", "v1alpha1", "trainingruntimes"),
     )
 }
 BY_KIND = {k.kind: k for k in KINDS.values()}
@@ -87,6 +90,24 @@ _PATH = re.compile(
     r"^/(?:api/(?P<cv>v1)|apis/(?P<g>[^/]+)/(?P<v>[^/]+))"
     r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?/?$"
 )
+
+
+def access_of(method: str, path: str, query: dict[str, str]
+              ) -> tuple[str, str, str, str] | None:
+    """The RBAC (verb, group, resource, namespace) a request needs, as the API server's
+    authorizer reads it; None for a path that is no resource (``/version``, discovery)."""
+    log = _LOG_PATH.match(path)
+    if log is not None:
+        return "get", "", "pods/log", log.group("ns")
+    m = _PATH.match(path)
+    if not m or m.group("plural") not in KINDS:
+        return None
+    kind = KINDS[m.group("plural")]
+    verb = {"POST": "create", "PATCH": "patch", "DELETE": "delete",
+            "PUT": "update"}.get(method, "get" if m.group("name") else "list")
+    if query.get("watch") in ("true", "1"):
+        verb = "watch"
+    return verb, kind.group, kind.plural, m.group("ns") or ""
 
 
 def now_rfc3339() -> str:
@@ -207,6 +228,13 @@ class FakeApiServer:
     violations: list[str] = field(default_factory=list)
     history: int = 1000  # watch events kept; an older resourceVersion is answered 410
     bookmark_s: float = 1.0  # BOOKMARK interval for watches that allow them
+    # RBAC as the test sets it: (verb, group, resource) this identity may not do; a request
+    # doing one is answered 403 in the API server's words, and an access review says denied.
+    denied: set[tuple[str, str, str]] = field(default_factory=set)
+    # API discovery: the versions each API group serves (a group not here is a 404).
+    api_groups: dict[str, list[str]] = field(default_factory=lambda: {
+        "trainer.kubeflow.org": ["v1alpha1"], "jobset.x-k8s.io": ["v1alpha2"]})
+    user: str = "fake"
 
     def __post_init__(self) -> None:
         self._lock = threading.RLock()
@@ -524,6 +552,7 @@ class FakeApiServer:
                     time.sleep(fault.delay_s)
                 if fault.code is not None:
                     raise ApiFailure(fault.code, fault.reason, fault.message)
+            self._authorize(h.command, split.path, query)
             if query.get("watch") in ("true", "1"):
                 if h.command != "GET":
                     raise ApiFailure(405, "MethodNotAllowed", f"watch with {h.command}")
@@ -723,9 +752,51 @@ class FakeApiServer:
             raise ApiFailure(400, "BadRequest", "cluster-wide lists are not served by the stand-in")
         return kind, ns, name
 
+    def forbidden_words(self, verb: str, group: str, resource: str, ns: str) -> str:
+        """The API server's 403 message for this identity."""
+        plural, _, sub = resource.partition("/")
+        what = f'resource "{plural}"' + (f' in API group "{group}"')
+        if sub:
+            what = f'resource "{plural}/{sub}" in API group "{group}"'
+        where = f'in the namespace "{ns}"' if ns else "at the cluster scope"
+        return f'{plural} is forbidden: User "{self.user}" cannot {verb} {what} {where}'
+
+    def _authorize(self, method: str, path: str, query: dict[str, str]) -> None:
+        """403 for a request whose (verb, group, resource) the test denied."""
+        if not self.denied:
+            return
+        found = access_of(method, path, query)
+        if found is not None and found[:3] in self.denied:
+            raise ApiFailure(403, "Forbidden", self.forbidden_words(*found))
+
+    def _access_review(self, body: Any) -> dict[str, Any]:
+        attrs = ((body or {}).get("spec") or {}).get("resourceAttributes") or {}
+        resource = str(attrs.get("resource", ""))
+        if attrs.get("subresource"):
+            resource += f"/{attrs['subresource']}"
+        denied = (str(attrs.get("verb", "")), str(attrs.get("group", "")), resource) in self.denied
+        status: dict[str, Any] = {"allowed": not denied}
+        if not denied:
+            status["reason"] = 'RBAC: allowed by the stand-in'
+        return {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                "spec": (body or {}).get("spec"), "status": status}
+
     def _route(
         self, method: str, path: str, query: dict[str, str], raw: bytes, headers: Any
     ) -> tuple[int, dict[str, Any]]:
+        if method == "GET" and path == "/version":
+            return 200, {"major": "1", "minor": "31", "gitVersion": "v1.31.0-stand-in"}
+        if path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews" and method == "POST":
+            return 201, self._access_review(json.loads(raw) if raw else None)
+        group = path.removeprefix("/apis/").rstrip("/")
+        if method == "GET" and path.startswith("/apis/") and "/" not in group:
+            if group not in self.api_groups:
+                raise ApiFailure(404, "NotFound", "the server could not find the requested "
+                                 "resource")
+            versions = [{"groupVersion": f"{group}/{v}", "version": v}
+                        for v in self.api_groups[group]]
+            return 200, {"kind": "APIGroup", "apiVersion": "v1", "name": group,
+                         "versions": versions, "preferredVersion": versions[0]}
         kind, ns, name = self._resolve(path)
         body = json.loads(raw) if raw else None
         if method == "GET" and name is None:

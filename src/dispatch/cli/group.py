@@ -25,6 +25,7 @@ COMMAND_MODULES: dict[str, str] = {
     "goodput": "dispatch.cli.goodput",
     "serve": "dispatch.cli.serve",
     "supervisors": "dispatch.cli.supervisors",
+    **{name: "dispatch.cli.doctor" for name in ("doctor", "kubeflow")},
 }
 
 

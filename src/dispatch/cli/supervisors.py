@@ -84,6 +84,7 @@ def serve_scopes(store: RecordStore, backends: Callable[[str], Backend],
         summary = once_summary(resolved, reports, {s: lease for s in resolved
                                                     if (lease := sup.book.get(s))},
                                sup.untick)
+        summary["refused"] = refused_reads(backends, resolved)
         if as_json is None:
             from dispatch.cli.render import styles_stdout
 
@@ -128,6 +129,18 @@ def once_summary(scopes: Sequence[str], reports: dict[str, TickReport],
             "scopes": per}
 
 
+def refused_reads(backends: Callable[[str], Backend], scopes: Sequence[str]) -> list[str]:
+    """The reads a scheduler refuses now (the kubeflow backend's RBAC refusals: each also
+    logged once with the API server's words), one line each: never silent (issue 47)."""
+    out: list[str] = []
+    for name in dict.fromkeys(scope.partition(":")[0] for scope in scopes):
+        refusals = getattr(backends(name), "refusals", None)
+        current = getattr(refusals, "current", None)
+        if callable(current):
+            out += [f"{name}: {what}: {words}" for what, words in sorted(current().items())]
+    return out
+
+
 def once_lines(summary: dict[str, Any]) -> list[str]:
     """``supervise --once`` on a terminal: the totals, a line a scope, then what could not
     be reached and the errors (the JSON summary's content, for a person)."""
@@ -145,6 +158,7 @@ def once_lines(summary: dict[str, Any]) -> list[str]:
         lines.append(visible(f"  {scope:<{width}}  {what}"))
     lines += [visible(f"unreachable: {u}") for u in summary["unreachable"]]
     lines += [visible(f"error: {e}") for e in summary["errors"]]
+    lines += [visible(f"refused: {r}") for r in summary.get("refused", [])]
     return lines
 
 

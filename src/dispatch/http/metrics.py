@@ -48,6 +48,8 @@ class SchedulerCalls:
         self._lock = threading.Lock()
         self.calls: Counter[tuple[str, str]] = Counter()  # (backend, contract call)
         self.tools: Counter[tuple[str, str]] = Counter()  # (backend, scheduler tool)
+        # (backend, resource): times the scheduler began refusing a read of it (RBAC)
+        self.refused: Counter[tuple[str, str]] = Counter()
 
     def wrap(self, make: Callable[[str], Backend]) -> Callable[[str], Backend]:
         """A backend factory whose backends count their calls here."""
@@ -55,15 +57,22 @@ class SchedulerCalls:
             return _Counted(make(name), self)
         return counted
 
-    def add(self, backend: str, call: str, tools: Counter[str]) -> None:
+    def add(self, backend: str, call: str, tools: Counter[str],
+            refused: Counter[str] | None = None) -> None:
         with self._lock:
             self.calls[(backend, call)] += 1
             for tool, n in tools.items():
                 self.tools[(backend, tool)] += n
+            for resource, n in (refused or Counter()).items():
+                self.refused[(backend, resource)] += n
 
     def snapshot(self) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
         with self._lock:
             return dict(self.calls), dict(self.tools)
+
+    def refusals(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self.refused)
 
 
 class _Counted:
@@ -73,6 +82,7 @@ class _Counted:
         self._inner = inner
         self._sink = sink
         self._tools_seen: Counter[str] = Counter()
+        self._refused_seen: Counter[str] = Counter()
 
     def __getattr__(self, attr: str) -> Any:
         value = getattr(self._inner, attr)
@@ -83,8 +93,19 @@ class _Counted:
             try:
                 return value(*args, **kwargs)
             finally:
-                self._sink.add(self._inner.name, attr, self._new_tool_calls())
+                self._sink.add(self._inner.name, attr, self._new_tool_calls(),
+                               self._new_refusals())
         return call
+
+    def _new_refusals(self) -> Counter[str]:
+        """Refusals the backend counted since the last call (the kubeflow backend's
+        ``refusals.counts``: a read the API server began to refuse, by resource)."""
+        counts = getattr(getattr(self._inner, "refusals", None), "counts", None)
+        if not isinstance(counts, Counter):
+            return Counter()
+        new = counts - self._refused_seen
+        self._refused_seen = Counter(counts)
+        return new
 
     def _new_tool_calls(self) -> Counter[str]:
         tools = getattr(self._inner, "calls", None)
@@ -142,7 +163,14 @@ class _CallsCollector(Collector):
                                       labels=["backend", "tool"])
         for (backend, tool), n in sorted(tools.items()):
             by_tool.add_metric([backend, tool], n)
-        return [by_call, by_tool]
+        refused = CounterMetricFamily("dispatch_scheduler_refusals",
+                                      "Times the scheduler began refusing a read dispatch "
+                                      "needs (RBAC), by backend and resource; the supervisor "
+                                      "logs each with the scheduler's words.",
+                                      labels=["backend", "resource"])
+        for (backend, resource), n in sorted(self.calls.refusals().items()):
+            refused.add_metric([backend, resource], n)
+        return [by_call, by_tool, refused]
 
 
 class RecordCollector(Collector):

@@ -72,6 +72,7 @@ from dispatch.backends.kubeflow.objects import (
 from dispatch.backends.kubeflow.pod_errors import error_of, first_failed_container
 from dispatch.backends.kubeflow.podlogs import PodLog, log_tail, pod_logs
 from dispatch.backends.kubeflow.pods import evidence_of, is_evidence, with_evidence
+from dispatch.backends.kubeflow.refusals import Refusals
 from dispatch.core.app_error import AppError
 from dispatch.core.model import (
     APPLICATION_ENDS,
@@ -187,6 +188,8 @@ class KubeflowBackend:
         self._last_state: dict[str, State] = {}
         self._blind_since: dict[str, datetime] = {}  # ref -> first look that lacked its nodes
         self._evidence_grace = evidence_grace
+        # The API server's refusals of a look's reads: logged once each, counted (refusals.py)
+        self.refusals = Refusals()
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -357,6 +360,7 @@ class KubeflowBackend:
         look = look_cached(informer, namespaces) if informer is not None else None
         if look is None:
             look = look_listed(self.kube, namespaces)
+        self.refusals.seen(look.refusals, look.asked)
 
         reports: list[ObjectReport] = []
         seen_refs: set[str] = set()

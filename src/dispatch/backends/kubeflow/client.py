@@ -83,6 +83,16 @@ class NodeRes(GenericGlobalResource):
     _api_info = create_api_info("", "v1", "Node", "nodes")
 
 
+class ClusterRuntimeRes(GenericGlobalResource):
+    _api_info = create_api_info("trainer.kubeflow.org", "v1alpha1", "ClusterTrainingRuntime",
+                                "clustertrainingruntimes")
+
+
+class RuntimeRes(GenericNamespacedResource):
+    _api_info = create_api_info("trainer.kubeflow.org", "v1alpha1", "TrainingRuntime",
+                                "trainingruntimes")
+
+
 ResourceType = type[GenericNamespacedResource] | type[GenericGlobalResource]
 Objects = list[dict[str, Any]]  # an alias: inside KubeClient ``list`` names the method
 T = TypeVar("T")
@@ -365,6 +375,31 @@ class KubeClient:
                 BACKEND, f"GET /version: {type(err).__name__}: {err}"
             ) from None
 
+    def request_json(self, method: str, path: str,
+                     body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One JSON request to ``path`` (``/version``, API discovery, a SelfSubjectAccessReview),
+        retried and translated like every call: an answer other than 2xx is ApiAnswer with
+        the API server's words."""
+        http = self._client._client._client  # lightkube's httpx client: base URL, auth, TLS
+
+        def run() -> dict[str, Any]:
+            response = http.request(method, path, json=body, timeout=self.settings.timeout_s)
+            try:
+                data = json.loads(response.read() or b"{}")
+            except ValueError:
+                data = {}
+            finally:
+                response.close()
+            code = response.status_code
+            if code >= 300:
+                message = str(data.get("message") or response.reason_phrase)
+                if _transient(code):
+                    raise _Transient(f"{method} {path}: {code} {message}")
+                raise ApiAnswer(code, str(data.get("reason") or ""), message)
+            return data if isinstance(data, dict) else {}
+
+        return self._call(f"{method} {path}", run)
+
     def pod_log(self, namespace: str, pod: str, params: Mapping[str, str]) -> bytes:
         """``GET /api/v1/namespaces/{namespace}/pods/{pod}/log`` with ``params`` (container,
         sinceTime, timestamps, limitBytes...): the log text as bytes. Retried and translated
@@ -382,12 +417,15 @@ class KubeClient:
 
         return self._call(f"log of pod {namespace}/{pod}", run)
 
-    def get(self, res: ResourceType, namespace: str, name: str) -> dict[str, Any] | None:
+    def get(self, res: ResourceType, namespace: str | None, name: str
+            ) -> dict[str, Any] | None:
+        """One object (``namespace`` None: a cluster-scoped one); None when it is not there."""
         kind = res._api_info.resource.kind
         try:
             obj = self._call(
-                f"get {kind} {namespace}/{name}",
-                lambda: self._client.get(res, name, namespace=namespace),
+                f"get {kind} {namespace or 'cluster'}/{name}",
+                lambda: (self._client.get(res, name) if namespace is None
+                         else self._client.get(res, name, namespace=namespace)),
             )
         except ApiAnswer as err:
             if err.code == 404:

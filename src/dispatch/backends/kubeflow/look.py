@@ -54,6 +54,9 @@ class Look:
     events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # namespace -> Warnings
     refused: set[str] = field(default_factory=set)  # namespaces we were not allowed to see
     nodes_refused: bool = False  # the node list was refused (RBAC, or a restarting server)
+    # Each collection read and each one refused, with the API server's answer (refusals.py)
+    asked: set[Watched] = field(default_factory=set)
+    refusals: dict[Watched, ApiAnswer] = field(default_factory=dict)
 
     def add(
         self,
@@ -76,21 +79,31 @@ def look_listed(kube: KubeClient, namespaces: set[str]) -> Look:
     """Lists per tick: 5 per namespace (with its Warning Events) + 1 for the nodes."""
     look = Look()
     for ns in sorted(namespaces):
-        try:
-            found = [kube.list(w.res, ns, dict(w.labels)) for w in collections_of(ns)]
-        except ApiAnswer:
-            # Refused (403, CRD missing): an incomplete look, never a made-up answer.
-            look.refused.add(ns)
+        found = []
+        for w in collections_of(ns):
+            look.asked.add(w)
+            try:
+                found.append(kube.list(w.res, ns, dict(w.labels)))
+            except ApiAnswer as err:
+                # Refused (403, CRD missing): an incomplete look, never a made-up answer.
+                look.refusals[w] = err
+                look.refused.add(ns)
+                break
+        if ns in look.refused:
             continue
         look.add(ns, *found)
         ev = events_of(ns)
+        look.asked.add(ev)
         try:
             look.events[ns] = kube.list(ev.res, ns, {}, dict(ev.fields))
-        except ApiAnswer:
+        except ApiAnswer as err:
+            look.refusals[ev] = err
             look.events[ns] = []  # Events may be forbidden: the rest still maps
+    look.asked.add(NODES)
     try:
         look.nodes = kube.list(NodeRes, None, {})
-    except ApiAnswer:
+    except ApiAnswer as err:
+        look.refusals[NODES] = err
         look.nodes, look.nodes_refused = [], True  # may be forbidden; disruptions still fence
     return look
 
@@ -103,6 +116,8 @@ def look_cached(informer: Informer, namespaces: set[str]) -> Look | None:
     if view is None:
         return None
     look = Look()
+    look.asked = {*(w for ws in wanted.values() for w in ws), *events, NODES}
+    look.refusals = dict(view.refused)
     for ns, ws in wanted.items():
         if any(w in view.refused for w in ws):
             look.refused.add(ns)
