@@ -44,6 +44,7 @@ from dispatch.support.clock import utcnow
 if TYPE_CHECKING:
     from dispatch.core.record import Job
     from dispatch.core.spec import JobSpec
+    from dispatch.core.story import Running
     from dispatch.service import Service
     from dispatch.supervise.escalations import Notifier
     from dispatch.supervise.leases import Supervision
@@ -63,30 +64,40 @@ def load_spec(path: Path) -> JobSpec:
 def show(view: JobView, as_json: bool, service: Service | None = None,
          verbose: bool = False) -> None:
     """The status (``verbose``: the application's traceback tail too); with ``service``, a
-    job held for a person also gets the commands that resolve its hold."""
+    job held for a person also gets the commands that resolve its hold, and every job its
+    running execution (started, elapsed, last checkpoint) and goodput, from its record."""
+    s = view.status
+    facts = _record_facts(service, s.job) if (
+        service is not None and s is not None and view.error is None) else None
     if as_json:
-        emit_json(status_json(view))
+        doc = status_json(view)
+        if facts is not None:
+            doc["running"] = render.running_json(facts[0], utcnow())
+        emit_json(doc)
         return
     extra: list[render.Line] = []
-    s = view.status
     if service is not None and s is not None and s.state is State.HELD \
             and service.job(s.job).hold is not None:
         extra = render.next_steps(s.job)
-    if service is not None and s is not None and view.error is None:
-        extra = [*extra, *_goodput_line(service, s.job)]
+    if facts is not None:
+        extra = [*extra, *render.running_lines(facts[0], utcnow()),
+                 *([render.line(render.visible(f"  {facts[1]}"))] if facts[1] else [])]
     render.print_status(view, extra, verbose)
 
 
-def _goodput_line(service: Service, job_id: str) -> list[render.Line]:
-    """G4 for this job, from its record: goodput and its costliest causes."""
-    from dispatch.core.goodput import split
-    from dispatch.service.goodput import goodput_line, job_times
-    from dispatch.support.clock import utcnow
+def _record_facts(service: Service, job_id: str) -> tuple[Running | None, str] | None:
+    """From the job's record: its running execution (None when none runs) and the G4
+    goodput line (goodput and its costliest causes); None when the record cannot be read."""
+    from dispatch.core.goodput import job_time, split
+    from dispatch.core.story import running
+    from dispatch.service.goodput import goodput_line
+    from dispatch.stores.reading import fold_with_records
 
-    found, _ = job_times(service.store, [job_id], utcnow())
+    found, _ = fold_with_records(service.store, [job_id], utcnow())
     if not found:
-        return []
-    return [render.line(render.visible(f"  {goodput_line(split(found[0]))}"))]
+        return None
+    events = found[0][1]
+    return running(events), goodput_line(split(job_time(events, utcnow())))
 
 
 def _warn_unenforced(service: Service, spec: JobSpec, source: Path) -> None:
@@ -215,7 +226,7 @@ def _foreground(service: Service, job_id: str, store_url: str | None, *, poll: f
             pump.finish(ended=job is not None and job.outcome is not None)
     notifier.close()
     if not as_json:
-        for e, text in service.history(job_id):
+        for e, text in service.history(job_id, folded=True):
             click.echo(render.history_line(e, text, "%H:%M:%S"), err=with_logs)
     if with_logs:
         for line in render.status_lines(service.view(job_id)):
