@@ -4,8 +4,10 @@ service, renders the result."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -220,7 +222,8 @@ def _foreground(service: Service, job_id: str, store_url: str | None, *, poll: f
     pump = LogPump(store_url, job_id) if with_logs else None
     job: Job | None = None
     try:
-        job = _run_live(sup, scope, service, job_id, quiet=as_json, to_err=with_logs)
+        with escalations_said():
+            job = _run_live(sup, scope, service, job_id, quiet=as_json, to_err=with_logs)
     finally:
         if pump is not None:  # after the outcome is committed: the output to its end
             pump.finish(ended=job is not None and job.outcome is not None)
@@ -239,6 +242,33 @@ def _foreground(service: Service, job_id: str, store_url: str | None, *, poll: f
                    "stops it)", err=True)
         return EXIT_DETACHED
     return EXIT_BY_OUTCOME[job.outcome.state]
+
+
+@contextlib.contextmanager
+def escalations_said() -> Iterator[None]:
+    """While a person watches the job (``run``): an escalation, or a notifier's warning, is
+    a line for them on stderr (``14:02:07 escalation: job ...``), not the log's raw record
+    (``<time> dispatch.escalation ERROR ...``). The record and the notifiers are unchanged."""
+    import logging
+
+    class Said(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            text = record.getMessage().removeprefix("ESCALATION ")
+            word = "escalation" if record.levelno >= logging.ERROR else "warning"
+            render.err().print(render.Line((
+                f"{render.when(utcnow(), '%H:%M:%S')} ", (word, "red"),
+                f": {render.visible(text)}")).text())
+
+    logger = logging.getLogger("dispatch.escalation")
+    handler = Said()
+    propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
 
 
 class LogPump:
