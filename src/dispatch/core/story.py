@@ -145,10 +145,12 @@ def checkpoints_line(run: Sequence[ev.CheckpointRecorded]) -> str:
 
 
 def span_text(d: timedelta) -> str:
-    """A span as a person says it roughly: ``3 s``, ``2 min``, ``1.5 h``, ``2 d``."""
+    """A span as a person says it roughly: ``0.5 s``, ``3 s``, ``2 min``, ``1.5 h``, ``2 d``."""
     secs = d.total_seconds()
+    if secs < 0.1:
+        return "<0.1 s"
     if secs < 1:
-        return "<1 s"
+        return f"{secs:.1f} s"
     if secs < 120:
         return f"{secs:.0f} s"
     if secs < 7200:

@@ -89,7 +89,8 @@ def test_the_folded_line_says_steps_count_and_interval(steps: list[int], every_s
 
 
 @pytest.mark.parametrize(("secs", "says"), [
-    (0.2, "<1 s"), (3.4, "3 s"), (119, "119 s"), (600, "10 min"), (5400, "90 min"),
+    (0.05, "<0.1 s"), (0.5, "0.5 s"), (3.4, "3 s"), (119, "119 s"), (600, "10 min"),
+    (5400, "90 min"),
     (9000, "2.5 h"), (3 * 86400, "3 d")])
 def test_spans_are_said_roughly(secs: float, says: str) -> None:
     assert span_text(timedelta(seconds=secs)) == says
