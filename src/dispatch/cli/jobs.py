@@ -46,7 +46,6 @@ from dispatch.support.clock import utcnow
 if TYPE_CHECKING:
     from dispatch.core.record import Job
     from dispatch.core.spec import JobSpec
-    from dispatch.core.story import Running
     from dispatch.service import Service
     from dispatch.supervise.escalations import Notifier
     from dispatch.supervise.leases import Supervision
@@ -69,12 +68,15 @@ def show(view: JobView, as_json: bool, service: Service | None = None,
     job held for a person also gets the commands that resolve its hold, and every job its
     running execution (started, elapsed, last checkpoint) and goodput, from its record."""
     s = view.status
-    facts = _record_facts(service, s.job) if (
-        service is not None and s is not None and view.error is None) else None
+    facts = None
+    if service is not None and s is not None and view.error is None:
+        from dispatch.service.running import running_and_goodput, running_json
+
+        facts = running_and_goodput(service.store, s.job, utcnow())
     if as_json:
         doc = status_json(view)
         if facts is not None:
-            doc["running"] = render.running_json(facts[0], utcnow())
+            doc["running"] = running_json(facts[0])
         emit_json(doc)
         return
     extra: list[render.Line] = []
@@ -85,21 +87,6 @@ def show(view: JobView, as_json: bool, service: Service | None = None,
         extra = [*extra, *render.running_lines(facts[0], utcnow()),
                  *([render.line(render.visible(f"  {facts[1]}"))] if facts[1] else [])]
     render.print_status(view, extra, verbose)
-
-
-def _record_facts(service: Service, job_id: str) -> tuple[Running | None, str] | None:
-    """From the job's record: its running execution (None when none runs) and the G4
-    goodput line (goodput and its costliest causes); None when the record cannot be read."""
-    from dispatch.core.goodput import job_time, split
-    from dispatch.core.story import running
-    from dispatch.service.goodput import goodput_line
-    from dispatch.stores.reading import fold_with_records
-
-    found, _ = fold_with_records(service.store, [job_id], utcnow())
-    if not found:
-        return None
-    events = found[0][1]
-    return running(events), goodput_line(split(job_time(events, utcnow())))
 
 
 def _warn_unenforced(service: Service, spec: JobSpec, source: Path) -> None:

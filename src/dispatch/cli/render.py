@@ -368,19 +368,6 @@ def running_lines(r: Running | None, now: datetime) -> list[Line]:
             line(f"  {ckpt} (submission {r.submission} execution {r.execution})")]
 
 
-def running_json(r: Running | None, now: datetime) -> dict[str, object] | None:
-    """``status --json``'s ``running``: the same facts as ``running_lines``, in seconds."""
-    if r is None:
-        return None
-    ckpt = None if r.checkpoint_step is None or r.checkpoint_written is None else {
-        "step": r.checkpoint_step, "written": r.checkpoint_written.isoformat(),
-        "age_seconds": round((now - r.checkpoint_written).total_seconds(), 3)}
-    return {"submission": r.submission, "execution": r.execution,
-            "started": r.started.isoformat(),
-            "elapsed_seconds": round((now - r.started).total_seconds(), 3),
-            "checkpoint": ckpt}
-
-
 def error_short(e: AppError) -> str:
     """The application's error in a list: its words only (where is in ``status``)."""
     from dispatch.core.app_error import short
