@@ -56,6 +56,23 @@ def test_policy_check_names_valid_values(env: dict[str, str], tmp_path: Path) ->
     assert "valid values: none, preempted, node-lost" in err
 
 
+def test_every_bad_cause_of_a_rule_is_named_and_oom_gets_its_word(
+        env: dict[str, str], tmp_path: Path) -> None:
+    """Issue 48 item 10: a rule's `on` with several bad causes names each of them, and the
+    words people write for a cause (`oom`, `timeout`) get the cause they mean."""
+    policy = tmp_path / "p.yaml"
+    policy.write_text("rules:\n  - on: [oom, preempted, bogus, timeout]\n"
+                      "    action: resubmit\n    budget: 1\n")
+    code, _, err = invoke(env, "policy", "check", str(policy))
+    assert code == 2, err
+    said = {x.split(":")[0].strip(): x for x in err.splitlines() if ": Invalid enum" in x}
+    assert list(said) == ["rules[0].on[0]", "rules[0].on[2]", "rules[0].on[3]"], err
+    assert "'oom' (did you mean 'out-of-memory'?)" in said["rules[0].on[0]"]
+    assert "'bogus'; valid values: none, preempted" in said["rules[0].on[2]"]
+    assert "'timeout' (did you mean 'time-limit'?)" in said["rules[0].on[3]"]
+    assert "Traceback" not in err
+
+
 def test_spec_problems_is_a_typed_error_listing_each_place() -> None:
     with pytest.raises(SpecProblems) as err:
         parse_spec({"name": "", "command": "python train.py", "nodes": "2", "gpus": 1},

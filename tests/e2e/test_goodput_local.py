@@ -69,7 +69,7 @@ def test_a_preemption_loses_the_run_since_the_last_checkpoint(dispatch: Dispatch
     # Wait for the checkpoint at step 6 to be in the record, then preempt before step 9's.
     wait_until(lambda: any(s == 6 for s, _ in _checkpoints(dispatch)),
                "the training never checkpointed step 6", timeout=90)
-    wait_until(lambda: "checkpoint at step 6" in dispatch("history", job).stdout,
+    wait_until(lambda: "checkpoint at step 6" in dispatch("history", "--all", job).stdout,
                "the checkpoint at step 6 never reached the record", timeout=60)
     before = time.time()
     dispatch("local", "inject", job, "preempt", check=True)

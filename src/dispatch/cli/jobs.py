@@ -4,8 +4,10 @@ service, renders the result."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,30 +65,28 @@ def load_spec(path: Path) -> JobSpec:
 def show(view: JobView, as_json: bool, service: Service | None = None,
          verbose: bool = False) -> None:
     """The status (``verbose``: the application's traceback tail too); with ``service``, a
-    job held for a person also gets the commands that resolve its hold."""
+    job held for a person also gets the commands that resolve its hold, and every job its
+    running execution (started, elapsed, last checkpoint) and goodput, from its record."""
+    s = view.status
+    facts = None
+    if service is not None and s is not None and view.error is None:
+        from dispatch.service.running import running_and_goodput, running_json
+
+        facts = running_and_goodput(service.store, s.job, utcnow())
     if as_json:
-        emit_json(status_json(view))
+        doc = status_json(view)
+        if facts is not None:
+            doc["running"] = running_json(facts[0])
+        emit_json(doc)
         return
     extra: list[render.Line] = []
-    s = view.status
     if service is not None and s is not None and s.state is State.HELD \
             and service.job(s.job).hold is not None:
         extra = render.next_steps(s.job)
-    if service is not None and s is not None and view.error is None:
-        extra = [*extra, *_goodput_line(service, s.job)]
+    if facts is not None:
+        extra = [*extra, *render.running_lines(facts[0], utcnow()),
+                 *([render.line(render.visible(f"  {facts[1]}"))] if facts[1] else [])]
     render.print_status(view, extra, verbose)
-
-
-def _goodput_line(service: Service, job_id: str) -> list[render.Line]:
-    """G4 for this job, from its record: goodput and its costliest causes."""
-    from dispatch.core.goodput import split
-    from dispatch.service.goodput import goodput_line, job_times
-    from dispatch.support.clock import utcnow
-
-    found, _ = job_times(service.store, [job_id], utcnow())
-    if not found:
-        return []
-    return [render.line(render.visible(f"  {goodput_line(split(found[0]))}"))]
 
 
 def _warn_unenforced(service: Service, spec: JobSpec, source: Path) -> None:
@@ -209,13 +209,14 @@ def _foreground(service: Service, job_id: str, store_url: str | None, *, poll: f
     pump = LogPump(store_url, job_id) if with_logs else None
     job: Job | None = None
     try:
-        job = _run_live(sup, scope, service, job_id, quiet=as_json, to_err=with_logs)
+        with escalations_said():
+            job = _run_live(sup, scope, service, job_id, quiet=as_json, to_err=with_logs)
     finally:
         if pump is not None:  # after the outcome is committed: the output to its end
             pump.finish(ended=job is not None and job.outcome is not None)
     notifier.close()
     if not as_json:
-        for e, text in service.history(job_id):
+        for e, text in service.history(job_id, folded=True):
             click.echo(render.history_line(e, text, "%H:%M:%S"), err=with_logs)
     if with_logs:
         for line in render.status_lines(service.view(job_id)):
@@ -228,6 +229,33 @@ def _foreground(service: Service, job_id: str, store_url: str | None, *, poll: f
                    "stops it)", err=True)
         return EXIT_DETACHED
     return EXIT_BY_OUTCOME[job.outcome.state]
+
+
+@contextlib.contextmanager
+def escalations_said() -> Iterator[None]:
+    """While a person watches the job (``run``): an escalation, or a notifier's warning, is
+    a line for them on stderr (``14:02:07 escalation: job ...``), not the log's raw record
+    (``<time> dispatch.escalation ERROR ...``). The record and the notifiers are unchanged."""
+    import logging
+
+    class Said(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            text = record.getMessage().removeprefix("ESCALATION ")
+            word = "escalation" if record.levelno >= logging.ERROR else "warning"
+            render.err().print(render.Line((
+                f"{render.when(utcnow(), '%H:%M:%S')} ", (word, "red"),
+                f": {render.visible(text)}")).text())
+
+    logger = logging.getLogger("dispatch.escalation")
+    handler = Said()
+    propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
 
 
 class LogPump:

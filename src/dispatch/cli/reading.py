@@ -152,13 +152,18 @@ def watch(interval: float, show_all: bool, plain: bool, count: int | None, name:
 
 @click.command()
 @click.argument("job")
+@click.option("--all", "every", is_flag=True,
+              help="Every checkpoint on a line of its own (by default an execution's "
+                   "checkpoints are one line, where the last of them stands).")
 @store_option
 @json_option
 @handle_errors
-def history(job: str, store_url: str | None, as_json: bool) -> None:
-    """The job's story: every committed event with its time, cause and the scheduler's words."""
+def history(job: str, every: bool, store_url: str | None, as_json: bool) -> None:
+    """The job's story: every committed event with its time, cause and the scheduler's words
+    (an execution's checkpoints folded into one line unless --all; --json lists every
+    event)."""
     with open_service(store_url) as service:
-        lines = service.history(job)
+        lines = service.history(job, folded=not (every or as_json))
     if as_json:
         emit_json(history_json(lines))
         return

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NamedTuple
 
 from dispatch.core import events as ev
-from dispatch.core.model import State, Status
+from dispatch.core.model import Level, State, Status
 from dispatch.service.views import SCHEDULER_OK, JobView, cause_text, recovery_text
 
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from dispatch.core.app_error import AppError
+    from dispatch.core.story import Running
 
 STATE_STYLE = {
     State.PENDING: "yellow", State.HELD: "magenta", State.RUNNING: "cyan",
@@ -336,7 +337,10 @@ def status_lines(view: JobView, verbose: bool = False) -> list[Line]:
     if s.forecast is not None:
         lines.append(line(visible(f"  forecast (not yet committed): {s.forecast.state.value}, "
                                   f"cause {cause_text(s.forecast.cause)}"), "italic"))
-    lines.append(line(visible(f"  level: {s.level.value}  submissions: {s.submissions}  "
+    # The usual level (the record and the scheduler) goes unsaid; object-only says why.
+    level = "" if s.level is Level.FULL else (
+        f"level: {s.level.value} (no record: the scheduler's word alone, never terminal)  ")
+    lines.append(line(visible(f"  {level}submissions: {s.submissions}  "
                               f"objects: {', '.join(s.objects) or '-'}  scope: "
                               f"{s.scope or s.backend}")))
     for x in s.escalations:
@@ -349,6 +353,29 @@ def status_lines(view: JobView, verbose: bool = False) -> list[Line]:
     if s.superseded_by:
         lines.append(line(visible(f"  superseded by {s.superseded_by}")))
     return lines
+
+
+def elapsed(start: datetime, now: datetime) -> str:
+    """``3h 12m``, ``12m 5s``, ``40s``: a span to the second, its two largest units."""
+    secs = max(0, int((now - start).total_seconds()))
+    parts = [(secs // 86400, "d"), (secs // 3600 % 24, "h"), (secs // 60 % 60, "m"),
+             (secs % 60, "s")]
+    while len(parts) > 1 and parts[0][0] == 0:
+        parts.pop(0)
+    return " ".join(f"{n}{u}" for n, u in parts[:2])
+
+
+def running_lines(r: Running | None, now: datetime) -> list[Line]:
+    """``status`` of a running job: when its execution started, for how long, and its last
+    checkpoint (step, age); each line fits 80 columns."""
+    if r is None:
+        return []
+    ckpt = ("no checkpoint reported" if r.checkpoint_step is None
+            or r.checkpoint_written is None else
+            f"last checkpoint: step {r.checkpoint_step}, "
+            f"{elapsed(r.checkpoint_written, now)} ago")
+    return [line(f"  running since {when(r.started)} (elapsed {elapsed(r.started, now)})"),
+            line(f"  {ckpt} (submission {r.submission} execution {r.execution})")]
 
 
 def error_short(e: AppError) -> str:

@@ -7,6 +7,7 @@ Pure: ``parse_*`` take already-loaded data. Reading and parsing YAML files (the 
 from __future__ import annotations
 
 import re
+import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -212,12 +213,22 @@ def _rule_problems(raw: Any, err: msgspec.ValidationError) -> list[tuple[str, st
     found: list[tuple[str, str]] = []
     if isinstance(raw, dict):
         for field in msgspec.structs.fields(Rule):
-            if field.name in raw:
+            if field.name not in raw:
+                continue
+            value = raw[field.name]
+            args = typing.get_args(field.type)
+            if isinstance(value, list) and typing.get_origin(field.type) is tuple \
+                    and len(args) == 2 and args[1] is Ellipsis:
+                # A list (``on``): every bad item, not only the first the decoder meets.
+                items = [(f"{field.name}[{j}]", x, args[0]) for j, x in enumerate(value)]
+            else:
+                items = [(field.name, value, field.type)]
+            for name, item, kind in items:
                 try:
-                    msgspec.convert(raw[field.name], field.type, strict=True)
+                    msgspec.convert(item, kind, strict=True)
                 except msgspec.ValidationError as field_err:
                     where, message = _msgspec_where(field_err)
-                    where = _join(field.name, where)
+                    where = _join(name, where)
                     found.append((where, explain(message, where)))
     return found or [_msgspec_where(err)]
 

@@ -1,5 +1,10 @@
 """A job's record told as a story, one line per event: `dispatch history`.
 
+Told ``folded`` (the CLI's default), an execution's checkpoints are one line, where its last
+checkpoint stands: a training that checkpoints every few seconds would otherwise bury the
+story under them (issue 48). Folding only ever replaces checkpoint lines; every other
+event keeps its own line, in record order.
+
 Each line says what was known when its event was written (issue 39, docs/semantics.md
 "What the record's words claim"): an event written before its act says the act was decided
 ("intended", "ordered"), never that it happened; what the scheduler later shows (an object
@@ -8,7 +13,10 @@ bound, an execution ended, a gate opened) is what says it did."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import assert_never
+
+import msgspec
 
 from dispatch.core import events as ev
 from dispatch.core.app_error import one_line
@@ -102,9 +110,88 @@ def line(e: ev.Event, rules: Sequence[Rule] = ()) -> str:  # noqa: C901 - one ca
     assert_never(e)  # mypy: an event type added without its line
 
 
-def story(record: Sequence[ev.Event]) -> list[tuple[ev.Event, str]]:
-    """Each event and its line; a rule is named as ``Rule.name`` says, from the job's spec
-    (its JobCreated)."""
+def story(record: Sequence[ev.Event], *, folded: bool = False
+          ) -> list[tuple[ev.Event, str]]:
+    """One line per event; a rule is named as ``Rule.name`` says, from the job's spec (its
+    JobCreated); ``folded``: an execution's two or more checkpoints as one line, at the place
+    of its last one (``checkpoints_line``)."""
     first = record[0] if record else None
     rules = first.spec.policy.rules if isinstance(first, ev.JobCreated) else ()
-    return [(e, line(e, rules)) for e in record]
+    if not folded:
+        return [(e, line(e, rules)) for e in record]
+    runs: dict[tuple[int, int], list[ev.CheckpointRecorded]] = {}
+    for e in record:
+        if isinstance(e, ev.CheckpointRecorded):
+            runs.setdefault((e.submission, e.execution), []).append(e)
+    out: list[tuple[ev.Event, str]] = []
+    for e in record:
+        if isinstance(e, ev.CheckpointRecorded):
+            run = runs[(e.submission, e.execution)]
+            if len(run) > 1:
+                if e is run[-1]:
+                    out.append((e, checkpoints_line(run)))
+                continue
+        out.append((e, line(e, rules)))
+    return out
+
+
+def checkpoints_line(run: Sequence[ev.CheckpointRecorded]) -> str:
+    """``checkpoints at steps 3–117 (40, every ~3 s) ...``: one execution's checkpoints, the
+    line standing at (and timed by) the last of them."""
+    first, last = run[0], run[-1]
+    steps = sorted(c.step for c in run)
+    span = (f"step {steps[0]}" if steps[0] == steps[-1]
+            else f"steps {steps[0]}–{steps[-1]}")
+    every = ""
+    if last.written > first.written:
+        every = f", every ~{span_text((last.written - first.written) / (len(run) - 1))}"
+    return (f"checkpoints at {span} ({len(run)}{every}; submission {last.submission} "
+            f"execution {last.execution}), the last at step {last.step}")
+
+
+def span_text(d: timedelta) -> str:
+    """A span as a person says it roughly: ``0.5 s``, ``3 s``, ``2 min``, ``1.5 h``, ``2 d``."""
+    secs = d.total_seconds()
+    if secs < 0.1:
+        return "<0.1 s"
+    if secs < 1:
+        return f"{secs:.1f} s"
+    if secs < 120:
+        return f"{secs:.0f} s"
+    if secs < 7200:
+        return f"{secs / 60:.0f} min"
+    if secs < 2 * 86400:
+        return f"{secs / 3600:.1f} h"
+    return f"{secs / 86400:.0f} d"
+
+
+class Running(msgspec.Struct, frozen=True, kw_only=True):
+    """The execution running now, as the record says (``dispatch status``): when it started
+    (the scheduler's word when it gave one, else when dispatch saw it), and its latest
+    checkpoint (None when it reported none)."""
+
+    submission: int
+    execution: int
+    started: datetime
+    checkpoint_step: int | None = None
+    checkpoint_written: datetime | None = None
+
+
+def running(record: Sequence[ev.Event]) -> Running | None:
+    """The latest execution that started and whose end the record does not hold (None when
+    none: not started yet, ended, or the job's outcome is committed)."""
+    found: Running | None = None
+    for e in record:
+        if isinstance(e, ev.ExecutionStarted):
+            found = Running(submission=e.submission, execution=e.execution,
+                            started=e.started or e.at)
+        elif isinstance(e, ev.ExecutionEnded | ev.OutcomeCommitted) and found is not None \
+                and (isinstance(e, ev.OutcomeCommitted)
+                     or (e.submission, e.execution) == (found.submission, found.execution)):
+            found = None
+        elif isinstance(e, ev.CheckpointRecorded) and found is not None \
+                and (e.submission, e.execution) == (found.submission, found.execution) \
+                and (found.checkpoint_step is None or e.step >= found.checkpoint_step):
+            found = msgspec.structs.replace(found, checkpoint_step=e.step,
+                                            checkpoint_written=e.written)
+    return found

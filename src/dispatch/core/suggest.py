@@ -13,9 +13,24 @@ _ENUM = re.compile(r"^Invalid enum value (?P<given>.*)$")
 _LAST_KEY = re.compile(r"(?:^|\.)(?P<key>[A-Za-z_]+)(?:\[\d+\])*$")
 
 
+# Words people write for a cause that spelling alone does not bring near its name (``oom``
+# is three letters of ``out-of-memory``): each with the word it means.
+ALIASES = {
+    "oom": "out-of-memory", "oomkilled": "out-of-memory", "oom-killed": "out-of-memory",
+    "timeout": "time-limit", "walltime": "time-limit", "preemption": "preempted",
+    "node-failure": "node-lost", "node-fail": "node-lost", "nodefail": "node-lost",
+    "exit": "non-zero-exit", "error": "non-zero-exit", "success": "none",
+}
+
+
 def closest(word: str, choices: Iterable[str]) -> list[str]:
-    """The valid words closest to ``word``, best first (at most two)."""
-    return difflib.get_close_matches(word, list(choices), n=2, cutoff=0.6)
+    """The valid words closest to ``word``, best first (at most two): the word it is a
+    common name for (``ALIASES``), else the closest in spelling."""
+    options = list(choices)
+    alias = ALIASES.get(word.strip().lower())
+    if alias in options:
+        return [alias]
+    return difflib.get_close_matches(word, options, n=2, cutoff=0.6)
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

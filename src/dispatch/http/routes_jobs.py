@@ -22,8 +22,10 @@ from dispatch.http.guard import BODY
 from dispatch.http.timeline import timeline_json
 from dispatch.service import Service
 from dispatch.service.listing import PAGE_PARAMETERS, list_page, parse_list_request
+from dispatch.service.running import running_json, running_of
 from dispatch.service.views import history_json, status_json
 from dispatch.supervise.leases import supervisors_rows
+from dispatch.support.clock import utcnow
 
 MAX_JSON_DEPTH = 64  # a spec nests a few levels; a deeper body is an attack or a bug
 
@@ -64,11 +66,14 @@ def job_routes(server: Server) -> list[Route]:
     def get_job(request: Request) -> Response:
         def body(service: Service, job_id: str) -> Response:
             view = service.view(job_id)
+            doc = status_json(view)
+            if view.status is not None and view.error is None:  # as `dispatch status --json`
+                doc["running"] = running_json(running_of(service.store, job_id, utcnow()))
             try:
                 view.checked()
             except DispatchError as err:  # the status, with the CLI's exit code's status
-                return JSONResponse(status_json(view), status_code=http_status(err))
-            return JSONResponse(status_json(view))
+                return JSONResponse(doc, status_code=http_status(err))
+            return JSONResponse(doc)
         return _job_read(request, body)
 
     @handle

@@ -31,6 +31,7 @@ from dispatch.http.follow import LogStreams
 from dispatch.http.listeners import listen
 from dispatch.http.protocol import MAX_CONNECTIONS, GuardedH11Protocol, QuietUvicornWarnings
 from dispatch.http.refusals import REFUSALS
+from dispatch.stores.fence import Lease
 from dispatch.supervise.escalations import Notifier
 from dispatch.supervise.leases import (
     DEFAULT_LEASE_S,
@@ -145,6 +146,7 @@ class SupervisorLoop:
                                              lease_s=self.lease_s, poll=self.poll,
                                              notifier=self.notifier,
                                              unresolved=self.unresolved)
+                sup.on_change = say_role
                 if self.stopping.is_set():
                     sup.stop()
                 threading.Thread(target=self._watch_scopes_until_stopped, daemon=True,
@@ -154,6 +156,13 @@ class SupervisorLoop:
             log.exception("the supervision loop stopped")
         finally:
             self.notifier.close()
+
+
+def say_role(scope: str, role: str, lease: Lease | None) -> None:
+    """A scope's role on stderr as it changes (``scope local:h: active (epoch 3)``, ``...:
+    standby: h:42 is active ...``): serve's log is quiet below warnings."""
+    epoch = f" (epoch {lease.epoch})" if lease is not None else ""
+    print(f"scope {scope}: {role}{epoch}", file=sys.stderr, flush=True)
 
 
 def check_bind(host: str, token_file: str | None) -> Tokens:
@@ -201,7 +210,10 @@ def serve(store_url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_P
     for u in unresolved:
         print(f"note: {unresolved_note(u)}", file=sys.stderr)
     if supervise:
-        print(f"supervising: {', '.join(resolved)} (lease {lease_s:g}s)", file=sys.stderr)
+        # Not "supervising": per scope it is the active supervisor, or a hot standby while
+        # another is (each scope's role is said below as it is taken or changes).
+        print(f"serving scopes: {', '.join(resolved)} (lease {lease_s:g}s; each scope's "
+              "role follows)", file=sys.stderr)
     loop = SupervisorLoop(server, resolved, poll=poll, lease_s=lease_s, notifier=notifier,
                           unresolved=unresolved)
     listeners = listen(host, port, server.access.start_token)

@@ -216,11 +216,12 @@ class Service:
                                               name_glob=name))
         return self.views([r.job_id for r in rows], ask_scheduler=ask_scheduler)
 
-    def history(self, job: str) -> list[tuple[ev.Event, str]]:
-        """The job's story: every committed event with one line of text."""
+    def history(self, job: str, *, folded: bool = False) -> list[tuple[ev.Event, str]]:
+        """The job's story: every committed event with one line of text (``folded``: an
+        execution's checkpoints as one line, core/story.py)."""
         from dispatch.core.story import story
 
-        return story(self.store.read(self.resolve(job)))
+        return story(self.store.read(self.resolve(job)), folded=folded)
 
     def logs(self, job: str, submission: int | None = None) -> Sequence[LogSource]:
         """The output streams (files, or readers of pod logs) of one submission's object

@@ -97,6 +97,7 @@ class Supervision:
         self.monotonic = monotonic
         self.stopping = threading.Event()
         self.held: dict[str, _Held] = {}
+        self.standing_by: set[str] = set()  # scopes whose standby was said (on_change)
         self.backend_for = _OnePerName(backend_for)
         self.notifier = notifier
         self.make_supervisor = make_supervisor
@@ -243,7 +244,19 @@ class Supervision:
             return
         if lease is not None:
             self.held[scope] = _Held(lease, asked, asked + self.lease_s)
+            self.standing_by.discard(scope)
             self.on_change(scope, "active", lease)
+        elif scope not in self.standing_by:  # said once, until it is active again
+            self.standing_by.add(scope)
+            self.on_change(scope, f"standby: {self._active_holder(scope)} is active "
+                           "(this takes over if it stops)", None)
+
+    def _active_holder(self, scope: str) -> str:
+        try:
+            other = self.book.get(scope)
+        except StoreError:
+            return "another supervisor"
+        return other.holder if other is not None and other.active else "another supervisor"
 
     # -- one pass ---------------------------------------------------------------------------
     def _pass(self, scopes: Sequence[tuple[str, Supervisor]]) -> dict[str, TickReport]:

@@ -34,6 +34,18 @@ def test_status_and_history_are_the_clis_json(serve: Callable[..., Served],
     assert s.client.get(f"/api/jobs/{job}/logs").text == "hi\n"
 
 
+def test_a_running_jobs_status_has_its_running_execution_as_the_cli_says(
+        serve: Callable[..., Served], tmp_path: Path) -> None:
+    """Issue 48 item 8: `running` (since when, the last checkpoint) is in the API's status as
+    in `dispatch status --json`: times from the record, so both documents agree."""
+    s = serve()
+    job = s.submit(spec("sleepy", SLEEP))
+    doc = s.wait_for(job, lambda st: st.get("running") is not None)
+    assert doc["running"]["submission"] == 1 and doc["running"]["checkpoint"] is None
+    by_cli = json.loads(cli(tmp_path, "status", job, "--json").stdout)
+    assert by_cli["running"] == doc["running"]
+
+
 def test_logs_follow_streams_across_submissions(serve: Callable[..., Served]) -> None:
     s = serve()
     policy = {"rules": [{"on": ["non-zero-exit"], "action": "resubmit", "budget": 1}]}

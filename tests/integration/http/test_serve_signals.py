@@ -60,6 +60,44 @@ def test_a_stop_signal_hands_the_lease_to_a_standby_and_exits_0(
         standby_log.close()
 
 
+def _wait_output(s: Served, what: str) -> str:
+    """The first line of serve's output that holds ``what`` (waited for)."""
+    deadline = time.monotonic() + WAIT_S
+    while not (lines := [x for x in s.output().splitlines() if what in x]):
+        assert time.monotonic() < deadline, s.output()
+        time.sleep(0.2)
+    return lines[0]
+
+
+def test_serve_says_it_is_a_standby_and_when_it_becomes_active(
+        serve: Callable[..., Served], tmp_path: Path) -> None:
+    """Issue 48 item 10: a serve that finds its scope held says it stands by, and for whom;
+    never "supervising" while it is a standby."""
+    active = subprocess.Popen(
+        [sys.executable, "-m", "dispatch.cli", "supervise", "--poll", "0.2", "--lease", "2"],
+        env=cli_env(tmp_path), cwd=tmp_path, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        holder = f"{socket.gethostname()}:{active.pid}"
+        deadline = time.monotonic() + WAIT_S
+        while _active(tmp_path).get("holder") != holder:
+            assert time.monotonic() < deadline, _active(tmp_path)
+            time.sleep(0.2)
+        s = serve("--lease", "2")
+        scope = _active(tmp_path)["scope"]
+        said = _wait_output(s, f"scope {scope}: standby")
+        assert said == (f"scope {scope}: standby: {holder} is active (this takes over if it "
+                        "stops)"), s.output()
+        assert "supervising" not in s.output(), s.output()
+        active.terminate()
+        assert active.wait(WAIT_S) == 0
+        _wait_output(s, f"scope {scope}: active (epoch ")
+    finally:
+        if active.poll() is None:
+            active.kill()
+            active.wait(WAIT_S)
+
+
 def test_serve_serves_local_and_live_scopes_without_probing_others(
         serve: Callable[..., Served], tmp_path: Path) -> None:
     # a Slurm whose every tool fails loudly: serve must not ask it when no job uses it
@@ -71,10 +109,10 @@ def test_serve_serves_local_and_live_scopes_without_probing_others(
     env = {"PATH": f"{tools}:{cli_env(tmp_path)['PATH']}"}
     s = serve(env=env)
     deadline = time.monotonic() + WAIT_S
-    while "supervising:" not in s.output():
+    while "serving scopes:" not in s.output():
         assert time.monotonic() < deadline, s.output()
         time.sleep(0.2)
-    line = next(x for x in s.output().splitlines() if x.startswith("supervising:"))
+    line = next(x for x in s.output().splitlines() if x.startswith("serving scopes:"))
     assert "local:" in line and "slurm" not in line and "kubeflow" not in line, line
     assert not (tmp_path / "slurm-called").exists()
 

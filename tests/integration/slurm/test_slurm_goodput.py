@@ -49,7 +49,7 @@ def test_a_real_preemption_is_preempted_badput_in_node_hours(cli: Dispatch) -> N
     from tests.e2e.conftest import wait_until
     wait_until(lambda: "execution 0 running on 2 node(s)" in cli("history", "gp").stdout,
                "the start never reached the record", timeout=60)
-    wait_until(lambda: "checkpoint at step 3" in cli("history", "gp").stdout,
+    wait_until(lambda: "checkpoint at step 3" in cli("history", "--all", "gp").stdout,
                "the checkpoint never reached the record", timeout=60)
     # Some work after the checkpoint, lost to the preemption. Slurm's end time is in whole
     # seconds (truncated), so the lost work reads up to 1 s short of the real interval:
