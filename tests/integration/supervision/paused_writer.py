@@ -61,9 +61,9 @@ def append(store: RecordStore, job: str, version: int, fence: Fence, tag: str) -
 
 def main(argv: list[str]) -> int:
     url, job, scope = argv
-    sqlite_store.check_fence_sqlite = pausing_once(  # type: ignore[assignment]
-        sqlite_store.check_fence_sqlite)
-    pg_store.check_fence_pg = pausing_once(pg_store.check_fence_pg)  # type: ignore[assignment]
+    # The stores call the check by these module names: pause right after it returns.
+    for module, name in ((sqlite_store, "check_fence_sqlite"), (pg_store, "check_fence_pg")):
+        setattr(module, name, pausing_once(getattr(module, name)))
     with open_store(url) as store:
         lease = store.leases().acquire(scope, "paused", LEASE_S)
         if lease is None:
