@@ -185,7 +185,7 @@ class _Ends:
 def _decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
             waits: Waits) -> list[Decision]:
     seen = _look(job, discovery)
-    out = _bind_and_duplicates(job, seen, now)
+    out = _bind_and_duplicates(job, seen, now, waits)
     if job.outcome is not None:
         return out + _leftovers(job, seen, now, waits)
     ends = _Ends(awaiting=job.awaiting, used=list(job.budget_used))
@@ -228,9 +228,11 @@ def _look(job: Job, discovery: Discovery | None) -> _Seen:
     return _Seen(objs=objs, by_ref=by_ref)
 
 
-def _bind_and_duplicates(job: Job, seen: _Seen, now: datetime) -> list[Decision]:
+def _bind_and_duplicates(job: Job, seen: _Seen, now: datetime, waits: Waits
+                         ) -> list[Decision]:
     """Bind a submission whose object is found; stop objects the supervisor did not mean to
-    have (S15)."""
+    have (S15), again while one still runs as a submission's stop is (a supervisor may
+    have died between recording the stop and sending it: issue 45 item 16)."""
     out: list[Decision] = []
     for o in seen.objs:
         parsed = parse_token(o.token or "")
@@ -242,7 +244,7 @@ def _bind_and_duplicates(job: Job, seen: _Seen, now: datetime) -> list[Decision]
             out.append(Bind(submission=number, ref=o.ref))
             continue
         mine = sub is not None and seen.ref_of(sub) == o.ref
-        if not mine and o.alive and o.ref not in job.duplicates_stopped:
+        if not mine and o.alive and waits.resend(job.duplicate_stopped_at(o.ref), now):
             out.append(StopDuplicate(ref=o.ref, token=o.token or "", cause=Cause(
                 kind=CauseKind.DUPLICATE, provenance=Provenance.ACTOR, actor=SUPERVISOR,
                 detail=f"object {o.ref} carries token {o.token}, already bound to "

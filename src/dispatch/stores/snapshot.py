@@ -51,10 +51,11 @@ from dispatch.stores.snapshot_sql import Stored
 log = logging.getLogger("dispatch.snapshot")
 T = TypeVar("T")
 
-FORMAT = 2
+FORMAT = 3
 """The encoding of the body: msgspec JSON of ``_Body``. A change to Job's fields that an
 older body cannot be decoded into strictly bumps it; older snapshots are dropped.
-(1: the whole Job; 2: its past kept apart, compressed, decoded when first used.)"""
+(1: the whole Job; 2: its past kept apart, compressed, decoded when first used; 3: the
+time of each duplicate's latest stop, which a body of 2 lacks.)"""
 EVERY = 32
 """A snapshot is written once this many events are past the last one (and at the outcome)."""
 
