@@ -108,7 +108,8 @@ DUPLICATE_GONE = "{root}/duplicate-stopped"
 WAITS_FOR_DUPLICATE = ["sh", "-c", 'while [ ! -e "$0" ]; do sleep 0.1; done', DUPLICATE_GONE]
 DUPLICATE_RUNS = ["sh", "-c", 'trap \'touch "$0"; exit 0\' TERM; touch "$0.ready"; sleep 120 & '
                   'wait', DUPLICATE_GONE]
-FROM_CREATION = ("submit", "rejected")  # the crashing child serves the job from its creation
+FROM_CREATION = ("submit", "rejected", "runs", "retry")  # the crashing child serves the job
+# from its creation ("retry": after a first supervisor died with its submit intended).
 ACTIONS.update({a.name: a for a in [
     Action("rejected", ["true"], RESUBMIT, 1, lambda j: True, (ev.OutcomeCommitted,),
            ("appended:SubmissionRejected", "appended:EscalationRaised"),
@@ -116,7 +117,29 @@ ACTIONS.update({a.name: a for a in [
     Action("duplicate", WAITS_FOR_DUPLICATE, RESUBMIT, 1, _started,
            (ev.DuplicateStopped, ev.ExecutionEnded),
            ("appended:DuplicateStopped", "acted:stop")),
+    # The run's start and end, learnt from the scheduler.
+    Action("runs", ["true"], RESUBMIT, 1, lambda j: True, (ev.OutcomeCommitted,),
+           ("appended:ExecutionStarted", "appended:ExecutionEnded")),
+    # A preemption the policy holds for a person; after the crash she gives up.
+    Action("hold", FIRST_RUNS, HOLD, 1, _started, (ev.HoldPlaced,), ("appended:HoldPlaced",)),
+    # The submit a supervisor recorded and died before sending, retried by the next one.
+    Action("retry", ["true"], RESUBMIT, 1, lambda j: True, (ev.SubmissionBound,),
+           ("appended:SubmissionAttempted",)),
 ]})
+
+
+def _before_crash(action: Action, url: str, root: Path, scope: str, state: Path) -> None:
+    if action.name == "retry":  # a first supervisor dies with the submit intended, unsent
+        first = _child(url, root, scope, state, "appended:SubmissionIntended")
+        _, err = first.communicate(timeout=90)
+        assert first.returncode == failpoints.EXIT_CODE, f"retry: exit {first.returncode}:\n{err}"
+
+
+def _after_crash(action: Action, url: str, root: Path, scope: str, job_id: str) -> None:
+    if action.name == "hold":  # the hold waits for a person: she gives up
+        _serve(url, root, scope, lambda j: j.hold is not None, job_id)
+        with open_store(url) as store:
+            give_up(store, job_id, utcnow(), "alice")
 
 
 @dataclass
@@ -167,6 +190,8 @@ def _trigger(action: Action, url: str, root: Path, job_id: str) -> None:
             request_cancel(store, job_id, utcnow(), "alice")
         elif action.name == "duplicate":
             _start_duplicate(root, job_id)
+        elif action.name == "hold":
+            LocalBackend(root).inject(job_id, "preempt")
 
 
 def _start_duplicate(root: Path, job_id: str) -> None:
@@ -230,6 +255,7 @@ def run(url: str, base: Path, action_name: str, point: str | None) -> Run:
         if action.name in ("release", "give-up"):
             _serve(url, root, scope, action.ready, job_id)
             _person_after_hold(action, url, job_id)
+    _before_crash(action, url, root, scope, state)
     died_at: datetime | None = None
     if point is not None:
         child = _child(url, root, scope, state, point)
@@ -245,6 +271,7 @@ def run(url: str, base: Path, action_name: str, point: str | None) -> Run:
         assert child.returncode == failpoints.EXIT_CODE, \
             f"{action_name}/{point}: exit {child.returncode}, not at the failpoint:\n{err}"
         assert f"failpoint {point}:" in err, err
+    _after_crash(action, url, root, scope, job_id)
     tick = _serve(url, root, scope, _done, job_id)
     job = _job(url, job_id)
     assert job.outcome is not None
