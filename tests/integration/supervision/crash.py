@@ -97,8 +97,10 @@ ACTIONS: dict[str, Action] = {a.name: a for a in [
 ]}
 
 # -- Issue 45 item 16: actions passing the points the ones above never reach ----------------
-# (the Slurm lane's segment publication is tests/integration/slurm/test_segment_crash.py;
-# tests/chaos/test_failpoints_armed.py checks that every point is armed by some test).
+# tests/chaos/test_failpoints_armed.py checks that every point is armed by some test: by
+# an action here, or by the Slurm lane's segment publication, where SLURM_POINTS are armed
+# (tests/integration/slurm/test_segment_crash.py: segment health names Slurm units).
+SLURM_POINTS = ("appended:SegmentPublished", "acted:publish-segment")
 #
 # "rejected": the local backend refuses the submit (its workdir is not a directory here).
 # "duplicate": an object the job never meant to have (a second one carrying the token of its
