@@ -108,8 +108,10 @@ SLURM_POINTS = ("appended:SegmentPublished", "acted:publish-segment")
 # object's TERM trap leaves a file), so the job ends only once the stop was carried out.
 DUPLICATE_GONE = "{root}/duplicate-stopped"
 WAITS_FOR_DUPLICATE = ["sh", "-c", 'while [ ! -e "$0" ]; do sleep 0.1; done', DUPLICATE_GONE]
-DUPLICATE_RUNS = ["sh", "-c", 'trap \'touch "$0"; exit 0\' TERM; touch "$0.ready"; sleep 120 & '
-                  'wait', DUPLICATE_GONE]
+# The files are made by the shell itself (a redirection), not by a child process that the
+# stop's signals to the process group may end before it has made the file.
+DUPLICATE_RUNS = ["sh", "-c", 'trap \': > "$0"; exit 0\' TERM; : > "$0.ready"; sleep 120 & wait',
+                  DUPLICATE_GONE]
 FROM_CREATION = ("submit", "rejected", "runs", "retry")  # the crashing child serves the job
 # from its creation ("retry": after a first supervisor died with its submit intended).
 ACTIONS.update({a.name: a for a in [
