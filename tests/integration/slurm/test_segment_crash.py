@@ -76,7 +76,7 @@ def test_a_supervisor_dying_in_a_segment_publication(cli: Dispatch, tmp_path: Pa
     segdir.mkdir()
     segdir.chmod(0o777)
     path = cli.spec("segcrash", ["sleep", "600"], backend="slurm", nodes=2,
-                    segment_health={"dir": str(segdir), "launcher": "torchrun"})
+                    segment_health={"dir": str(segdir), "launcher": "none"})
     cli("submit", str(path), check=True)  # sends the first submission itself
     store_url = f"sqlite://{cli.env['DISPATCH_STORE']}"
     ref = ""
