@@ -104,14 +104,13 @@ SLURM_POINTS = ("appended:SegmentPublished", "acted:publish-segment")
 #
 # "rejected": the local backend refuses the submit (its workdir is not a directory here).
 # "duplicate": an object the job never meant to have (a second one carrying the token of its
-# submission 1) runs beside its own; the job's own run waits until that object is stopped (the
-# object's TERM trap leaves a file), so the job ends only once the stop was carried out.
-DUPLICATE_GONE = "{root}/duplicate-stopped"
-WAITS_FOR_DUPLICATE = ["sh", "-c", 'while [ ! -e "$0" ]; do sleep 0.1; done', DUPLICATE_GONE]
-# The files are made by the shell itself (a redirection), not by a child process that the
-# stop's signals to the process group may end before it has made the file.
-DUPLICATE_RUNS = ["sh", "-c", 'trap \': > "$0"; exit 0\' TERM; : > "$0.ready"; sleep 120 & wait',
-                  DUPLICATE_GONE]
+# submission 1) runs beside its own; the job's own run waits until that object's process is
+# gone (its pid, written before it runs), so the job ends only once the stop was carried out.
+DUPLICATE_PID = "{root}/duplicate.pid"
+WAITS_FOR_DUPLICATE = ["sh", "-c", 'while [ ! -e "$0" ] || kill -0 "$(cat "$0")" 2>/dev/null; '
+                       'do sleep 0.1; done', DUPLICATE_PID]
+DUPLICATE_RUNS = ["sh", "-c", 'echo $$ > "$0.new" && mv "$0.new" "$0" && exec sleep 120',
+                  DUPLICATE_PID]
 FROM_CREATION = ("submit", "rejected", "runs", "retry")  # the crashing child serves the job
 # from its creation ("retry": after a first supervisor died with its submit intended).
 ACTIONS.update({a.name: a for a in [
@@ -209,9 +208,9 @@ def _start_duplicate(root: Path, job_id: str) -> None:
     backend = LocalBackend(root)
     ref = backend._create(Submission(job_id=job_id, number=1, token=token_for(job_id, 1),
                                      spec=spec), backend.disk.claim().id)
-    ready = Path(DUPLICATE_GONE.replace("{root}", str(root)) + ".ready")
+    ready = Path(DUPLICATE_PID.replace("{root}", str(root)))
     deadline = time.monotonic() + 60
-    while not ready.exists():  # its trap is set: a stop leaves the file the job waits for
+    while not ready.exists():  # it runs: the job waits for its process to be gone
         assert time.monotonic() < deadline, f"the duplicate {ref} never ran"
         time.sleep(0.05)
 
