@@ -195,7 +195,7 @@ class _Ends:
 def _decide(job: Job, discovery: Discovery | None, plan: Plan, now: datetime,
             waits: Waits) -> list[Decision]:
     seen = _look(job, discovery)
-    out = _bind_and_duplicates(job, seen, now)
+    out = _bind_and_duplicates(job, seen, now, waits)
     if job.outcome is not None:
         return out + _leftovers(job, seen, now, waits)
     ends = _Ends(awaiting=job.awaiting, used=list(job.budget_used))
@@ -238,10 +238,13 @@ def _look(job: Job, discovery: Discovery | None) -> _Seen:
     return _Seen(objs=objs, by_ref=by_ref)
 
 
-def _bind_and_duplicates(job: Job, seen: _Seen, now: datetime) -> list[Decision]:
+def _bind_and_duplicates(job: Job, seen: _Seen, now: datetime, waits: Waits
+                         ) -> list[Decision]:
     """Bind a submission whose object is found; stop objects the supervisor did not mean to
-    have (S15). A finished job binds nothing: an object that a submit attempt never resolved
-    before the outcome publishes late is one the job will never run, so a duplicate."""
+    have (S15), again while one still runs as a submission's stop is (a supervisor may
+    have died between recording the stop and sending it: issue 45 item 16). A finished job
+    binds nothing: an object that a submit attempt never resolved before the outcome publishes
+    late is one the job will never run, so a duplicate."""
     out: list[Decision] = []
     for o in seen.objs:
         parsed = parse_token(o.token or "")
@@ -253,7 +256,7 @@ def _bind_and_duplicates(job: Job, seen: _Seen, now: datetime) -> list[Decision]
             out.append(Bind(submission=number, ref=o.ref))
             continue
         mine = sub is not None and seen.ref_of(sub) == o.ref
-        if not mine and o.alive and o.ref not in job.duplicates_stopped:
+        if not mine and o.alive and waits.resend(job.duplicate_stopped_at(o.ref), now):
             if sub is not None and sub.ref is None and job.outcome is not None:
                 detail = (f"object {o.ref} carries token {o.token}, whose submit was never "
                           f"resolved before the job was {job.outcome.state.value}")

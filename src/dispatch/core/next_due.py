@@ -3,17 +3,17 @@ they are (pure; `now` passed in).
 
 decide() depends on `now` only through thresholds of the form "now >= a recorded time + a
 fixed wait": a submit's claim expires (attempted_at + the attempt lease), a stop or cancel
-is sent again (stop_at / cancel_sent_at + the resend wait), a running object on a lost node
-is fenced (lost_since + the node-loss window); after a takeover, a claim of the previous
-holder's expires at the takeover + the backend's submit bound (a send it recorded is sent
-again at once, which depends on no time ahead); a claim whose every holder is gone expires
-at the attempt + that bound (which holders are gone is an input, like the objects). Every
-other use of `now` (a cause's time, the attribution of an end to a published exclusion) only
-shapes decisions that are made anyway.
+is sent again (stop_at / cancel_sent_at / a duplicate's stop + the resend wait), a running
+object on a lost node is fenced (lost_since + the node-loss window); after a takeover, a
+claim of the previous holder's expires at the takeover + the backend's submit bound (a send
+it recorded is sent again at once, which depends on no time ahead); a claim whose every
+holder is gone expires at the attempt + that bound (which holders are gone is an input, like
+the objects). Every other use of `now` (a cause's time, the attribution of an end to a
+published exclusion) only shapes decisions that are made anyway.
 Between two thresholds every one of these tests has the same answer, so an empty answer at
 `now` stays empty until the earliest threshold after `now`. Holds, give-ups and segment
-decisions wait for a person or the scheduler, never for time. A supervisor uses this to
-skip decide() for jobs where nothing changed (supervise/loop.py; property:
+decisions wait for a person or the scheduler, never for time. A supervisor uses this to skip
+decide() for jobs where nothing changed (supervise/loop.py; property:
 tests/property/test_next_due.py).
 """
 
@@ -66,6 +66,8 @@ def next_due(job: Job, discovery: Discovery | None, plan: Plan, now: datetime, *
             times.append(s.stop_at + resend_after)
         if s.cancel_sent_at is not None:
             times.append(s.cancel_sent_at + resend_after)
+    for _ref, stopped_at in job.duplicate_stops:
+        times.append(stopped_at + resend_after)
     window = plan.declarations.node_loss_window
     for o in objects_seen(job, discovery) or ():
         if o.lost_since is not None:

@@ -159,6 +159,9 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     supersedes: str | None = None
     superseded_by: str | None = None
     duplicates_stopped: frozenset[str] = frozenset()
+    # (ref, when its latest DuplicateStopped was recorded): a stop recorded and never sent
+    # (its supervisor died in between) is sent again, as a submission's stop is.
+    duplicate_stops: tuple[tuple[str, datetime], ...] = ()
     segments: tuple[SegmentDecision, ...] = ()
     recovered: bool = False  # taken back to run again at least once
     scope: str = ""  # JobCreated.scope, else the backend's name (records before scopes)
@@ -199,6 +202,10 @@ class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         if 1 <= number <= len(self.submissions):
             return self.submissions[number - 1]
         return None
+
+    def duplicate_stopped_at(self, ref: str) -> datetime | None:
+        """When the latest stop of duplicate object ``ref`` was recorded (None: never)."""
+        return next((at for r, at in self.duplicate_stops if r == ref), None)
 
     @property
     def terminal(self) -> bool:
@@ -258,8 +265,8 @@ class _Builder:
     __slots__ = (
         "job_id", "spec", "declarations", "created_at", "version", "subs", "budget", "hold",
         "resubmit", "awaiting", "cancel", "give_up", "outcome", "escalations", "history",
-        "supersedes", "superseded_by", "duplicates", "segments", "recovered", "scope",
-        "errors", "last_end",
+        "supersedes", "superseded_by", "duplicates", "duplicate_stops", "segments", "recovered",
+        "scope", "errors", "last_end",
     )
 
     def __init__(self, created: ev.JobCreated) -> None:
@@ -285,6 +292,7 @@ class _Builder:
         self.supersedes = created.supersedes
         self.superseded_by: str | None = None
         self.duplicates: set[str] = set()
+        self.duplicate_stops: dict[str, datetime] = {}
         self.segments: dict[tuple[str, str], SegmentDecision] = {}
         self.recovered = False
         self.scope = created.scope or created.spec.backend
@@ -303,6 +311,7 @@ class _Builder:
         b.escalations, b.history = list(job.escalations), list(job.history)
         b.supersedes, b.superseded_by = job.supersedes, job.superseded_by
         b.duplicates = set(job.duplicates_stopped)
+        b.duplicate_stops = dict(job.duplicate_stops)
         b.segments = {(d.unit_job_id, d.task_id): d for d in job.segments}
         b.recovered = job.recovered
         b.scope = job.scope
@@ -436,6 +445,7 @@ class _Builder:
                                                 stop_at=e.at, stop_by=s.stop_by or e.by))
         elif isinstance(e, ev.DuplicateStopped):
             self.duplicates.add(e.ref)
+            self.duplicate_stops[e.ref] = e.at
         elif isinstance(e, ev.OutcomeCommitted):
             if self.outcome is not None or not e.state.terminal:
                 return  # S7: the first committed outcome is the outcome, for ever
@@ -466,6 +476,7 @@ class _Builder:
             outcome=self.outcome, escalations=tuple(self.escalations),
             history=tuple(self.history), supersedes=self.supersedes,
             superseded_by=self.superseded_by, duplicates_stopped=frozenset(self.duplicates),
+            duplicate_stops=tuple(self.duplicate_stops.items()),
             segments=tuple(self.segments.values()), recovered=self.recovered,
             scope=self.scope, errors=tuple(self.errors), last_end=self.last_end,
         )

@@ -29,8 +29,10 @@ the append back; each statement of an append ends with a Sync, never a pipeline,
 timer runs wherever the client stopped between statements), and a standby's attempt to
 take the lease gives up on the lock after ACQUIRE_LOCK_TIMEOUT_MS and tries again at its
 next poll. On SQLite a process stopped inside a write holds the file's write lock, so every
-writer waits until it is continued or killed (then its transaction is rolled back): one more
-reason SQLite is for one machine.
+writer waits until it is continued or killed (then its transaction is rolled back); continued,
+its append commits, which is safe (its fence was checked under that lock: nobody wrote in
+between) and the next one is fenced. No bound but the pause: one more reason SQLite is for
+one machine (docs/supervisors.md, Fencing).
 """
 
 from __future__ import annotations

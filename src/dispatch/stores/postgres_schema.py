@@ -2,8 +2,9 @@
 SCHEMA_VERSION (1 -> 2: the supersedes column and its unique index; 2 -> 3: scopes and
 leases; 3 -> 4: change marks and snapshots; 4 -> 5: the mark of a job whose events
 were edited in place, and its triggers; 5 -> 6: the causes each job's history holds),
-inside one transaction under an advisory lock so that two processes starting at once never
-both create or migrate. The statements themselves are in stores/schema.py."""
+inside one transaction under an advisory lock (re-checked inside it) so that two processes
+starting at once never both create or migrate, and neither refuses what the other made. The
+statements themselves are in stores/schema.py."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import psycopg
 from dispatch.stores import causes, schema
 from dispatch.stores.base import SCHEMA_VERSION
 
-SCHEMA_LOCK = 0x6469737061746368  # pg_advisory_xact_lock key ("dispatch"): schema setup only
+SCHEMA_LOCK = 0x6469737061746368  # pg_advisory_lock key ("dispatch"): schema setup only
 
 
 def _present(conn: psycopg.Connection[Any], tables: tuple[str, ...]) -> list[str]:
@@ -24,12 +25,25 @@ def _present(conn: psycopg.Connection[Any], tables: tuple[str, ...]) -> list[str
 
 def set_up(conn: psycopg.Connection[Any], where: str) -> None:
     """Create or migrate the tables; StoreError-typed refusals come from stores/schema.py
-    (a newer schema, a half-made one), psycopg errors are the caller's to word."""
+    (a newer schema, a half-made one), psycopg errors are the caller's to word.
+
+    ``conn`` is in autocommit mode. The setup lock is the session's, taken between two
+    transactions: the one that re-checks and sets up starts once the lock is ours, and a
+    transaction's start is where a session reads what other sessions changed in the
+    catalogs. Under a transaction-scoped lock the re-check ran in the transaction of the
+    first look, whose cached "no dispatch_schema" outlived the other process's commit:
+    the waiter then found the other tables and refused the store as half-made (issue 45
+    item 15)."""
     with conn.transaction():
         found = schema_version(conn, where)
-        if found is None or found < SCHEMA_VERSION:
-            # Serialise creation and migration between processes; not for appends.
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+        if found is not None and found >= SCHEMA_VERSION:
+            schema.check_tables(where, _present(conn, schema.PG_TABLES_NOW),
+                                schema.PG_TABLES_NOW)
+            return
+    # Serialise creation and migration between processes; not for appends.
+    conn.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK,))
+    try:
+        with conn.transaction():
             found = schema_version(conn, where)  # again, under the lock
             if found is None:
                 schema.check_fresh(where, _present(conn, schema.PG_TABLES_NOW))
@@ -38,7 +52,14 @@ def set_up(conn: psycopg.Connection[Any], where: str) -> None:
                 conn.execute("INSERT INTO dispatch_schema (version) VALUES (1)")
                 found = 1
             migrate(conn, where, found)
-        schema.check_tables(where, _present(conn, schema.PG_TABLES_NOW), schema.PG_TABLES_NOW)
+            schema.check_tables(where, _present(conn, schema.PG_TABLES_NOW),
+                                schema.PG_TABLES_NOW)
+    finally:
+        if not (conn.broken or conn.closed):  # a lost session has let go of it already
+            try:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (SCHEMA_LOCK,))
+            except psycopg.Error:
+                pass  # the session is going: the server lets go of its locks with it
 
 
 def schema_version(conn: psycopg.Connection[Any], where: str) -> int | None:

@@ -57,7 +57,7 @@ older body cannot be decoded into strictly, or would decode into another value t
 of the same events gives, bumps it; older snapshots are dropped.
 (1: the whole Job; 2: its past kept apart, compressed, decoded when first used; 3: each
 submission's attempt holders, which a body of format 2 lacks where a fold says "none
-named".)"""
+named", and the time of each duplicate's latest stop, which it lacks too.)"""
 EVERY = 32
 """A snapshot is written once this many events are past the last one (and at the outcome)."""
 

@@ -29,9 +29,11 @@ from typing import Any
 
 from tests.integration.supervision.helpers import ROOT, child_env, objects_per_token
 
+from dispatch.backends.base import Submission
 from dispatch.backends.local import LocalBackend
 from dispatch.backends.local.procs import process_alive
 from dispatch.core import events as ev
+from dispatch.core.model import token_for
 from dispatch.core.record import Job, fold
 from dispatch.core.spec import parse_spec
 from dispatch.service.requests import create_job, give_up, request_cancel, resubmit_from_hold
@@ -60,6 +62,7 @@ class Action:
     # them written after the crash counts (none: the dead one had carried it out itself).
     recovered: tuple[type, ...]
     points: tuple[str, ...]  # the failpoints the action passes
+    spec_extra: dict[str, Any] = field(default_factory=dict)  # more of the job's spec
 
 
 def _started(job: Job) -> bool:
@@ -92,6 +95,54 @@ ACTIONS: dict[str, Action] = {a.name: a for a in [
            (ev.OutcomeCommitted,),
            ("appended:OutcomeCommitted",)),
 ]}
+
+# -- Issue 45 item 16: actions passing the points the ones above never reach ----------------
+# tests/chaos/test_failpoints_armed.py checks that every point is armed by some test: by
+# an action here, or by the Slurm lane's segment publication, where SLURM_POINTS are armed
+# (tests/integration/slurm/test_segment_crash.py: segment health names Slurm units).
+SLURM_POINTS = ("appended:SegmentPublished", "acted:publish-segment")
+#
+# "rejected": the local backend refuses the submit (its workdir is not a directory here).
+# "duplicate": an object the job never meant to have (a second one carrying the token of its
+# submission 1) runs beside its own; the job's own run waits until that object's process is
+# gone (its pid, written before it runs), so the job ends only once the stop was carried out.
+DUPLICATE_PID = "{root}/duplicate.pid"
+WAITS_FOR_DUPLICATE = ["sh", "-c", 'while [ ! -e "$0" ] || kill -0 "$(cat "$0")" 2>/dev/null; '
+                       'do sleep 0.1; done', DUPLICATE_PID]
+DUPLICATE_RUNS = ["sh", "-c", 'echo $$ > "$0.new" && mv "$0.new" "$0" && exec sleep 120',
+                  DUPLICATE_PID]
+FROM_CREATION = ("submit", "rejected", "runs", "retry")  # the crashing child serves the job
+# from its creation ("retry": after a first supervisor died with its submit intended).
+ACTIONS.update({a.name: a for a in [
+    Action("rejected", ["true"], RESUBMIT, 1, lambda j: True, (ev.OutcomeCommitted,),
+           ("appended:SubmissionRejected", "appended:EscalationRaised"),
+           spec_extra={"workdir": "/nonexistent/dispatch-crash-matrix"}),
+    Action("duplicate", WAITS_FOR_DUPLICATE, RESUBMIT, 1, _started,
+           (ev.DuplicateStopped, ev.ExecutionEnded),
+           ("appended:DuplicateStopped", "acted:stop")),
+    # The run's start and end, learnt from the scheduler.
+    Action("runs", ["true"], RESUBMIT, 1, lambda j: True, (ev.OutcomeCommitted,),
+           ("appended:ExecutionStarted", "appended:ExecutionEnded")),
+    # A preemption the policy holds for a person; after the crash she gives up.
+    Action("hold", FIRST_RUNS, HOLD, 1, _started, (ev.HoldPlaced,), ("appended:HoldPlaced",)),
+    # The submit a supervisor recorded and died before sending, retried by the next one.
+    Action("retry", ["true"], RESUBMIT, 1, lambda j: True, (ev.SubmissionBound,),
+           ("appended:SubmissionAttempted",)),
+]})
+
+
+def _before_crash(action: Action, url: str, root: Path, scope: str, state: Path) -> None:
+    if action.name == "retry":  # a first supervisor dies with the submit intended, unsent
+        first = _child(url, root, scope, state, "appended:SubmissionIntended")
+        _, err = first.communicate(timeout=90)
+        assert first.returncode == failpoints.EXIT_CODE, f"retry: exit {first.returncode}:\n{err}"
+
+
+def _after_crash(action: Action, url: str, root: Path, scope: str, job_id: str) -> None:
+    if action.name == "hold":  # the hold waits for a person: she gives up
+        _serve(url, root, scope, lambda j: j.hold is not None, job_id)
+        with open_store(url) as store:
+            give_up(store, job_id, utcnow(), "alice")
 
 
 @dataclass
@@ -140,6 +191,28 @@ def _trigger(action: Action, url: str, root: Path, job_id: str) -> None:
             LocalBackend(root).inject(job_id, "lose-node")
         elif action.name == "cancel":
             request_cancel(store, job_id, utcnow(), "alice")
+        elif action.name == "duplicate":
+            _start_duplicate(root, job_id)
+        elif action.name == "hold":
+            LocalBackend(root).inject(job_id, "preempt")
+
+
+def _start_duplicate(root: Path, job_id: str) -> None:
+    """A second object carrying the token of the job's bound submission 1: what two
+    submits racing past the token's claim would leave (submit itself returns the object
+    already there, and discovery looks for the job's tokens only, so it is made here with
+    the backend's own object maker)."""
+    command = [c.replace("{root}", str(root)) for c in DUPLICATE_RUNS]
+    spec = parse_spec({"name": "duplicate", "backend": "local", "command": command,
+                       "nodes": 1}, "<duplicate>")
+    backend = LocalBackend(root)
+    ref = backend._create(Submission(job_id=job_id, number=1, token=token_for(job_id, 1),
+                                     spec=spec), backend.disk.claim().id)
+    ready = Path(DUPLICATE_PID.replace("{root}", str(root)))
+    deadline = time.monotonic() + 60
+    while not ready.exists():  # it runs: the job waits for its process to be gone
+        assert time.monotonic() < deadline, f"the duplicate {ref} never ran"
+        time.sleep(0.05)
 
 
 def _person_after_hold(action: Action, url: str, job_id: str) -> None:
@@ -173,17 +246,19 @@ def run(url: str, base: Path, action_name: str, point: str | None) -> Run:
     root = base / "local"
     state = base / "state"
     scope = local_scope(root)
-    spec = {"name": f"{action_name}-{point}", "backend": "local", "command": action.command,
-            "nodes": action.nodes, "policy": {"rules": [action.rule]}}
+    spec = {"name": f"{action_name}-{point}", "backend": "local",
+            "command": [c.replace("{root}", str(root)) for c in action.command],
+            "nodes": action.nodes, "policy": {"rules": [action.rule]}, **action.spec_extra}
     decl = LocalBackend(root, node_loss_window=WINDOW).declarations()
     with open_store(url) as store:
         job_id = create_job(store, parse_spec(spec, "<crash>"), decl, utcnow(), scope=scope)
-    if action.name != "submit":
+    if action.name not in FROM_CREATION:
         _serve(url, root, scope, _started, job_id)
         _trigger(action, url, root, job_id)
         if action.name in ("release", "give-up"):
             _serve(url, root, scope, action.ready, job_id)
             _person_after_hold(action, url, job_id)
+    _before_crash(action, url, root, scope, state)
     died_at: datetime | None = None
     if point is not None:
         child = _child(url, root, scope, state, point)
@@ -199,6 +274,7 @@ def run(url: str, base: Path, action_name: str, point: str | None) -> Run:
         assert child.returncode == failpoints.EXIT_CODE, \
             f"{action_name}/{point}: exit {child.returncode}, not at the failpoint:\n{err}"
         assert f"failpoint {point}:" in err, err
+    _after_crash(action, url, root, scope, job_id)
     tick = _serve(url, root, scope, _done, job_id)
     job = _job(url, job_id)
     assert job.outcome is not None
@@ -219,7 +295,8 @@ def run(url: str, base: Path, action_name: str, point: str | None) -> Run:
 
 
 def _no_duplicates(root: Path, result: Run) -> None:
-    dupes = {t: n for t, n in objects_per_token(root).items() if n > 1}
+    planted = 1 if result.action == "duplicate" else 0  # the one the action made itself
+    dupes = {t: n for t, n in objects_per_token(root).items() if n > 1 + planted}
     assert not dupes, f"{result.action}/{result.point}: two objects for one token: {dupes}"
 
 

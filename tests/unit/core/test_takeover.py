@@ -156,3 +156,28 @@ def test_a_cancel_waits_for_a_claimed_submit_only_the_backends_bound() -> None:
     out = decide(sim.job, sim.discovery([]), sim.plan, sim.now, takeover=takeover)
     assert [d.state for d in out if hasattr(d, "state")] == [State.CANCELLED], out
     assert decide(sim.job, sim.discovery([]), sim.plan, sim.now) == []  # before: 30 s
+
+
+def test_a_duplicate_stop_recorded_before_the_takeover_is_sent_again_at_once() -> None:
+    """Issue 45 item 16 (found by the crash matrix): a supervisor that recorded
+    DuplicateStopped and died before stopping the object left the duplicate running for
+    ever; the stop is now sent again as a submission's stop is."""
+    sim = Sim([LOST])
+    _running(sim)
+    sim.later(1)
+    twin = obj(1, State.RUNNING, ref="r1-twin")
+    assert kinds_of(sim.tick([obj(1, State.RUNNING), twin])) == ["StopDuplicate"]
+    recorded = sim.now
+    look = sim.discovery([obj(1, State.RUNNING), twin])
+    takeover = Takeover(at=sim.later(2), submit_in_flight=timedelta(0))
+    out = decide(sim.job, look, sim.plan, sim.now, takeover=takeover)
+    assert kinds_of(out) == ["StopDuplicate"], out
+    # The acting supervisor's own stop waits the resend, and next_due says until when.
+    assert decide(sim.job, look, sim.plan, sim.now) == []
+    assert next_due(sim.job, look, sim.plan, sim.now) == recorded + RESEND_AFTER
+    sim.now = recorded + RESEND_AFTER
+    assert kinds_of(decide(sim.job, look, sim.plan, sim.now)) == ["StopDuplicate"]
+    # Once the twin has ended nothing is sent.
+    ended_twin = sim.discovery([obj(1, State.RUNNING),
+                                obj(1, State.CANCELLED, K.CANCELLED, ref="r1-twin")])
+    assert decide(sim.job, ended_twin, sim.plan, sim.now, takeover=takeover) == []
