@@ -209,7 +209,7 @@ def _decode(data: dict[str, Any]) -> tuple[dict[str, Any], Problems, set[str]]:
         value = data[key]
         if key in ("volumes", "tolerations", "image_pull_secrets") and isinstance(value, list):
             item = {"volumes": Volume, "tolerations": Toleration, "image_pull_secrets": str}[key]
-            items = []
+            items: list[Any] = []
             for i, raw in enumerate(value):
                 try:
                     items.append(msgspec.convert(raw, item, strict=True))
@@ -219,6 +219,13 @@ def _decode(data: dict[str, Any]) -> tuple[dict[str, Any], Problems, set[str]]:
                     undecoded.add(f"{key}[{i}]")
             decoded[key] = items
             continue
+        if key in ("labels", "annotations", "node_selector") and isinstance(value, dict):
+            # msgspec names a bad value's place "[...]": name its key instead
+            wrong = [(f"{key}.{k}", f"Expected `str`, got `{type(v).__name__}`")
+                     for k, v in value.items() if not isinstance(v, str)]
+            if wrong:
+                problems += wrong
+                continue
         try:
             decoded[key] = msgspec.convert(value, fields[key].type, strict=True)
         except msgspec.ValidationError as err:
