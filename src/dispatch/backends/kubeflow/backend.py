@@ -54,6 +54,7 @@ from dispatch.backends.kubeflow.client import (
     KubeClient,
     PodRes,
     TrainJobRes,
+    load_config,
 )
 from dispatch.backends.kubeflow.gone import SOMEONE_ELSE, deleted_by, report_gone, report_pods_left
 from dispatch.backends.kubeflow.informer import Informer, InformerSettings, Predicate, Watched
@@ -255,15 +256,23 @@ class KubeflowBackend:
             return
 
     def _default_namespace(self) -> str:
+        """The namespace a TrainJob goes to when its section names none: the kubeconfig
+        context's, as ``submit`` uses it. Read from the configuration (no request, no plugin
+        run); a configuration that cannot be used is the error ``submit`` would give."""
         if self._client is not None:
             return self._client.default_namespace
-        return "default"
+        cfg = load_config(self._settings.kubeconfig, self._settings.context,
+                          self._settings.service_account_dir)
+        return getattr(cfg, "namespace", None) or "default"
 
     def manifest(self, submission: Submission) -> dict[str, Any]:
+        if parse_section(submission.spec.kubeflow).namespace is not None:
+            return build_trainjob(submission, "default")  # the section's namespace wins
         return build_trainjob(submission, self._default_namespace())
 
     def dry_run(self, submission: Submission) -> DryRun:
-        """The TrainJob that ``submit`` would create; reaches no cluster."""
+        """The TrainJob that ``submit`` would create, in the namespace it would use; sends
+        nothing (the kubeconfig is read for the context's namespace)."""
         text = yaml.safe_dump(self.manifest(submission), sort_keys=False)
         return DryRun(backend=self.name, documents=(("TrainJob", text),))
 
