@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -85,6 +86,7 @@ from dispatch.core.model import (
 from dispatch.core.policy import Action, Declarations
 from dispatch.core.spec import JobSpec, SpecError
 from dispatch.errors import NotFound
+from dispatch.support.deadline import deadline_seconds, read_deadline, tools_within
 
 DEFAULT_NODE_LOSS_WINDOW = timedelta(minutes=5)
 # How long a failed end may wait for its pods' evidence to arrive on their own watch (M11).
@@ -119,6 +121,16 @@ def parse_ref(ref: str) -> tuple[str, str]:
     if not sep or not namespace or not name or "/" in name:
         raise ValueError(f"not a kubeflow object ref (namespace/name): {ref!r}")
     return namespace, name
+
+
+def interactive() -> AbstractContextManager[None]:
+    """A create (admit's dry run, submit's) is bounded as a read is: within the deadline in
+    force, else $DISPATCH_READ_DEADLINE from now. An unreachable API server costs `submit`
+    that long, not every retry's timeout and backoff; a create cut short is safe, since the
+    same token makes the same name (a repeat answers 409 AlreadyExists, ours)."""
+    if deadline_seconds() is not None:
+        return nullcontext()
+    return tools_within(read_deadline())
 
 
 def _utcnow() -> datetime:
@@ -246,7 +258,8 @@ class KubeflowBackend:
         body = build_trainjob(Submission(job_id=token, number=1, token=f"{token}.1", spec=spec),
                               self.kube.default_namespace)
         try:
-            self.kube.create(TrainJobRes, body, dry_run=True)
+            with interactive():
+                self.kube.create(TrainJobRes, body, dry_run=True)
         except ApiAnswer as err:
             if err.code in ADMISSION_REFUSALS:
                 raise SpecError("<spec>", "kubeflow",
@@ -293,12 +306,14 @@ class KubeflowBackend:
         ref = f"{namespace}/{name}"
         self._namespaces.add(namespace)
         try:
-            made = self.kube.create(TrainJobRes, body)
+            with interactive():
+                made = self.kube.create(TrainJobRes, body)
         except ApiAnswer as err:
             if err.code != 409:
                 raise SubmitRejected(f"TrainJob {ref}: {err}") from None
             # Already there: ours (a repeated submit of the same token) or a name collision.
-            existing = self.kube.get(TrainJobRes, namespace, name)
+            with interactive():
+                existing = self.kube.get(TrainJobRes, namespace, name)
             if existing is None or labels(existing).get(TOKEN_LABEL) != submission.token:
                 raise SubmitRejected(
                     f"TrainJob {ref}: {err}; it does not carry token {submission.token}"
