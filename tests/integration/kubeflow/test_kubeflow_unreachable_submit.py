@@ -78,6 +78,12 @@ def test_an_unreachable_submit_is_bounded_by_the_read_deadline_and_said_once(
         assert line.count("scheduler unreachable") <= 1, line
         assert line.count("Connection refused") <= 1, line
 
+    # Its caption says why the state is the record's: the refusal itself (the default
+    # deadline leaves the look time to fail on its own), said once.
+    table = dispatch(tmp_path, "ls", DISPATCH_KUBECONFIG=str(config))
+    assert "kubeflow: scheduler unreachable: " in table.stdout, table.stdout
+    for line in table.stdout.splitlines():
+        assert line.count("scheduler unreachable") <= 1, line
     listed = dispatch(tmp_path, "ls", "--json", **env)
     (job,) = json.loads(listed.stdout)
     assert job["name"] == "never-created"
