@@ -76,8 +76,9 @@ def look(name: str, jobs: Sequence[Job], backend_for: Callable[[str], Backend],
         return Look(name, backend, backend.discover(tokens, refs))
     except SchedulerUnreachable as err:
         log.info("%s; no transition that needs it", err)
-        # its reason only: every reader says "<backend>: scheduler unreachable: " before it
-        return Look(name, backend, None, UNREACHABLE, err.reason)
+        # "<backend>: <reason>", as the deadline's problem: a reader says "scheduler
+        # unreachable" before it, so the exception's own text would say it twice
+        return Look(name, backend, None, UNREACHABLE, f"{name}: {err.reason}")
     except DispatchError as err:
         log.info("backend %s failed: %s", name, err)
         return Look(name, backend, None, UNUSABLE, str(err))
