@@ -87,6 +87,35 @@ def node(name: str, *, lost: bool = False, since: str = T1) -> dict[str, Any]:
     return obj
 
 
+def patched_pod_spec(trainjob: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """The trainer pod spec Trainer v2.3.0 makes from the runtime's (``base``) and the
+    TrainJob's runtimePatches: each patch's PodSpecPatch for replicated job ``node``, its
+    lists (keyed by name, or atomic) added to the runtime's, its maps merged, its containers
+    matched by name (Trainer's strategic merge of PodSpecPatch onto the JobSet template)."""
+    spec = {**base, "containers": [dict(c) for c in base["containers"]]}
+    for patch in trainjob["spec"].get("runtimePatches", []):
+        template = patch.get("trainingRuntimeSpec", {}).get("template", {})
+        for job in template.get("spec", {}).get("replicatedJobs", []):
+            if job["name"] != REPLICATED_JOB:
+                continue
+            pod = job.get("template", {}).get("spec", {}).get("template", {}).get("spec", {})
+            for key, value in pod.items():
+                if key == "containers":
+                    for change in value:
+                        for container in spec["containers"]:
+                            if container["name"] == change["name"]:
+                                for field, items in change.items():
+                                    if field != "name":
+                                        container[field] = [*container.get(field, []), *items]
+                elif key == "nodeSelector":
+                    spec[key] = {**spec.get(key, {}), **value}
+                elif isinstance(value, list):
+                    spec[key] = [*spec.get(key, []), *value]
+                else:
+                    spec[key] = value
+    return spec
+
+
 def materialize(
     fake: FakeApiServer,
     namespace: str,
@@ -100,6 +129,9 @@ def materialize(
     trainjob = fake.get("TrainJob", namespace, name)
     assert trainjob is not None, f"no TrainJob {namespace}/{name}"
     token = trainjob["metadata"]["labels"][TOKEN_LABEL]
+    pod_spec = patched_pod_spec(
+        trainjob, {"restartPolicy": "Never", "containers": [{"name": "node", "image": "trainer:1"}]}
+    )
     jobset = fake.get("JobSet", namespace, name) or fake.put(
         {
             "apiVersion": "jobset.x-k8s.io/v1alpha2",
@@ -119,12 +151,7 @@ def materialize(
                             "spec": {
                                 "parallelism": len(nodes),
                                 "completions": len(nodes),
-                                "template": {
-                                    "spec": {
-                                        "restartPolicy": "Never",
-                                        "containers": [{"name": "node", "image": "trainer:1"}],
-                                    }
-                                },
+                                "template": {"spec": pod_spec},
                             }
                         },
                     }
@@ -190,7 +217,7 @@ def materialize(
                 },
                 "spec": {
                     "nodeName": node_name,
-                    "containers": [{"name": "node", "image": "trainer:1"}],
+                    **{k: v for k, v in pod_spec.items() if k != "restartPolicy"},
                 },
                 "status": status,
             }

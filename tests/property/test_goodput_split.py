@@ -93,16 +93,19 @@ def test_counters_never_go_down_as_events_are_appended(record: list, now, later)
 @given(record=RECORDS, now=times)
 def test_allocated_node_time_is_running_and_stopping_only(record: list, now) -> None:  # type: ignore[type-arg]
     """Issue 36: allocated node-time counts only the phases that hold nodes; a queued,
-    recovering or held second never counts; it bounds time to result from below and its
-    goodput from above."""
+    recovering or held second never counts, nor a stopping one before any run started
+    (issue 47 item 7); it bounds time to result from below and its goodput from above."""
     jt = job_time(record, now)
     part = split(jt)
     holding = sum(((s.end - s.start) * s.nodes for s in jt.segments
-                   if s.phase in (Phase.RUNNING, Phase.STOPPING)), ZERO)
+                   if s.phase is Phase.RUNNING or (s.phase is Phase.STOPPING and s.held)),
+                  ZERO)
     assert part.allocated() == holding
     assert ZERO <= part.allocated() <= part.node_wall
+    assert all(s.held for s in jt.segments if s.phase is not Phase.STOPPING)
     waiting = sum(((s.end - s.start) * s.nodes for s in jt.segments
-                   if s.phase in (Phase.QUEUED, Phase.RECOVERING, Phase.HELD)), ZERO)
+                   if s.phase in (Phase.QUEUED, Phase.RECOVERING, Phase.HELD)
+                   or (s.phase is Phase.STOPPING and not s.held)), ZERO)
     assert part.allocated() + waiting == part.node_wall
     g, ga = part.goodput(), part.allocated_goodput()
     assert (ga is None) == (part.allocated() == ZERO)

@@ -90,7 +90,11 @@ def show(view: JobView, as_json: bool, service: Service | None = None,
 
 
 def _warn_unenforced(service: Service, spec: JobSpec, source: Path) -> None:
-    _, plan = service.prepare(spec, str(source))
+    from dispatch.service import prepare
+
+    # Only the plan: the cluster is asked once, by the submit itself (an unreachable one
+    # would cost its deadline twice).
+    _, plan = prepare(spec, service.backends, ready=False, source=str(source))
     for line in plan.unenforced():
         render.err().print(f"warning: {line} (an execution ending with it fails the job)")
 

@@ -15,7 +15,9 @@ G4 Goodput = (running - lost work) / wall, in node-time; badput of a cause = its
 Two denominators, never confused: time to result (the wall time times the nodes, every
 phase: what a person waited) and allocated node-time (only the phases in which the
 scheduler held nodes: running and stopping; never queued, recovering or held). A job held
-for a day costs a day of time to result and no allocated node-time.
+for a day costs a day of time to result and no allocated node-time. Stopping holds nodes only
+once a run started: a job cancelled before any ran (queued, or never created at all: its
+scheduler unreachable) is stopping on no nodes until its end, and allocates nothing.
 
 Event times are kept in order for the split: a boundary earlier than the one before it counts
 as that one, so a record whose clocks disagree still splits exactly; the wall time ends at the
@@ -52,6 +54,14 @@ class Segment:
     phase: Phase
     cause: CauseKind
     nodes: int
+    # False: a stopping segment of a job no run of which had started (its nodes asked for,
+    # never held), counted in time to result but never in allocated node-time.
+    held: bool = True
+
+    @property
+    def allocated(self) -> bool:
+        """The scheduler held its nodes (allocated node-time)."""
+        return self.held and self.phase in ALLOCATED
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +92,8 @@ class _Cutter:
     """Walks a record once; each phase change closes the open segment."""
 
     __slots__ = ("at", "phase", "cause", "nodes", "job_nodes", "segments", "lost",
-                 "run_start", "run_key", "checkpoint", "reports", "window", "ran_until")
+                 "run_start", "run_key", "checkpoint", "reports", "window", "ran_until",
+                 "held")
 
     def __init__(self, start: datetime, job_nodes: int, window: timedelta) -> None:
         self.at = start
@@ -98,16 +109,23 @@ class _Cutter:
         self.reports = False  # the training reported a checkpoint at least once
         self.window = window
         self.ran_until: datetime | None = None  # when the running phase was left
+        self.held = True  # the open segment's nodes are held (Segment.held)
 
-    def move(self, t: datetime, phase: Phase, cause: CauseKind, nodes: int | None = None
-             ) -> datetime:
+    def move(self, t: datetime, phase: Phase, cause: CauseKind, nodes: int | None = None,
+             held: bool | None = None) -> datetime:
+        """Close the open segment at ``t`` and open one in ``phase``. ``held`` None: a
+        stopping that goes on stays as it was (held or not), any other phase is held."""
         t = max(t, self.at)
         if self.phase is Phase.RUNNING and phase is not Phase.RUNNING:
             self.ran_until = t
         if t > self.at:
-            self.segments.append(Segment(self.at, t, self.phase, self.cause, self.nodes))
+            self.segments.append(Segment(self.at, t, self.phase, self.cause, self.nodes,
+                                         self.held))
+        if held is None:
+            held = self.held if phase is Phase.STOPPING and self.phase is Phase.STOPPING \
+                else True
         self.at = t
-        self.phase, self.cause = phase, cause
+        self.phase, self.cause, self.held = phase, cause, held
         self.nodes = self.job_nodes if nodes is None else max(1, nodes)
         return t
 
@@ -172,6 +190,11 @@ def _apply(cut: _Cutter, e: ev.Event, current: int) -> None:  # noqa: C901 - one
             at = e.started if e.started is not None and e.started <= e.at else e.at
             cut.run_start = cut.move(at, Phase.RUNNING, CauseKind.NONE, e.nodes)
             cut.run_key = (e.submission, e.execution)
+        elif e.submission == current and cut.phase is Phase.STOPPING and not cut.held:
+            # It started after all, while being cancelled: from now on it holds its nodes.
+            at = e.started if e.started is not None and e.started <= e.at else e.at
+            cut.move(at, Phase.STOPPING, cut.cause, e.nodes, held=True)
+            cut.run_key = (e.submission, e.execution)
     elif isinstance(e, ev.CheckpointRecorded):
         cut.reports = True
         written = _clamp(e.written, cut.checkpoint or e.written, e.at)
@@ -204,8 +227,8 @@ def _apply(cut: _Cutter, e: ev.Event, current: int) -> None:  # noqa: C901 - one
             cut.move(e.at, Phase.RECOVERING, cut.cause)
     elif isinstance(e, ev.CancelRequested | ev.GiveUpRequested):
         if cut.phase is not Phase.STOPPING:
-            if cut.run_start is None:
-                cut.move(e.at, Phase.STOPPING, CauseKind.CANCELLED)
+            if cut.run_start is None:  # no run: nothing held until one starts, if one does
+                cut.move(e.at, Phase.STOPPING, CauseKind.CANCELLED, held=False)
             else:  # a run being stopped: its nodes stay held until its end is seen
                 cut.move(e.at, Phase.STOPPING, CauseKind.CANCELLED, cut.nodes)
 
@@ -229,6 +252,7 @@ class Split:
     # GPU-time (G2, where the spec gives GPUs per node): node-time times GPUs per node.
     gpu_parts: dict[tuple[Phase, CauseKind], timedelta] = field(default_factory=dict)
     gpu_lost: dict[CauseKind, timedelta] = field(default_factory=dict)
+    node_allocated: timedelta = ZERO  # node-time of the segments that held nodes
 
     def phase(self, phase: Phase, *, nodes: bool = True) -> timedelta:
         parts = self.node_parts if nodes else self.parts
@@ -247,8 +271,8 @@ class Split:
 
     def allocated(self) -> timedelta:
         """Allocated node-time: only the phases in which the scheduler held nodes (running,
-        stopping); never queued, recovering or held."""
-        return sum((self.phase(p) for p in ALLOCATED), ZERO)
+        stopping once a run started); never queued, recovering or held."""
+        return self.node_allocated
 
     def allocated_goodput(self) -> float | None:
         """Useful node-time over allocated node-time; None when nothing was allocated."""
@@ -269,6 +293,7 @@ class Split:
         self.jobs += other.jobs
         self.wall += other.wall
         self.node_wall += other.node_wall
+        self.node_allocated += other.node_allocated
         for mine, theirs in ((self.parts, other.parts), (self.node_parts, other.node_parts),
                              (self.gpu_parts, other.gpu_parts)):
             for k, v in theirs.items():
@@ -297,6 +322,8 @@ def split(jt: JobTime, since: datetime | None = None,
             out.node_parts[key] = out.node_parts.get(key, ZERO) + d * s.nodes
             out.wall += d
             out.node_wall += d * s.nodes
+            if s.allocated:
+                out.node_allocated += d * s.nodes
             if jt.gpus_per_node:
                 out.gpu_parts[key] = out.gpu_parts.get(key, ZERO) + d * s.nodes \
                     * jt.gpus_per_node

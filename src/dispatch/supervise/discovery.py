@@ -24,7 +24,7 @@ from dispatch.backends.base import Backend
 from dispatch.core.model import Discovery, SchedulerUnreachable
 from dispatch.core.record import Job
 from dispatch.errors import DispatchError
-from dispatch.support.deadline import tools_within
+from dispatch.support.deadline import READ_DEADLINE_ENV, tools_within
 
 log = logging.getLogger("dispatch.supervise.discovery")
 
@@ -76,7 +76,9 @@ def look(name: str, jobs: Sequence[Job], backend_for: Callable[[str], Backend],
         return Look(name, backend, backend.discover(tokens, refs))
     except SchedulerUnreachable as err:
         log.info("%s; no transition that needs it", err)
-        return Look(name, backend, None, UNREACHABLE, str(err))
+        # "<backend>: <reason>", as the deadline's problem: a reader says "scheduler
+        # unreachable" before it, so the exception's own text would say it twice
+        return Look(name, backend, None, UNREACHABLE, f"{name}: {err.reason}")
     except DispatchError as err:
         log.info("backend %s failed: %s", name, err)
         return Look(name, backend, None, UNUSABLE, str(err))
@@ -136,7 +138,7 @@ def look_all(jobs: Iterable[Job], backend_for: Callable[[str], Backend],
             log.warning("backend %s: no answer within %gs; its jobs show their record",
                         name, deadline_s)
             out[name] = Look(name, None, None, UNREACHABLE,
-                             f"{name}: no answer within {deadline_s:g}s")
+                             f"{name}: no answer within {deadline_s:g}s ({READ_DEADLINE_ENV})")
             continue
         out[name] = answers[name]
     return out

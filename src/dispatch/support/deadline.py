@@ -24,16 +24,24 @@ READ_DEADLINE_ENV = "DISPATCH_READ_DEADLINE"
 READ_DEADLINE_MIN_S, READ_DEADLINE_MAX_S = 0.1, 600.0
 
 _until: ContextVar[float | None] = ContextVar("dispatch_tools_until", default=None)
+_seconds: ContextVar[float | None] = ContextVar("dispatch_tools_seconds", default=None)
 
 
 @contextmanager
 def tools_within(seconds: float) -> Iterator[None]:
     """Every tool run inside gets at most what is left of ``seconds`` from now."""
     token = _until.set(time.monotonic() + seconds)
+    told = _seconds.set(seconds)
     try:
         yield
     finally:
+        _seconds.reset(told)
         _until.reset(token)
+
+
+def deadline_seconds() -> float | None:
+    """The ``seconds`` of the deadline in force (None: none), to say which one passed."""
+    return _seconds.get()
 
 
 def time_left(timeout: float) -> float:

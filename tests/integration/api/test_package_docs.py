@@ -11,7 +11,13 @@ from importlib.metadata import version
 from pathlib import Path
 
 import dispatch
-from dispatch.backends.kubeflow.manifest import KubeflowSection, Resources, RuntimeRef
+from dispatch.backends.kubeflow.manifest import (
+    KubeflowSection,
+    Resources,
+    RuntimeRef,
+    Toleration,
+    Volume,
+)
 from dispatch.backends.slurm.script import SBATCH_EXTRA_OPTIONS, SLURM_KEYS
 from dispatch.core.policy import Rule
 from dispatch.core.spec import JobSpec, SegmentHealthSpec
@@ -41,7 +47,7 @@ def test_every_policy_segment_slurm_and_kubeflow_key_is_documented() -> None:
         SegmentHealthSpec.__struct_fields__)
     assert documented_keys(section("slurm:")) == set(SLURM_KEYS)
     assert documented_keys(section("kubeflow:")) == set(KubeflowSection.__struct_fields__)
-    for struct in (RuntimeRef, Resources):
+    for struct in (RuntimeRef, Resources, Volume, Toleration):
         for field in struct.__struct_fields__:
             assert field in section("kubeflow:"), field
     extra_row = section("slurm:").split("| `extra` |", 1)[1].split("\n", 1)[0]

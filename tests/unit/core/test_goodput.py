@@ -4,16 +4,17 @@ events' codec (versioned; records written before them read as they did)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import timedelta
 
 import msgspec
 import pytest
 from tests.goodput_stories import preempted_once, run, sim_with, tick
-from tests.strategies_core import T0, ended, obj
+from tests.strategies_core import T0, Sim, ended, obj
 
 from dispatch.core import events as ev
 from dispatch.core.codec import DecodeError, decode_event, encode_event
-from dispatch.core.goodput import Phase, job_time, split
+from dispatch.core.goodput import ZERO, Phase, job_time, split
 from dispatch.core.model import CauseKind, State
 from dispatch.core.record import fold
 
@@ -90,3 +91,66 @@ def test_a_record_without_the_new_events_still_splits() -> None:
     fold(old, T0)
     s = split(job_time(old, T0))
     assert s.wall == timedelta(seconds=200) and s.lost == {}
+
+
+def _cancel(sim: Sim, at: float) -> None:
+    sim.now = T0 + timedelta(seconds=at)
+    sim.inject(ev.CancelRequested, actor="someone")
+
+
+def _never_created(sim: Sim) -> None:
+    """Issue 47 item 7: the scheduler was never reached, then the job was cancelled."""
+    tick(sim, 0, [])
+    tick(sim, 5, None)  # unreachable: no object was ever made
+    _cancel(sim, 10)
+    tick(sim, 20, None)
+    assert "Commit" in tick(sim, 32.7, [])  # still no object: cancelled
+
+
+def _queued_then_cancelled(sim: Sim) -> None:
+    tick(sim, 0, [])
+    tick(sim, 5, [obj(1, State.PENDING)])
+    _cancel(sim, 10)
+    tick(sim, 12, [obj(1, State.PENDING)])
+    assert "Commit" in tick(sim, 20, [ended(1, CauseKind.CANCELLED)])
+
+
+def _ran_then_cancelled(sim: Sim) -> None:
+    tick(sim, 0, [])
+    tick(sim, 10, [obj(1, State.RUNNING, executions=(run(0, 5, 2),))])
+    _cancel(sim, 30)
+    tick(sim, 35, [obj(1, State.RUNNING, executions=(run(0, 5, 2),))])
+    assert "Commit" in tick(sim, 40, [ended(1, CauseKind.CANCELLED)])
+
+
+def _started_while_being_cancelled(sim: Sim) -> None:
+    tick(sim, 0, [])
+    tick(sim, 5, [obj(1, State.PENDING)])
+    _cancel(sim, 10)
+    tick(sim, 16, [obj(1, State.RUNNING, executions=(run(0, 12, 2),))])
+    assert "Commit" in tick(sim, 20, [ended(1, CauseKind.CANCELLED)])
+
+
+# (story, its wall time, allocated node-time: 2 nodes each)
+CANCEL_STORIES = [
+    (_never_created, 32.7, 0.0),
+    (_queued_then_cancelled, 20.0, 0.0),
+    (_ran_then_cancelled, 40.0, 2 * (40 - 5)),  # running from 5, stopping from 30 to 40
+    (_started_while_being_cancelled, 20.0, 2 * (20 - 12)),  # held from its start at 12
+]
+
+
+@pytest.mark.parametrize(("story", "wall", "allocated"), CANCEL_STORIES,
+                         ids=[s.__name__.strip("_") for s, _, _ in CANCEL_STORIES])
+def test_a_cancel_allocates_only_the_nodes_a_run_held(story: Callable[[Sim], None], wall: float,
+                                                     allocated: float) -> None:
+    """Stopping holds nodes only once a run started: a job cancelled before any did (never
+    created, or queued) allocated nothing, though its wait counts in time to result."""
+    sim = sim_with(2)
+    story(sim)
+    jt = job_time(sim.record, T0 + timedelta(days=9))
+    s = split(jt)
+    assert jt.settled and s.wall == timedelta(seconds=wall)
+    assert s.node_wall == 2 * s.wall
+    assert s.allocated() == timedelta(seconds=allocated)
+    assert s.phase(Phase.STOPPING, nodes=False) > ZERO  # the wait for the cancel is shown

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -54,6 +55,7 @@ from dispatch.backends.kubeflow.client import (
     KubeClient,
     PodRes,
     TrainJobRes,
+    load_config,
 )
 from dispatch.backends.kubeflow.gone import SOMEONE_ELSE, deleted_by, report_gone, report_pods_left
 from dispatch.backends.kubeflow.informer import Informer, InformerSettings, Predicate, Watched
@@ -85,6 +87,7 @@ from dispatch.core.model import (
 from dispatch.core.policy import Action, Declarations
 from dispatch.core.spec import JobSpec, SpecError
 from dispatch.errors import NotFound
+from dispatch.support.deadline import deadline_seconds, read_deadline, tools_within
 
 DEFAULT_NODE_LOSS_WINDOW = timedelta(minutes=5)
 # How long a failed end may wait for its pods' evidence to arrive on their own watch (M11).
@@ -119,6 +122,16 @@ def parse_ref(ref: str) -> tuple[str, str]:
     if not sep or not namespace or not name or "/" in name:
         raise ValueError(f"not a kubeflow object ref (namespace/name): {ref!r}")
     return namespace, name
+
+
+def interactive() -> AbstractContextManager[None]:
+    """A create (admit's dry run, submit's) is bounded as a read is: within the deadline in
+    force, else $DISPATCH_READ_DEADLINE from now. An unreachable API server costs `submit`
+    that long, not every retry's timeout and backoff; a create cut short is safe, since the
+    same token makes the same name (a repeat answers 409 AlreadyExists, ours)."""
+    if deadline_seconds() is not None:
+        return nullcontext()
+    return tools_within(read_deadline())
 
 
 def _utcnow() -> datetime:
@@ -248,7 +261,8 @@ class KubeflowBackend:
         body = build_trainjob(Submission(job_id=token, number=1, token=f"{token}.1", spec=spec),
                               self.kube.default_namespace)
         try:
-            self.kube.create(TrainJobRes, body, dry_run=True)
+            with interactive():
+                self.kube.create(TrainJobRes, body, dry_run=True)
         except ApiAnswer as err:
             if err.code in ADMISSION_REFUSALS:
                 raise SpecError("<spec>", "kubeflow",
@@ -258,15 +272,23 @@ class KubeflowBackend:
             return
 
     def _default_namespace(self) -> str:
+        """The namespace a TrainJob goes to when its section names none: the kubeconfig
+        context's, as ``submit`` uses it. Read from the configuration (no request, no plugin
+        run); a configuration that cannot be used is the error ``submit`` would give."""
         if self._client is not None:
             return self._client.default_namespace
-        return "default"
+        cfg = load_config(self._settings.kubeconfig, self._settings.context,
+                          self._settings.service_account_dir)
+        return getattr(cfg, "namespace", None) or "default"
 
     def manifest(self, submission: Submission) -> dict[str, Any]:
+        if parse_section(submission.spec.kubeflow).namespace is not None:
+            return build_trainjob(submission, "default")  # the section's namespace wins
         return build_trainjob(submission, self._default_namespace())
 
     def dry_run(self, submission: Submission) -> DryRun:
-        """The TrainJob that ``submit`` would create; reaches no cluster."""
+        """The TrainJob that ``submit`` would create, in the namespace it would use; sends
+        nothing (the kubeconfig is read for the context's namespace)."""
         text = yaml.safe_dump(self.manifest(submission), sort_keys=False)
         return DryRun(backend=self.name, documents=(("TrainJob", text),))
 
@@ -287,12 +309,14 @@ class KubeflowBackend:
         ref = f"{namespace}/{name}"
         self._namespaces.add(namespace)
         try:
-            made = self.kube.create(TrainJobRes, body)
+            with interactive():
+                made = self.kube.create(TrainJobRes, body)
         except ApiAnswer as err:
             if err.code != 409:
                 raise SubmitRejected(f"TrainJob {ref}: {err}") from None
             # Already there: ours (a repeated submit of the same token) or a name collision.
-            existing = self.kube.get(TrainJobRes, namespace, name)
+            with interactive():
+                existing = self.kube.get(TrainJobRes, namespace, name)
             if existing is None or labels(existing).get(TOKEN_LABEL) != submission.token:
                 raise SubmitRejected(
                     f"TrainJob {ref}: {err}; it does not carry token {submission.token}"

@@ -52,6 +52,7 @@ from dispatch.backends.kubeflow.kubeconfig import (
 )
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.errors import BackendError
+from dispatch.support.deadline import READ_DEADLINE_ENV, deadline_seconds, time_left
 from dispatch.support.retry import with_backoff
 
 BACKEND = "kubeflow"
@@ -119,6 +120,15 @@ class _Transient(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class _PastDeadline(Exception):
+    """The deadline in force passed before an answer (args: the last failure's words)."""
+
+
+# A request inside a deadline waits at least this long (a deadline all but spent still lets
+# one request say why it failed, rather than none).
+MIN_REQUEST_S = 0.05
 
 
 def _transient(code: int) -> bool:
@@ -237,6 +247,19 @@ class KubeClient:
                 http.auth = ExecCredentialAuth(user.exec, cfg.context.user or "")
             except KubeConfigError as err:
                 raise KubeConfigError(f"{_where(cfg)}: {err}") from None
+        http = self._client._client._client  # lightkube's httpx client
+        default_build = http.build_request
+
+        def build_request(*args: Any, timeout: Any = httpx2.USE_CLIENT_DEFAULT,
+                          **kw: Any) -> Any:
+            # Inside a deadline (a read's, or a submit's: support/deadline.py) a request
+            # waits at most the time left; outside, the client's own timeout. Per thread, so
+            # the informer's watches keep theirs.
+            if timeout is httpx2.USE_CLIENT_DEFAULT and deadline_seconds() is not None:
+                timeout = httpx2.Timeout(max(MIN_REQUEST_S, time_left(settings.timeout_s)))
+            return default_build(*args, timeout=timeout, **kw)
+
+        http.build_request = build_request  # type: ignore[method-assign]
         self._sleep = sleep
 
     def close(self) -> None:
@@ -263,12 +286,37 @@ class KubeClient:
             except httpx2.TransportError as err:
                 raise _Transient(f"{what}: {type(err).__name__}: {err}") from None
 
+        last = [what]  # the last failure's words, for the deadline's error
+
+        def attempt() -> T:
+            if deadline_seconds() is not None and time_left(1.0) <= 0:
+                raise _PastDeadline(last[0])
+            try:
+                return once()
+            except _Transient as err:
+                last[0] = err.reason
+                raise
+
+        def sleep(seconds: float) -> None:
+            # No retry past a deadline in force: its wait would end after it.
+            if deadline_seconds() is not None and time_left(seconds) < seconds:
+                raise _PastDeadline(last[0])
+            self._sleep(seconds)
+
         try:
-            return with_backoff(once, attempts=self.settings.retries + 1,
+            return with_backoff(attempt, attempts=self.settings.retries + 1,
                                 backoff=self.settings.backoff_s, retry_on=_Transient,
-                                sleep=self._sleep)
+                                sleep=sleep)
         except _Transient as err:
+            if deadline_seconds() is not None and time_left(1.0) <= 0:
+                raise SchedulerUnreachable(
+                    BACKEND, f"{err.reason}; no answer within the deadline "
+                             f"({deadline_seconds() or 0:g}s, {READ_DEADLINE_ENV})") from None
             raise SchedulerUnreachable(BACKEND, err.reason) from None
+        except _PastDeadline as err:
+            raise SchedulerUnreachable(
+                BACKEND, f"{err}; no answer within the deadline "
+                         f"({deadline_seconds() or 0:g}s, {READ_DEADLINE_ENV})") from None
 
     def list(
         self,

@@ -249,7 +249,9 @@ def load_kubeconfig(explicit: str | None, context: str | None,
                                   f" ({looked}); in this pod only its service account is there")
         return _service_account(Path(service_account_dir), env)
     raise KubeConfigError(f"no Kubernetes configuration: {looked}, and this is no pod with a "
-                          "service account (KUBERNETES_SERVICE_HOST is unset)")
+                          "service account (KUBERNETES_SERVICE_HOST is unset); name a "
+                          "kubeconfig file with DISPATCH_KUBECONFIG (or KUBECONFIG) and, "
+                          "if not its current-context, the context with DISPATCH_K8S_CONTEXT")
 
 
 def _service_account(account: Path, env: Mapping[str, str]) -> SingleConfig:

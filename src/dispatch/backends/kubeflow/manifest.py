@@ -1,8 +1,8 @@
-"""JobSpec -> TrainJob (trainer.kubeflow.org/v1alpha1): the strict ``kubeflow:`` section and the
-object we create. Pure: no client, no clock.
+"""JobSpec -> TrainJob (trainer.kubeflow.org/v1alpha1): the object we create from the strict
+``kubeflow:`` section (``section``). Pure: no client, no clock.
 
-The spec's ``kubeflow:`` section (keys spelled as in the TrainJob, so users can copy them from
-Kubeflow's docs)::
+The spec's ``kubeflow:`` section (the TrainJob's keys spelled as in the TrainJob, so users can
+copy them from Kubeflow's docs; the pod's in snake_case)::
 
     kubeflow:
       namespace: team-a                 # default: the backend's default namespace
@@ -12,6 +12,20 @@ Kubeflow's docs)::
       resourcesPerNode: {limits: {nvidia.com/gpu: 8}}
       labels: {team: a}                 # extra labels on the TrainJob
       annotations: {}
+      node_selector: {gpu: h100}        # the pods' placement and access (issues 46, 47)
+      tolerations: [{key: gpu, operator: Exists, effect: NoSchedule}]
+      volumes:
+        - {host_path: /data, mount_path: /data, read_only: true}
+        - {pvc: checkpoints, mount_path: /ckpt}
+      service_account: trainer
+      image_pull_secrets: [regcred]
+
+The pod-level keys ride in the TrainJob's ``runtimePatches`` (Trainer v2.3.0's
+``RuntimePatch.trainingRuntimeSpec.template.spec.replicatedJobs[name=node].template.spec
+.template.spec``, a ``PodSpecPatch``): nodeSelector, tolerations, volumes, serviceAccountName,
+imagePullSecrets, and the volumes' mounts on container ``node``. Trainer applies the patch to
+the JobSet it makes, so every trainer pod carries them. v2.3.0's PodSpecPatch has no
+``priorityClassName``: ``priority_class`` is refused with that reason (the runtime sets it).
 
 Restarts (issue 35; docs/kubeflow.md "Who restarts what"): dispatch's rules should be the only
 recovery budget, but Trainer v2.3.0's ``runtimePatches`` patch no ``restartPolicy`` and no Job
@@ -29,149 +43,44 @@ import hashlib
 import re
 from typing import Any
 
-import msgspec
-
 from dispatch.backends.base import Submission
 from dispatch.backends.kubeflow.objects import GATE_ANNOTATION, MANAGED_LABEL, TOKEN_LABEL
-from dispatch.errors import BadInput
+from dispatch.backends.kubeflow.section import (
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN,
+    LABEL_NAME,
+    LABEL_VALUE,
+    LABEL_VALUE_MAX,
+    QUANTITY,
+    RUNTIME_KINDS,
+    KubeflowSection,
+    KubeflowSpecError,
+    KubeflowSpecProblems,
+    Resources,
+    RuntimeRef,
+    Toleration,
+    Volume,
+    check_label_value,
+    parse_section,
+)
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 KIND = "TrainJob"
 PATCH_MANAGER = "dispatch.io/kubeflow-backend"
-RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
-
-# Each is for fullmatch: ``match`` with "^...$" takes a value ending in "\n" ("$" matches
-# before a final newline), which the API server refuses at submit, or worse, not at all.
-# Kubernetes label value: at most 63 characters, alphanumeric at both ends, [-_.] inside.
-LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-LABEL_VALUE_MAX = 63
-# A qualified label key: optional DNS-subdomain prefix + '/' + name of at most 63 characters.
-LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
-DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-# The CRD's pattern for a resource quantity (resourcesPerNode.requests / limits values).
-QUANTITY = re.compile(
-    r"(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
-    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?"
-)
-# An image reference (registry/name:tag@digest): no whitespace or control character.
-_IMAGE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]+")
+# Where Trainer runs the trainer (its torch and custom runtimes: the replicated job and its
+# container are both "node"; docs/kubeflow.md). A patch names both: runtimePatches are keyed
+# by replicated job and container name, and one that names neither patches nothing.
+TRAINER_JOB = "node"
+TRAINER_CONTAINER = "node"
 # TrainJob names become JobSet, Job, Pod and Service names; Trainer keeps them short.
 NAME_MAX = 40
 HASH_LEN = 10
-
-
-class KubeflowSpecError(BadInput, ValueError):
-    """The spec's ``kubeflow:`` section (or the token) cannot make a TrainJob; names the key."""
-
-    def __init__(self, where: str, message: str) -> None:
-        self.where = where
-        self.message = message
-        super().__init__(f"kubeflow.{where}: {message}" if where else f"kubeflow: {message}")
-
-
-class RuntimeRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    name: str
-    kind: str = "ClusterTrainingRuntime"
-    apiGroup: str = "trainer.kubeflow.org"  # noqa: N815 - the TrainJob's own spelling
-
-
-class Resources(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    requests: dict[str, str | int] = {}
-    limits: dict[str, str | int] = {}
-
-
-class KubeflowSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    runtime: RuntimeRef | str
-    namespace: str | None = None
-    image: str | None = None
-    numProcPerNode: int | None = None  # noqa: N815
-    resourcesPerNode: Resources | None = None  # noqa: N815
-    labels: dict[str, str] = {}
-    annotations: dict[str, str] = {}
-
-    @property
-    def runtime_ref(self) -> RuntimeRef:
-        return RuntimeRef(name=self.runtime) if isinstance(self.runtime, str) else self.runtime
-
-
-def _where(err: msgspec.ValidationError) -> tuple[str, str]:
-    """msgspec says 'Object missing required field `runtime` - at `$.x`'; make 'x.runtime'."""
-    text = str(err)
-    where, message = "", text
-    m = re.search(r" - at `\$\.?(.*)`$", text)
-    if m:
-        where, message = m.group(1), text[: m.start()]
-    field = re.search(r"(?:missing required|unknown) field `([^`]*)`", message)
-    if field:
-        where = f"{where}.{field.group(1)}" if where else field.group(1)
-    return where, message
-
-
-def _check_label_key(where: str, key: str) -> None:
-    prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.fullmatch(prefix)):
-        raise KubeflowSpecError(where, f"label key {key!r}: prefix must be a DNS subdomain")
-    if len(name) > 63 or not LABEL_NAME.fullmatch(name):
-        raise KubeflowSpecError(
-            where, f"label key {key!r}: name must be 1-63 characters, alphanumeric at both ends"
-        )
-
-
-def check_label_value(where: str, value: str) -> None:
-    if len(value) > LABEL_VALUE_MAX:
-        raise KubeflowSpecError(
-            where, f"{value!r} is {len(value)} characters; a label value is at most 63"
-        )
-    if not LABEL_VALUE.fullmatch(value):
-        raise KubeflowSpecError(
-            where,
-            f"{value!r} is not a label value: letters, digits, '-', '_', '.', "
-            "alphanumeric at both ends",
-        )
-
-
-def parse_section(data: Any) -> KubeflowSection:
-    """Decode and check the spec's ``kubeflow:`` section; every error names its key."""
-    if not isinstance(data, dict) or not data:
-        raise KubeflowSpecError("", "the kubeflow backend needs a kubeflow: section with runtime")
-    try:
-        section = msgspec.convert(data, KubeflowSection, strict=True)
-    except msgspec.ValidationError as err:
-        where, message = _where(err)
-        raise KubeflowSpecError(where, message) from None
-    ref = section.runtime_ref
-    if len(ref.name) > 253 or not DNS1123_SUBDOMAIN.fullmatch(ref.name):
-        raise KubeflowSpecError("runtime", f"{ref.name!r} is not a runtime's name (1-253 "
-                                "characters: lowercase letters, digits, '-' and '.')")
-    if ref.kind not in RUNTIME_KINDS:
-        raise KubeflowSpecError("runtime.kind", f"must be one of {', '.join(RUNTIME_KINDS)}")
-    if section.namespace is not None and (
-        len(section.namespace) > 63 or not DNS1123_LABEL.fullmatch(section.namespace)
-    ):
-        raise KubeflowSpecError("namespace", f"{section.namespace!r} is not a namespace name")
-    if section.image is not None and not (0 < len(section.image) <= 500
-                                          and _IMAGE.fullmatch(section.image)):
-        raise KubeflowSpecError("image", "must be 1-500 characters, with no whitespace or "
-                                "control character")
-    if section.numProcPerNode is not None and section.numProcPerNode < 1:
-        raise KubeflowSpecError("numProcPerNode", "must be >= 1")
-    if section.resourcesPerNode is not None:
-        for part in ("requests", "limits"):
-            for res, qty in getattr(section.resourcesPerNode, part).items():
-                if isinstance(qty, bool) or not QUANTITY.fullmatch(str(qty)):
-                    raise KubeflowSpecError(
-                        f"resourcesPerNode.{part}.{res}",
-                        f"{qty!r} is not a quantity (e.g. 8, 64Gi)",
-                    )
-    for key, value in section.labels.items():
-        _check_label_key(f"labels.{key}", key)
-        check_label_value(f"labels.{key}", value)
-        if key.startswith("dispatch.io/"):
-            raise KubeflowSpecError(f"labels.{key}", "dispatch.io/ labels are dispatch's own")
-    for key in section.annotations:
-        _check_label_key(f"annotations.{key}", key)
-    return section
+__all__ = [
+    "DNS1123_LABEL", "DNS1123_SUBDOMAIN", "LABEL_NAME", "LABEL_VALUE", "LABEL_VALUE_MAX",
+    "QUANTITY", "RUNTIME_KINDS", "KubeflowSection", "KubeflowSpecError",
+    "KubeflowSpecProblems", "Resources", "RuntimeRef", "Toleration", "Volume",
+    "build_trainjob", "check_label_value", "object_name", "parse_section", "pod_patch",
+]
 
 
 def object_name(spec_name: str, token: str) -> str:
@@ -190,6 +99,49 @@ def _memory_quantity(size: int) -> str:
         if size % factor == 0:
             return f"{size // factor}{unit}"
     return str(size)
+
+
+def volume_name(index: int) -> str:
+    """The name of the section's ``index``-th volume (a DNS label, unique in the pod)."""
+    return f"dispatch-volume-{index}"
+
+
+def pod_patch(section: KubeflowSection) -> dict[str, Any]:
+    """The trainer pods' PodSpecPatch for the section's pod-level keys ({} when it has none)."""
+    pod: dict[str, Any] = {}
+    if section.node_selector:
+        pod["nodeSelector"] = dict(section.node_selector)
+    if section.tolerations:
+        pod["tolerations"] = [_toleration(t) for t in section.tolerations]
+    if section.service_account is not None:
+        pod["serviceAccountName"] = section.service_account
+    if section.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": s} for s in section.image_pull_secrets]
+    if section.volumes:
+        pod["volumes"] = [_volume(i, v) for i, v in enumerate(section.volumes)]
+        mounts = [{"name": volume_name(i), "mountPath": v.mount_path, "readOnly": v.read_only}
+                  for i, v in enumerate(section.volumes)]
+        pod["containers"] = [{"name": TRAINER_CONTAINER, "volumeMounts": mounts}]
+    return pod
+
+
+def _toleration(t: Toleration) -> dict[str, Any]:
+    out: dict[str, Any] = {"operator": t.operator}
+    for key in ("key", "value", "effect"):
+        if getattr(t, key):
+            out[key] = getattr(t, key)
+    if t.tolerationSeconds is not None:
+        out["tolerationSeconds"] = t.tolerationSeconds
+    return out
+
+
+def _volume(index: int, v: Volume) -> dict[str, Any]:
+    if v.host_path is not None:
+        # Directory: the node's directory must be there (a typo fails the pod, never makes one).
+        return {"name": volume_name(index), "hostPath": {"path": v.host_path,
+                                                         "type": "Directory"}}
+    return {"name": volume_name(index),
+            "persistentVolumeClaim": {"claimName": v.pvc, "readOnly": v.read_only}}
 
 
 def build_trainjob(submission: Submission, default_namespace: str) -> dict[str, Any]:
@@ -232,22 +184,20 @@ def build_trainjob(submission: Submission, default_namespace: str) -> dict[str, 
         "dispatch.io/job-name": spec.name,
         GATE_ANNOTATION: "closed" if submission.gated else "open",
     }
+    template: dict[str, Any] = {
+        # Label the JobSet too, so one labelled list finds every JobSet of ours.
+        "metadata": {"labels": {MANAGED_LABEL: "true", TOKEN_LABEL: submission.token}},
+    }
+    pod = pod_patch(section)
+    if pod:
+        template["spec"] = {"replicatedJobs": [
+            {"name": TRAINER_JOB, "template": {"spec": {"template": {"spec": pod}}}}]}
     body: dict[str, Any] = {
         "runtimeRef": {"name": ref.name, "kind": ref.kind, "apiGroup": ref.apiGroup},
         "trainer": trainer,
         "suspend": submission.gated,
-        # Label the JobSet too, so one labelled list finds every JobSet of ours.
         "runtimePatches": [
-            {
-                "manager": PATCH_MANAGER,
-                "trainingRuntimeSpec": {
-                    "template": {
-                        "metadata": {
-                            "labels": {MANAGED_LABEL: "true", TOKEN_LABEL: submission.token}
-                        }
-                    }
-                },
-            }
+            {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": template}},
         ],
     }
     if spec.time_limit is not None:

@@ -135,6 +135,14 @@ def test_the_precedence_is_kubectls(two: tuple[Path, Path], env: dict[str, str],
     with pytest.raises(KubeConfigError, match=r"no Kubernetes configuration: no file "
                                               r"KUBECONFIG names exists \(.*absent\)"):
         load_kubeconfig(None, None, str(sa), env)
+    # Issue 47 item 7: nothing at all says how to name one (both variables) and its context.
+    del env["KUBECONFIG"]
+    with pytest.raises(KubeConfigError) as err:
+        load_kubeconfig(None, None, str(sa), env)
+    assert "KUBECONFIG is unset and" in str(err.value)
+    for variable in ("DISPATCH_KUBECONFIG", "KUBECONFIG", "DISPATCH_K8S_CONTEXT"):
+        assert variable in str(err.value).split("; ", 1)[1], err.value
+    env["KUBECONFIG"] = str(tmp_path / "absent")
     with pytest.raises(KubeConfigError, match=r"kubeconfig .*absent does not exist"):
         load_kubeconfig(str(tmp_path / "absent"), None, str(sa), env)
 

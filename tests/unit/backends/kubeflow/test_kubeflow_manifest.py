@@ -220,3 +220,179 @@ def test_a_runtime_name_is_a_dns_subdomain(runtime: str) -> None:
     with pytest.raises(KubeflowSpecError) as err:
         parse_section({"runtime": runtime})
     assert err.value.where == "runtime"
+
+
+# Issues 46 and 47 item 5: what a pod on a real cluster needs, carried by the TrainJob's
+# runtimePatches (Trainer v2.3.0's PodSpecPatch) and checked before anything is recorded.
+POD_KEYS: dict[str, Any] = {
+    "runtime": "torch-distributed",
+    "resourcesPerNode": {"requests": {"nvidia.com/gpu": 8}, "limits": {"nvidia.com/gpu": "8"}},
+    "node_selector": {"gpu": "h100", "topology.kubernetes.io/zone": "zone-a"},
+    "tolerations": [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "spot", "value": "true", "effect": "NoExecute", "tolerationSeconds": 30},
+        {"operator": "Exists"},
+    ],
+    "volumes": [
+        {"host_path": "/datasets", "mount_path": "/data", "read_only": True},
+        {"pvc": "checkpoints", "mount_path": "/ckpt"},
+    ],
+    "service_account": "trainer",
+    "image_pull_secrets": ["regcred", "mirror.pull"],
+}
+
+
+def _pod_patch(obj: dict[str, Any]) -> dict[str, Any]:
+    """The pod patch where the CRD puts it: runtimePatches[manager].trainingRuntimeSpec
+    .template.spec.replicatedJobs[name=node].template.spec.template.spec."""
+    (patch,) = [p for p in obj["spec"]["runtimePatches"]
+                if p["manager"] == "dispatch.io/kubeflow-backend"]
+    jobs = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    (node,) = [j for j in jobs if j["name"] == "node"]
+    spec: dict[str, Any] = node["template"]["spec"]["template"]["spec"]
+    return spec
+
+
+def test_pod_keys_land_in_the_runtime_patch_the_crd_defines() -> None:
+    obj = build_trainjob(submission(POD_KEYS), "default")
+    schemas.validate("TrainJob", obj)  # the real CRD, unknown fields refused
+    pod = _pod_patch(obj)
+    assert pod["nodeSelector"] == {"gpu": "h100", "topology.kubernetes.io/zone": "zone-a"}
+    assert pod["tolerations"] == [
+        {"operator": "Exists", "key": "nvidia.com/gpu", "effect": "NoSchedule"},
+        {"operator": "Equal", "key": "spot", "value": "true", "effect": "NoExecute",
+         "tolerationSeconds": 30},
+        {"operator": "Exists"},
+    ]
+    assert pod["serviceAccountName"] == "trainer"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror.pull"}]
+    assert pod["volumes"] == [
+        {"name": "dispatch-volume-0", "hostPath": {"path": "/datasets", "type": "Directory"}},
+        {"name": "dispatch-volume-1",
+         "persistentVolumeClaim": {"claimName": "checkpoints", "readOnly": False}},
+    ]
+    assert pod["containers"] == [{"name": "node", "volumeMounts": [
+        {"name": "dispatch-volume-0", "mountPath": "/data", "readOnly": True},
+        {"name": "dispatch-volume-1", "mountPath": "/ckpt", "readOnly": False},
+    ]}]
+    assert obj["spec"]["trainer"]["resourcesPerNode"] == {
+        "requests": {"nvidia.com/gpu": 8}, "limits": {"nvidia.com/gpu": "8"}}
+    # The JobSet label patch is still there beside the pod patch.
+    meta = obj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["metadata"]
+    assert meta["labels"]["dispatch.io/token"] == "job-1.0"
+
+
+def test_no_pod_keys_no_pod_patch() -> None:
+    obj = build_trainjob(submission({"runtime": "t"}), "default")
+    assert "spec" not in obj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]
+
+
+def test_dry_run_shows_the_pod_keys() -> None:
+    dry = KubeflowBackend(kubeconfig="/nonexistent").dry_run(
+        submission({**POD_KEYS, "namespace": "team-a"}))
+    obj = yaml.safe_load(dry.documents[0][1])
+    schemas.validate("TrainJob", obj)
+    assert _pod_patch(obj) == _pod_patch(build_trainjob(submission(POD_KEYS), "x"))
+
+
+def _with(**keys: Any) -> dict[str, Any]:
+    return {"runtime": "t", **keys}
+
+
+def _vol(**keys: Any) -> dict[str, Any]:
+    return {"mount_path": "/m", "host_path": "/h", **keys}
+
+
+BAD_POD_KEYS: list[tuple[dict[str, Any], str]] = [
+    (_with(node_selector=["gpu"]), "node_selector"),
+    (_with(node_selector={"gpu": 1}), "node_selector.gpu"),
+    (_with(node_selector={"gpu": "h 100"}), "node_selector.gpu"),
+    (_with(node_selector={"bad key!": "x"}), "node_selector.bad key!"),
+    (_with(node_selector={"gpu": "h100\n"}), "node_selector.gpu"),
+    (_with(volumes={"mount_path": "/m"}), "volumes"),
+    (_with(volumes=[{"host_path": "/h"}]), "volumes[0].mount_path"),
+    (_with(volumes=[_vol(size=1)]), "volumes[0].size"),
+    (_with(volumes=[_vol(read_only="yes")]), "volumes[0].read_only"),
+    (_with(volumes=[{"mount_path": "/m"}]), "volumes[0]"),
+    (_with(volumes=[_vol(pvc="data")]), "volumes[0]"),
+    (_with(volumes=[_vol(host_path="data")]), "volumes[0].host_path"),
+    (_with(volumes=[_vol(host_path="/a/../etc")]), "volumes[0].host_path"),
+    (_with(volumes=[_vol(mount_path="data")]), "volumes[0].mount_path"),
+    (_with(volumes=[_vol(mount_path="/a:b")]), "volumes[0].mount_path"),
+    (_with(volumes=[_vol(), _vol(mount_path="/m/")]), "volumes[1].mount_path"),
+    (_with(volumes=[{"mount_path": "/m", "pvc": "Data_Set"}]), "volumes[0].pvc"),
+    (_with(priority_class="high"), "priority_class"),
+    (_with(priority_class="High!"), "priority_class"),
+    (_with(tolerations=[{"key": "k", "operator": "In"}]), "tolerations[0].operator"),
+    (_with(tolerations=[{"key": "k", "operator": "Exists", "value": "v"}]),
+     "tolerations[0].value"),
+    (_with(tolerations=[{"value": "v"}]), "tolerations[0].operator"),
+    (_with(tolerations=[{"key": "k", "effect": "NoRun"}]), "tolerations[0].effect"),
+    (_with(tolerations=[{"key": "k", "effect": "NoSchedule", "tolerationSeconds": 5}]),
+     "tolerations[0].tolerationSeconds"),
+    (_with(tolerations=[{"key": "k", "tolerationSeconds": "5"}]),
+     "tolerations[0].tolerationSeconds"),
+    (_with(tolerations=[{"key": "bad key!", "operator": "Exists"}]), "tolerations[0].key"),
+    (_with(tolerations=[{"key": "k", "value": "a b"}]), "tolerations[0].value"),
+    (_with(tolerations=[{"key": "k", "Operator": "Exists"}]), "tolerations[0].Operator"),
+    (_with(service_account="Trainer"), "service_account"),
+    (_with(service_account=["trainer"]), "service_account"),
+    (_with(image_pull_secrets="regcred"), "image_pull_secrets"),
+    (_with(image_pull_secrets=["reg_cred"]), "image_pull_secrets[0]"),
+    (_with(image_pull_secrets=["a", "a"]), "image_pull_secrets[1]"),
+    (_with(image_pull_secrets=[{"name": "a"}]), "image_pull_secrets[0]"),
+    (_with(resourcesPerNode={"limits": {"nvidia.com/gpu": 0}}),
+     "resourcesPerNode.limits.nvidia.com/gpu"),
+    (_with(resourcesPerNode={"limits": {"nvidia.com/gpu": "0.5"}}),
+     "resourcesPerNode.limits.nvidia.com/gpu"),
+    (_with(resourcesPerNode={"limits": {"nvidia.com/gpu": "1k"}}),
+     "resourcesPerNode.limits.nvidia.com/gpu"),
+    (_with(resourcesPerNode={"requests": {"nvidia.com/gpu": 2}}),
+     "resourcesPerNode.limits.nvidia.com/gpu"),
+    (_with(resourcesPerNode={"requests": {"nvidia.com/gpu": 2},
+                             "limits": {"nvidia.com/gpu": 4}}),
+     "resourcesPerNode.requests.nvidia.com/gpu"),
+]
+
+
+@pytest.mark.parametrize(("section", "where"), BAD_POD_KEYS)
+def test_bad_pod_key_names_its_path(section: dict[str, Any], where: str) -> None:
+    with pytest.raises(KubeflowSpecError) as err:
+        parse_section(section)
+    assert err.value.where == where, err.value
+    assert str(err.value).startswith(f"kubeflow.{where}: "), err.value
+
+
+def test_every_problem_of_the_section_at_once() -> None:
+    section = _with(
+        bogus=1,
+        node_selector={"gpu": "h 100"},
+        volumes=[{"host_path": "data", "mount_path": "/m"}, {"mount_path": "/m", "junk": 1},
+                 {"pvc": "ckpt", "mount_path": "/m"}],
+        tolerations=[{"key": "k", "operator": "In", "effect": "NoRun"}],
+        service_account="Trainer",
+        image_pull_secrets=["a", "a"],
+        resourcesPerNode={"limits": {"nvidia.com/gpu": 0}},
+    )
+    with pytest.raises(KubeflowSpecError) as err:
+        parse_section(section)
+    assert sorted(w for w, _ in err.value.problems) == sorted([
+        "bogus", "node_selector.gpu", "volumes[0].host_path", "volumes[1].junk",
+        "volumes[2].mount_path", "tolerations[0].operator", "tolerations[0].effect",
+        "service_account", "image_pull_secrets[1]", "resourcesPerNode.limits.nvidia.com/gpu",
+    ])
+    text = str(err.value)
+    assert text.startswith("10 problems:\n") and "kubeflow.volumes[2].mount_path: /m is " in text
+
+
+@pytest.mark.parametrize("good", [
+    _with(tolerations=[{"key": "k", "value": "v", "effect": "NoExecute",
+                        "tolerationSeconds": 0}]),
+    _with(tolerations=[{"key": "example.com/k", "operator": "Exists"}]),
+    _with(volumes=[{"pvc": "a.b-c", "mount_path": "/"}, {"host_path": "/", "mount_path": "/x"}]),
+    _with(resourcesPerNode={"limits": {"nvidia.com/gpu": "8"}}),
+    _with(resourcesPerNode={"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": 2}}),
+    _with(node_selector={}, tolerations=[], volumes=[], image_pull_secrets=[]),
+])
+def test_good_pod_keys_make_a_valid_trainjob(good: dict[str, Any]) -> None:
+    schemas.validate("TrainJob", build_trainjob(submission(good), "default"))
