@@ -61,7 +61,8 @@ def test_the_job_page_shades_lost_work_and_shows_the_split(stocked: Server,
     # the durations are the same split's phases (one computation), in plain time
     durations = page.locator("#durations")
     for phase, text in (("queued", "5s"), ("running", "2m 55s"), ("recovering", "20s"),
-                        ("held", "0s"), ("stopping", "0s"), ("total", "3m 20s")):
+                        ("held", "0s"), ("stopping", "0s"), ("settling", "0s"),
+                        ("total", "3m 20s")):
         expect(durations.locator(f'tr[data-key="{phase}"] td')).to_have_text(text)
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-goodput-job.png"), full_page=True)

@@ -2,10 +2,13 @@
 
 G1 A job's wall time, from its creation to its committed outcome (or ``now``), is cut into
    segments, each in one phase: queued, running, recovering (by the cause of the end it
-   recovers from), held (by the hold's cause) or stopping. The segments tile the wall time:
-   their lengths sum to it exactly (integer microseconds, no rounding).
+   recovers from), held (by the hold's cause), stopping (a run being stopped) or settling
+   (no run left, the outcome not yet committed). The segments tile the wall time: their
+   lengths sum to it exactly (integer microseconds, no rounding).
 G2 Node-time: each segment is weighted by the nodes it holds: a running segment by the nodes
-   its execution started on (ExecutionStarted.nodes), every other by the nodes the job asks.
+   its execution started on (ExecutionStarted.nodes), a held one by none (the job waits for
+   a person, not for nodes: its time is time to result, never node-time), every other by
+   the nodes the job asks.
 G3 Lost work: once the training has reported a durable checkpoint (CheckpointRecorded), an
    end other than success loses the run since the later of the run's start and the latest
    checkpoint before the end; it is charged to that end's cause.
@@ -14,8 +17,8 @@ G4 Goodput = (running - lost work) / wall, in node-time; badput of a cause = its
 
 Two denominators, never confused: time to result (the wall time times the nodes, every
 phase: what a person waited) and allocated node-time (only the phases in which the
-scheduler held nodes: running and stopping; never queued, recovering or held). A job held
-for a day costs a day of time to result and no allocated node-time.
+scheduler held nodes: running and stopping; never queued, recovering, held or settling). A
+job held for a day costs a day of time to result and no node-time.
 
 Event times are kept in order for the split: a boundary earlier than the one before it counts
 as that one, so a record whose clocks disagree still splits exactly; the wall time ends at the
@@ -40,7 +43,8 @@ class Phase(StrEnum):
     RUNNING = "running"
     RECOVERING = "recovering"
     HELD = "held"
-    STOPPING = "stopping"
+    STOPPING = "stopping"  # a run being stopped: its nodes are still held
+    SETTLING = "settling"  # no run left (it ended, or never ran): the outcome is not committed
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +86,8 @@ class _Cutter:
     """Walks a record once; each phase change closes the open segment."""
 
     __slots__ = ("at", "phase", "cause", "nodes", "job_nodes", "segments", "lost",
-                 "run_start", "run_key", "checkpoint", "reports", "window", "ran_until")
+                 "run_start", "run_key", "checkpoint", "reports", "window", "ran_until",
+                 "recovery_acted")
 
     def __init__(self, start: datetime, job_nodes: int, window: timedelta) -> None:
         self.at = start
@@ -98,6 +103,9 @@ class _Cutter:
         self.reports = False  # the training reported a checkpoint at least once
         self.window = window
         self.ran_until: datetime | None = None  # when the running phase was left
+        # Whether anything recovered since the last end (a recovery, a submission): an end
+        # that nothing recovered from before the outcome was never recovering (issue 48).
+        self.recovery_acted = True
 
     def move(self, t: datetime, phase: Phase, cause: CauseKind, nodes: int | None = None
              ) -> datetime:
@@ -108,7 +116,8 @@ class _Cutter:
             self.segments.append(Segment(self.at, t, self.phase, self.cause, self.nodes))
         self.at = t
         self.phase, self.cause = phase, cause
-        self.nodes = self.job_nodes if nodes is None else max(1, nodes)
+        self.nodes = (0 if phase is Phase.HELD else self.job_nodes if nodes is None
+                      else max(1, nodes))
         return t
 
     def end_run(self, t: datetime, phase: Phase, cause: CauseKind) -> None:
@@ -145,6 +154,8 @@ def job_time(record: Sequence[ev.Event], now: datetime) -> JobTime:
             if cut.run_start is not None:
                 cut.end_run(e.at, Phase.STOPPING, e.cause.kind)
             else:
+                if cut.phase is Phase.RECOVERING and not cut.recovery_acted:
+                    cut.phase = Phase.SETTLING  # an end nothing recovered from
                 cut.move(e.at, cut.phase, cut.cause, cut.nodes)
             settled = True
             break
@@ -163,6 +174,9 @@ def job_time(record: Sequence[ev.Event], now: datetime) -> JobTime:
 
 
 def _apply(cut: _Cutter, e: ev.Event, current: int) -> None:  # noqa: C901 - one per event
+    if isinstance(e, ev.SubmissionIntended | ev.RecoveryStarted | ev.HoldPlaced
+                  | ev.HoldReleased):
+        cut.recovery_acted = True
     if isinstance(e, ev.SubmissionIntended):
         if e.submission > current and cut.phase is Phase.RUNNING:
             # A new submission while one ran (a replacement after a fence): that run is over.
@@ -180,19 +194,23 @@ def _apply(cut: _Cutter, e: ev.Event, current: int) -> None:  # noqa: C901 - one
         if e.submission != current or cut.phase is Phase.HELD:
             return
         kind = e.cause.kind
-        after = (Phase.STOPPING if kind in (CauseKind.NONE, CauseKind.CANCELLED)
+        # After a final success or cancel the nodes are released: settling, never allocated
+        # (issue 48: the wait for the commit counted as allocated node-time).
+        after = (Phase.SETTLING if kind in (CauseKind.NONE, CauseKind.CANCELLED)
                  and e.final else Phase.RECOVERING)
         if cut.run_key is not None and cut.run_key != (e.submission, e.execution):
             return  # the end of an execution that is not the one running
-        if cut.phase is Phase.STOPPING:
-            cut.end_run(_end_time(e, cut.window), Phase.STOPPING, cut.cause)
+        if cut.phase in (Phase.STOPPING, Phase.SETTLING):
+            cut.end_run(_end_time(e, cut.window), Phase.SETTLING, cut.cause)
         else:
+            if after is Phase.RECOVERING:
+                cut.recovery_acted = False
             cut.end_run(_end_time(e, cut.window), after, kind)
     elif isinstance(e, ev.SubmissionRejected):
-        if e.submission == current and cut.phase is not Phase.STOPPING:
+        if e.submission == current and cut.phase not in (Phase.STOPPING, Phase.SETTLING):
             cut.move(e.at, Phase.RECOVERING, e.cause.kind)
     elif isinstance(e, ev.RecoveryStarted):
-        if cut.phase is not Phase.RUNNING and cut.phase is not Phase.STOPPING:
+        if cut.phase not in (Phase.RUNNING, Phase.STOPPING, Phase.SETTLING):
             cut.move(e.at, Phase.RECOVERING, e.cause.kind)
     elif isinstance(e, ev.HoldPlaced):
         if cut.run_start is not None:
@@ -203,14 +221,15 @@ def _apply(cut: _Cutter, e: ev.Event, current: int) -> None:  # noqa: C901 - one
         if cut.phase is Phase.HELD:
             cut.move(e.at, Phase.RECOVERING, cut.cause)
     elif isinstance(e, ev.CancelRequested | ev.GiveUpRequested):
-        if cut.phase is not Phase.STOPPING:
-            if cut.run_start is None:
-                cut.move(e.at, Phase.STOPPING, CauseKind.CANCELLED)
+        if cut.phase not in (Phase.STOPPING, Phase.SETTLING):
+            if cut.run_start is None:  # nothing runs: no nodes to release
+                cut.move(e.at, Phase.SETTLING, CauseKind.CANCELLED)
             else:  # a run being stopped: its nodes stay held until its end is seen
                 cut.move(e.at, Phase.STOPPING, CauseKind.CANCELLED, cut.nodes)
 
 
-# The phases in which the scheduler holds the job's nodes (allocated node-time).
+# The phases in which the scheduler holds the job's nodes (allocated node-time); settling
+# (the run is over, the outcome not yet committed) is not one of them.
 ALLOCATED = (Phase.RUNNING, Phase.STOPPING)
 
 
@@ -247,7 +266,7 @@ class Split:
 
     def allocated(self) -> timedelta:
         """Allocated node-time: only the phases in which the scheduler held nodes (running,
-        stopping); never queued, recovering or held."""
+        stopping); never queued, recovering, held or settling."""
         return sum((self.phase(p) for p in ALLOCATED), ZERO)
 
     def allocated_goodput(self) -> float | None:

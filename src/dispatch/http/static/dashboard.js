@@ -381,7 +381,7 @@ function drawTimelineFacts(tl) {
   const d = tl.durations || {};
   fillTable("durations", [["queued", fmtDuration(d.queued || 0)], ["running", fmtDuration(d.running || 0)],
     ["recovering", fmtDuration(d.recovering || 0)], ["held", fmtDuration(d.held || 0)],
-    ["stopping", fmtDuration(d.stopping || 0)],
+    ["stopping", fmtDuration(d.stopping || 0)], ["settling", fmtDuration(d.settling || 0)],
     ["total", fmtDuration(d.total || 0) + (tl.outcome ? "" : " (as of " + fmtClock(tl.now) + ")")]]);
   fillTable("times", [["created", fmtTime(tl.start)], ["ended", tl.outcome ? fmtTime(tl.outcome.at) : "not yet"]]);
   const esc = $("escalations");
@@ -608,10 +608,12 @@ function goodputRow(g, span, end) {
 function drawGoodput(g) {
   if (!g) return;
   const s = g.split;
-  const rows = s.parts.map((p) => [p.phase + (p.cause !== "none" ? " · " + p.cause : ""), nodeTime(p.node_seconds)]);
+  // held: waiting for a person, time to result but never node-time (issue 48)
+  const rows = s.parts.map((p) => [p.phase + (p.cause !== "none" ? " · " + p.cause : ""),
+    p.phase === "held" ? fmtDuration(p.seconds) + " (no node-time)" : nodeTime(p.node_seconds)]);
   for (const l of s.lost_work) rows.push(["lost work · " + l.cause, nodeTime(l.node_seconds)]);
   // two denominators, never confused: every phase (what a person waited) and only the
-  // phases that hold nodes (running, stopping)
+  // phases that hold nodes (running, stopping; never settling)
   rows.push(["time to result", nodeTime(s.node_seconds)]);
   rows.push(["allocated node-time", nodeTime(s.allocated_node_seconds)]);
   rows.push(["goodput of time to result", share(s.goodput)]);
