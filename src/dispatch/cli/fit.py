@@ -39,10 +39,10 @@ def fit(natural: Mapping[str, int], width: int,
     if table_width(natural) <= width:
         return dict(natural)
     chosen = {k: (short or {}).get(k, v) for k, v in natural.items()}
-    for left_out in DROPPED_FIRST:
+    for dropped in DROPPED_FIRST:
         if table_width(chosen) <= width:
             return chosen
-        chosen.pop(left_out, None)
+        chosen.pop(dropped, None)
     for left_out in (None, *LEFT_OUT_LAST):
         if left_out is not None:
             chosen.pop(left_out, None)

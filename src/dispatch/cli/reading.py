@@ -13,6 +13,7 @@ import click
 from dispatch.cli import render
 from dispatch.cli.common import (
     SECONDS,
+    command_as_given,
     emit_json,
     handle_errors,
     json_option,
@@ -94,27 +95,10 @@ def ls(show_all: bool, name: str | None, state: str | None, cause: str | None,
     else:
         render.print_table(page.jobs, now, plain=plain)
     if page.older is not None:
-        click.echo(f"older jobs: {older_command(page.older)}", err=True)
+        click.echo(f"older jobs: {command_as_given('dispatch ls', {'--before': page.older})}",
+                   err=True)
     for note in notes:
         click.echo(note, err=True)
-
-
-def older_command(cursor: str) -> str:
-    """The command that shows the next page (issue 48: it runs as printed, no ``...``): this
-    one's options as given, its cursor replaced, every word quoted for a shell."""
-    ctx = click.get_current_context()
-    words = ["dispatch", "ls"]
-    for param in ctx.command.params:
-        value = ctx.params.get(param.name or "")
-        if (not isinstance(param, click.Option) or param.name == "before"
-                or value is None or value is False
-                or ctx.get_parameter_source(param.name or "")
-                not in (click.core.ParameterSource.COMMANDLINE,)):
-            continue
-        flag = max(param.opts, key=len)
-        words += [flag] if param.is_flag else [flag, str(value)]
-    words += ["--before", cursor]
-    return shlex.join(words)
 
 
 @click.command()
