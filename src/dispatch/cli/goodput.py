@@ -207,8 +207,8 @@ def _print_jobs(parts: dict[str, Split], names: dict[str, str], order: list[str]
         table.add_row(row[0], *name, *row[1:])
     console.print(table)
     click.echo("goodput: of time to result (wall time x nodes, every phase);")
-    click.echo("alloc.: of allocated node-time (running, stopping: never queued, recovering, "
-               "held or settling)")
+    click.echo("alloc.: of allocated node-time (running, stopping: the phases that hold "
+               "nodes)")
 
 
 COMMANDS = (goodput,)
