@@ -45,6 +45,12 @@ def test_the_job_page_shades_lost_work_and_shows_the_split(stocked: Server,
         lost.get_attribute("title") or "")
     phases = page.locator('#timeline .tl-row[data-goodput="1"] .tl-phase')
     expect(phases).to_have_count(4)  # queued, running, recovering, running
+    # issue 48: the legend lists only the causes this timeline shows, not all 14
+    legend = page.locator("#legend span[data-cause]")
+    expect(legend).to_have_count(2)
+    assert sorted(legend.evaluate_all("xs => xs.map(x => x.dataset.cause)")) == [
+        "none", "preempted"]
+    expect(page.locator("#legend")).not_to_contain_text("out-of-memory")
     table = page.locator("#goodput")
     # units that fit the figures (issue 36): 20 s recovering on 64 nodes = 21.3 node-min;
     # 35 s lost = 37.3 node-min; 5 s queued = 5.33 node-min; 200 s waited = 3.56 node-h

@@ -556,14 +556,28 @@ function drawTimeline(tl) {
     axis.append(el("span", { style: { left: i * 25 + "%" } }, label));
   }
   box.append(axis);
+  drawLegend(tl);
+}
+
+// The timeline's legend: only the causes, fences and holds this timeline shows (issue 48:
+// every legend listed all 14 causes).
+function drawLegend(tl) {
+  const shown = new Set();
+  for (const s of tl.submissions) {
+    if (!s.executions.length && s.end_cause) shown.add(s.end_cause.kind);
+    for (const x of s.executions) if (x.cause) shown.add(x.cause.kind);
+  }
+  for (const p of (tl.goodput ? tl.goodput.phases : [])) if (p.phase === "recovering") shown.add(p.cause);
   const legend = $("legend");
-  if (!legend.childElementCount) {
-    for (const [kind, colour] of Object.entries(CAUSE_COLOURS)) {
-      const item = el("span", {}, kind);
-      item.prepend(el("i", { style: { background: colour } }));
-      legend.append(item);
-    }
-    legend.append(el("span", {}, "▼ fence (stop ordered)"));
+  legend.replaceChildren();
+  for (const [kind, colour] of Object.entries(CAUSE_COLOURS)) {
+    if (!shown.has(kind)) continue;
+    const item = el("span", { "data-cause": kind }, kind);
+    item.prepend(el("i", { style: { background: colour } }));
+    legend.append(item);
+  }
+  if (tl.submissions.some((s) => s.stop)) legend.append(el("span", {}, "▼ fence (stop ordered)"));
+  if (tl.holds.length) {
     const hold = el("span", {}, "hold");
     hold.prepend(el("i", { style: { background: "rgba(217,70,239,.35)" } }));
     legend.append(hold);
