@@ -654,12 +654,17 @@ async function refreshFleetGoodput() {
 
 function drawBadputChart(doc) {
   const box = $("badput-chart");
-  const W = 700, H = 160, pad = 28;
+  // scaled to the data (issue 48: 13 of 14 days were empty): from the first day with time
+  // in it, each bar at most 48 units wide, the chart no wider than its days
+  const H = 160, pad = 28;
+  const first = doc.days.findIndex((d) => Object.keys(d.badput).length || d.goodput !== null);
+  const days = first < 0 ? doc.days.slice(-1) : doc.days.slice(first);
+  const bw = Math.min((700 - pad) / days.length, 48);
+  const W = pad + bw * days.length;
   const chart = svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "badput by cause per day, node-time" });
-  const days = doc.days;
+  chart.style.maxWidth = Math.round((900 * W) / 700) + "px"; // CSSOM: the CSP refuses style=""
   const totals = days.map((d) => Object.values(d.badput).reduce((a, b) => a + b, 0));
   const top = Math.max(...totals, 1e-9);
-  const bw = (W - pad) / days.length;
   days.forEach((d, i) => {
     let y = H - pad;
     for (const [cause, v] of Object.entries(d.badput)) {
@@ -670,9 +675,12 @@ function drawBadputChart(doc) {
       rect.append(svg("title", {}, d.day + ": " + cause + " " + nodeTime(v * 3600)));
       chart.append(rect);
     }
-    if (i % 2 === 0) chart.append(svg("text", { x: pad + i * bw + bw / 2, y: H - 8, "text-anchor": "middle", "font-size": 10 }, d.day.slice(5)));
+    if (days.length <= 7 || i % 2 === 0) {
+      chart.append(svg("text", { x: pad + i * bw + bw / 2, y: H - 8, "text-anchor": "middle", "font-size": 10,
+        "data-day": d.day }, d.day.slice(5)));
+    }
   });
-  chart.append(svg("text", { x: 2, y: pad - 8, "font-size": 10 }, nodeTime(top * 3600)));
+  if (Math.max(...totals) > 0) chart.append(svg("text", { x: 2, y: pad - 8, "font-size": 10 }, nodeTime(top * 3600)));
   chart.append(svg("line", { x1: pad, y1: H - pad, x2: W, y2: H - pad, stroke: "#94a3b8" }));
   box.replaceChildren(chart);
   const causes = [...new Set(days.flatMap((d) => Object.keys(d.badput)))];
