@@ -11,7 +11,7 @@ from test_dashboard import ARTIFACTS, WAIT_MS, Server, row
 
 QUICK = "print('done')"
 NAN = ("print('step 6 loss 0.1', flush=True)\n"
-       "raise FloatingPointError('loss is NaN at step 7')\n")
+       "raise FloatingPointError('loss is NaN at step 7 after warm-up ended')\n")
 HOLD_ON_SEGV = ("import os, signal, time\ntime.sleep(0.3)\n"
                 "os.kill(os.getpid(), signal.SIGSEGV)\n")
 HOLD_POLICY = {"rules": [{"on": ["unknown"], "action": "hold"}]}
@@ -36,7 +36,22 @@ def test_held_banner_error_column_search_and_no_jobs(server: Server, page: Page)
     expect(row(page, nan).locator(".state")).to_have_text("failed", timeout=WAIT_MS)
     # the application's error, shortened, where a person scans
     expect(row(page, nan).locator("td.app-error-cell")).to_have_text(
-        "FloatingPointError: loss is NaN at step 7")
+        "FloatingPointError: loss is NaN at step 7 after warm-up ended")
+    # issue 48: the error was cut at ~45 characters although the row had room (a fixed
+    # 22rem), and the cause "non-zero-exit (exit 1)" wrapped onto two lines
+    page.set_viewport_size({"width": 1440, "height": 800})
+    cut = row(page, nan).locator("td.app-error-cell").evaluate(
+        "td => td.scrollWidth > td.clientWidth")
+    assert cut is False
+    lines = row(page, nan).locator("td.cause").evaluate(
+        "td => Math.round(td.getBoundingClientRect().height"
+        " / parseFloat(getComputedStyle(td).lineHeight || '16'))")
+    one = row(page, nan).locator("td.id").evaluate(
+        "td => Math.round(td.getBoundingClientRect().height"
+        " / parseFloat(getComputedStyle(td).lineHeight || '16'))")
+    assert lines == one, (lines, one)
+    shot(page, "dashboard-scan-list-1440.png")
+    page.set_viewport_size({"width": 1280, "height": 800})
     for j in fine:
         expect(row(page, j).locator("td.app-error-cell")).to_have_text("")
     shot(page, "dashboard-scan-list.png")

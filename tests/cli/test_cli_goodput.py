@@ -7,6 +7,7 @@ import json
 import os
 import pty
 import re
+import shlex
 import struct
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import termios
 from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
 import pytest
 from click.testing import CliRunner
 from tests.goodput_stories import preempted_once
@@ -167,3 +169,65 @@ def test_status_shows_the_goodput_line(env: dict[str, str]) -> None:
     assert code == 0, (out, err)
     assert "goodput 70% of time to result (3.56 node-h)" in out
     assert "badput preempted 58.7 node-min" in out
+
+
+@pytest.fixture
+def fleet_env(tmp_path: Path) -> dict[str, str]:
+    """Seven jobs with ten-character ids and long names, of growing size (job k on k+1
+    nodes): the shape of a real fleet at 80 columns."""
+    env = {"DISPATCH_STORE": str(tmp_path / "record.sqlite3"),
+           "DISPATCH_LOCAL_ROOT": str(tmp_path / "local"),
+           "XDG_STATE_HOME": str(tmp_path / "state")}
+    with SQLiteStore(Path(env["DISPATCH_STORE"])) as store:
+        for k in range(7):
+            job_id = f"{k}a77a64fe{k}"
+            record = preempted_once(k + 1, job_id=job_id).record
+            created = record[0]
+            assert isinstance(created, ev.JobCreated)
+            store.create(msgspec.structs.replace(created, spec=msgspec.structs.replace(
+                created.spec, name=f"pretrain-llama-warmup-sweep-{k}")))
+            store.append(job_id, record[1:], 1)
+    return env
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_by_job_never_cuts_an_id_or_a_header(fleet_env: dict[str, str], columns: int) -> None:
+    """Issue 48: at 80 columns the job id (not copyable) and the headers ("good…") were cut;
+    the name is what gives way."""
+    out = run_in_pty(fleet_env, columns, "goodput", "--by", "job")
+    lines = out.splitlines()
+    assert all(len(line) <= columns for line in lines), out
+    header = next(line for line in lines if line.lstrip().startswith("job"))
+    for head in ("to result", "allocated", "lost work", "goodput", "alloc."):
+        assert head in header, out
+    for k in range(7):
+        assert sum(f"{k}a77a64fe{k} " in line for line in lines) == 1, out
+
+
+def test_by_job_sorts_and_limits_with_a_command_for_the_rest(
+        fleet_env: dict[str, str]) -> None:
+    """Issue 48: ``--by job`` had no sort or limit (980 rows, alphabetical): the largest
+    time to result first, at most --limit rows, and the rest one pasted command away."""
+    code, out, err = invoke(fleet_env, "goodput", "--by", "job", "--limit", "3")
+    assert code == 0, err
+    rows = [line.split()[0] for line in out.splitlines() if "a77a64fe" in line]
+    assert rows == ["6a77a64fe6", "5a77a64fe5", "4a77a64fe4"], out
+    assert "3 of 7 jobs shown" in err
+    hint = shlex.split(err.split("all of them: ")[1].splitlines()[0])
+    assert hint[:2] == ["dispatch", "goodput"] and "..." not in hint
+    code, out, _ = invoke(fleet_env, *hint[1:])
+    assert code == 0 and sum("a77a64fe" in line for line in out.splitlines()) == 7, out
+    doc = json.loads(invoke(fleet_env, "goodput", "--by", "job", "--sort", "name",
+                            "--limit", "2", "--json")[1])
+    assert [g["key"] for g in doc["groups"]] == ["0a77a64fe0", "1a77a64fe1"]
+
+
+def test_one_job_and_a_group_are_headed_by_what_they_are(fleet_env: dict[str, str]) -> None:
+    """Issue 48: ``goodput pretrain-05`` was headed "all jobs: 1 job(s)"."""
+    code, out, err = invoke(fleet_env, "goodput", "2a77a64fe2")
+    assert code == 0, err
+    assert "all jobs" not in out
+    assert out.lstrip().startswith("job 2a77a64fe2 (pretrain-llama-warmup-sweep-2)"), out
+    code, out, err = invoke(fleet_env, "goodput", "pretrain-llama-*")
+    assert code == 0, err
+    assert "jobs named 'pretrain-llama-*': 7 job(s)" in out, out

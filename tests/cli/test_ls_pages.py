@@ -83,3 +83,18 @@ def test_a_crafted_cursor_is_bad_input(env: dict[str, str], cursor: str) -> None
     assert isinstance(result.exception, SystemExit)
     assert "--before" in result.stderr and "cursor" in result.stderr
     assert len(result.stderr) < 300
+
+
+def test_the_paging_hint_runs_as_printed(env: dict[str, str]) -> None:
+    # issue 48: the hint was "dispatch ls ... --before C", which no shell runs
+    import shlex
+
+    result = CliRunner().invoke(main, ["ls", "--all", "--name", "e*n", "--limit", "2"],
+                                env=env)
+    assert result.exit_code == 0, result.stderr
+    hint = next(x for x in result.stderr.splitlines() if x.startswith("older jobs: "))
+    argv = shlex.split(hint.removeprefix("older jobs: "))
+    assert argv[:2] == ["dispatch", "ls"] and "..." not in argv
+    assert "--name" in argv and "e*n" in argv  # the filters of this page, quoted
+    code, second, _ = ls(env, *argv[2:])
+    assert code == 0 and second == ["job02", "job04"]

@@ -110,6 +110,34 @@ def error_text(e: DispatchError) -> str:
     return str(e)
 
 
+def command_as_given(program: str, replace: dict[str, str]) -> str:
+    """The running command as a shell runs it (issue 48: a hint a person can paste, never
+    ``...``): ``program``, then the options given on the command line, with ``replace``'s
+    options (long names) set to new values, and the arguments, each quoted for a shell."""
+    import shlex
+
+    ctx = click.get_current_context()
+    words = program.split()
+    args: list[str] = []
+    for param in ctx.command.params:
+        name = param.name or ""
+        value = ctx.params.get(name)
+        if isinstance(param, click.Argument):
+            if value is not None:
+                args.append(str(value))
+            continue
+        if not isinstance(param, click.Option):
+            continue
+        flag = max(param.opts, key=len)
+        if flag in replace or value is None or value is False or (
+                ctx.get_parameter_source(name) is not click.core.ParameterSource.COMMANDLINE):
+            continue
+        words += [flag] if param.is_flag else [flag, str(value)]
+    for flag, new in replace.items():
+        words += [flag, new]
+    return shlex.join([*words, *args])
+
+
 def store_option(fn: F) -> F:
     return click.option("--store", "store_url", envvar="DISPATCH_STORE", default=None,
                         help="Record store URL (sqlite path or postgresql://...). "

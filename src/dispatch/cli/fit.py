@@ -1,13 +1,15 @@
-"""How ``ls``'s table fits a terminal (issue 36): the columns a person scans (the job's id,
-name, state and cause) keep a readable width, and the application's error is the column that
-gets cut. Pure: natural widths in, chosen widths out; render.py lays the table out with them.
+"""How ``ls``'s table fits a terminal (issues 36, 48): the columns a person scans (the job's
+id, name, state) keep a readable width, and the "why" (the cause, with its exit code, and the
+application's error) keeps as much as the terminal allows. Pure: natural widths in, chosen
+widths out; render.py lays the table out with them.
 
-When the natural widths do not fit, columns are cut in this order, each no lower than its
-floor: ERROR, BUDGET USED, NAME, CAUSE. If that is still too wide, BUDGET USED is left out,
-then ERROR (both are whole in ``dispatch status``). A cut table heads SUBMISSIONS as SUBS
-and BUDGET USED as BUDGET. The id,
-the state, the submissions, the age and the forecast are never cut: an id that is cut cannot
-be pasted into the next command.
+When the natural widths do not fit, the columns of least value are left out first, whole,
+while the table is too wide: BUDGET USED, AGE, SUBMISSIONS (all three are in ``dispatch
+status``). Only then are columns cut, in this order, each no lower than its floor: NAME,
+ERROR, CAUSE; if that is still too wide, ERROR is left out (whole in ``dispatch status``).
+A cut table heads SUBMISSIONS as SUBS and BUDGET USED as BUDGET. The id, the state and the
+forecast are never cut, nor left out: an id that is cut cannot be pasted into the next
+command; a column that is shown is cut or whole, never both for a reason of less value.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from collections.abc import Mapping
 GAP = 2  # Rich's padding between two columns of a box-less table (one each side)
 
 # The narrowest a cut column may get (a cell narrower than its floor is never widened).
-FLOORS: dict[str, int] = {"ERROR": 12, "BUDGET USED": 6, "NAME": 16, "CAUSE": 14}
-CUT_ORDER = ("ERROR", "BUDGET USED", "NAME", "CAUSE")
-LEFT_OUT_ORDER = ("BUDGET USED", "ERROR")
+FLOORS: dict[str, int] = {"ERROR": 12, "NAME": 16, "CAUSE": 14}
+# Left out whole, in this order, before anything is cut (issue 48: the "why" was cut first).
+DROPPED_FIRST = ("BUDGET USED", "AGE", "SUBMISSIONS")
+CUT_ORDER = ("NAME", "ERROR", "CAUSE")
+LEFT_OUT_LAST = ("ERROR",)
 SHORT_HEADERS = {"SUBMISSIONS": "SUBS", "BUDGET USED": "BUDGET"}
 
 
@@ -35,7 +39,11 @@ def fit(natural: Mapping[str, int], width: int,
     if table_width(natural) <= width:
         return dict(natural)
     chosen = {k: (short or {}).get(k, v) for k, v in natural.items()}
-    for left_out in (None, *LEFT_OUT_ORDER):
+    for dropped in DROPPED_FIRST:
+        if table_width(chosen) <= width:
+            return chosen
+        chosen.pop(dropped, None)
+    for left_out in (None, *LEFT_OUT_LAST):
         if left_out is not None:
             chosen.pop(left_out, None)
         cut = _cut(chosen, width)

@@ -13,6 +13,7 @@ import click
 from dispatch.cli import render
 from dispatch.cli.common import (
     SECONDS,
+    command_as_given,
     emit_json,
     handle_errors,
     json_option,
@@ -94,7 +95,8 @@ def ls(show_all: bool, name: str | None, state: str | None, cause: str | None,
     else:
         render.print_table(page.jobs, now, plain=plain)
     if page.older is not None:
-        click.echo(f"older jobs: dispatch ls ... --before {page.older}", err=True)
+        click.echo(f"older jobs: {command_as_given('dispatch ls', {'--before': page.older})}",
+                   err=True)
     for note in notes:
         click.echo(note, err=True)
 

@@ -2,10 +2,13 @@
 
 G1 A job's wall time, from its creation to its committed outcome (or ``now``), is cut into
    segments, each in one phase: queued, running, recovering (by the cause of the end it
-   recovers from), held (by the hold's cause) or stopping. The segments tile the wall time:
-   their lengths sum to it exactly (integer microseconds, no rounding).
+   recovers from), held (by the hold's cause), stopping (a run being stopped) or settling
+   (no run left, the outcome not yet committed). The segments tile the wall time: their
+   lengths sum to it exactly (integer microseconds, no rounding).
 G2 Node-time: each segment is weighted by the nodes it holds: a running segment by the nodes
-   its execution started on (ExecutionStarted.nodes), every other by the nodes the job asks.
+   its execution started on (ExecutionStarted.nodes), a held one by none (the job waits for
+   a person, not for nodes: its time is time to result, never node-time), every other by
+   the nodes the job asks.
 G3 Lost work: once the training has reported a durable checkpoint (CheckpointRecorded), an
    end other than success loses the run since the later of the run's start and the latest
    checkpoint before the end; it is charged to that end's cause.
@@ -14,10 +17,8 @@ G4 Goodput = (running - lost work) / wall, in node-time; badput of a cause = its
 
 Two denominators, never confused: time to result (the wall time times the nodes, every
 phase: what a person waited) and allocated node-time (only the phases in which the
-scheduler held nodes: running and stopping; never queued, recovering or held). A job held
-for a day costs a day of time to result and no allocated node-time. Stopping holds nodes only
-once a run started: a job cancelled before any ran (queued, or never created at all: its
-scheduler unreachable) is stopping on no nodes until its end, and allocates nothing.
+scheduler held nodes: running and stopping; never queued, recovering, held or settling). A
+job held for a day costs a day of time to result and no node-time.
 
 Event times are kept in order for the split: a boundary earlier than the one before it counts
 as that one, so a record whose clocks disagree still splits exactly; the wall time ends at the
@@ -42,7 +43,8 @@ class Phase(StrEnum):
     RUNNING = "running"
     RECOVERING = "recovering"
     HELD = "held"
-    STOPPING = "stopping"
+    STOPPING = "stopping"  # a run being stopped: its nodes are still held
+    SETTLING = "settling"  # no run left (it ended, or never ran): the outcome is not committed
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,14 +56,6 @@ class Segment:
     phase: Phase
     cause: CauseKind
     nodes: int
-    # False: a stopping segment of a job no run of which had started (its nodes asked for,
-    # never held), counted in time to result but never in allocated node-time.
-    held: bool = True
-
-    @property
-    def allocated(self) -> bool:
-        """The scheduler held its nodes (allocated node-time)."""
-        return self.held and self.phase in ALLOCATED
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +87,7 @@ class _Cutter:
 
     __slots__ = ("at", "phase", "cause", "nodes", "job_nodes", "segments", "lost",
                  "run_start", "run_key", "checkpoint", "reports", "window", "ran_until",
-                 "held")
+                 "recovery_acted")
 
     def __init__(self, start: datetime, job_nodes: int, window: timedelta) -> None:
         self.at = start
@@ -109,24 +103,21 @@ class _Cutter:
         self.reports = False  # the training reported a checkpoint at least once
         self.window = window
         self.ran_until: datetime | None = None  # when the running phase was left
-        self.held = True  # the open segment's nodes are held (Segment.held)
+        # Whether anything recovered since the last end (a recovery, a submission): an end
+        # that nothing recovered from before the outcome was never recovering (issue 48).
+        self.recovery_acted = True
 
-    def move(self, t: datetime, phase: Phase, cause: CauseKind, nodes: int | None = None,
-             held: bool | None = None) -> datetime:
-        """Close the open segment at ``t`` and open one in ``phase``. ``held`` None: a
-        stopping that goes on stays as it was (held or not), any other phase is held."""
+    def move(self, t: datetime, phase: Phase, cause: CauseKind, nodes: int | None = None
+             ) -> datetime:
         t = max(t, self.at)
         if self.phase is Phase.RUNNING and phase is not Phase.RUNNING:
             self.ran_until = t
         if t > self.at:
-            self.segments.append(Segment(self.at, t, self.phase, self.cause, self.nodes,
-                                         self.held))
-        if held is None:
-            held = self.held if phase is Phase.STOPPING and self.phase is Phase.STOPPING \
-                else True
+            self.segments.append(Segment(self.at, t, self.phase, self.cause, self.nodes))
         self.at = t
-        self.phase, self.cause, self.held = phase, cause, held
-        self.nodes = self.job_nodes if nodes is None else max(1, nodes)
+        self.phase, self.cause = phase, cause
+        self.nodes = (0 if phase is Phase.HELD else self.job_nodes if nodes is None
+                      else max(1, nodes))
         return t
 
     def end_run(self, t: datetime, phase: Phase, cause: CauseKind) -> None:
@@ -163,6 +154,8 @@ def job_time(record: Sequence[ev.Event], now: datetime) -> JobTime:
             if cut.run_start is not None:
                 cut.end_run(e.at, Phase.STOPPING, e.cause.kind)
             else:
+                if cut.phase is Phase.RECOVERING and not cut.recovery_acted:
+                    cut.phase = Phase.SETTLING  # an end nothing recovered from
                 cut.move(e.at, cut.phase, cut.cause, cut.nodes)
             settled = True
             break
@@ -181,6 +174,9 @@ def job_time(record: Sequence[ev.Event], now: datetime) -> JobTime:
 
 
 def _apply(cut: _Cutter, e: ev.Event, current: int) -> None:  # noqa: C901 - one per event
+    if isinstance(e, ev.SubmissionIntended | ev.RecoveryStarted | ev.HoldPlaced
+                  | ev.HoldReleased):
+        cut.recovery_acted = True
     if isinstance(e, ev.SubmissionIntended):
         if e.submission > current and cut.phase is Phase.RUNNING:
             # A new submission while one ran (a replacement after a fence): that run is over.
@@ -190,10 +186,12 @@ def _apply(cut: _Cutter, e: ev.Event, current: int) -> None:  # noqa: C901 - one
             at = e.started if e.started is not None and e.started <= e.at else e.at
             cut.run_start = cut.move(at, Phase.RUNNING, CauseKind.NONE, e.nodes)
             cut.run_key = (e.submission, e.execution)
-        elif e.submission == current and cut.phase is Phase.STOPPING and not cut.held:
-            # It started after all, while being cancelled: from now on it holds its nodes.
+        elif (e.submission == current and cut.phase is Phase.SETTLING and cut.run_start is None
+              and cut.cause is CauseKind.CANCELLED):
+            # A run that started after the cancel (it was queued when the cancel came) holds
+            # its nodes until its end is seen: stopping, allocated (issue 47 item 7).
             at = e.started if e.started is not None and e.started <= e.at else e.at
-            cut.move(at, Phase.STOPPING, cut.cause, e.nodes, held=True)
+            cut.run_start = cut.move(at, Phase.STOPPING, CauseKind.CANCELLED, e.nodes)
             cut.run_key = (e.submission, e.execution)
     elif isinstance(e, ev.CheckpointRecorded):
         cut.reports = True
@@ -203,19 +201,23 @@ def _apply(cut: _Cutter, e: ev.Event, current: int) -> None:  # noqa: C901 - one
         if e.submission != current or cut.phase is Phase.HELD:
             return
         kind = e.cause.kind
-        after = (Phase.STOPPING if kind in (CauseKind.NONE, CauseKind.CANCELLED)
+        # After a final success or cancel the nodes are released: settling, never allocated
+        # (issue 48: the wait for the commit counted as allocated node-time).
+        after = (Phase.SETTLING if kind in (CauseKind.NONE, CauseKind.CANCELLED)
                  and e.final else Phase.RECOVERING)
         if cut.run_key is not None and cut.run_key != (e.submission, e.execution):
             return  # the end of an execution that is not the one running
-        if cut.phase is Phase.STOPPING:
-            cut.end_run(_end_time(e, cut.window), Phase.STOPPING, cut.cause)
+        if cut.phase in (Phase.STOPPING, Phase.SETTLING):
+            cut.end_run(_end_time(e, cut.window), Phase.SETTLING, cut.cause)
         else:
+            if after is Phase.RECOVERING:
+                cut.recovery_acted = False
             cut.end_run(_end_time(e, cut.window), after, kind)
     elif isinstance(e, ev.SubmissionRejected):
-        if e.submission == current and cut.phase is not Phase.STOPPING:
+        if e.submission == current and cut.phase not in (Phase.STOPPING, Phase.SETTLING):
             cut.move(e.at, Phase.RECOVERING, e.cause.kind)
     elif isinstance(e, ev.RecoveryStarted):
-        if cut.phase is not Phase.RUNNING and cut.phase is not Phase.STOPPING:
+        if cut.phase not in (Phase.RUNNING, Phase.STOPPING, Phase.SETTLING):
             cut.move(e.at, Phase.RECOVERING, e.cause.kind)
     elif isinstance(e, ev.HoldPlaced):
         if cut.run_start is not None:
@@ -226,14 +228,15 @@ def _apply(cut: _Cutter, e: ev.Event, current: int) -> None:  # noqa: C901 - one
         if cut.phase is Phase.HELD:
             cut.move(e.at, Phase.RECOVERING, cut.cause)
     elif isinstance(e, ev.CancelRequested | ev.GiveUpRequested):
-        if cut.phase is not Phase.STOPPING:
-            if cut.run_start is None:  # no run: nothing held until one starts, if one does
-                cut.move(e.at, Phase.STOPPING, CauseKind.CANCELLED, held=False)
+        if cut.phase not in (Phase.STOPPING, Phase.SETTLING):
+            if cut.run_start is None:  # nothing runs: no nodes to release
+                cut.move(e.at, Phase.SETTLING, CauseKind.CANCELLED)
             else:  # a run being stopped: its nodes stay held until its end is seen
                 cut.move(e.at, Phase.STOPPING, CauseKind.CANCELLED, cut.nodes)
 
 
-# The phases in which the scheduler holds the job's nodes (allocated node-time).
+# The phases in which the scheduler holds the job's nodes (allocated node-time); settling
+# (the run is over, the outcome not yet committed) is not one of them.
 ALLOCATED = (Phase.RUNNING, Phase.STOPPING)
 
 
@@ -252,7 +255,6 @@ class Split:
     # GPU-time (G2, where the spec gives GPUs per node): node-time times GPUs per node.
     gpu_parts: dict[tuple[Phase, CauseKind], timedelta] = field(default_factory=dict)
     gpu_lost: dict[CauseKind, timedelta] = field(default_factory=dict)
-    node_allocated: timedelta = ZERO  # node-time of the segments that held nodes
 
     def phase(self, phase: Phase, *, nodes: bool = True) -> timedelta:
         parts = self.node_parts if nodes else self.parts
@@ -271,8 +273,8 @@ class Split:
 
     def allocated(self) -> timedelta:
         """Allocated node-time: only the phases in which the scheduler held nodes (running,
-        stopping once a run started); never queued, recovering or held."""
-        return self.node_allocated
+        stopping); never queued, recovering, held or settling."""
+        return sum((self.phase(p) for p in ALLOCATED), ZERO)
 
     def allocated_goodput(self) -> float | None:
         """Useful node-time over allocated node-time; None when nothing was allocated."""
@@ -293,7 +295,6 @@ class Split:
         self.jobs += other.jobs
         self.wall += other.wall
         self.node_wall += other.node_wall
-        self.node_allocated += other.node_allocated
         for mine, theirs in ((self.parts, other.parts), (self.node_parts, other.node_parts),
                              (self.gpu_parts, other.gpu_parts)):
             for k, v in theirs.items():
@@ -322,8 +323,6 @@ def split(jt: JobTime, since: datetime | None = None,
             out.node_parts[key] = out.node_parts.get(key, ZERO) + d * s.nodes
             out.wall += d
             out.node_wall += d * s.nodes
-            if s.allocated:
-                out.node_allocated += d * s.nodes
             if jt.gpus_per_node:
                 out.gpu_parts[key] = out.gpu_parts.get(key, ZERO) + d * s.nodes \
                     * jt.gpus_per_node

@@ -22,8 +22,9 @@ from dispatch.http.fleet_tally import Totals
 def goodput_families(t: Totals) -> Iterator[Metric]:
     family = CounterMetricFamily(
         "dispatch_job_seconds", "Node-seconds of jobs' wall time by phase (queued, "
-        "running, recovering, held, stopping), cause and backend, up to each job's "
-        "latest committed event (G1, G2).", labels=["phase", "cause", "backend"])
+        "running, recovering, held, stopping, settling; held carries none), cause and "
+        "backend, up to each job's latest committed event (G1, G2).",
+        labels=["phase", "cause", "backend"])
     for (phase, cause, backend), v in t.seconds.items():
         family.add_metric([phase, cause, backend], v.total_seconds())
     yield family

@@ -107,6 +107,9 @@ def goodput_line(s: Split) -> str:
             f"{node_time_text(_sec(s.lost_total()))}")
     if bad:
         text += "; badput " + ", ".join(f"{c} {node_time_text(_sec(v))}" for v, c in bad[:3])
+    held = s.phase(Phase.HELD, nodes=False)
+    if held > ZERO:  # G2: waiting for a person is time to result, never node-time
+        text += f"; held {node_time_text(_sec(held), nodes=False)} (waiting for a person)"
     return text
 
 

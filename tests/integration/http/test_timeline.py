@@ -67,12 +67,13 @@ def test_a_fenced_submission_then_a_recovered_one_then_success() -> None:
     assert tl["outcome"]["state"] == "succeeded"
     # the goodput split's phases (one computation for both: issue 36): queued until the
     # first run (0-3), running 3-28 (the scheduler's end time) and 34-50, recovering 28-34,
-    # stopping 50-51
+    # settling 50-51 (the run is over, the outcome not yet committed: issue 48)
     assert tl["durations"] == {"queued": 3.0, "running": 41.0, "recovering": 6.0,
-                               "held": 0.0, "stopping": 1.0, "total": 51.0}
+                               "held": 0.0, "stopping": 0.0, "settling": 1.0,
+                               "total": 51.0}
     assert tl["durations"] == tl["goodput"]["durations"]
     parts = {(p["phase"], p["cause"]): p["seconds"] for p in tl["goodput"]["split"]["parts"]}
-    for phase in ("queued", "running", "recovering", "held", "stopping"):
+    for phase in ("queued", "running", "recovering", "held", "stopping", "settling"):
         assert tl["durations"][phase] == sum(v for (p, _), v in parts.items() if p == phase)
 
 

@@ -15,7 +15,7 @@ from tests.strategies_core import T0, Sim, ended, obj
 from dispatch.core import events as ev
 from dispatch.core.codec import DecodeError, decode_event, encode_event
 from dispatch.core.goodput import ZERO, Phase, job_time, split
-from dispatch.core.model import CauseKind, State
+from dispatch.core.model import Cause, CauseKind, ObjectReport, State
 from dispatch.core.record import fold
 
 
@@ -144,8 +144,8 @@ CANCEL_STORIES = [
                          ids=[s.__name__.strip("_") for s, _, _ in CANCEL_STORIES])
 def test_a_cancel_allocates_only_the_nodes_a_run_held(story: Callable[[Sim], None], wall: float,
                                                      allocated: float) -> None:
-    """Stopping holds nodes only once a run started: a job cancelled before any did (never
-    created, or queued) allocated nothing, though its wait counts in time to result."""
+    """Only a run holds nodes: a job cancelled before any ran (never created, or queued) is
+    settling, allocated nothing, though its wait counts in time to result."""
     sim = sim_with(2)
     story(sim)
     jt = job_time(sim.record, T0 + timedelta(days=9))
@@ -153,4 +153,64 @@ def test_a_cancel_allocates_only_the_nodes_a_run_held(story: Callable[[Sim], Non
     assert jt.settled and s.wall == timedelta(seconds=wall)
     assert s.node_wall == 2 * s.wall
     assert s.allocated() == timedelta(seconds=allocated)
-    assert s.phase(Phase.STOPPING, nodes=False) > ZERO  # the wait for the cancel is shown
+    # the wait for the cancel is shown: stopping while a run held nodes, else settling
+    assert s.phase(Phase.STOPPING, nodes=False) + s.phase(Phase.SETTLING, nodes=False) > ZERO
+
+
+def _ended_at(number: int, kind: CauseKind, seconds: float) -> ObjectReport:
+    """An end the scheduler dates at T0 + ``seconds`` (seen later, at the tick)."""
+    state = {CauseKind.NONE: State.SUCCEEDED}.get(kind, State.FAILED)
+    return obj(number, state, cause_=Cause(kind=kind, at=T0 + timedelta(seconds=seconds),
+                                           exit_code=0 if kind is CauseKind.NONE else 1))
+
+
+def _ran_then(kind: CauseKind, *, rules: bool) -> Sim:
+    """Queued 5s, runs on 2 nodes until 100s (the scheduler's time), seen and committed at
+    130s."""
+    sim = sim_with(2) if rules else Sim(job_id="j")
+    if not rules:
+        created = sim.record[0]
+        assert isinstance(created, ev.JobCreated)
+        sim.record[0] = msgspec.structs.replace(
+            created, spec=msgspec.structs.replace(created.spec, nodes=2))
+        sim.job = fold(sim.record, T0)
+    tick(sim, 0, [])
+    tick(sim, 10, [obj(1, State.RUNNING, executions=(run(0, 5, 2),))])
+    assert "Commit" in tick(sim, 130, [_ended_at(1, kind, 100)])
+    return sim
+
+
+def test_an_end_no_rule_recovers_from_is_settling_not_recovering() -> None:
+    # issue 48 (nan-6): "recovering · non-zero-exit" on a job that never recovered
+    jt = job_time(_ran_then(CauseKind.NON_ZERO_EXIT, rules=False).record, T0)
+    s = split(jt)
+    sec = timedelta(seconds=1)
+    assert not any(p is Phase.RECOVERING for p, _ in s.parts)
+    assert s.parts[(Phase.SETTLING, CauseKind.NON_ZERO_EXIT)] == 30 * sec
+    assert s.badput() == {} and s.allocated() == 95 * 2 * sec
+    assert s.wall == 130 * sec  # G1: still every second of the wall time
+
+
+def test_the_wait_for_the_commit_after_success_is_not_allocated() -> None:
+    # issue 48: "stopping · none" 26 min between exit 0 and the commit counted as allocated
+    s = split(job_time(_ran_then(CauseKind.NONE, rules=True).record, T0))
+    sec = timedelta(seconds=1)
+    assert s.parts[(Phase.SETTLING, CauseKind.NONE)] == 30 * sec
+    assert (Phase.STOPPING, CauseKind.NONE) not in s.parts
+    assert s.allocated() == 95 * 2 * sec  # running only
+    assert s.node_wall == 130 * 2 * sec  # still time to result
+    assert s.allocated_goodput() == 1.0
+
+
+def test_held_time_is_time_to_result_but_no_node_time() -> None:
+    # issue 48: 4.16 node-h of held time, 40 % of the fleet's node-time
+    sim = sim_with(4)
+    tick(sim, 0, [])
+    tick(sim, 10, [obj(1, State.RUNNING, executions=(run(0, 5, 4),))])
+    sim.append([ev.HoldPlaced(seq=sim.job.version + 1, at=T0 + timedelta(seconds=50),
+                              cause=Cause(kind=CauseKind.HELD), recovery=False)])
+    s = split(job_time(sim.record, T0 + timedelta(seconds=150)))
+    sec = timedelta(seconds=1)
+    assert s.parts[(Phase.HELD, CauseKind.HELD)] == 100 * sec
+    assert s.node_parts[(Phase.HELD, CauseKind.HELD)] == timedelta(0)
+    assert s.wall == 150 * sec and s.node_wall == (5 + 45) * 4 * sec

@@ -381,7 +381,7 @@ function drawTimelineFacts(tl) {
   const d = tl.durations || {};
   fillTable("durations", [["queued", fmtDuration(d.queued || 0)], ["running", fmtDuration(d.running || 0)],
     ["recovering", fmtDuration(d.recovering || 0)], ["held", fmtDuration(d.held || 0)],
-    ["stopping", fmtDuration(d.stopping || 0)],
+    ["stopping", fmtDuration(d.stopping || 0)], ["settling", fmtDuration(d.settling || 0)],
     ["total", fmtDuration(d.total || 0) + (tl.outcome ? "" : " (as of " + fmtClock(tl.now) + ")")]]);
   fillTable("times", [["created", fmtTime(tl.start)], ["ended", tl.outcome ? fmtTime(tl.outcome.at) : "not yet"]]);
   const esc = $("escalations");
@@ -556,14 +556,28 @@ function drawTimeline(tl) {
     axis.append(el("span", { style: { left: i * 25 + "%" } }, label));
   }
   box.append(axis);
+  drawLegend(tl);
+}
+
+// The timeline's legend: only the causes, fences and holds this timeline shows (issue 48:
+// every legend listed all 14 causes).
+function drawLegend(tl) {
+  const shown = new Set();
+  for (const s of tl.submissions) {
+    if (!s.executions.length && s.end_cause) shown.add(s.end_cause.kind);
+    for (const x of s.executions) if (x.cause) shown.add(x.cause.kind);
+  }
+  for (const p of (tl.goodput ? tl.goodput.phases : [])) if (p.phase === "recovering") shown.add(p.cause);
   const legend = $("legend");
-  if (!legend.childElementCount) {
-    for (const [kind, colour] of Object.entries(CAUSE_COLOURS)) {
-      const item = el("span", {}, kind);
-      item.prepend(el("i", { style: { background: colour } }));
-      legend.append(item);
-    }
-    legend.append(el("span", {}, "▼ fence (stop ordered)"));
+  legend.replaceChildren();
+  for (const [kind, colour] of Object.entries(CAUSE_COLOURS)) {
+    if (!shown.has(kind)) continue;
+    const item = el("span", { "data-cause": kind }, kind);
+    item.prepend(el("i", { style: { background: colour } }));
+    legend.append(item);
+  }
+  if (tl.submissions.some((s) => s.stop)) legend.append(el("span", {}, "▼ fence (stop ordered)"));
+  if (tl.holds.length) {
     const hold = el("span", {}, "hold");
     hold.prepend(el("i", { style: { background: "rgba(217,70,239,.35)" } }));
     legend.append(hold);
@@ -608,10 +622,12 @@ function goodputRow(g, span, end) {
 function drawGoodput(g) {
   if (!g) return;
   const s = g.split;
-  const rows = s.parts.map((p) => [p.phase + (p.cause !== "none" ? " · " + p.cause : ""), nodeTime(p.node_seconds)]);
+  // held: waiting for a person, time to result but never node-time (issue 48)
+  const rows = s.parts.map((p) => [p.phase + (p.cause !== "none" ? " · " + p.cause : ""),
+    p.phase === "held" ? fmtDuration(p.seconds) + " (no node-time)" : nodeTime(p.node_seconds)]);
   for (const l of s.lost_work) rows.push(["lost work · " + l.cause, nodeTime(l.node_seconds)]);
   // two denominators, never confused: every phase (what a person waited) and only the
-  // phases that hold nodes (running, stopping)
+  // phases that hold nodes (running, stopping; never settling)
   rows.push(["time to result", nodeTime(s.node_seconds)]);
   rows.push(["allocated node-time", nodeTime(s.allocated_node_seconds)]);
   rows.push(["goodput of time to result", share(s.goodput)]);
@@ -638,12 +654,17 @@ async function refreshFleetGoodput() {
 
 function drawBadputChart(doc) {
   const box = $("badput-chart");
-  const W = 700, H = 160, pad = 28;
+  // scaled to the data (issue 48: 13 of 14 days were empty): from the first day with time
+  // in it, each bar at most 48 units wide, the chart no wider than its days
+  const H = 160, pad = 28;
+  const first = doc.days.findIndex((d) => Object.keys(d.badput).length || d.goodput !== null);
+  const days = first < 0 ? doc.days.slice(-1) : doc.days.slice(first);
+  const bw = Math.min((700 - pad) / days.length, 48);
+  const W = pad + bw * days.length;
   const chart = svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "badput by cause per day, node-time" });
-  const days = doc.days;
+  chart.style.maxWidth = Math.round((900 * W) / 700) + "px"; // CSSOM: the CSP refuses style=""
   const totals = days.map((d) => Object.values(d.badput).reduce((a, b) => a + b, 0));
   const top = Math.max(...totals, 1e-9);
-  const bw = (W - pad) / days.length;
   days.forEach((d, i) => {
     let y = H - pad;
     for (const [cause, v] of Object.entries(d.badput)) {
@@ -654,9 +675,12 @@ function drawBadputChart(doc) {
       rect.append(svg("title", {}, d.day + ": " + cause + " " + nodeTime(v * 3600)));
       chart.append(rect);
     }
-    if (i % 2 === 0) chart.append(svg("text", { x: pad + i * bw + bw / 2, y: H - 8, "text-anchor": "middle", "font-size": 10 }, d.day.slice(5)));
+    if (days.length <= 7 || i % 2 === 0) {
+      chart.append(svg("text", { x: pad + i * bw + bw / 2, y: H - 8, "text-anchor": "middle", "font-size": 10,
+        "data-day": d.day }, d.day.slice(5)));
+    }
   });
-  chart.append(svg("text", { x: 2, y: pad - 8, "font-size": 10 }, nodeTime(top * 3600)));
+  if (Math.max(...totals) > 0) chart.append(svg("text", { x: 2, y: pad - 8, "font-size": 10 }, nodeTime(top * 3600)));
   chart.append(svg("line", { x1: pad, y1: H - pad, x2: W, y2: H - pad, stroke: "#94a3b8" }));
   box.replaceChildren(chart);
   const causes = [...new Set(days.flatMap((d) => Object.keys(d.badput)))];
