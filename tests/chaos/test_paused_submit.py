@@ -99,7 +99,7 @@ def test_a_late_object_of_a_paused_submit_is_stopped_after_a_persons_cancel(
         _wait(lambda: _stopped(a.pid) or a.poll() is not None, "A to stop in its submit")
         assert a.poll() is None, a.communicate()
         _wait(lambda: len(list((root / "staging").glob("*/runner.json"))) == 1,
-              "A's object staged, its runner waiting", timeout=30)
+              "A's object staged, its runner waiting")  # a runner's start: slow under load
         phase = {"cancelled": False, "continued": False}
         # B: attempt lease 3 s, so the person's cancel commits without the 30 s wait.
         make = partial(Supervisor, attempt_lease=timedelta(seconds=3))

@@ -19,7 +19,7 @@ def test_a_mistyped_command_gets_the_closest_and_the_list(env: dict[str, str]) -
     code, _, err = invoke(env, "lst")
     assert code == 2
     assert "No such command 'lst'. Did you mean 'ls'" in err
-    assert "Commands: cancel, give-up, goodput, history, local, logs, ls," in err
+    assert "Commands: cancel, doctor, give-up, goodput, history, kubeflow, local, logs, ls," in err
     code, out, _ = invoke(env, "histroy", "x", "--json")
     assert code == 2 and "Did you mean 'history'?" in json.loads(out)["error"]["message"]
 
