@@ -84,6 +84,23 @@ def test_dry_run_shows_the_pod_keys_in_the_contexts_namespace(fake: FakeApiServe
     assert fake.all("TrainJob") == []  # a dry run sends nothing
 
 
+def test_dry_run_without_any_configuration_says_its_namespace_stands_in(tmp_path: Path
+                                                                      ) -> None:
+    """A dry run sends nothing and needs no cluster: with no kubeconfig at all it still shows
+    the TrainJob, and says that 'default' stands in for the context's namespace (it is no
+    exit 2 as a submit is; a broken kubeconfig still is)."""
+    done = dispatch(tmp_path, "submit", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "no Kubernetes configuration here: its namespace 'default' stands in" in done.stdout
+    (trainjob,) = [d for d in yaml.safe_load_all(done.stdout) if d and d.get("kind") == "TrainJob"]
+    assert trainjob["metadata"]["namespace"] == "default"
+    broken = tmp_path / "broken.kubeconfig"
+    broken.write_text("clusters: 5\n")
+    broken.chmod(0o600)
+    done = dispatch(tmp_path, "submit", "--dry-run", DISPATCH_KUBECONFIG=str(broken))
+    assert done.returncode == 2 and str(broken) in done.stderr, done.stderr
+
+
 def test_a_real_submit_carries_the_pod_keys_to_the_pods(fake: FakeApiServer,
                                                         tmp_path: Path) -> None:
     config = fake.write_kubeconfig(tmp_path / "kubeconfig", namespace="team-a")

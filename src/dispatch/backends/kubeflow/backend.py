@@ -289,8 +289,17 @@ class KubeflowBackend:
     def dry_run(self, submission: Submission) -> DryRun:
         """The TrainJob that ``submit`` would create, in the namespace it would use; sends
         nothing (the kubeconfig is read for the context's namespace)."""
-        text = yaml.safe_dump(self.manifest(submission), sort_keys=False)
-        return DryRun(backend=self.name, documents=(("TrainJob", text),))
+        from dispatch.backends.kubeflow.kubeconfig import NoKubeConfig
+
+        title = "TrainJob"
+        try:
+            body = self.manifest(submission)
+        except NoKubeConfig:  # nothing to read the namespace from: shown, not guessed
+            body = build_trainjob(submission, "default")
+            title += (" (no Kubernetes configuration here: its namespace 'default' stands in"
+                      " for the context's, which submit needs)")
+        return DryRun(backend=self.name,
+                      documents=((title, yaml.safe_dump(body, sort_keys=False)),))
 
     def logs(self, ref: str) -> list[PodLog]:
         """The logs of the TrainJob's pods (those its JobSet labels as its own), each read

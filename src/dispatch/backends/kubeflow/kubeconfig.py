@@ -66,6 +66,11 @@ class KubeConfigError(BackendError):
     """No usable Kubernetes config here: the backend cannot be built (never a state)."""
 
 
+class NoKubeConfig(KubeConfigError):
+    """No configuration at all (no file, no pod's service account): a dry run can still show
+    what it would send, in the namespace ``default``."""
+
+
 @dataclass(frozen=True)
 class KubeconfigFile:
     """What one kubeconfig file defines, every file name in it absolute."""
@@ -248,7 +253,7 @@ def load_kubeconfig(explicit: str | None, context: str | None,
             raise KubeConfigError(f"context {context!r} is asked for, but there is no kubeconfig"
                                   f" ({looked}); in this pod only its service account is there")
         return _service_account(Path(service_account_dir), env)
-    raise KubeConfigError(f"no Kubernetes configuration: {looked}, and this is no pod with a "
+    raise NoKubeConfig(f"no Kubernetes configuration: {looked}, and this is no pod with a "
                           "service account (KUBERNETES_SERVICE_HOST is unset); name a "
                           "kubeconfig file with DISPATCH_KUBECONFIG (or KUBECONFIG) and, "
                           "if not its current-context, the context with DISPATCH_K8S_CONTEXT")
