@@ -212,7 +212,8 @@ def test_timeline_of_a_recovered_job_and_the_state_filter(server: Server, page: 
     expect(row(page, failed).locator(".state")).to_have_text("failed", timeout=WAIT_MS)
     expect(row(page, failed).locator("td.cause")).to_have_text("non-zero-exit (exit 1)")
     # a recovered job keeps saying what it recovered from
-    expect(row(page, recovered).locator("td.cause")).to_have_text("none (exit 0)")
+    expect(row(page, recovered).locator("td.cause")).to_have_text(
+        "none (exit 0) after 1 recovery: non-zero-exit")
     page.goto(server.url + f"/#{recovered}")  # an old link opens the job's page
     expect(page).to_have_url(server.url + f"/jobs/{recovered}")
 

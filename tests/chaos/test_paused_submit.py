@@ -40,7 +40,7 @@ pytestmark = pytest.mark.chaos
 # Supervisor A: serves the scope; its first publish stops the process itself (SIGSTOP) just
 # before the rename of the staged object, claim held, then publishes when continued.
 PAUSES_IN_SUBMIT = """
-import os, signal, sys
+import os, signal, sys, threading
 from dispatch.backends.local import LocalBackend
 from dispatch.stores.select import open_store
 from dispatch.supervise.leases import Supervision
@@ -51,7 +51,9 @@ paused = []
 def stop_then_rename(src, dst):
     if "/staging/" in str(src) and "/objects/" in str(dst) and not paused:
         paused.append(True)
-        os.kill(os.getpid(), signal.SIGSTOP)
+        # To this thread: kill(getpid()) lets the kernel pick another thread to take the
+        # stop, and this one ran on through the rename before the group stop reached it.
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
     rename(src, dst)
 os.rename = stop_then_rename
 backend = LocalBackend(root)

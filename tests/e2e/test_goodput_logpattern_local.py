@@ -55,7 +55,7 @@ def test_a_preemption_loses_the_run_since_the_last_matching_line(dispatch: Dispa
     job = json.loads(dispatch("submit", str(spec), "--json", check=True).stdout)["job"]
     wait_until(lambda: any(s == 6 for s, _ in _checkpoints(dispatch)),
                "no line said the checkpoint at step 6", timeout=90)
-    wait_until(lambda: "checkpoint at step 6" in dispatch("history", job).stdout,
+    wait_until(lambda: "checkpoint at step 6" in dispatch("history", job, "--all").stdout,
                "the checkpoint at step 6 never reached the record", timeout=60)
     before = time.time()
     dispatch("local", "inject", job, "preempt", check=True)

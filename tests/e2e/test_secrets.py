@@ -86,7 +86,14 @@ def dispatch(open_tree: Path) -> Iterator[Dispatch]:
 def record_bytes(d: Dispatch) -> bytes:
     """Every file of the SQLite record (the database, its WAL and shared memory)."""
     store = Path(d.env["DISPATCH_STORE"])
-    return b"".join(p.read_bytes() for p in store.parent.glob(store.name + "*"))
+    return b"".join(_bytes(p) for p in store.parent.glob(store.name + "*"))
+
+
+def _bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:  # the WAL or shared memory, removed as the last one closed
+        return b""
 
 
 def only_meta(d: Dispatch) -> Path:

@@ -89,13 +89,13 @@ def test_an_unreachable_submit_is_bounded_by_the_read_deadline_and_said_once(
     assert job["name"] == "never-created"
 
     # Cancelled without ever being created: it held no node, so it allocates nothing (it
-    # stays stopping while the cluster cannot confirm the cancel; that wait is not held).
+    # is settling while the cluster cannot confirm the cancel: no run holds nodes).
     cancelled = dispatch(tmp_path, "cancel", job["job"], **env)
     assert cancelled.returncode in (0, 4), cancelled.stderr
     goodput = dispatch(tmp_path, "goodput", "--json", **env)
     assert goodput.returncode == 0, goodput.stderr
     (group,) = json.loads(goodput.stdout)["groups"]
-    assert {p["phase"] for p in group["parts"]} == {"queued", "stopping"}
+    assert {p["phase"] for p in group["parts"]} == {"queued", "settling"}
     assert group["allocated_node_seconds"] == 0 and group["goodput_allocated"] is None
 
 

@@ -29,7 +29,7 @@ TOKEN = "job-claim.1.token"
 # A submitter that stops itself (SIGSTOP) on the publish's rename, then publishes when
 # continued, and prints the ref it got.
 STOPS_BEFORE_PUBLISH = """
-import os, signal, sys
+import os, signal, sys, threading
 from dispatch.backends.base import Submission
 from dispatch.backends.local import LocalBackend
 from dispatch.core.spec import JobSpec
@@ -37,7 +37,7 @@ from dispatch.core.spec import JobSpec
 rename = os.rename
 def stop_then_rename(src, dst):
     if "/staging/" in str(src):
-        os.kill(os.getpid(), signal.SIGSTOP)
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)  # this thread stops here
     rename(src, dst)
 os.rename = stop_then_rename
 backend = LocalBackend(root=sys.argv[1])

@@ -12,9 +12,9 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -42,7 +42,8 @@ def pausing_once(real: Callable[..., None]) -> Callable[..., None]:
         if not paused["done"]:
             paused["done"] = True
             say("inside")
-            os.kill(os.getpid(), signal.SIGSTOP)
+            # to this thread, so it is this one that stops before going on (paused_submit)
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
 
     return check
 

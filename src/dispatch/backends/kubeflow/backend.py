@@ -45,7 +45,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
-import yaml
 from lightkube.types import CascadeType
 
 from dispatch.backends.base import DryRun, Submission, SubmitRejected
@@ -60,7 +59,7 @@ from dispatch.backends.kubeflow.client import (
 from dispatch.backends.kubeflow.gone import SOMEONE_ELSE, deleted_by, report_gone, report_pods_left
 from dispatch.backends.kubeflow.informer import Informer, InformerSettings, Predicate, Watched
 from dispatch.backends.kubeflow.look import Look, collections_of, look_cached, look_listed
-from dispatch.backends.kubeflow.manifest import build_trainjob, parse_section
+from dispatch.backends.kubeflow.manifest import build_trainjob, dry_run_trainjob, parse_section
 from dispatch.backends.kubeflow.mapping import awaits_evidence, current_objects, report_trainjob
 from dispatch.backends.kubeflow.objects import (
     GATE_ANNOTATION,
@@ -281,25 +280,11 @@ class KubeflowBackend:
                           self._settings.service_account_dir)
         return getattr(cfg, "namespace", None) or "default"
 
-    def manifest(self, submission: Submission) -> dict[str, Any]:
-        if parse_section(submission.spec.kubeflow).namespace is not None:
-            return build_trainjob(submission, "default")  # the section's namespace wins
-        return build_trainjob(submission, self._default_namespace())
-
     def dry_run(self, submission: Submission) -> DryRun:
         """The TrainJob that ``submit`` would create, in the namespace it would use; sends
         nothing (the kubeconfig is read for the context's namespace)."""
-        from dispatch.backends.kubeflow.kubeconfig import NoKubeConfig
-
-        title = "TrainJob"
-        try:
-            body = self.manifest(submission)
-        except NoKubeConfig:  # nothing to read the namespace from: shown, not guessed
-            body = build_trainjob(submission, "default")
-            title += (" (no Kubernetes configuration here: its namespace 'default' stands in"
-                      " for the context's, which submit needs)")
         return DryRun(backend=self.name,
-                      documents=((title, yaml.safe_dump(body, sort_keys=False)),))
+                      documents=(dry_run_trainjob(submission, self._default_namespace),))
 
     def logs(self, ref: str) -> list[PodLog]:
         """The logs of the TrainJob's pods (those its JobSet labels as its own), each read

@@ -36,11 +36,7 @@ import msgspec
 from lightkube import ApiError, Client
 from lightkube.core.exceptions import ConfigError
 from lightkube.core.selector import build_selector
-from lightkube.generic_resource import (
-    GenericGlobalResource,
-    GenericNamespacedResource,
-    create_api_info,
-)
+from lightkube.generic_resource import GenericGlobalResource, GenericNamespacedResource
 from lightkube.resources.core_v1 import PodLog as PodLogRes
 from lightkube.types import CascadeType, PatchType
 
@@ -50,48 +46,25 @@ from dispatch.backends.kubeflow.kubeconfig import (
     KubeConfigError,
     load_kubeconfig,
 )
+from dispatch.backends.kubeflow.resources import (
+    ClusterRuntimeRes,
+    EventRes,
+    JobRes,
+    JobSetRes,
+    NodeRes,
+    PodRes,
+    RuntimeRes,
+    TrainJobRes,
+)
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.errors import BackendError
 from dispatch.support.deadline import READ_DEADLINE_ENV, deadline_seconds, time_left
 from dispatch.support.retry import with_backoff
 
 BACKEND = "kubeflow"
-
-
-# Resource classes built here rather than through lightkube's global registry, so that nothing
-# else in the process (or lightkube's own typed models) is affected.
-class TrainJobRes(GenericNamespacedResource):
-    _api_info = create_api_info("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs")
-
-
-class JobSetRes(GenericNamespacedResource):
-    _api_info = create_api_info("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
-
-
-class JobRes(GenericNamespacedResource):
-    _api_info = create_api_info("batch", "v1", "Job", "jobs")
-
-
-class PodRes(GenericNamespacedResource):
-    _api_info = create_api_info("", "v1", "Pod", "pods")
-
-
-class EventRes(GenericNamespacedResource):
-    _api_info = create_api_info("", "v1", "Event", "events")
-
-
-class NodeRes(GenericGlobalResource):
-    _api_info = create_api_info("", "v1", "Node", "nodes")
-
-
-class ClusterRuntimeRes(GenericGlobalResource):
-    _api_info = create_api_info("trainer.kubeflow.org", "v1alpha1", "ClusterTrainingRuntime",
-                                "clustertrainingruntimes")
-
-
-class RuntimeRes(GenericNamespacedResource):
-    _api_info = create_api_info("trainer.kubeflow.org", "v1alpha1", "TrainingRuntime",
-                                "trainingruntimes")
+# The resources live in resources.py; the backend's modules import them from here.
+__all__ = ["ClusterRuntimeRes", "EventRes", "JobRes", "JobSetRes", "NodeRes", "PodRes",
+           "RuntimeRes", "TrainJobRes"]
 
 
 ResourceType = type[GenericNamespacedResource] | type[GenericGlobalResource]

@@ -41,9 +41,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from typing import Any
 
+import yaml
+
 from dispatch.backends.base import Submission
+from dispatch.backends.kubeflow.kubeconfig import NoKubeConfig
 from dispatch.backends.kubeflow.objects import GATE_ANNOTATION, MANAGED_LABEL, TOKEN_LABEL
 from dispatch.backends.kubeflow.section import (
     DNS1123_LABEL,
@@ -214,3 +218,21 @@ def build_trainjob(submission: Submission, default_namespace: str) -> dict[str, 
         },
         "spec": body,
     }
+
+
+def dry_run_trainjob(submission: Submission, namespace: Callable[[], str]) -> tuple[str, str]:
+    """What ``submit --dry-run`` shows (title, YAML): the TrainJob in the section's namespace,
+    else the context's (``namespace()``, read from the configuration), else, with no
+    Kubernetes configuration at all, in ``default``, said to stand in (a dry run needs no
+    cluster; a configuration that is there but unusable is still its error)."""
+    title = "TrainJob"
+    if parse_section(submission.spec.kubeflow).namespace is not None:
+        where = "default"  # the section's namespace wins
+    else:
+        try:
+            where = namespace()
+        except NoKubeConfig:
+            where = "default"
+            title += (" (no Kubernetes configuration here: its namespace 'default' stands in"
+                      " for the context's, which submit needs)")
+    return title, yaml.safe_dump(build_trainjob(submission, where), sort_keys=False)
