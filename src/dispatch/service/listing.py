@@ -29,6 +29,7 @@ from dispatch.stores.base import JobRow, sort_key_us
 from dispatch.stores.query import ORDERS, JobQuery, Key, Order
 from dispatch.support.durations import quoted
 from dispatch.support.name_glob import natural_key
+from dispatch.support.utf8 import encodable  # JSON's \udce9 is a lone surrogate
 
 Column = Literal["created", "name", "backend", "job", "state", "cause", "submissions"]
 COLUMNS: tuple[Column, ...] = (*ORDERS, "state", "cause", "submissions")
@@ -113,19 +114,10 @@ def decode_cursor(text: str, order: Column, descending: bool) -> Key:
     if not (len(key) == len(_KEY_TYPES[order])
             and all(type(v) is t for v, t in zip(key, _KEY_TYPES[order], strict=True))
             and all(0 <= v <= MOST for v in key if isinstance(v, int))
-            and all(_encodable(v) for v in key if isinstance(v, str))):
+            and all(encodable(v) for v in key if isinstance(v, str))):
         raise BadParameter("after", "not a cursor this server gave (use the 'next' of the "
                            "previous page)")
     return tuple(key)
-
-
-def _encodable(text: str) -> bool:
-    """Whether UTF-8 can write ``text`` (JSON's \\udce9 is a lone surrogate it cannot)."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def parse_list_request(params: dict[str, str], backends: Sequence[str]) -> ListRequest:
@@ -163,7 +155,7 @@ def parse_list_request(params: dict[str, str], backends: Sequence[str]) -> ListR
                                f"{', '.join(backends)}")
         req = replace(req, backend=backend)
     if "name" in params:
-        if not params["name"] or not _encodable(params["name"]):
+        if not params["name"] or not encodable(params["name"]):
             raise BadParameter("name", f"{quoted(params['name'])}: a name, or a shell-style "
                                "pattern such as 'sweep-*'")
         req = replace(req, name=params["name"])
