@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 from tests.conftest_pg import postgres_cluster, postgres_url  # noqa: F401  (fixtures)
 from tests.integration.supervision.helpers import ROOT, child_env
+from tests.specs import parse_spec
 
 from dispatch.backends.local import LocalBackend
 from dispatch.backends.local.procs import marked, process_alive
 from dispatch.core import events as ev
 from dispatch.core.model import CauseKind, State
 from dispatch.core.record import fold
-from dispatch.core.spec import parse_spec
 from dispatch.service.requests import create_job, request_cancel
 from dispatch.stores.select import open_store
 from dispatch.supervise.leases import Supervision, local_scope
