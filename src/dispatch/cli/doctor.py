@@ -24,28 +24,30 @@ MARK = {Verdict.OK: "ok", Verdict.DEGRADED: "DEGRADED", Verdict.PROBLEM: "PROBLE
 
 
 def _kubeflow(namespace: str | None, runtime: str | None, runtime_kind: str,
-              ) -> tuple[list[Check], list[dict[str, Any]], str]:
-    from dispatch.backends.kubeflow.client import ClientSettings, KubeClient, load_config
+              ) -> tuple[list[Check], list[dict[str, Any]], str, dict[str, Any] | None]:
+    from dispatch.backends.kubeflow.client import ClientSettings, KubeClient
     from dispatch.backends.kubeflow.doctor import doctor
     from dispatch.backends.kubeflow.kubeconfig import KubeConfigError
+    from dispatch.backends.kubeflow.origin import config_origin
     from dispatch.backends.registry import KUBECONFIG
     from dispatch.support.paths import K8S_CONTEXT, env_path
 
     kubeconfig = str(p) if (p := env_path(KUBECONFIG)) else None
     context = os.environ.get(K8S_CONTEXT) or None
     try:
-        cfg = load_config(kubeconfig, context)
+        cfg, origin = config_origin(kubeconfig, context)
         kube = KubeClient(ClientSettings(kubeconfig=kubeconfig, context=context, retries=1),
                           config=cfg)
     except KubeConfigError as err:
         return ([Check("configuration", Verdict.PROBLEM, str(err),
-                       f"set {KUBECONFIG} (or KUBECONFIG) to a kubeconfig of yours")], [], "")
+                       f"set {KUBECONFIG} (or KUBECONFIG) to a kubeconfig of yours, and "
+                       f"{K8S_CONTEXT} to a context in it")], [], "", None)
     ns = namespace or os.environ.get("DISPATCH_K8S_NAMESPACE") or kube.default_namespace
     try:
-        checks, accesses = doctor(kube, cfg, ns, runtime, runtime_kind)
+        checks, accesses = doctor(kube, origin, ns, runtime, runtime_kind)
     finally:
         kube.close()
-    return checks, [a.as_json() for a in accesses], ns
+    return checks, [a.as_json() for a in accesses], ns, origin.as_json()
 
 
 def _runtime_of(spec: Path | None, runtime: str | None) -> tuple[str | None, str]:
@@ -79,9 +81,10 @@ def doctor(backend: str, namespace: str | None, runtime: str | None, spec: Path 
            partition: str | None, as_json: bool) -> None:
     """Check what a first job on BACKEND needs, and say how to fix what is missing."""
     accesses: list[dict[str, Any]] = []
+    configuration: dict[str, Any] | None = None
     if backend == "kubeflow":
         name, kind = _runtime_of(spec, runtime)
-        checks, accesses, namespace = _kubeflow(namespace, name, kind)
+        checks, accesses, namespace, configuration = _kubeflow(namespace, name, kind)
     elif backend == "slurm":
         from dispatch.backends.slurm.doctor import doctor as slurm_doctor
 
@@ -101,6 +104,7 @@ def doctor(backend: str, namespace: str | None, runtime: str | None, spec: Path 
                                "checks": [c.as_json() for c in checks]}
         if backend == "kubeflow":
             out["namespace"] = namespace
+            out["configuration"] = configuration
             out["permissions"] = accesses
         emit_json(out)
     else:
