@@ -146,14 +146,19 @@ def kubeflow() -> None:
 @click.option("--namespace-only", is_flag=True, help="No cluster-scoped object (for clusters "
               "that refuse a ClusterRole on nodes): node-loss detection is then degraded.")
 @click.option("--runtime-only", is_flag=True, help="Only the runtime (native restarts off).")
+@click.option("--serve", is_flag=True, help="Also `dispatch serve` in NAMESPACE as the service "
+              "account: a Deployment (2 replicas, one active) and its Service; needs --image.")
+@click.option("--image", default=None, help="With --serve: the container image, with "
+              "dispatch on PATH.")
 @handle_errors
 def manifests(namespace: str, user: str | None, service_account: str | None,
-              namespace_only: bool, runtime_only: bool) -> None:
+              namespace_only: bool, runtime_only: bool, serve: bool, image: str | None) -> None:
     """Print the runtime and the RBAC dispatch needs, to pipe to `kubectl apply -f -`."""
     from dispatch.backends.kubeflow.manifests import Subject, cluster_manifests, render, runtime
 
     if user is not None and service_account is not None:
         raise BadInput("give --user or --service-account, not both")
+    _check_serve(serve, image, user, runtime_only)
     if runtime_only:
         click.echo(render([runtime()]), nl=False)
         return
@@ -170,8 +175,35 @@ def manifests(namespace: str, user: str | None, service_account: str | None,
         raise BadInput(f"--service-account: {subject.name!r} is not a service account's name")
     if not subject.name or not subject.name.isprintable():
         raise BadInput(f"--user: {subject.name!r} is not a user's name")
-    click.echo(render(cluster_manifests(namespace, subject, namespace_only=namespace_only),
-                      namespace_only=namespace_only), nl=False)
+    text = render(cluster_manifests(namespace, subject, namespace_only=namespace_only),
+                  namespace_only=namespace_only)
+    if serve and image is not None:
+        from dispatch.backends.kubeflow.serve_manifests import (
+            render_serve,
+            serve_header,
+            serve_manifests,
+        )
+
+        text = ("\n".join(serve_header(namespace)) + "\n" + text + "---\n"
+                + render_serve(serve_manifests(namespace, subject.name, image)))
+    click.echo(text, nl=False)
+
+
+def _check_serve(serve: bool, image: str | None, user: str | None, runtime_only: bool) -> None:
+    from dispatch.backends.kubeflow.serve_manifests import image_problem
+
+    if not serve:
+        if image is not None:
+            raise BadInput("--image is for --serve (the image dispatch serve runs from)")
+        return
+    if image is None:
+        raise BadInput("--serve needs --image IMAGE (a container image with dispatch on PATH)")
+    if why := image_problem(image):
+        raise BadInput(f"--image: {why}")
+    if user is not None:
+        raise BadInput("--serve runs as a service account (--service-account), not --user")
+    if runtime_only:
+        raise BadInput("give --serve or --runtime-only, not both")
 
 
 COMMANDS = (doctor, kubeflow)
