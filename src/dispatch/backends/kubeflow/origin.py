@@ -93,17 +93,14 @@ def config_origin(kubeconfig: str | None, context: str | None,
 
 def origin_from_env(env: Mapping[str, str] = os.environ) -> ConfigOrigin:
     """The origin of the configuration this process's kubeflow backend uses (the registry's
-    variables: DISPATCH_KUBECONFIG, DISPATCH_K8S_CONTEXT, DISPATCH_K8S_NAMESPACE)."""
+    variables: DISPATCH_KUBECONFIG, DISPATCH_K8S_CONTEXT). Its namespace is the context's:
+    where a TrainJob goes when its spec names none."""
     from dispatch.backends.registry import KUBECONFIG
     from dispatch.support.paths import K8S_CONTEXT, env_path
 
     kubeconfig = env_path(KUBECONFIG, env)
     _, origin = config_origin(str(kubeconfig) if kubeconfig else None,
                               env.get(K8S_CONTEXT) or None, env=env)
-    namespace = env.get("DISPATCH_K8S_NAMESPACE")
-    if namespace:
-        origin = ConfigOrigin(origin.files, origin.context, origin.cluster, origin.server,
-                              origin.user, namespace, origin.context_file)
     return origin
 
 

@@ -98,9 +98,10 @@ def test_the_context_DISPATCH_K8S_CONTEXT_names_and_its_exec_plugin_not_run(
     a, b, _ = files
     origin = origin_from_env(env_of(tmp_path, KUBECONFIG=f"{a}:{b}",
                                     DISPATCH_K8S_CONTEXT="prod",
-                                    DISPATCH_K8S_NAMESPACE="override"))
+                                    DISPATCH_K8S_NAMESPACE="watched-too"))
+    # the namespace is the context's: where a TrainJob goes when its spec names none
     assert (origin.context, origin.cluster, origin.user, origin.server, origin.namespace) == (
-        "prod", "prod-cluster", "sso", "https://prod.example", "override")
+        "prod", "prod-cluster", "sso", "https://prod.example", "ml")
     assert f"context prod (from {b})" in origin.text()
     no_secret(origin.text())
     assert not (tmp_path / "ran").exists()  # saying where is no reason to run the plugin
