@@ -224,6 +224,8 @@ def test_team_token_name_is_the_actor(serve: Callable[..., Served], tmp_path: Pa
         assert r.json()["error"]["code"] == "unauthorized"
     wrong = anon.get("/api/jobs", headers={"Authorization": "Bearer not-a-token-at-all"})
     assert wrong.status_code == 401
+    # with team tokens the start token stays out of the output (a pod's log others read)
+    assert s.start_token not in s.output() and str(s.token_file) in s.output()
     job = s.submit(spec("guarded", "import time; time.sleep(120)"))
     s.wait_for(job, lambda st: st["state"] == "running")
     as_bob = anon.post(f"/api/jobs/{job}/cancel", json={},
