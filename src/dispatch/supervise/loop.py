@@ -121,8 +121,10 @@ class Supervisor:
         # supervisors of one process so a backend is never asked twice at once.
         self.lookout = lookout or Lookout()
         self.stopping = threading.Event()
-        # Finished jobs of ours that may still have a live object (a stop asked for in the
-        # tick that committed the outcome): ticked until the scheduler shows none alive.
+        # Finished jobs that may still have a live object (a stop asked for in the tick that
+        # committed the outcome) or get one (a submit attempt never resolved: those of the
+        # scope are looked up in the store at each takeover, _find_watched): ticked until
+        # the scheduler shows none alive and none may appear (core/waits.watch_until).
         self.chasing: set[str] = set()
         # The scope's live jobs, folded, kept between ticks: a tick reads what changed only.
         self.live = LiveFolds(store, scope)
