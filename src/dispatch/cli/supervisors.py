@@ -1,8 +1,9 @@
 """The command line of supervision under leases: the options ``supervise`` takes (--scope,
 --lease), the loop it runs, and ``dispatch supervisors`` (who is active for each scope, since
 when, last tick, lag; the rows come from dispatch.supervise.leases, shared with serve's
-/api/supervisors). ``supervisors`` is mounted through ``COMMANDS``; ``supervise`` itself
-lives in cli/admin.py and calls ``serve_scopes``.
+/api/supervisors; below the table each scope's standbys and the reads its scheduler refuses
+the active one, from supervise/presence.py). ``supervisors`` is mounted through
+``COMMANDS``; ``supervise`` itself lives in cli/admin.py and calls ``serve_scopes``.
 """
 
 from __future__ import annotations
@@ -100,8 +101,11 @@ def serve_scopes(store: RecordStore, backends: Callable[[str], Backend],
     if not scopes:  # a job recorded later for a backend not served yet: served too
         sup.follow_live_scopes()
     logging.getLogger("dispatch").setLevel(logging.INFO)
-    click.echo(f"supervising as {sup.holder}: {', '.join(resolved)} (lease {lease_s:g}s)",
-               err=True)
+    # Not "supervising": per scope it is the active supervisor, or a standby while another
+    # is; each scope's role is said as it is taken or changes (issue 48 item 10).
+    sup.on_change = lambda _scope, what, _lease: click.echo(what, err=True)
+    click.echo(f"serving scopes as {sup.holder}: {', '.join(resolved)} (lease {lease_s:g}s; "
+               "each scope's role follows)", err=True)
     sup.run()
 
 
@@ -185,7 +189,8 @@ def recently_held(rows: Sequence[dict[str, Any]], now: datetime) -> list[dict[st
 @json_option
 @handle_errors
 def supervisors(show_all: bool, store_url: str | None, as_json: bool) -> None:
-    """Who is active for each scope, since when, the last tick and the lag."""
+    """Who is active for each scope, since when, the last tick and the lag; then each
+    scope's standbys and the reads its scheduler refuses the active one."""
     from rich.console import Console
     from rich.table import Table
 
@@ -212,7 +217,27 @@ def supervisors(show_all: bool, store_url: str | None, as_json: bool) -> None:
             r["scope"], f"[{style[r['state']]}]{r['state']}[/]", r["holder"] or "-",
             str(r["epoch"] or "-"), _hms(r["since"]), _hms(r["last_tick"]),
             "-" if r["lag_s"] is None else f"{r['lag_s']:.1f}s", str(r["live_jobs"]))
-    Console(highlight=False, soft_wrap=True).print(table)
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(table)
+    from dispatch.cli.render import visible
+
+    for line in presence_lines(rows):
+        console.print(visible(line), markup=False)
+
+
+def presence_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Below the table: each scope's standbys (a process waiting for its lease) and the
+    reads its active supervisor's scheduler refuses it, with since when."""
+    lines: list[str] = []
+    for r in rows:
+        for sb in r.get("standbys", []):
+            lines.append(f"standby for {r['scope']}: {sb['holder']} (since "
+                         f"{_hms(sb['since'])}, last seen {_hms(sb['seen'])})")
+        for x in r.get("refusals", []):
+            lines.append(f"refused to {r['holder']} in {r['scope']}: {x['verb']} "
+                         f"{x['resource']} since {_hms(x['since'])} ({x['words']}): "
+                         f"{x['cost']}")
+    return lines
 
 
 def _hms(iso: str | None) -> str:
