@@ -221,8 +221,8 @@ def supervisors(show_all: bool, store_url: str | None, as_json: bool) -> None:
     console.print(table)
     from dispatch.cli.render import visible
 
-    for line in presence_lines(rows):
-        console.print(visible(line), markup=False)
+    for line in presence_lines(rows):  # folded at the terminal's width, never cut
+        console.print(visible(line), markup=False, soft_wrap=False, overflow="fold")
 
 
 def presence_lines(rows: Sequence[dict[str, Any]]) -> list[str]:

@@ -14,6 +14,9 @@ from kubeflow_support import Clock, make_backend
 from test_kubeflow_scenarios import NODES, submit
 
 from dispatch.backends.kubeflow.backend import KubeflowBackend
+from dispatch.backends.kubeflow.client import ApiAnswer
+from dispatch.backends.kubeflow.look import NODES as LOOK_NODES
+from dispatch.backends.kubeflow.refusals import Refusals
 from dispatch.http.metrics import SchedulerCalls
 from kube_fake import FakeApiServer
 from kube_fake import trainer as tr
@@ -67,16 +70,24 @@ def test_refused_nodes_and_pods_are_logged_once_counted_and_listed(
         nodes = next(line for line in lines if "Node in cluster" in line)
         assert 'User "fake" cannot' in nodes and "pods' conditions" in nodes
         assert backend.refusals.counts == Counter({"nodes": 1, "pods": 1})
+        # The same as data, which the active supervisor publishes (issue 47 item 4).
+        report = backend.refused_reads()
+        assert [(r.resource, r.verb, r.words) for r in report] == [
+            ("Node in cluster", "list", current["Node in cluster"]),
+            (f"Pod in {ns}", "list", current[f"Pod in {ns}"])]
+        assert "pods' conditions" in report[0].cost and report[0].since.tzinfo is not None
 
         for _ in range(3):  # refused again: not logged again, not counted again
             KubeflowBackend.discover(backend, [token], [])
         assert len(refusal_lines(caplog)) == 2
         assert backend.refusals.counts == Counter({"nodes": 1, "pods": 1})
+        assert backend.refused_reads() == report  # since when: the first refusal's time
 
         fake.denied = set()
         relisted(backend, set())
         found = KubeflowBackend.discover(backend, [token], [])
         assert backend.refusals.current() == {}
+        assert backend.refused_reads() == []
         assert found.complete
         again = [line for line in refusal_lines(caplog) if "allows reading" in line]
         assert sorted(again) == sorted([
@@ -116,3 +127,24 @@ def test_supervise_once_lists_what_is_refused(fake: FakeApiServer, tmp_path: Pat
         assert lines[-1] == f"refused: {refused[0]}"
     finally:
         backend.close()
+
+
+def test_the_report_says_which_verb_was_refused_and_since_the_first_refusal() -> None:
+    """A watch refused after its list was allowed (the informer tags the answer "watch")
+    is reported as a watch; seen again, its "since" stays the first refusal's time."""
+    refusals = Refusals()
+    err = ApiAnswer(403, "Forbidden", 'nodes is forbidden: User "u" cannot watch resource '
+                    '"nodes"')
+    err.verb = "watch"
+    refusals.seen({LOOK_NODES: err}, {LOOK_NODES})
+    [first] = refusals.report()
+    assert (first.resource, first.verb) == ("Node in cluster", "watch")
+    assert first.words == ('403 Forbidden: nodes is forbidden: User "u" cannot watch '
+                           'resource "nodes"')
+    assert "pods' conditions" in first.cost
+    refusals.seen({LOOK_NODES: ApiAnswer(403, "Forbidden", "again")}, {LOOK_NODES})
+    [again] = refusals.report()
+    assert (again.verb, again.words, again.since) == ("list", "403 Forbidden: again",
+                                                      first.since)
+    refusals.seen({}, {LOOK_NODES})
+    assert refusals.report() == []

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from tests.integration.stores.helpers import Backdoor, build_v1_store
 from tests.integration.supervision.helpers import ROOT, child_env, create_jobs, spec
 
 from dispatch.backends.local import LocalBackend
@@ -69,6 +70,17 @@ def test_rows_keep_since_while_the_role_holds_and_go_when_withdrawn_or_stale(
         with pytest.raises(ValueError, match="stale_after_s"):
             book.announce("s", "A", "standby", started_at=STARTED,
                           stale_after_s=float("inf"))
+
+
+def test_a_store_from_before_version_6_gets_the_presence_table_by_its_migration(
+        store_url: str) -> None:
+    build_v1_store(store_url, {})
+    with open_store(store_url) as store:
+        assert Backdoor(store_url).schema_version() == 6
+        book = store.leases().presence()
+        assert book.current() == []
+        book.announce("s", "A", "standby", started_at=STARTED, stale_after_s=60)
+        assert [p.holder for p in book.current()] == ["A"]
 
 
 def _holders(store_url: str, table: str) -> list[str]:
