@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
-from dispatch.backends.base import Backend
+from dispatch.backends.base import Backend, refusals_of
 from dispatch.cli.common import (
     LEASE_SECONDS,
     emit_json,
@@ -134,15 +134,12 @@ def once_summary(scopes: Sequence[str], reports: dict[str, TickReport],
 
 
 def refused_reads(backends: Callable[[str], Backend], scopes: Sequence[str]) -> list[str]:
-    """The reads a scheduler refuses now (the kubeflow backend's RBAC refusals: each also
-    logged once with the API server's words), one line each: never silent (issue 47)."""
-    out: list[str] = []
-    for name in dict.fromkeys(scope.partition(":")[0] for scope in scopes):
-        refusals = getattr(backends(name), "refusals", None)
-        current = getattr(refusals, "current", None)
-        if callable(current):
-            out += [f"{name}: {what}: {words}" for what, words in sorted(current().items())]
-    return out
+    """The reads a scheduler refuses now (a backend's ``refused_reads``, e.g. the kubeflow
+    backend's RBAC refusals, each also logged once with the API server's words), one line
+    each: never silent (issue 47)."""
+    return [f"{name}: {r.verb} {r.resource}: {r.words}"
+            for name in dict.fromkeys(scope.partition(":")[0] for scope in scopes)
+            for r in refusals_of(backends(name))]
 
 
 def once_lines(summary: dict[str, Any]) -> list[str]:
