@@ -103,7 +103,7 @@ def test_kill_minus_9_the_active_supervisor_50_times(request: pytest.FixtureRequ
         # Every supervisor up (standbys polling) before the kill, so the time measured is the
         # takeover's, not a process start's.
         for p in by_pid.values():
-            p.wait_line(lambda s: "supervising as" in s, timeout=60)
+            p.wait_line(lambda s: "serving scopes as" in s, timeout=60)
         lease = wait_for(lambda: (got := lease_of(url, scope)) is not None
                          and got.state == "active" and got, what="an active supervisor")
         running = [j for j in jobs(url).values()

@@ -127,3 +127,25 @@ def test_supervise_once_and_supervisors_read_on_a_terminal(dispatch: Dispatch,
     assert lines[0].split()[:3] == ["SCOPE", "STATE", "ACTIVE"]
     row = next(x for x in lines if x.startswith(scope + " "))  # the scope on one line
     assert row.split()[1] == "released"
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_supervisors_lists_a_standby_on_a_terminal(dispatch: Dispatch, columns: int) -> None:
+    """Issue 48 item 10: a second `supervise` waiting for the scope's lease is listed under
+    the table, folded at the terminal's width, never cut."""
+    first = dispatch.spawn("supervise", "--scope", "local", "--poll", "0.2")
+    wait_until(lambda: any(r["state"] == "active" and r["holder"].endswith(f":{first.pid}")
+                           for r in dispatch.json("supervisors")), "the first one's lease")
+    second = dispatch.spawn("supervise", "--scope", "local", "--poll", "0.2")
+    standby = f":{second.pid}"
+    wait_until(lambda: any(s["holder"].endswith(standby)
+                           for r in dispatch.json("supervisors") for s in r["standbys"]),
+               "the second one's standby row")
+    row = next(r for r in dispatch.json("supervisors")  # this machine's local scope
+               if any(s["holder"].endswith(standby) for s in r["standbys"]))
+    code, lines, err = shown(dispatch, columns, "supervisors")
+    assert code == 0, err
+    assert all(len(x) <= columns for x in lines), lines
+    said = " ".join(lines)
+    holder = next(s["holder"] for s in row["standbys"])
+    assert f"standby for {row['scope']}: {holder} (since " in said, lines

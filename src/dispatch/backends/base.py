@@ -15,6 +15,8 @@ The contract, in the order a job meets it:
 - ``logs(ref)``: where the object's output lies (files, or readers of logs kept elsewhere);
   ``close()``: release clients and threads.
 - ``declarations()``: what the backend carries out natively and its node-loss window.
+- optionally ``refused_reads()``: the reads its scheduler refuses now (core/refusals.py;
+  kubeflow's RBAC 403s), which the active supervisor publishes (``refusals_of``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import msgspec
 
 from dispatch.core.model import Discovery
 from dispatch.core.policy import Declarations
+from dispatch.core.refusals import Refusal
 from dispatch.core.spec import JobSpec
 from dispatch.errors import BackendError
 
@@ -177,3 +180,10 @@ class Backend(Protocol):
     def close(self) -> None:
         """Release what the backend holds (clients, watch threads)."""
         ...
+
+
+def refusals_of(backend: object) -> list[Refusal]:
+    """The reads ``backend``'s scheduler refuses now: its ``refused_reads()``, for a backend
+    that has one (none has to: a scheduler that refuses nothing by identity has none)."""
+    report = getattr(backend, "refused_reads", None)
+    return list(report()) if callable(report) else []

@@ -69,14 +69,18 @@ def show(view: JobView, as_json: bool, service: Service | None = None,
     running execution (started, elapsed, last checkpoint) and goodput, from its record."""
     s = view.status
     facts = None
+    notes: list[str] = []
     if service is not None and s is not None and view.error is None:
         from dispatch.service.running import running_and_goodput, running_json
+        from dispatch.supervise.presence import job_notes
 
         facts = running_and_goodput(service.store, s.job, utcnow())
+        notes = job_notes(service.store, s)  # what its supervisor is refused (issue 47)
     if as_json:
         doc = status_json(view)
         if facts is not None:
             doc["running"] = running_json(facts[0])
+            doc["notes"] = notes
         emit_json(doc)
         return
     extra: list[render.Line] = []
@@ -88,6 +92,7 @@ def show(view: JobView, as_json: bool, service: Service | None = None,
                  *([render.line(render.visible(f"  {facts[1]}"))] if facts[1] else [])]
     if verbose and s is not None and s.backend == "kubeflow":
         extra = [*extra, *render.kubernetes_lines()]
+    extra += [render.line(render.visible(f"  note: {n}"), "yellow") for n in notes]
     render.print_status(view, extra, verbose)
 
 

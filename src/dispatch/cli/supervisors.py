@@ -1,8 +1,9 @@
 """The command line of supervision under leases: the options ``supervise`` takes (--scope,
 --lease), the loop it runs, and ``dispatch supervisors`` (who is active for each scope, since
 when, last tick, lag; the rows come from dispatch.supervise.leases, shared with serve's
-/api/supervisors). ``supervisors`` is mounted through ``COMMANDS``; ``supervise`` itself
-lives in cli/admin.py and calls ``serve_scopes``.
+/api/supervisors; below the table each scope's standbys and the reads its scheduler refuses
+the active one, from supervise/presence.py). ``supervisors`` is mounted through
+``COMMANDS``; ``supervise`` itself lives in cli/admin.py and calls ``serve_scopes``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
-from dispatch.backends.base import Backend
+from dispatch.backends.base import Backend, refusals_of
 from dispatch.cli.common import (
     LEASE_SECONDS,
     emit_json,
@@ -100,8 +101,11 @@ def serve_scopes(store: RecordStore, backends: Callable[[str], Backend],
     if not scopes:  # a job recorded later for a backend not served yet: served too
         sup.follow_live_scopes()
     logging.getLogger("dispatch").setLevel(logging.INFO)
-    click.echo(f"supervising as {sup.holder}: {', '.join(resolved)} (lease {lease_s:g}s)",
-               err=True)
+    # Not "supervising": per scope it is the active supervisor, or a standby while another
+    # is; each scope's role is said as it is taken or changes (issue 48 item 10).
+    sup.on_change = lambda _scope, what, _lease: click.echo(what, err=True)
+    click.echo(f"serving scopes as {sup.holder}: {', '.join(resolved)} (lease {lease_s:g}s; "
+               "each scope's role follows)", err=True)
     sup.run()
 
 
@@ -130,15 +134,12 @@ def once_summary(scopes: Sequence[str], reports: dict[str, TickReport],
 
 
 def refused_reads(backends: Callable[[str], Backend], scopes: Sequence[str]) -> list[str]:
-    """The reads a scheduler refuses now (the kubeflow backend's RBAC refusals: each also
-    logged once with the API server's words), one line each: never silent (issue 47)."""
-    out: list[str] = []
-    for name in dict.fromkeys(scope.partition(":")[0] for scope in scopes):
-        refusals = getattr(backends(name), "refusals", None)
-        current = getattr(refusals, "current", None)
-        if callable(current):
-            out += [f"{name}: {what}: {words}" for what, words in sorted(current().items())]
-    return out
+    """The reads a scheduler refuses now (a backend's ``refused_reads``, e.g. the kubeflow
+    backend's RBAC refusals, each also logged once with the API server's words), one line
+    each: never silent (issue 47)."""
+    return [f"{name}: {r.verb} {r.resource}: {r.words}"
+            for name in dict.fromkeys(scope.partition(":")[0] for scope in scopes)
+            for r in refusals_of(backends(name))]
 
 
 def once_lines(summary: dict[str, Any]) -> list[str]:
@@ -185,7 +186,8 @@ def recently_held(rows: Sequence[dict[str, Any]], now: datetime) -> list[dict[st
 @json_option
 @handle_errors
 def supervisors(show_all: bool, store_url: str | None, as_json: bool) -> None:
-    """Who is active for each scope, since when, the last tick and the lag."""
+    """Who is active for each scope, since when, the last tick and the lag; then each
+    scope's standbys and the reads its scheduler refuses the active one."""
     from rich.console import Console
     from rich.table import Table
 
@@ -212,7 +214,27 @@ def supervisors(show_all: bool, store_url: str | None, as_json: bool) -> None:
             r["scope"], f"[{style[r['state']]}]{r['state']}[/]", r["holder"] or "-",
             str(r["epoch"] or "-"), _hms(r["since"]), _hms(r["last_tick"]),
             "-" if r["lag_s"] is None else f"{r['lag_s']:.1f}s", str(r["live_jobs"]))
-    Console(highlight=False, soft_wrap=True).print(table)
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(table)
+    from dispatch.cli.render import visible
+
+    for line in presence_lines(rows):  # folded at the terminal's width, never cut
+        console.print(visible(line), markup=False, soft_wrap=False, overflow="fold")
+
+
+def presence_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Below the table: each scope's standbys (a process waiting for its lease) and the
+    reads its active supervisor's scheduler refuses it, with since when."""
+    lines: list[str] = []
+    for r in rows:
+        for sb in r.get("standbys", []):
+            lines.append(f"standby for {r['scope']}: {sb['holder']} (since "
+                         f"{_hms(sb['since'])}, last seen {_hms(sb['seen'])})")
+        for x in r.get("refusals", []):
+            lines.append(f"refused to {r['holder']} in {r['scope']}: {x['verb']} "
+                         f"{x['resource']} since {_hms(x['since'])} ({x['words']}): "
+                         f"{x['cost']}")
+    return lines
 
 
 def _hms(iso: str | None) -> str:

@@ -25,6 +25,7 @@ from dispatch.service.listing import PAGE_PARAMETERS, list_page, parse_list_requ
 from dispatch.service.running import running_json, running_of
 from dispatch.service.views import history_json, status_json
 from dispatch.supervise.leases import supervisors_rows
+from dispatch.supervise.presence import job_notes
 from dispatch.support.clock import utcnow
 
 MAX_JSON_DEPTH = 64  # a spec nests a few levels; a deeper body is an attack or a bug
@@ -69,6 +70,7 @@ def job_routes(server: Server) -> list[Route]:
             doc = status_json(view)
             if view.status is not None and view.error is None:  # as `dispatch status --json`
                 doc["running"] = running_json(running_of(service.store, job_id, utcnow()))
+                doc["notes"] = job_notes(service.store, view.status)
             try:
                 view.checked()
             except DispatchError as err:  # the status, with the CLI's exit code's status

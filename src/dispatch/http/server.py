@@ -159,10 +159,10 @@ class SupervisorLoop:
 
 
 def say_role(scope: str, role: str, lease: Lease | None) -> None:
-    """A scope's role on stderr as it changes (``scope local:h: active (epoch 3)``, ``...:
-    standby: h:42 is active ...``): serve's log is quiet below warnings."""
-    epoch = f" (epoch {lease.epoch})" if lease is not None else ""
-    print(f"scope {scope}: {role}{epoch}", file=sys.stderr, flush=True)
+    """A scope's role on stderr as it changes (``active for: local:h (epoch 3)``,
+    ``standby for: local:h (active: h:42; this takes over if it stops)``): serve's log is
+    quiet below warnings."""
+    print(role, file=sys.stderr, flush=True)
 
 
 def check_bind(host: str, token_file: str | None) -> Tokens:

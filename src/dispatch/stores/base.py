@@ -61,7 +61,8 @@ a tick that reads only what changed) and the snapshot cache (stores/snapshot.py)
 ``jobs.edited``, set by the database when a stored event is updated or deleted, so that no
 snapshot outlives an edit of the events under it (stores/schema.py); 5 -> 6 the causes each
 job's history holds (stores/causes.py), so a list finds jobs by a cause they recovered
-from, and the submit attempts never resolved (stores/attempts.py)."""
+from, the submit attempts never resolved (stores/attempts.py), and the supervisors' presence
+rows (standbys, refused reads: stores/presence.py)."""
 
 
 class StoreError(StoreUnusable):

@@ -8,8 +8,12 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from dispatch.errors import StateConflict
+
+if TYPE_CHECKING:
+    from dispatch.stores.presence import PresenceBook
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +108,11 @@ class LeaseBook(abc.ABC):
     @abc.abstractmethod
     def all(self) -> list[Lease]:
         """Every scope's lease, ordered by scope."""
+
+    @abc.abstractmethod
+    def presence(self) -> PresenceBook:
+        """Who serves each scope besides the holder: the standbys, and what each
+        supervisor's scheduler refuses it (stores/presence.py)."""
 
     def get(self, scope: str) -> Lease | None:
         return next((lease for lease in self.all() if lease.scope == scope), None)

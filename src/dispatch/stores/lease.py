@@ -47,6 +47,7 @@ from typing import Any
 
 from dispatch.stores.base import StoreError
 from dispatch.stores.fence import Fence, Fenced, Lease, LeaseBook
+from dispatch.stores.presence import PostgresPresence, SQLitePresence
 from dispatch.support.durations import LEASE_MAX_S
 
 LEASE_COLUMNS = ("scope, holder, epoch, period_s, acquired_at, expires_at, last_tick_at, "
@@ -176,6 +177,9 @@ class SQLiteLeases(LeaseBook):
         return self._update(fence, "expires_at = ?, released_at = ?",
                             lambda now: (now, now)) is not None
 
+    def presence(self) -> SQLitePresence:
+        return SQLitePresence(self._conn, self._lock, self._where)
+
     def all(self) -> list[Lease]:
         with self._lock:
             rows = self._conn.execute(
@@ -267,6 +271,9 @@ class PostgresLeases(LeaseBook):
 
     def release(self, fence: Fence) -> bool:
         return self._update(fence, "expires_at = now(), released_at = now()", ()) is not None
+
+    def presence(self) -> PostgresPresence:
+        return PostgresPresence(self._run)
 
     def all(self) -> list[Lease]:
         rows = self._run(f"SELECT {LEASE_COLUMNS}, now() FROM dispatch_leases ORDER BY scope",

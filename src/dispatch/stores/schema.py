@@ -17,8 +17,9 @@ its JobCreated event; the backend's name for jobs recorded before scopes), index
 
 Version 4 (issue 27): change marks and the snapshot cache (below). Version 5 (issue 32
 item 7): ``jobs.edited`` and the triggers that set it (below). Version 6 (issue 48 item 2):
-the causes each job's history holds, a table of its own (below); and (issue 45 item 12) the
-submit attempts never resolved (stores/attempts.py).
+the causes each job's history holds, a table of its own (below); (issue 45 item 12) the
+submit attempts never resolved (stores/attempts.py); and the supervisors' presence rows
+(issue 48 item 10: standbys and refused reads, stores/presence.py).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 
-from dispatch.stores import attempts
+from dispatch.stores import attempts, presence
 from dispatch.stores.base import SCHEMA_VERSION, SchemaInvalid, SchemaTooNew
 from dispatch.stores.lease import PG_DDL, SQLITE_DDL
 from dispatch.support.name_glob import natural_key
@@ -76,9 +77,10 @@ PG_V1 = [
 # The tables of version 1 (every step needs them) and of the current version.
 SQLITE_TABLES = ("schema", "jobs", "events")
 PG_TABLES = ("dispatch_schema", "dispatch_jobs", "dispatch_events")
-SQLITE_TABLES_NOW = (*SQLITE_TABLES, "leases", "snapshots", "job_causes", "open_attempts")
+SQLITE_TABLES_NOW = (*SQLITE_TABLES, "leases", "snapshots", "job_causes", "open_attempts",
+                     "supervisor_presence")
 PG_TABLES_NOW = (*PG_TABLES, "dispatch_leases", "dispatch_snapshots", "dispatch_job_causes",
-                 "dispatch_open_attempts")
+                 "dispatch_open_attempts", "dispatch_supervisor_presence")
 
 # Version 2: one successor per job. The statements run after the backfill's column exists.
 SQLITE_V2_COLUMN = "ALTER TABLE jobs ADD COLUMN supersedes TEXT"
@@ -203,6 +205,9 @@ PG_V5 = [
 # still one indexed range scan a page. And (issue 45 item 12) the submit attempts never
 # resolved (stores/attempts.py), filled by the step from the events already stored, so that a
 # supervisor taking a scope over finds the finished jobs it must still watch by an index.
+# And (issue 48 item 10, issue 47 item 4) each supervisor's presence row per scope it
+# serves: the standbys a lease does not name, and the reads each one's scheduler refuses it
+# (stores/presence.py); a table of its own.
 SQLITE_V6 = [
     """CREATE TABLE job_causes (
         cause  TEXT NOT NULL,  -- a CauseKind value
@@ -213,6 +218,7 @@ SQLITE_V6 = [
     "ALTER TABLE jobs ADD COLUMN name_key TEXT NOT NULL DEFAULT ''",  # filled by the step
     "CREATE INDEX jobs_by_name_key ON jobs (name_key, created_us, job_id)",
     *attempts.SQLITE_V6,
+    presence.SQLITE_DDL,
 ]
 PG_V6 = [
     """CREATE TABLE dispatch_job_causes (
@@ -224,6 +230,7 @@ PG_V6 = [
     "ALTER TABLE dispatch_jobs ADD COLUMN name_key text NOT NULL DEFAULT ''",
     "CREATE INDEX dispatch_jobs_by_name_key ON dispatch_jobs (name_key, created_us, job_id)",
     *attempts.PG_V6,
+    presence.PG_DDL,
 ]
 
 

@@ -28,12 +28,11 @@ import os
 import socket
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, NoReturn
+from datetime import UTC, datetime
+from typing import NoReturn
 
 from dispatch.backends.base import Backend
 from dispatch.core.model import SchedulerUnreachable
@@ -43,6 +42,9 @@ from dispatch.stores.fence import Lease, LeaseLost
 from dispatch.supervise.discovery import LOOK_DEADLINE_S, Lookout
 from dispatch.supervise.escalations import Notifier
 from dispatch.supervise.loop import Supervisor, TickReport
+from dispatch.supervise.presence import Announcer, backend_refusals
+from dispatch.supervise.presence import supervisors_rows as supervisors_rows
+from dispatch.supervise.presence import supervisors_view as supervisors_view
 from dispatch.supervise.scopes import RESOLVE_WAIT_S as RESOLVE_WAIT_S
 from dispatch.supervise.scopes import ScopeError as ScopeError
 from dispatch.supervise.scopes import Unresolved as Unresolved
@@ -115,6 +117,11 @@ class Supervision:
         self._asking: dict[str, Future[str]] = {
             u.backend: u.asking for u in unresolved if u.asking is not None}
         self.on_change: Callable[[str, str, Lease | None], None] = _log_change
+        # Who serves what beyond the lease: this process's presence row per scope (a
+        # standby's too), and the reads its scheduler refuses it (supervise/presence.py).
+        self.announcer = Announcer(self.book.presence(), self.holder,
+                                   started_at=datetime.now(UTC), lease_s=self.lease_s,
+                                   poll=self.poll, monotonic=monotonic)
 
     def _add(self, scope: str) -> None:
         sup = self.make_supervisor(
@@ -231,7 +238,8 @@ class Supervision:
 
     def _drop(self, scope: str, why: str) -> NoReturn:
         lease = self.held.pop(scope, None)
-        self.on_change(scope, f"standby ({why})", lease.lease if lease else None)
+        self.on_change(scope, f"standby for: {scope} (lost the lease: {why})",
+                       lease.lease if lease else None)
         raise LeaseLost(scope, self.holder, why)
 
     def _try_take(self, scope: str) -> None:
@@ -245,11 +253,16 @@ class Supervision:
         if lease is not None:
             self.held[scope] = _Held(lease, asked, asked + self.lease_s)
             self.standing_by.discard(scope)
-            self.on_change(scope, "active", lease)
-        elif scope not in self.standing_by:  # said once, until it is active again
+            # The row first, then the word: whoever reads the word finds the row.
+            self.announcer.active(scope, backend_refusals(self.backend_for, scope))
+            self.on_change(scope, f"active for: {scope} (epoch {lease.epoch})", lease)
+            return
+        self.announcer.standby(scope)  # at every ask: a live standby's row stays fresh
+        if scope not in self.standing_by:  # said once, until it is active again
             self.standing_by.add(scope)
-            self.on_change(scope, f"standby: {self._active_holder(scope)} is active "
-                           "(this takes over if it stops)", None)
+            self.on_change(scope, f"standby for: {scope} (active: "
+                           f"{self._active_holder(scope)}; this takes over if it stops)",
+                           None)
 
     def _active_holder(self, scope: str) -> str:
         try:
@@ -275,6 +288,7 @@ class Supervision:
                 self.guard(scope)
                 reports[scope] = sup.tick()
                 self.book.ticked(self.guard(scope))
+                self.announcer.active(scope, backend_refusals(self.backend_for, scope))
             except LeaseLost as err:
                 self.untick[scope] = str(err)
                 log.warning("%s", err)
@@ -283,7 +297,8 @@ class Supervision:
                 log.warning("scope %s: the store refused a write: %s", scope, err)
                 if scope in self.held:
                     self.held.pop(scope)
-                    self.on_change(scope, "standby (fenced)", None)
+                    self.on_change(scope, f"standby for: {scope} (lost the lease: the "
+                                   "store refused a write)", None)
             except Exception:  # keep serving; the record is the truth, the next tick retries
                 log.exception("scope %s: tick failed", scope)
                 reports[scope] = TickReport(errors=["tick failed"])
@@ -390,7 +405,8 @@ class Supervision:
             except StoreError as err:  # it expires on its own within one period
                 log.warning("scope %s: cannot release the lease: %s", scope, err)
             self.held.pop(scope, None)
-            self.on_change(scope, "released", h.lease)
+            self.on_change(scope, f"released: {scope} (epoch {h.lease.epoch})", h.lease)
+        self.announcer.withdraw_all()
 
 
 class _OnePerName:
@@ -410,39 +426,6 @@ class _OnePerName:
 
 
 def _log_change(scope: str, what: str, lease: Lease | None) -> None:
-    epoch = f" (epoch {lease.epoch})" if lease is not None else ""
-    log.info("scope %s: %s%s", scope, what, epoch)
-
-
-# -- who serves what ------------------------------------------------------------------------
-
-def supervisors_view(leases: Sequence[Lease], live: Counter[str],
-                     now: datetime | None = None) -> list[dict[str, Any]]:
-    """One row per scope that has a lease or live jobs: who is active since when, the last
-    tick and the lag (seconds since it, on the store's clock). A scope with live jobs and no
-    active supervisor shows state ``unserved`` / ``expired`` / ``released``."""
-    rows: list[dict[str, Any]] = []
-    by_scope = {lease.scope: lease for lease in leases}
-    for scope in sorted(set(by_scope) | set(live)):
-        lease = by_scope.get(scope)
-        if lease is None:
-            rows.append({"scope": scope, "state": "unserved", "holder": None, "epoch": None,
-                         "since": None, "last_tick": None, "lag_s": None, "period_s": None,
-                         "live_jobs": live.get(scope, 0)})
-            continue
-        clock = now or lease.now
-        last = lease.last_tick_at
-        rows.append({
-            "scope": scope, "state": lease.state, "holder": lease.holder,
-            "epoch": lease.epoch, "since": lease.acquired_at.isoformat(),
-            "last_tick": last.isoformat() if last is not None else None,
-            "lag_s": round((clock - (last or lease.acquired_at)).total_seconds(), 3),
-            "period_s": lease.period_s, "live_jobs": live.get(scope, 0),
-        })
-    return rows
-
-
-def supervisors_rows(store: RecordStore) -> list[dict[str, Any]]:
-    """``dispatch supervisors --json`` and ``/api/supervisors``."""
-    live = Counter(row.scope for row in store.list_jobs(live_only=True))
-    return supervisors_view(store.leases().all(), live)
+    """``what``: the whole line ("active for: SCOPE (epoch 3)", "standby for: SCOPE
+    (active: HOLDER; ...)", "released: SCOPE (epoch 3)")."""
+    log.info("%s", what)

@@ -85,13 +85,13 @@ def test_serve_says_it_is_a_standby_and_when_it_becomes_active(
             time.sleep(0.2)
         s = serve("--lease", "2")
         scope = _active(tmp_path)["scope"]
-        said = _wait_output(s, f"scope {scope}: standby")
-        assert said == (f"scope {scope}: standby: {holder} is active (this takes over if it "
+        said = _wait_output(s, f"standby for: {scope}")
+        assert said == (f"standby for: {scope} (active: {holder}; this takes over if it "
                         "stops)"), s.output()
         assert "supervising" not in s.output(), s.output()
         active.terminate()
         assert active.wait(WAIT_S) == 0
-        _wait_output(s, f"scope {scope}: active (epoch ")
+        _wait_output(s, f"active for: {scope} (epoch ")
     finally:
         if active.poll() is None:
             active.kill()

@@ -51,11 +51,17 @@ def test_two_servers_one_active_and_a_planned_stop_hands_the_scope_over(
     row = _local_row(b)
     assert row["holder"] == first["holder"] and row["epoch"] == first["epoch"]
     assert row["live_jobs"] == 1
+    # ... and listed as the scope's standby (issue 48 item 10), on either server's API.
+    b_holder = f"{socket.gethostname()}:{b.proc.pid}"
+    listed = _wait_row(a, lambda r: [x["holder"] for x in r["standbys"]] == [b_holder])
+    assert listed["holder"] == first["holder"] and listed["refusals"] == []
+    assert running["notes"] == []  # the job's status notes: nothing refused to its supervisor
 
     a.close()  # SIGTERM: a planned stop releases the lease
     taken = _wait_row(b, lambda r: r["state"] == "active"
                       and r["holder"] == f"{socket.gethostname()}:{b.proc.pid}")
     assert taken["epoch"] > first["epoch"]
+    assert taken["standbys"] == []
     # The new holder carries the job on: a cancel asked now is carried out by it.
     r = b.post(f"/api/jobs/{job}/cancel")
     assert r.status_code == 200, r.text

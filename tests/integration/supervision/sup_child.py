@@ -120,9 +120,9 @@ def main(argv: list[str]) -> None:
                       scopes, holder=holder, lease_s=float(lease), poll=float(poll))
 
     def changed(scope: str, what: str, lease: Lease | None) -> None:
-        if what == "active" and lease is not None:
+        if what.startswith("active for:") and lease is not None:
             say("active", scope, lease.epoch)
-        elif what == "released":
+        elif what.startswith("released:"):
             say("released", scope)
         else:
             say("standby", scope, what)

@@ -242,8 +242,9 @@ def test_reads_answer_within_the_deadline_while_slurm_hangs(
         assert (rows[on_slurm]["scheduler"], rows[on_slurm]["state"]) == ("unreachable",
                                                                             "running")
         assert "slurm" in rows[on_slurm]["scheduler_problem"]
-        # `running` is the status's own (read from the job's events; a list row has none)
-        only_status = ("forecast", "running")
+        # `running` and `notes` are the status's own (read from the job's events and its
+        # supervisor's presence row; a list row has neither)
+        only_status = ("forecast", "running", "notes")
         assert {k: v for k, v in rows[local_job].items() if k not in only_status} == {
             k: v for k, v in json.loads(local.stdout).items() if k not in only_status}
         assert "squeue" in {n for n, _ in slurm_calls(calls)}, "the hung squeue was not asked"

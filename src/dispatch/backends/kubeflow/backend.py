@@ -85,6 +85,7 @@ from dispatch.core.model import (
     State,
 )
 from dispatch.core.policy import Action, Declarations
+from dispatch.core.refusals import Refusal
 from dispatch.core.spec import JobSpec, SpecError
 from dispatch.errors import NotFound
 from dispatch.support.deadline import deadline_seconds, read_deadline, tools_within
@@ -366,6 +367,10 @@ class KubeflowBackend:
         self._expect(namespace, name, _ungated)
 
     # -- discovery ---------------------------------------------------------------------------
+
+    def refused_reads(self) -> list[Refusal]:
+        """The reads the API server refuses now (backends/base.py ``refusals_of``)."""
+        return self.refusals.report()
 
     def discover(self, tokens: Iterable[str], refs: Iterable[str]) -> Discovery:
         now = self._clock()

@@ -74,6 +74,7 @@ T = TypeVar("T")
 
 class ApiAnswer(BackendError):
     """The API server answered and said no (404, 409, 422, 403...). Carries its words."""
+    verb = "list"  # the read refused, when a look's read was: "watch" for a refused watch
 
     def __init__(self, code: int, reason: str, message: str) -> None:
         super().__init__(f"{code} {reason}: {message}")

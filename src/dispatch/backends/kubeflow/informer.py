@@ -205,6 +205,8 @@ class Reflector:
             except WatchExpired:
                 need_list = True  # 410 Gone: LIST again, at once
             except ApiAnswer as err:
+                if not need_list:  # listed, then the watch was refused
+                    err.verb = "watch"
                 need_list = True
                 failures += 1
                 with inf.cond:

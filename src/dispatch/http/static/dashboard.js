@@ -345,6 +345,8 @@ function drawStatus(status, created) {
   if (status.cause && status.cause.detail) $("detail-cause").append(document.createTextNode(" — “" + status.cause.detail + "”"));
   if (status.settled === false && TERMINAL.has(status.state)) $("detail-cause").append(document.createTextNode(" (not yet committed)"));
   if (status.scheduler_problem) $("detail-cause").append(el("span", { class: "problem-inline" }, " scheduler: " + status.scheduler_problem));
+  // What the job's supervisor is refused by its scheduler (issue 47): said, never silent.
+  for (const n of status.notes || []) $("detail-cause").append(el("div", { class: "problem-inline" }, "note: " + n));
   // The third voice: the application's own error (first failing rank), never the
   // scheduler's words (those are the cause's detail, above).
   const ae = status.application_error;
