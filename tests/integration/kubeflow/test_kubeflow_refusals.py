@@ -124,7 +124,7 @@ def test_supervise_once_lists_what_is_refused(fake: FakeApiServer, tmp_path: Pat
         fake.denied = {("list", "", "nodes")}
         backend.discover([], [])
         refused = refused_reads(lambda _n: backend, ["kubeflow:fake", "kubeflow"])
-        assert refused == ['kubeflow: Node in cluster: 403 Forbidden: nodes is forbidden: '
+        assert refused == ['kubeflow: list Node in cluster: 403 Forbidden: nodes is forbidden: '
                            'User "fake" cannot list resource "nodes" in API group "" at the '
                            'cluster scope']
         lines = once_lines({"jobs": 0, "decisions": 0, "unreachable": [], "errors": [],

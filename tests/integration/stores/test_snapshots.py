@@ -232,6 +232,7 @@ def test_snapshots_from_before_version_5_are_dropped_by_the_upgrade(
                      "ALTER TABLE dispatch_jobs DROP COLUMN edited")
     backdoor.execute("DROP TABLE job_causes", "DROP TABLE dispatch_job_causes")  # version 6
     backdoor.execute("DROP TABLE open_attempts", "DROP TABLE dispatch_open_attempts")
+    backdoor.execute("DROP TABLE supervisor_presence", "DROP TABLE dispatch_supervisor_presence")
     backdoor.execute("DROP INDEX jobs_by_name_key", "DROP INDEX dispatch_jobs_by_name_key")
     backdoor.execute("ALTER TABLE jobs DROP COLUMN name_key",
                      "ALTER TABLE dispatch_jobs DROP COLUMN name_key")

@@ -85,7 +85,6 @@ from dispatch.core.model import (
     State,
 )
 from dispatch.core.policy import Action, Declarations
-from dispatch.core.refusals import Refusal
 from dispatch.core.spec import JobSpec, SpecError
 from dispatch.errors import NotFound
 from dispatch.support.deadline import deadline_seconds, read_deadline, tools_within
@@ -204,6 +203,7 @@ class KubeflowBackend:
         self._evidence_grace = evidence_grace
         # The API server's refusals of a look's reads: logged once each, counted (refusals.py)
         self.refusals = Refusals()
+        self.refused_reads = self.refusals.report  # what the API server refuses now (refusals_of)
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -367,10 +367,6 @@ class KubeflowBackend:
         self._expect(namespace, name, _ungated)
 
     # -- discovery ---------------------------------------------------------------------------
-
-    def refused_reads(self) -> list[Refusal]:
-        """The reads the API server refuses now (backends/base.py ``refusals_of``)."""
-        return self.refusals.report()
 
     def discover(self, tokens: Iterable[str], refs: Iterable[str]) -> Discovery:
         now = self._clock()
