@@ -76,6 +76,7 @@ def project(job: Job, discovery: Discovery | None, now: datetime) -> Status:
         backend=job.spec.backend,
         segments=tuple(f"{d.unit_job_id}.{d.task_id}: {d.reason}" for d in job.segments),
         created_at=job.created_at, scope=job.scope,
+        ended_at=job.outcome.at if job.outcome is not None else None,
         error=job.error if state in _ERROR_SHOWN else None,
     )
 

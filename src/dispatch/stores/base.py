@@ -389,15 +389,21 @@ class RecordStore(abc.ABC):
     def version(self, job_id: str) -> int:
         """The job's last seq; JobNotFound if none."""
 
-    @abc.abstractmethod
     def list_jobs(self, *, live_only: bool = False, name: str | None = None,
                   scope: str | None = None) -> list[JobRow]:
         """Jobs ordered by creation; ``live_only`` leaves out jobs with a committed outcome;
         ``scope`` keeps the jobs of that scope only."""
+        return self.query_jobs(JobQuery(terminal=False if live_only else None, name=name,
+                                        scope=scope))
 
     @abc.abstractmethod
     def query_jobs(self, query: JobQuery) -> list[JobRow]:
         """One page of jobs: filtered, ordered and keyset-paged (stores/query.py)."""
+
+    @abc.abstractmethod
+    def count_jobs(self, query: JobQuery) -> dict[str | None, int]:
+        """How many jobs ``query``'s filters keep, by outcome (stores/query.py count_sql):
+        '' for the unfinished, None for those finished before the store kept outcomes."""
 
     @abc.abstractmethod
     def prune(self, before_us: int, *, act: bool = False) -> list[str]:

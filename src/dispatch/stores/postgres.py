@@ -61,7 +61,7 @@ from dispatch.stores.changes import (
 from dispatch.stores.lease import PostgresLeases, check_fence_pg
 from dispatch.stores.postgres_schema import set_up
 from dispatch.stores.prune import pg_prune_steps
-from dispatch.stores.query import JobQuery, matches_sql, query_sql, stamp_sql
+from dispatch.stores.query import JobQuery, count_rows, count_sql, matches_sql, query_sql, stamp_sql
 from dispatch.stores.reading import decode_rows, job_row
 from dispatch.stores.snapshot_sql import Stored, stored_rows
 from dispatch.stores.url import mask_password
@@ -397,14 +397,12 @@ class PostgresStore(RecordStore):
             raise JobNotFound(job_id)
         return int(rows[0][0])
 
-    def list_jobs(self, *, live_only: bool = False, name: str | None = None,
-                  scope: str | None = None) -> list[JobRow]:
-        return self.query_jobs(JobQuery(terminal=False if live_only else None, name=name,
-                                        scope=scope))
-
     def query_jobs(self, query: JobQuery) -> list[JobRow]:
         sql, params = query_sql(query, "dispatch_jobs", "%s")
         return [job_row(self.describe(), r) for r in self._query("list jobs", sql, params)]
+
+    def count_jobs(self, query: JobQuery) -> dict[str | None, int]:
+        return count_rows(self._query("count jobs", *count_sql(query, "dispatch_jobs", "%s")))
 
     def prune(self, before_us: int, *, act: bool = False) -> list[str]:
         try:

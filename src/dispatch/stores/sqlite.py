@@ -56,7 +56,7 @@ from dispatch.stores.changes import (
 )
 from dispatch.stores.lease import SQLiteLeases, check_fence_sqlite
 from dispatch.stores.prune import sqlite_prune
-from dispatch.stores.query import JobQuery, matches_sql, query_sql, stamp_sql
+from dispatch.stores.query import JobQuery, count_rows, count_sql, matches_sql, query_sql, stamp_sql
 from dispatch.stores.reading import decode_rows, job_row
 from dispatch.stores.snapshot_sql import Stored, stored_rows
 from dispatch.stores.sqlite_file import default_path as default_path  # re-exported
@@ -359,16 +359,15 @@ class SQLiteStore(RecordStore):
             raise RecordDamaged(self.describe(), job_id, None, f"the job's version is {row[0]!r}")
         return row[0]
 
-    def list_jobs(self, *, live_only: bool = False, name: str | None = None,
-                  scope: str | None = None) -> list[JobRow]:
-        return self.query_jobs(JobQuery(terminal=False if live_only else None, name=name,
-                                        scope=scope))
-
     def query_jobs(self, query: JobQuery) -> list[JobRow]:
         sql, params = query_sql(query, "jobs", "?")
         with self._guard("list jobs") as c:
             rows = c.execute(sql, params).fetchall()
         return [job_row(self.describe(), r) for r in rows]
+
+    def count_jobs(self, query: JobQuery) -> dict[str | None, int]:
+        with self._guard("count jobs") as c:
+            return count_rows(c.execute(*count_sql(query, "jobs", "?")).fetchall())
 
     def prune(self, before_us: int, *, act: bool = False) -> list[str]:
         with self._guard("prune finished jobs") as c:
