@@ -99,6 +99,12 @@ def _ran(end: Cause | None, executions: Sequence[Execution]) -> bool:
         end is not None and end.kind in _RAN_KINDS)
 
 
+def record_state(job: Job) -> State:
+    """The state the record alone gives (``project`` with the scheduler not asked): what a
+    list's counts per state and its ``?state=`` filter read, without a whole Status."""
+    return _state(job, None)[0]
+
+
 def _state(job: Job, discovery: Discovery | None) -> tuple[State, Cause | None, bool]:
     """(state, cause, scheduler_seen) from the record and the scheduler's current word.
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from dispatch.core.model import State
-from dispatch.core.status import project
+from dispatch.core.status import record_state
 from dispatch.service.operations import Service
 from dispatch.service.views import JobView
 from dispatch.stores.base import JobRow
@@ -26,6 +26,7 @@ from dispatch.stores.query import JobQuery
 LIVE = "live"  # the unfinished jobs, while their states are not known yet
 
 Keep = Callable[[JobView, JobRow], bool]
+_EVERY_JOB = JobQuery()
 
 
 def state_counts(service: Service, base: JobQuery, folded: Mapping[str, JobView], *,
@@ -43,20 +44,23 @@ def state_counts(service: Service, base: JobQuery, folded: Mapping[str, JobView]
         counts.update({o: n for o, n in by_outcome.items() if o})
     else:  # a search, or jobs finished before the store kept outcomes: their records say
         _count_views(counts, _views(service, replace(base, terminal=True), keep, folded))
-    live_rows = service.store.query_jobs(replace(base, terminal=False))
+    unfiltered = base == _EVERY_JOB
     if keep is not None or service.held_index is None:
+        live_rows = service.store.query_jobs(replace(base, terminal=False))
         _count_views(counts, _views(service, live_rows, keep, folded))
         return counts
     jobs = service.held_index.live_if_ready(service.store, service.clock())
     if jobs is None:
-        if live_rows:
-            counts[LIVE] = len(live_rows)
+        if by_outcome is not None and by_outcome.get(""):
+            counts[LIVE] = by_outcome[""]
         return counts
-    wanted = {r.job_id for r in live_rows}
-    now = service.clock()
+    # the jobs table names the live jobs a filter keeps (no record read); with no filter,
+    # every live job the index holds
+    wanted = (None if unfiltered else
+              {r.job_id for r in service.store.query_jobs(replace(base, terminal=False))})
     for job in jobs:
-        if job.id in wanted:
-            state = project(job, None, now).state.value
+        if wanted is None or job.id in wanted:
+            state = record_state(job).value
             counts[state] = counts.get(state, 0) + 1
     return counts
 

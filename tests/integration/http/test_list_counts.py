@@ -24,7 +24,8 @@ NOW = created_at("sweep") + timedelta(hours=1)
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[SQLiteStore]:
-    with SQLiteStore(tmp_path / "record.sqlite3") as store:
+    store = SQLiteStore(tmp_path / "record.sqlite3")
+    with store:
         fill(store)  # 12 succeeded (2 after a preemption), 1 failed, sweep-12 unfinished
         yield store
 

@@ -5,10 +5,10 @@ dashboard's counts per state and its "page 1 of 7 · 312 jobs"."""
 from __future__ import annotations
 
 from tests.fleet import fill
+from tests.integration.stores.helpers import Backdoor
 
 from dispatch.stores.base import RecordStore
 from dispatch.stores.query import JobQuery
-from tests.integration.stores.helpers import Backdoor
 
 
 def test_counts_by_outcome_under_the_filters(store: RecordStore) -> None:
