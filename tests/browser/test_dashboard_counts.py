@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from playwright.sync_api import Page, expect
-from test_dashboard import ARTIFACTS, SLEEP, WAIT_MS, Server, row, screenshot
+from test_dashboard import ARTIFACTS, SLEEP, WAIT_MS, Server, row
 
 QUICK = "print('done')"
 NAN = ("print('step 6 loss 0.1', flush=True)\n"
@@ -83,7 +83,6 @@ def test_counts_pages_durations_and_the_summary_above_the_list(server: Server,
         " t.querySelector('td.app-error-cell').getBoundingClientRect().width]")
     assert widths[0] <= widths[1] and widths[2] >= 150, widths  # nothing runs off the page
     shot(page, "dashboard-counts.png")
-    screenshot(page, "dashboard-list-counts.png")
 
     # "page 1 of 2 · 6 jobs", three to a page
     page.evaluate("document.getElementById('page-size').append(new Option('3', '3'))")
