@@ -78,6 +78,8 @@ def test_counts_pages_durations_and_the_summary_above_the_list(server: Server,
     shot(page, "dashboard-counts.png")
     assert lines(page, nan, "td.cause") == 1
     assert lines(page, nan, "td.app-error-cell") == 1
+    # ten columns: the error's room never squeezes a name or a state onto more lines
+    assert lines(page, nan, "td.name") == 1 and lines(page, held, "td.state-cell") == 1
     widths = page.locator("#jobs").evaluate(
         "t => [t.getBoundingClientRect().width, t.parentElement.clientWidth,"
         " t.querySelector('td.app-error-cell').getBoundingClientRect().width]")

@@ -747,7 +747,7 @@ function drawBadputChart(doc) {
   const first = doc.days.findIndex((d) => Object.keys(d.badput).length || d.goodput !== null);
   const days = first < 0 ? doc.days.slice(-1) : doc.days.slice(first);
   const bw = Math.min((420 - pad) / days.length, 40);
-  const W = pad + bw * days.length;
+  const W = Math.max(pad + bw * days.length, 110); // room for the scale's words ("58.7 node-min")
   const chart = svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "badput by cause per day, node-time" });
   chart.style.maxWidth = Math.round((460 * W) / 420) + "px"; // CSSOM: the CSP refuses style=""
   const totals = days.map((d) => Object.values(d.badput).reduce((a, b) => a + b, 0));
