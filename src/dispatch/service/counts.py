@@ -65,9 +65,12 @@ def state_counts(service: Service, base: JobQuery, folded: Mapping[str, JobView]
     return counts
 
 
-def matches(counts: Mapping[str, int], state: State | None, live_only: bool) -> int:
-    """How many jobs a list with this state filter holds on all its pages together."""
+def matches(counts: Mapping[str, int], state: State | None, live_only: bool) -> int | None:
+    """How many jobs a list with this state filter holds on all its pages together; None
+    for an unfinished state while the unfinished jobs are one ``LIVE`` count."""
     if state is not None:
+        if not state.terminal and LIVE in counts:
+            return None
         return counts.get(state.value, 0)
     if live_only:
         return sum(n for s, n in counts.items() if s == LIVE or not State(s).terminal)

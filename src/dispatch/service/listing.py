@@ -232,7 +232,7 @@ def find_jobs(service: Service, req: ListRequest) -> tuple[list[JobView], str | 
 
 
 def find_counted(service: Service, req: ListRequest
-                 ) -> tuple[list[JobView], str | None, dict[str, int], int]:
+                 ) -> tuple[list[JobView], str | None, dict[str, int], int | None]:
     """``find_jobs``, how many jobs of each state its filters keep leaving the state aside
     (service/counts.py: the counts above the dashboard's list) and how many match them all,
     on every page together (its "page 1 of 7 · 312 jobs")."""
@@ -289,9 +289,9 @@ def list_page(service: Service, req: ListRequest) -> dict[str, Any]:
     (service/rows.py: what the list shows, not the whole status), the cursor of the next
     page (None on the last), how many jobs are held (the dashboard's banner; ``state=held``
     lists them; None while a server is still counting them), how many jobs match every
-    filter on all pages together, and how many of each state the filters other than the
-    state keep (service/counts.py; ``live`` for the unfinished while a server is still
-    folding them)."""
+    filter on all pages together (None for an unfinished state while a server is still
+    folding the unfinished jobs), and how many of each state the filters other than the
+    state keep (service/counts.py; ``live`` for the unfinished until then)."""
     views, nxt, counts, total = find_counted(service, req)
     return {"jobs": [list_row_json(v) for v in views], "next": nxt,
             "held_count": held_count(service), "total": total, "counts": counts}

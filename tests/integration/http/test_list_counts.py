@@ -70,8 +70,11 @@ def test_a_servers_held_index_counts_the_unfinished(store: SQLiteStore) -> None:
     # not built yet: the unfinished jobs are one count, never folded by the request
     assert body(service)["counts"] == {"succeeded": 12, "failed": 1, "live": 1}
     assert body(service, state="live")["total"] == 1
+    b = body(service, state="pending")  # its rows, but not yet how many on every page
+    assert b["total"] is None and [r["name"] for r in b["jobs"]] == ["sweep-12"]
     index.held(store, NOW)  # built (as its background thread does)
     assert body(service)["counts"] == {"succeeded": 12, "failed": 1, "pending": 1}
+    assert body(service, state="pending")["total"] == 1
 
 
 def test_jobs_finished_before_outcomes_were_kept_are_counted_from_their_records(

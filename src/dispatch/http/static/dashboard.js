@@ -281,7 +281,9 @@ function drawStateCounts(counts) {
   const all = Object.values(counts).reduce((a, b) => a + b, 0);
   const links = [["", "all", all]];
   for (const s of STATES) {
-    if (counts[s] || s === active) links.push([s, s === "live" ? "unfinished" : s, counts[s] || 0]);
+    // an unfinished state's count is not known while the server still folds those jobs
+    const n = counts[s] || (counts.live && !TERMINAL.has(s) ? null : 0);
+    if (counts[s] || s === active) links.push([s, s === "live" ? "unfinished" : s, n]);
   }
   if (active === "live" && !counts.live) links.push(["live", "unfinished", null]);
   nav.replaceChildren();
