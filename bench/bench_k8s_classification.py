@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import k8s_bench as kb  # noqa: E402
 
+from dispatch.backends.registry import traits  # noqa: E402
 from dispatch.core.spec import SpecError, parse_spec  # noqa: E402
 
 LOW = "dispatch-torch"  # the testbed's runtime: restartPolicy Never, backoffLimit 0, low prio
@@ -368,7 +369,7 @@ def webhook_row(rig: kb.DispatchRig) -> str:
         "kubeflow": {"namespace": kb.NAMESPACE, "runtime": "no-such-runtime"},
     }
     try:
-        rig.backend.inner.admit(parse_spec(data, "<cls-nort>"))
+        rig.backend.inner.admit(parse_spec(data, "<cls-nort>", backends=traits()))
         words, grade = "admitted", "wrong"
     except SpecError as err:
         words, grade = f"bad input at submit (exit 2): {str(err)[:200]}", "right"

@@ -30,6 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from dispatch.backends.kubeflow.backend import KubeflowBackend  # noqa: E402
+from dispatch.backends.registry import traits  # noqa: E402
 from dispatch.core.model import Discovery  # noqa: E402
 from dispatch.core.record import fold  # noqa: E402
 from dispatch.core.spec import parse_spec  # noqa: E402
@@ -182,7 +183,7 @@ class DispatchRig:
         }
         return create_job(
             self.store,
-            parse_spec(data, f"<{name}>"),
+            parse_spec(data, f"<{name}>", backends=traits()),
             self.backend.inner.declarations(),
             datetime.now(UTC),
             actor="bench",

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT / "src") not in sys.path:
     sys.path.insert(0, str(ROOT / "src"))
 
+from dispatch.backends.registry import traits  # noqa: E402
 from dispatch.backends.slurm.backend import SlurmBackend  # noqa: E402
 from dispatch.core.model import Discovery  # noqa: E402
 from dispatch.core.record import fold  # noqa: E402
@@ -209,7 +210,7 @@ class DispatchRig:
         slurm = dict(data.get("slurm", {}))
         slurm.setdefault("output_dir", str(self.out_dir))
         data["slurm"] = slurm
-        return create_job(self.store, parse_spec(data, f"<{name}>"),
+        return create_job(self.store, parse_spec(data, f"<{name}>", backends=traits()),
                           self.backend.inner.declarations(), datetime.now(UTC), actor="bench")
 
     def refs(self, job_id: str) -> list[str]:

@@ -15,10 +15,6 @@ from pathlib import Path
 
 import pytest
 
-# The registry hands the backends to the pure core (core/backend_traits.py), as every front end
-# does when it loads: a test that parses a spec without passing the table gets the same one.
-import dispatch.backends.registry  # noqa: F401
-
 REPO = Path(__file__).resolve().parents[1]
 
 # A shell without job control starts `cmd &` with SIGINT ignored, and an ignored signal stays

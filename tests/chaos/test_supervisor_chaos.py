@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from tests.conftest_pg import postgres_cluster, postgres_url  # noqa: F401  (fixtures)
+from tests.specs import parse_spec
 
 from dispatch.backends.base import Submission
 from dispatch.backends.local import LocalBackend
@@ -32,7 +33,6 @@ from dispatch.backends.registry import declarations_for
 from dispatch.core.model import State
 from dispatch.core.policy import Declarations
 from dispatch.core.record import Job, fold
-from dispatch.core.spec import parse_spec
 from dispatch.service.requests import create_job
 from dispatch.stores.select import open_store
 from dispatch.supervise.loop import Supervisor, utcnow

@@ -86,7 +86,8 @@ class World:
         self.files = [str(good), str(root), str(root / "missing.yaml"), "/dev/null"]
 
     def _jobs(self) -> list[str]:
-        from dispatch.core.spec import parse_spec
+        from tests.specs import parse_spec
+
         from dispatch.service import Service
 
         with Service.open(str(self.store)) as service:

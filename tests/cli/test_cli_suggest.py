@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 from tests.cli.conftest import invoke
+from tests.specs import parse_spec
 
 from dispatch.core.model import CauseKind
 from dispatch.core.policy import Action
-from dispatch.core.spec import SpecError, SpecProblems, parse_spec
+from dispatch.core.spec import SpecError, SpecProblems
 
 
 def test_a_mistyped_command_gets_the_closest_and_the_list(env: dict[str, str]) -> None:

@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.specs import parse_spec
 
 from dispatch.backends.registry import Backends, declarations_for, make_backend
 from dispatch.core.model import State
-from dispatch.core.spec import parse_spec
 from dispatch.service import Service
 from dispatch.service.requests import create_job
 from dispatch.service.views import SCHEDULER_UNUSABLE, status_json

@@ -11,11 +11,12 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
+from tests.specs import parse_spec
+
 from dispatch.backends.registry import declarations_for
 from dispatch.core import events as ev
 from dispatch.core.model import Cause, CauseKind
 from dispatch.core.record import fold
-from dispatch.core.spec import parse_spec
 from dispatch.supervise.escalations import Notifier
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from tests.specs import parse_spec
 
 from dispatch.backends.registry import declarations_for
 from dispatch.cli import main
 from dispatch.core import events as ev
-from dispatch.core.spec import parse_spec
 from dispatch.segment_health.commands import mark, unmark
 from dispatch.segment_health.directory import DirectoryUnusable, SymlinkRefused, check_usable
 from dispatch.service.requests import create_job

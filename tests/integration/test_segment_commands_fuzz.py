@@ -11,11 +11,11 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from tests.specs import parse_spec
 
 from dispatch.backends.registry import declarations_for
 from dispatch.core import events as ev
 from dispatch.core.record import fold
-from dispatch.core.spec import parse_spec
 from dispatch.errors import BadInput
 from dispatch.segment_health.commands import mark, unmark
 from dispatch.service.requests import create_job

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.specs import parse_spec
 
 from dispatch.backends.registry import declarations_for
 from dispatch.core import events as ev
 from dispatch.core.model import Cause, CauseKind, Discovery, ObjectReport, State, UnitHealth
 from dispatch.core.record import Job, fold
-from dispatch.core.spec import parse_spec
 from dispatch.segment_health import read_state
 from dispatch.segment_health.directory import DecisionDirectory
 from dispatch.service.requests import create_job

@@ -8,11 +8,12 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from tests.specs import parse_spec
+
 from dispatch.backends.local import LocalBackend
 from dispatch.backends.registry import declarations_for
 from dispatch.core.model import CauseKind, SchedulerUnreachable, State
 from dispatch.core.record import fold
-from dispatch.core.spec import parse_spec
 from dispatch.service.requests import create_job
 from dispatch.stores.select import open_store
 from dispatch.supervise.loop import Supervisor, utcnow

@@ -12,12 +12,13 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from tests.specs import parse_spec
+
 from dispatch.backends.local import LocalBackend
 from dispatch.backends.registry import declarations_for
 from dispatch.core.decide import RESEND_AFTER
 from dispatch.core.model import State
 from dispatch.core.record import fold
-from dispatch.core.spec import parse_spec
 from dispatch.service.requests import create_job, request_cancel
 from dispatch.stores.select import open_store
 from dispatch.supervise.loop import Supervisor, utcnow

@@ -13,11 +13,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from tests.specs import parse_spec
 
 from dispatch.backends.local import LocalBackend
 from dispatch.core.model import Discovery
 from dispatch.core.record import Job, fold
-from dispatch.core.spec import parse_spec
 from dispatch.service.requests import create_job
 from dispatch.stores.select import open_store
 from dispatch.supervise.discovery import OK, UNREACHABLE, Lookout

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from dispatch.core.backend_traits import BackendTraits, Enforces, declare
+from dispatch.core.backend_traits import BackendTraits, Enforces
 from dispatch.core.policy import Declarations
 from dispatch.core.spec import JobSpec, parse_duration
 from dispatch.errors import BackendError
@@ -192,8 +192,6 @@ def path_variables() -> tuple[str, ...]:
     return (*(e.root_variable for e in REGISTRY.values() if e.root_variable), STORE)
 
 
-declare(traits().values())
-
 
 @contextmanager
 def registered(new: BackendEntry) -> Iterator[BackendEntry]:
@@ -203,12 +201,10 @@ def registered(new: BackendEntry) -> Iterator[BackendEntry]:
     if new.name in REGISTRY:
         raise BackendConfigError(f"backend {new.name!r} is registered already")
     REGISTRY[new.name] = new
-    declare(traits().values())
     try:
         yield new
     finally:
         del REGISTRY[new.name]
-        declare(traits().values())
 
 
 def make_backend(name: str) -> Backend:

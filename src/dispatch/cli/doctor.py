@@ -24,28 +24,30 @@ MARK = {Verdict.OK: "ok", Verdict.DEGRADED: "DEGRADED", Verdict.PROBLEM: "PROBLE
 
 
 def _kubeflow(namespace: str | None, runtime: str | None, runtime_kind: str,
-              ) -> tuple[list[Check], list[dict[str, Any]], str]:
-    from dispatch.backends.kubeflow.client import ClientSettings, KubeClient, load_config
+              ) -> tuple[list[Check], list[dict[str, Any]], str, dict[str, Any] | None]:
+    from dispatch.backends.kubeflow.client import ClientSettings, KubeClient
     from dispatch.backends.kubeflow.doctor import doctor
     from dispatch.backends.kubeflow.kubeconfig import KubeConfigError
+    from dispatch.backends.kubeflow.origin import config_origin
     from dispatch.backends.registry import KUBECONFIG
     from dispatch.support.paths import K8S_CONTEXT, env_path
 
     kubeconfig = str(p) if (p := env_path(KUBECONFIG)) else None
     context = os.environ.get(K8S_CONTEXT) or None
     try:
-        cfg = load_config(kubeconfig, context)
+        cfg, origin = config_origin(kubeconfig, context)
         kube = KubeClient(ClientSettings(kubeconfig=kubeconfig, context=context, retries=1),
                           config=cfg)
     except KubeConfigError as err:
         return ([Check("configuration", Verdict.PROBLEM, str(err),
-                       f"set {KUBECONFIG} (or KUBECONFIG) to a kubeconfig of yours")], [], "")
+                       f"set {KUBECONFIG} (or KUBECONFIG) to a kubeconfig of yours, and "
+                       f"{K8S_CONTEXT} to a context in it")], [], "", None)
     ns = namespace or os.environ.get("DISPATCH_K8S_NAMESPACE") or kube.default_namespace
     try:
-        checks, accesses = doctor(kube, cfg, ns, runtime, runtime_kind)
+        checks, accesses = doctor(kube, origin, ns, runtime, runtime_kind)
     finally:
         kube.close()
-    return checks, [a.as_json() for a in accesses], ns
+    return checks, [a.as_json() for a in accesses], ns, origin.as_json()
 
 
 def _runtime_of(spec: Path | None, runtime: str | None) -> tuple[str | None, str]:
@@ -79,9 +81,10 @@ def doctor(backend: str, namespace: str | None, runtime: str | None, spec: Path 
            partition: str | None, as_json: bool) -> None:
     """Check what a first job on BACKEND needs, and say how to fix what is missing."""
     accesses: list[dict[str, Any]] = []
+    configuration: dict[str, Any] | None = None
     if backend == "kubeflow":
         name, kind = _runtime_of(spec, runtime)
-        checks, accesses, namespace = _kubeflow(namespace, name, kind)
+        checks, accesses, namespace, configuration = _kubeflow(namespace, name, kind)
     elif backend == "slurm":
         from dispatch.backends.slurm.doctor import doctor as slurm_doctor
 
@@ -101,6 +104,7 @@ def doctor(backend: str, namespace: str | None, runtime: str | None, spec: Path 
                                "checks": [c.as_json() for c in checks]}
         if backend == "kubeflow":
             out["namespace"] = namespace
+            out["configuration"] = configuration
             out["permissions"] = accesses
         emit_json(out)
     else:
@@ -142,14 +146,19 @@ def kubeflow() -> None:
 @click.option("--namespace-only", is_flag=True, help="No cluster-scoped object (for clusters "
               "that refuse a ClusterRole on nodes): node-loss detection is then degraded.")
 @click.option("--runtime-only", is_flag=True, help="Only the runtime (native restarts off).")
+@click.option("--serve", is_flag=True, help="Also `dispatch serve` in NAMESPACE as the service "
+              "account: a Deployment (2 replicas, one active) and its Service; needs --image.")
+@click.option("--image", default=None, help="With --serve: the container image, with "
+              "dispatch on PATH.")
 @handle_errors
 def manifests(namespace: str, user: str | None, service_account: str | None,
-              namespace_only: bool, runtime_only: bool) -> None:
+              namespace_only: bool, runtime_only: bool, serve: bool, image: str | None) -> None:
     """Print the runtime and the RBAC dispatch needs, to pipe to `kubectl apply -f -`."""
     from dispatch.backends.kubeflow.manifests import Subject, cluster_manifests, render, runtime
 
     if user is not None and service_account is not None:
         raise BadInput("give --user or --service-account, not both")
+    _check_serve(serve, image, user, runtime_only)
     if runtime_only:
         click.echo(render([runtime()]), nl=False)
         return
@@ -166,8 +175,35 @@ def manifests(namespace: str, user: str | None, service_account: str | None,
         raise BadInput(f"--service-account: {subject.name!r} is not a service account's name")
     if not subject.name or not subject.name.isprintable():
         raise BadInput(f"--user: {subject.name!r} is not a user's name")
-    click.echo(render(cluster_manifests(namespace, subject, namespace_only=namespace_only),
-                      namespace_only=namespace_only), nl=False)
+    text = render(cluster_manifests(namespace, subject, namespace_only=namespace_only),
+                  namespace_only=namespace_only)
+    if serve and image is not None:
+        from dispatch.backends.kubeflow.serve_manifests import (
+            render_serve,
+            serve_header,
+            serve_manifests,
+        )
+
+        text = ("\n".join(serve_header(namespace)) + "\n" + text + "---\n"
+                + render_serve(serve_manifests(namespace, subject.name, image)))
+    click.echo(text, nl=False)
+
+
+def _check_serve(serve: bool, image: str | None, user: str | None, runtime_only: bool) -> None:
+    from dispatch.backends.kubeflow.serve_manifests import image_problem
+
+    if not serve:
+        if image is not None:
+            raise BadInput("--image is for --serve (the image dispatch serve runs from)")
+        return
+    if image is None:
+        raise BadInput("--serve needs --image IMAGE (a container image with dispatch on PATH)")
+    if why := image_problem(image):
+        raise BadInput(f"--image: {why}")
+    if user is not None:
+        raise BadInput("--serve runs as a service account (--service-account), not --user")
+    if runtime_only:
+        raise BadInput("give --serve or --runtime-only, not both")
 
 
 COMMANDS = (doctor, kubeflow)

@@ -86,6 +86,8 @@ def show(view: JobView, as_json: bool, service: Service | None = None,
     if facts is not None:
         extra = [*extra, *render.running_lines(facts[0], utcnow()),
                  *([render.line(render.visible(f"  {facts[1]}"))] if facts[1] else [])]
+    if verbose and s is not None and s.backend == "kubeflow":
+        extra = [*extra, *render.kubernetes_lines()]
     render.print_status(view, extra, verbose)
 
 
@@ -347,7 +349,8 @@ def _run_live(sup: Supervision, scope: str, service: Service, job_id: str,
               help="Ask only the scheduler: object-only, never terminal.")
 @click.option("--backend", default=None, help="With --no-record: which scheduler to ask.")
 @click.option("-v", "--verbose", is_flag=True,
-              help="Also the application error's traceback tail.")
+              help="Also the application error's traceback tail, and for a kubeflow job "
+              "the kubeconfig file(s), context, cluster and user asked through.")
 @store_option
 @json_option
 @handle_errors

@@ -301,6 +301,19 @@ def next_steps(job_id: str) -> list[Line]:
             line(visible(f"    dispatch cancel {job_id}      # or cancel it"))]
 
 
+def kubernetes_lines() -> list[Line]:
+    """Which Kubernetes configuration this process asked through (``status -v`` of a kubeflow
+    job): the kubeconfig file(s), context, cluster, server and user, never a credential."""
+    from dispatch.backends.kubeflow.origin import origin_from_env
+    from dispatch.errors import DispatchError
+
+    try:
+        text = origin_from_env().text()
+    except DispatchError as err:
+        text = f"no usable configuration here: {err}"
+    return [line(visible(f"  kubernetes: {text}"), "dim")]
+
+
 def print_status(view: JobView, extra: Sequence[Line] = (), verbose: bool = False) -> None:
     lines = status_lines(view, verbose) + list(extra)
     plain = [x.plain for x in lines]

@@ -1,14 +1,14 @@
 """What the pure core needs to know about a backend, as data it is given.
 
 Each backend's entry in ``backends/registry.py`` is the one place that says these things; the
-core may not import the registry (the layers), so the registry hands them down: callers pass
-``registry.traits()`` to ``parse_spec`` / ``check_spec``, and the registry declares the same
-table here when it is imported (``declare``), for a caller that passes none.
+core may not import the registry (the layers), so the registry hands them down: every caller
+passes ``registry.traits()`` to ``parse_spec`` / ``check_spec`` (no table kept here: a caller
+that forgets it is a type error, never a stale or empty table).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from enum import Enum
 
 import msgspec
@@ -36,20 +36,6 @@ class BackendTraits(msgspec.Struct, frozen=True, kw_only=True):
     enforces: frozenset[Enforces] = frozenset()
 
 
-_declared: dict[str, BackendTraits] = {}
-
-
-def declare(table: Iterable[BackendTraits]) -> None:
-    """Set the table a caller that passes none gets (the registry calls this once)."""
-    _declared.clear()
-    _declared.update((t.name, t) for t in table)
-
-
-def declared() -> Mapping[str, BackendTraits]:
-    if not _declared:
-        raise RuntimeError("no backends are declared: import dispatch.backends.registry "
-                           "(it declares them), or pass the table")
-    return _declared
 
 
 def enforcing(backends: Mapping[str, BackendTraits], what: Enforces) -> list[str]:

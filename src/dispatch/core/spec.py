@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from dispatch.core.backend_traits import BackendTraits, Enforces, declared, enforcing
+from dispatch.core.backend_traits import BackendTraits, Enforces, enforcing
 from dispatch.core.policy import PolicyError, RecoveryPolicy, Rule
 from dispatch.core.progress import ProgressSpec, pattern_problem
 from dispatch.core.suggest import did_you_mean, explain
@@ -280,12 +280,11 @@ def check_text(data: Any, source: str = "<spec>") -> None:
 
 
 def parse_spec(data: Any, source: str = "<spec>", *,
-               backends: Mapping[str, BackendTraits] | None = None) -> JobSpec:
+               backends: Mapping[str, BackendTraits]) -> JobSpec:
     """Decode and check a spec mapping. Every problem is reported at once (``SpecProblems``,
     or the one ``SpecError``; a policy's own problems alone stay a ``PolicyError``), each with
     its place; an unknown key gets the closest known one. ``backends``: the backends the spec
-    may name and what each enforces (``registry.traits()``; None: the declared table)."""
-    table = declared() if backends is None else backends
+    may name and what each enforces (``registry.traits()``)."""
     if not isinstance(data, dict):
         raise SpecError(source, "(top)", "a job spec is a mapping")
     check_text(data, source)
@@ -337,7 +336,7 @@ def parse_spec(data: Any, source: str = "<spec>", *,
         try:
             partial = msgspec.convert({"name": "x", "command": ["x"], **raw}, JobSpec,
                                       strict=True)
-            problems += [p for p in spec_problems(partial, table)
+            problems += [p for p in spec_problems(partial, backends)
                          if p[0].split(".")[0] in raw]
         except msgspec.ValidationError:
             pass
@@ -350,7 +349,7 @@ def parse_spec(data: Any, source: str = "<spec>", *,
             raise SpecError(source, where, message) from None
         assert policy is not None
         spec = msgspec.structs.replace(spec, policy=policy)
-        problems += spec_problems(spec, table)
+        problems += spec_problems(spec, backends)
     if policy_error is not None and len(problems) == len(policy_error.problems):
         raise policy_error
     if len(problems) == 1:
@@ -368,12 +367,12 @@ def _split(problem: str) -> tuple[str, str]:
 
 
 def check_spec(spec: JobSpec, source: str = "<spec>", *,
-               backends: Mapping[str, BackendTraits] | None = None) -> None:
+               backends: Mapping[str, BackendTraits]) -> None:
     """What every spec must hold beyond its types, whether it came from a file, a request or
     a ``JobSpec`` made in Python: refused with a SpecError naming the key (SpecProblems
     naming each, when there are several). ``backends`` as ``parse_spec``'s."""
     check_text(spec, source)
-    problems = spec_problems(spec, declared() if backends is None else backends)
+    problems = spec_problems(spec, backends)
     if len(problems) == 1:
         raise SpecError(source, *problems[0])
     if problems:

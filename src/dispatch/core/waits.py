@@ -7,7 +7,8 @@ while a never-resolved attempt may still publish (issue 45).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from dispatch.core.events import Holder
@@ -35,20 +36,26 @@ class Takeover:
 
 # A job whose outcome is committed while a submit attempt of it was never resolved (no object
 # bound, no rejection) is still watched: an object that attempt publishes late is stopped
-# and recorded as a duplicate (S15). Once every process that attempted it is known gone, for
-# the backend's submit bound after the attempt; else (a holder alive, paused, or on a host
-# whose processes cannot be seen from here) for this long after the last attempt.
+# and recorded as a duplicate (S15). A holder found alive (a paused supervisor) keeps the
+# watch open while it lives; one found gone, for the backend's submit bound after it was
+# found gone; one that cannot be judged from here (another host or boot, none recorded, this
+# very process), for this long after the last attempt (watch_until).
 WATCH_UNRESOLVED = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
 class Gone:
-    """The submit attempts' holders the shell found gone (on this very host and boot: their
-    pid no longer the process that attempted), and the backend's submit bound: how long a
-    submit call of a process that is gone can still land (base.Backend.submit_in_flight)."""
+    """What the shell found of the submit attempts' holders: those gone (on this very host
+    and boot: their pid no longer the process that attempted) and when it first found each
+    gone (``found_at``; one missing counts as found at its attempt), those alive (this host
+    and boot, the pid still that process: running or paused), and the backend's submit
+    bound: how long a submit call of a process that is gone can still land
+    (base.Backend.submit_in_flight). A holder in neither set cannot be judged from here."""
 
     holders: frozenset[Holder]
     submit_in_flight: timedelta
+    alive: frozenset[Holder] = frozenset()
+    found_at: Mapping[Holder, datetime] = field(default_factory=dict)
 
     def all_gone(self, s: Submission) -> bool:
         """Every attempt of ``s`` names its holder, and each of them is gone."""
@@ -56,20 +63,37 @@ class Gone:
                                        for h in s.holders)
 
 
-def watch_until(job: Job, gone: Gone | None) -> datetime | None:
+def watch_until(job: Job, gone: Gone | None, now: datetime) -> datetime | None:
     """Until when a finished job must still be looked at for an object a never-resolved
-    submit attempt may publish (None: nothing to watch for). Pure: the times are the record's,
-    the gone holders the shell's finding."""
+    submit attempt may publish (None: nothing to watch for); the watch is over once ``now``
+    is past it. Per holder of each unresolved attempt: found alive, ``now`` plus the submit
+    bound (asked again at the next look, so the watch goes on while it lives); found gone,
+    the bound after it was found gone (a child it started, such as sbatch, lands within it);
+    else WATCH_UNRESOLVED after the attempt. Pure: the times are the record's and ``now``,
+    the holders' fate the shell's finding."""
     if job.outcome is None:
         return None
     until: datetime | None = None
     for s in job.submissions:
         if not s.unresolved:
             continue
-        t = s.attempted_at + (gone.submit_in_flight if gone is not None and gone.all_gone(s)
-                              else WATCH_UNRESOLVED)
+        ends = [_holder_watch(s, h, gone, now) for h in s.holders] or [
+            s.attempted_at + WATCH_UNRESOLVED]
+        t = max(ends)
         until = t if until is None else max(until, t)
     return until
+
+
+def _holder_watch(s: Submission, h: Holder | None, gone: Gone | None,
+                  now: datetime) -> datetime:
+    """Until when the attempt ``s`` of holder ``h`` may still publish."""
+    if gone is None or h is None:
+        return s.attempted_at + WATCH_UNRESOLVED
+    if h in gone.alive:
+        return max(now, s.attempted_at) + gone.submit_in_flight
+    if h in gone.holders:
+        return max(s.attempted_at, gone.found_at.get(h, s.attempted_at)) + gone.submit_in_flight
+    return s.attempted_at + WATCH_UNRESOLVED
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ service, mirroring the Python API.
     GET  /api/supervisors                  who is active for each scope (as ``dispatch
                                            supervisors --json``)
     GET  /metrics                          Prometheus text format
+    GET  /healthz                          "ok", without a token (a probe's; says nothing else)
     GET  /                                 the dashboard (without a session: to /login)
     GET  /login[?token=T], POST /login     a token for a session cookie (http/login.py)
 

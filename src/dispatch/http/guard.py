@@ -2,8 +2,9 @@
 security headers on every answer, and a POST's body read (bounded) so the sync endpoints
 need no event loop.
 
-Without a credential every path answers 401 except the login page (``/login``) and the
-stylesheet it uses; the dashboard at ``/`` redirects to ``/login`` instead.
+Without a credential every path answers 401 except the login page (``/login``), the
+stylesheet it uses and the probe's ``/healthz`` (which says only "ok"); the dashboard at ``/``
+redirects to ``/login`` instead.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dispatch.http.refusals import REFUSALS
 from dispatch.service.views import error_json
 
 MAX_BODY_BYTES = 1 << 20
-PUBLIC_PATHS = frozenset({"/login", "/static/dashboard.css"})
+PUBLIC_PATHS = frozenset({"/login", "/static/dashboard.css", "/healthz"})
 ACTOR = "dispatch.actor"
 BODY = "dispatch.body"
 SECURITY_HEADERS = [

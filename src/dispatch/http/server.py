@@ -219,10 +219,18 @@ def serve(store_url: str | None, host: str = DEFAULT_HOST, port: int = DEFAULT_P
     listeners = listen(host, port, server.access.start_token)
     # cookies do not keep ports apart: each server's session cookie has its own name
     server.access.cookie_name = f"dispatch_session_{listeners.port}"
-    print(f"dispatch serve: http://{url_host(host)}:{listeners.port}/login?token="
-          f"{server.access.start_token}\n"
-          f"  (the token is also in {listeners.token_path}; this user's programs may use "
-          f"the socket {listeners.socket_path}) (Ctrl-C stops)", file=sys.stderr, flush=True)
+    base = f"http://{url_host(host)}:{listeners.port}"
+    if token_file is None:
+        print(f"dispatch serve: {base}/login?token={server.access.start_token}\n"
+              f"  (the token is also in {listeners.token_path}; this user's programs may use "
+              f"the socket {listeners.socket_path}) (Ctrl-C stops)", file=sys.stderr,
+              flush=True)
+    else:
+        # Team tokens: the start token stays out of the output, which may be a log others
+        # read (a pod's, a service's journal); it is in the 0600 file for this user.
+        print(f"dispatch serve: {base}/ (log in with a token of {token_file}; the start "
+              f"token is in {listeners.token_path}; this user's programs may use the socket "
+              f"{listeners.socket_path}) (Ctrl-C stops)", file=sys.stderr, flush=True)
     config = uvicorn.Config(build_app(server), log_level="warning", access_log=False,
                             lifespan="off", http=GuardedH11Protocol, timeout_keep_alive=5,
                             timeout_graceful_shutdown=GRACE_S)

@@ -61,7 +61,7 @@ a tick that reads only what changed) and the snapshot cache (stores/snapshot.py)
 ``jobs.edited``, set by the database when a stored event is updated or deleted, so that no
 snapshot outlives an edit of the events under it (stores/schema.py); 5 -> 6 the causes each
 job's history holds (stores/causes.py), so a list finds jobs by a cause they recovered
-from."""
+from, and the submit attempts never resolved (stores/attempts.py)."""
 
 
 class StoreError(StoreUnusable):
@@ -429,6 +429,14 @@ class RecordStore(abc.ABC):
         query. ``since`` None: every live job (the first look). A job may be reported again
         though unchanged (the caller compares versions); a committed change is never missed.
         ``scope`` keeps the jobs of that scope only."""
+
+    @abc.abstractmethod
+    def watched(self, scope: str | None, since_us: int, host: str | None = None,
+                boot_id: str | None = None) -> list[str]:
+        """The finished jobs of ``scope`` (None: every scope) with a submit attempt never
+        resolved made at or after ``since_us`` or by a process on ``host`` in boot
+        ``boot_id``: those whose watch may not be over (core/waits.watch_until decides),
+        from an index (stores/attempts.py), never their records."""
 
     @abc.abstractmethod
     def read_after(self, versions: dict[str, int]) -> dict[str, list[Event]]:

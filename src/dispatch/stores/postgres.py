@@ -27,7 +27,7 @@ from psycopg.conninfo import conninfo_to_dict
 from dispatch.core.codec import encode_event
 from dispatch.core.events import Event, JobCreated, Superseded
 from dispatch.core.record import Job
-from dispatch.stores import causes, schema
+from dispatch.stores import attempts, causes, schema
 from dispatch.stores import snapshot_sql as snap
 from dispatch.stores.base import (
     MIN_PREFIX,
@@ -354,6 +354,7 @@ class PostgresStore(RecordStore):
                 (job_id, seqs, bodies))
             if kinds := causes.history_causes(events):
                 cur.execute(causes.PG_INSERT, (job_id, kinds))
+            attempts.pg_write(cur, job_id, events)
             return new_version
 
         def landed(cur: Cursor) -> bool:
@@ -439,6 +440,11 @@ class PostgresStore(RecordStore):
         changes, _ = change_rows(self.describe(), self._query("look for changed jobs", sql,
                                                               params), since)
         return changes, mark
+
+    def watched(self, scope: str | None, since_us: int, host: str | None = None,
+                boot_id: str | None = None) -> list[str]:
+        sql, params = attempts.watched_sql(scope, since_us, host, boot_id, pg=True)
+        return [str(r[0]) for r in self._query("find finished jobs to watch", sql, params)]
 
     def read_after(self, versions: dict[str, int]) -> dict[str, list[Event]]:
         if not versions:

@@ -1,7 +1,8 @@
 """The PostgreSQL store's tables: created on first use, migrated step by step to
 SCHEMA_VERSION (1 -> 2: the supersedes column and its unique index; 2 -> 3: scopes and
 leases; 3 -> 4: change marks and snapshots; 4 -> 5: the mark of a job whose events
-were edited in place, and its triggers; 5 -> 6: the causes each job's history holds),
+were edited in place, and its triggers; 5 -> 6: the causes each job's history holds
+and the submit attempts never resolved),
 inside one transaction under an advisory lock (re-checked inside it) so that two processes
 starting at once never both create or migrate, and neither refuses what the other made. The
 statements themselves are in stores/schema.py."""
@@ -12,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from dispatch.stores import causes, schema
+from dispatch.stores import attempts, causes, schema
 from dispatch.stores.base import SCHEMA_VERSION
 
 SCHEMA_LOCK = 0x6469737061746368  # pg_advisory_lock key ("dispatch"): schema setup only
@@ -109,5 +110,7 @@ def migrate(conn: psycopg.Connection[Any], where: str, found: int) -> None:
             cur.executemany("UPDATE dispatch_jobs SET name_key = %s WHERE job_id = %s",
                             schema.name_keys(conn.execute(
                                 "SELECT job_id, name FROM dispatch_jobs").fetchall()))
+            cur.executemany(attempts.PG_OPEN_ROW, attempts.from_bodies(conn.execute(
+                attempts.fill_sql("dispatch_events", "%s"), attempts.FILL_TAGS)))
     if found < SCHEMA_VERSION:
         conn.execute("UPDATE dispatch_schema SET version = %s", (SCHEMA_VERSION,))

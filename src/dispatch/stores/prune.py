@@ -63,7 +63,7 @@ def sqlite_prune(conn: sqlite3.Connection, before_us: int, act: bool) -> list[st
                                     "job_id").fetchall()), before_us)
     if act and ids:
         doc = json.dumps(ids)
-        for table in ("events", "snapshots", "job_causes", "jobs"):
+        for table in ("events", "snapshots", "job_causes", "open_attempts", "jobs"):
             conn.execute(f"DELETE FROM {table} WHERE job_id IN "  # noqa: S608 (fixed names)
                          "(SELECT value FROM json_each(?))", (doc,))
     return ids
@@ -79,7 +79,7 @@ def pg_prune(cur: Any, before_us: int, act: bool) -> list[str]:
     ids = chosen(_rows(cur.fetchall()), before_us)
     if act and ids:
         for table in ("dispatch_events", "dispatch_snapshots", "dispatch_job_causes",
-                      "dispatch_jobs"):
+                      "dispatch_open_attempts", "dispatch_jobs"):
             cur.execute(f"DELETE FROM {table} WHERE job_id = ANY(%s)", (ids,))
     return ids
 

@@ -17,7 +17,8 @@ its JobCreated event; the backend's name for jobs recorded before scopes), index
 
 Version 4 (issue 27): change marks and the snapshot cache (below). Version 5 (issue 32
 item 7): ``jobs.edited`` and the triggers that set it (below). Version 6 (issue 48 item 2):
-the causes each job's history holds, a table of its own (below).
+the causes each job's history holds, a table of its own (below); and (issue 45 item 12) the
+submit attempts never resolved (stores/attempts.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 
+from dispatch.stores import attempts
 from dispatch.stores.base import SCHEMA_VERSION, SchemaInvalid, SchemaTooNew
 from dispatch.stores.lease import PG_DDL, SQLITE_DDL
 from dispatch.support.name_glob import natural_key
@@ -74,8 +76,9 @@ PG_V1 = [
 # The tables of version 1 (every step needs them) and of the current version.
 SQLITE_TABLES = ("schema", "jobs", "events")
 PG_TABLES = ("dispatch_schema", "dispatch_jobs", "dispatch_events")
-SQLITE_TABLES_NOW = (*SQLITE_TABLES, "leases", "snapshots", "job_causes")
-PG_TABLES_NOW = (*PG_TABLES, "dispatch_leases", "dispatch_snapshots", "dispatch_job_causes")
+SQLITE_TABLES_NOW = (*SQLITE_TABLES, "leases", "snapshots", "job_causes", "open_attempts")
+PG_TABLES_NOW = (*PG_TABLES, "dispatch_leases", "dispatch_snapshots", "dispatch_job_causes",
+                 "dispatch_open_attempts")
 
 # Version 2: one successor per job. The statements run after the backfill's column exists.
 SQLITE_V2_COLUMN = "ALTER TABLE jobs ADD COLUMN supersedes TEXT"
@@ -197,7 +200,9 @@ PG_V5 = [
 # older build's appends would not fill it: the version keeps such a build out. And each
 # job's ``name_key`` (support/name_glob.natural_key), written with the row and filled by the
 # step, so that a list ordered by name is in natural order (sweep-9 before sweep-10) and
-# still one indexed range scan a page.
+# still one indexed range scan a page. And (issue 45 item 12) the submit attempts never
+# resolved (stores/attempts.py), filled by the step from the events already stored, so that a
+# supervisor taking a scope over finds the finished jobs it must still watch by an index.
 SQLITE_V6 = [
     """CREATE TABLE job_causes (
         cause  TEXT NOT NULL,  -- a CauseKind value
@@ -207,6 +212,7 @@ SQLITE_V6 = [
     "CREATE INDEX job_causes_by_job ON job_causes (job_id)",  # prune deletes by job
     "ALTER TABLE jobs ADD COLUMN name_key TEXT NOT NULL DEFAULT ''",  # filled by the step
     "CREATE INDEX jobs_by_name_key ON jobs (name_key, created_us, job_id)",
+    *attempts.SQLITE_V6,
 ]
 PG_V6 = [
     """CREATE TABLE dispatch_job_causes (
@@ -217,6 +223,7 @@ PG_V6 = [
     "CREATE INDEX dispatch_job_causes_by_job ON dispatch_job_causes (job_id)",
     "ALTER TABLE dispatch_jobs ADD COLUMN name_key text NOT NULL DEFAULT ''",
     "CREATE INDEX dispatch_jobs_by_name_key ON dispatch_jobs (name_key, created_us, job_id)",
+    *attempts.PG_V6,
 ]
 
 

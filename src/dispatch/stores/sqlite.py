@@ -23,7 +23,7 @@ from pathlib import Path
 from dispatch.core.codec import encode_event
 from dispatch.core.events import Event, JobCreated, Superseded
 from dispatch.core.record import Job
-from dispatch.stores import causes, schema
+from dispatch.stores import attempts, causes, schema
 from dispatch.stores import snapshot_sql as snap
 from dispatch.stores.base import (
     MIN_PREFIX,
@@ -205,6 +205,8 @@ class SQLiteStore(RecordStore):
                 "SELECT job_id, body FROM events ORDER BY job_id, seq")))
             c.executemany("UPDATE jobs SET name_key = ? WHERE job_id = ?",
                           schema.name_keys(c.execute("SELECT job_id, name FROM jobs")))
+            c.executemany(attempts.SQLITE_OPEN, attempts.from_bodies(c.execute(
+                attempts.fill_sql("events", "?"), attempts.FILL_TAGS)))
         if found < SCHEMA_VERSION:
             c.execute("UPDATE schema SET version = ?", (SCHEMA_VERSION,))
 
@@ -332,6 +334,9 @@ class SQLiteStore(RecordStore):
             )
             c.executemany(causes.SQLITE_INSERT,
                           [(kind, job_id) for kind in causes.history_causes(events)])
+            opened, resolved = attempts.changes(events)
+            c.executemany(attempts.SQLITE_OPEN, [(job_id, *r) for r in opened])
+            c.executemany(attempts.SQLITE_RESOLVE, [(job_id, n) for n in resolved])
             c.execute("COMMIT")
         return new_version
 
@@ -410,6 +415,12 @@ class SQLiteStore(RecordStore):
                 top = c.execute("SELECT coalesce(max(changed), 0) FROM jobs").fetchone()[0]
         changes, seen = change_rows(self.describe(), rows, since)
         return changes, (max(seen, int(top)) if since is None else seen)
+
+    def watched(self, scope: str | None, since_us: int, host: str | None = None,
+                boot_id: str | None = None) -> list[str]:
+        sql, params = attempts.watched_sql(scope, since_us, host, boot_id, pg=False)
+        with self._guard("find finished jobs to watch") as c:
+            return [str(r[0]) for r in c.execute(sql, params)]
 
     def read_after(self, versions: dict[str, int]) -> dict[str, list[Event]]:
         if not versions:

@@ -5,6 +5,9 @@ time). A supervisor judges a holder gone only when it is sure: the holder was on
 host in this very boot, and its pid is now absent, a zombie, or another process (its start
 time differs). A holder elsewhere (another host, an earlier boot) cannot be judged from here
 and is never called gone: its attempt waits the attempt lease, as before holders existed.
+A holder is judged alive on the same terms: this host and boot, and its pid still that
+process (running or stopped); a finished job is watched while one of its attempts' holders
+lives (core/waits.watch_until).
 """
 
 from __future__ import annotations
@@ -43,20 +46,45 @@ def holder() -> Holder | None:
 
 def is_gone(h: Holder, *, host: str | None = None, boot: str | None = None) -> bool:
     """True only when ``h`` ran on this host in this boot and its pid is no longer it."""
+    return _fate(h, host, boot) == GONE
+
+
+def is_alive(h: Holder, *, host: str | None = None, boot: str | None = None) -> bool:
+    """True only when ``h`` ran on this host in this boot, its pid is still that process
+    (running or stopped: a paused supervisor is alive) and it is not this very process (whose
+    own submit calls have returned by the time it looks: its attempts are judged as one
+    elsewhere, WATCH_UNRESOLVED)."""
+    return _fate(h, host, boot) == ALIVE
+
+
+GONE, ALIVE, UNSEEN = "gone", "alive", "unseen"
+
+
+def _fate(h: Holder, host: str | None, boot: str | None) -> str:
     if h.host != (host if host is not None else socket.gethostname()):
-        return False
+        return UNSEEN
     if not h.boot_id or h.boot_id != (boot if boot is not None else boot_id()):
-        return False
+        return UNSEEN
     st = read_proc_stat(h.pid)
-    return st is None or st.start_ticks != h.start_ticks or st.state in ("Z", "X")
+    if st is None or st.start_ticks != h.start_ticks or st.state in ("Z", "X"):
+        return GONE
+    return UNSEEN if h == this_process() else ALIVE
 
 
-def gone_holders(jobs: Iterable[Job]) -> frozenset[Holder]:
-    """The holders of the jobs' unresolved submit attempts that are gone (one /proc read per
-    distinct holder; none for jobs whose submissions are all resolved)."""
+def look_at_holders(jobs: Iterable[Job]) -> tuple[frozenset[Holder], frozenset[Holder]]:
+    """(gone, alive): the holders of the jobs' unresolved submit attempts that are gone, and
+    those alive (one /proc read per distinct holder; none for jobs whose submissions are all
+    resolved). A holder in neither cannot be judged from here."""
     wanted = {h for job in jobs for s in job.submissions if s.unresolved
               for h in s.holders if h is not None}
     if not wanted:
-        return frozenset()
+        return frozenset(), frozenset()
     host, boot = socket.gethostname(), boot_id()
-    return frozenset(h for h in wanted if is_gone(h, host=host, boot=boot))
+    fates = {h: _fate(h, host, boot) for h in wanted}
+    return (frozenset(h for h, f in fates.items() if f == GONE),
+            frozenset(h for h, f in fates.items() if f == ALIVE))
+
+
+def gone_holders(jobs: Iterable[Job]) -> frozenset[Holder]:
+    """The holders of the jobs' unresolved submit attempts that are gone."""
+    return look_at_holders(jobs)[0]

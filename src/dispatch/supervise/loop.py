@@ -40,13 +40,20 @@ from dispatch.core.observe import observe
 from dispatch.core.record import Job, SegmentDecision, fold
 from dispatch.core.status import plan_of
 from dispatch.errors import DispatchError
-from dispatch.stores.base import ConflictError, Fence, Fenced, RecordStore, append_fact
+from dispatch.stores.base import (
+    ConflictError,
+    Fence,
+    Fenced,
+    RecordStore,
+    append_fact,
+    sort_key_us,
+)
 from dispatch.stores.fence import LeaseLost
 from dispatch.stores.live import LiveFolds
 from dispatch.stores.reading import fold_records
 from dispatch.supervise.discovery import OK, UNREACHABLE, Lookout, by_backend
 from dispatch.supervise.escalations import Notifier
-from dispatch.supervise.holders import gone_holders, holder
+from dispatch.supervise.holders import holder, look_at_holders, this_process
 from dispatch.support import failpoints as fp
 from dispatch.support.clock import Clock, utcnow
 
@@ -114,8 +121,10 @@ class Supervisor:
         # supervisors of one process so a backend is never asked twice at once.
         self.lookout = lookout or Lookout()
         self.stopping = threading.Event()
-        # Finished jobs of ours that may still have a live object (a stop asked for in the
-        # tick that committed the outcome): ticked until the scheduler shows none alive.
+        # Finished jobs that may still have a live object (a stop asked for in the tick that
+        # committed the outcome) or get one (a submit attempt never resolved: those of the
+        # scope are looked up in the store at each takeover, _find_watched): ticked until
+        # the scheduler shows none alive and none may appear (core/waits.watch_until).
         self.chasing: set[str] = set()
         # The scope's live jobs, folded, kept between ticks: a tick reads what changed only.
         self.live = LiveFolds(store, scope)
@@ -126,9 +135,14 @@ class Supervisor:
         # what the previous holder recorded and may not have carried out is redone at once).
         self._epoch: int | None = None
         self.taken_over_at: datetime | None = None
-        # The holders of the ticked jobs' unresolved attempts found gone this tick
-        # (holders.py); this process names itself in the attempts it records.
+        # The holders of the ticked jobs' unresolved attempts found gone this tick, when each
+        # was first found gone, and those found alive (holders.py); this process names
+        # itself in the attempts it records.
         self._gone: frozenset[ev.Holder] = frozenset()
+        self._gone_at: dict[ev.Holder, datetime] = {}
+        self._alive: frozenset[ev.Holder] = frozenset()
+        # When the finished jobs to watch were last looked up, and under which epoch.
+        self._watch_looked: tuple[int | None, datetime] | None = None
 
     # ---- one tick -------------------------------------------------------------------
     def tick(self, job_ids: Sequence[str] | None = None) -> TickReport:
@@ -136,6 +150,7 @@ class Supervisor:
         now = self.clock()
         self._note_takeover(now)
         if job_ids is None:  # every live job of the scope, folded on from the last tick
+            self._find_watched(now)
             jobs, broken = self.live.refresh(now)
             chased, chase_broken = fold_records(
                 self.store, [j for j in self.chasing if j not in self.live.wanted], now)
@@ -148,7 +163,10 @@ class Supervisor:
             log.error("job %s: its record cannot be used: %s", job_id, err)
         jobs = [j for j in jobs if not j.terminal or j.id in self.chasing]
         report.jobs = len(jobs)
-        self._gone = gone_holders(jobs)  # one /proc read per holder of an unresolved attempt
+        # One /proc read per holder of an unresolved attempt; a holder's first finding of
+        # gone is kept (its submit bound runs from then: core/waits.watch_until).
+        self._gone, self._alive = look_at_holders(jobs)
+        self._gone_at = {h: self._gone_at.get(h, now) for h in self._gone}
         for name, group in by_backend(jobs).items():
             seen = self.lookout.look(name, group, self.backend_for, now,
                                      keep_alive=self._fence, stopping=self.stopping)
@@ -178,8 +196,9 @@ class Supervisor:
         that need no scheduler are made (e.g. cancelling a job that never reached one)."""
         gone = self._gone_for(job, backend)
         if job.terminal and discovery is not None and not _any_alive(job, discovery):
-            until = dc.watch_until(job, gone)
-            if until is None or self.clock() >= until:
+            now = self.clock()
+            until = dc.watch_until(job, gone, now)
+            if until is None or now > until:
                 self.chasing.discard(job.id)  # nothing of it alive, nothing may appear: done
                 return
             # A submit attempt never resolved may still publish an object: watched on.
@@ -375,12 +394,29 @@ class Supervisor:
             self.quiet.clear()
 
     def _gone_for(self, job: Job, backend: Backend | None) -> dc.Gone:
-        """This tick's gone holders of ``job``'s unresolved attempts, with the backend's
-        submit bound (a backend that declares none keeps the attempt lease)."""
-        mine = frozenset(h for s in job.submissions if s.unresolved for h in s.holders
-                         if h is not None and h in self._gone) if self._gone else frozenset()
+        """This tick's gone and alive holders of ``job``'s unresolved attempts, with the
+        backend's submit bound (a backend that declares none keeps the attempt lease)."""
+        held = {h for s in job.submissions if s.unresolved for h in s.holders
+                if h is not None} if self._gone or self._alive else set()
+        mine = frozenset(held & self._gone)
         return dc.Gone(holders=mine, submit_in_flight=getattr(
-            backend, "submit_in_flight", self.attempt_lease))
+            backend, "submit_in_flight", self.attempt_lease), alive=frozenset(
+            held & self._alive), found_at={h: self._gone_at[h] for h in mine})
+
+    def _find_watched(self, now: datetime) -> None:
+        """At a takeover, or this supervisor's first tick (and every WATCH_RELOOK after): the
+        scope's finished jobs whose watch for a never-resolved submit attempt may not be
+        over (the store's index, stores/attempts.py) are watched from now on, whoever
+        committed their outcome; core/waits.watch_until says when each watch is over."""
+        last = self._watch_looked
+        if last is not None and last[0] == self._epoch and \
+                last[1] <= now < last[1] + WATCH_RELOOK:
+            return
+        me = this_process()
+        found = self.store.watched(self.scope, sort_key_us(now - dc.WATCH_UNRESOLVED),
+                                   me.host if me else None, me.boot_id if me else None)
+        self.chasing.update(found)
+        self._watch_looked = (self._epoch, now)
 
     def _takeover(self, backend: Backend | None) -> dc.Takeover | None:
         if self.taken_over_at is None:
@@ -403,6 +439,11 @@ class Supervisor:
             backoff = min(backoff * 2, poll * 16) if report.unreachable else poll
             self.stopping.wait(backoff)
 
+
+# How often the scope's finished jobs to watch are looked up again while it is held (they
+# are looked up at each takeover; a lease held throughout sees every outcome committed in
+# it, so this only catches one committed by an unleased writer): one indexed query.
+WATCH_RELOOK = timedelta(minutes=5)
 
 # Decisions carried out on the scheduler: not made while the backend cannot be used.
 _NEEDS_BACKEND = (dc.Submit, dc.RetrySubmit, dc.Stop, dc.StopDuplicate, dc.CancelObject,

@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 from tests.integration.backends.contract import LANES
 from tests.integration.backends.ssh_local import ENTRY
+from tests.specs import parse_spec
 
 from dispatch.backends import registry
 from dispatch.backends.base import Backend
 from dispatch.backends.local import LocalBackend
 from dispatch.backends.registry import REGISTRY, BackendEntry, registered
-from dispatch.core import backend_traits
 from dispatch.core.backend_traits import Enforces
-from dispatch.core.spec import JobSpec, SpecError, parse_spec
+from dispatch.core.spec import JobSpec, SpecError
 from dispatch.supervise import scopes
 
 REPO = Path(__file__).resolve().parents[3]
@@ -78,8 +78,8 @@ def problems(entry: BackendEntry, backend: Backend, *, packages: str = "dispatch
         out.append(f"{type(backend).__qualname__}.declarations(): backend "
                    f"{backend.declarations().backend!r}, not {name!r}")
     # The spec language: the core's table, a spec naming it, and each rule on what it does.
-    if backend_traits.declared().get(name) != entry.traits():
-        out.append(f"core/backend_traits.py declared(): {name} is not as its entry says")
+    if registry.traits().get(name) != entry.traits():
+        out.append(f"registry.traits() (the core's table): {name} is not as its entry says")
     try:
         parse_spec({"name": "walk", "command": ["true"], "backend": name})
     except SpecError as err:
@@ -175,7 +175,7 @@ def test_when_it_is_gone_it_is_gone_everywhere() -> None:
     with registered(ENTRY):
         pass
     assert "ssh-local" not in registry.names() and "ssh-local" not in scopes.backends()
-    assert "ssh-local" not in backend_traits.declared()
+    assert "ssh-local" not in registry.traits()
     with pytest.raises(SpecError, match="unknown backend 'ssh-local'"):
         parse_spec({"name": "walk", "command": ["true"], "backend": "ssh-local"})
 
@@ -196,7 +196,7 @@ def test_the_walk_names_the_place_a_backend_is_missing_from(
     text = "\n".join(found)
     assert "section 'nonexistent' is no JobSpec section" in text
     assert "Misnamed.name is 'local', the registry says 'ssh-local'" in text
-    assert "core/backend_traits.py declared(): ssh-local is not as its entry says" in text
+    assert "registry.traits() (the core's table): ssh-local is not as its entry says" in text
     assert "README.md Backends: no paragraph on **ssh-local**" in text
 
 

@@ -21,7 +21,8 @@ from serve_harness import WAIT_S, Served, cli, cli_env, spec
 ANN = "ann-Zq7Lw2Rk9Xp4Tn6V"
 BOB = "bob-Hc3Ym8Jd5Gs1Fb0N"
 NOBODY = ["setpriv", "--reuid", "nobody", "--regid", "nogroup", "--clear-groups"]
-PUBLIC = {"GET /login": 200, "GET /static/dashboard.css": 200, "GET /": 303}
+PUBLIC = {"GET /login": 200, "GET /static/dashboard.css": 200, "GET /": 303,
+          "GET /healthz": 200}
 
 
 def token_file(tmp: Path, mode: int = 0o600) -> Path:
@@ -35,7 +36,8 @@ def routes(job: str) -> list[tuple[str, str]]:
     """Every route the server has, with a real job where one is named."""
     return [("GET", "/"), ("GET", "/login"), ("GET", "/static/dashboard.css"),
             ("GET", "/static/dashboard.js"), ("GET", "/static/index.html"),
-            ("GET", "/metrics"), ("GET", "/api/supervisors"), ("GET", "/api/jobs"),
+            ("GET", "/metrics"), ("GET", "/healthz"), ("GET", "/api/supervisors"),
+            ("GET", "/api/jobs"),
             ("GET", f"/api/jobs/{job}"), ("GET", f"/api/jobs/{job}/history"),
             ("GET", f"/api/jobs/{job}/timeline"), ("GET", f"/api/jobs/{job}/logs"),
             ("POST", "/api/jobs"), ("POST", f"/api/jobs/{job}/cancel"),
@@ -222,6 +224,8 @@ def test_team_token_name_is_the_actor(serve: Callable[..., Served], tmp_path: Pa
         assert r.json()["error"]["code"] == "unauthorized"
     wrong = anon.get("/api/jobs", headers={"Authorization": "Bearer not-a-token-at-all"})
     assert wrong.status_code == 401
+    # with team tokens the start token stays out of the output (a pod's log others read)
+    assert s.start_token not in s.output() and str(s.token_file) in s.output()
     job = s.submit(spec("guarded", "import time; time.sleep(120)"))
     s.wait_for(job, lambda st: st["state"] == "running")
     as_bob = anon.post(f"/api/jobs/{job}/cancel", json={},

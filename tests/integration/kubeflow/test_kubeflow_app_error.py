@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.specs import parse_spec
 
 from dispatch.backends.base import Submission
 from dispatch.backends.kubeflow import KubeflowBackend
 from dispatch.core.model import CauseKind, ObjectReport, State
-from dispatch.core.spec import parse_spec
 from kube_fake import FakeApiServer
 from kube_fake import trainer as tr
 

@@ -9,10 +9,10 @@ import uuid
 from collections.abc import Iterator
 
 from kubeflow_support import Target
+from tests.specs import parse_spec
 
 from dispatch.backends.base import Submission
 from dispatch.core.model import CauseKind, Provenance, State
-from dispatch.core.spec import parse_spec
 
 
 def submission(target: Target, gated: bool = False, number: int = 0) -> Submission:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from kubeflow_support import Clock, make_backend
 from test_kubeflow_scenarios import NODES, submit
+from tests.specs import parse_spec
 
 from dispatch.backends.kubeflow.permissions import PERMISSIONS
-from dispatch.core.spec import parse_spec
 from kube_fake import FakeApiServer
 from kube_fake import trainer as tr
 from kube_fake.server import access_of

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 from kubeflow_support import Clock, make_backend
+from tests.specs import parse_spec
 
 from dispatch.backends.base import Submission, SubmitRejected
 from dispatch.backends.kubeflow import KubeflowBackend, ObjectGone
 from dispatch.core.model import CauseKind, ObjectReport, Provenance, SchedulerUnreachable, State
-from dispatch.core.spec import parse_spec
 from kube_fake import FakeApiServer
 from kube_fake import trainer as tr
 

@@ -15,13 +15,13 @@ from pathlib import Path
 import msgspec
 import pytest
 from local_harness import SLEEP, WAIT_S, Local, alive, wait_dead
+from tests.specs import parse_spec
 
 from dispatch.backends.local import LocalBackend
 from dispatch.backends.local.wire import ObjectStatus, RunnerInfo
 from dispatch.backends.registry import declarations_for
 from dispatch.core.model import CauseKind, SchedulerUnreachable, State
 from dispatch.core.record import fold
-from dispatch.core.spec import parse_spec
 from dispatch.service.requests import create_job
 from dispatch.stores.base import RecordStore
 from dispatch.stores.select import open_store

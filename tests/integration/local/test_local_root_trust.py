@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from local_harness import WAIT_S
 from tests.cli.conftest import invoke, world_env
+from tests.specs import parse_spec
 
 from dispatch.backends.local import LocalBackend
 from dispatch.backends.registry import declarations_for
 from dispatch.core.model import SchedulerUnreachable, State
 from dispatch.core.record import fold
-from dispatch.core.spec import parse_spec
 from dispatch.service.requests import create_job
 from dispatch.stores.select import open_store
 from dispatch.stores.sqlite import SQLiteStore

@@ -12,12 +12,15 @@ when the tools on PATH are another release.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from slurm_helpers import SKIP_ENV, TESTBED, Cluster, slurm_release, testbed_problem
+from tests.e2e.conftest import Dispatch
 
 VERSION_ENV = "DISPATCH_SLURM_VERSION"
 
@@ -68,3 +71,21 @@ def cluster(slurm_version: str, tmp_path_factory: pytest.TempPathFactory,
     yield c
     if c.refs:
         subprocess.run(["scancel", *c.refs], capture_output=True, timeout=30, check=False)
+
+
+@pytest.fixture
+def cli(slurm_version: str, tmp_path: Path) -> Iterator[Dispatch]:
+    """The dispatch CLI on a record of its own; the Slurm jobs of every spec the test wrote
+    are cancelled after it (a failed test must not leave nodes busy for the next)."""
+    tmp_path.chmod(0o777)  # the testbed's jobs run as another user and write here
+    d = Dispatch(tmp_path)
+    try:
+        yield d
+    finally:
+        d.close()
+        for name in [p.stem for p in tmp_path.glob("*.yaml")]:
+            done = d("status", name, "--json")
+            refs = json.loads(done.stdout).get("objects", []) if done.returncode == 0 else []
+            if refs:
+                subprocess.run(["scancel", *refs], capture_output=True, timeout=30,
+                               check=False)

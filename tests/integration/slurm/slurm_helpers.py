@@ -174,3 +174,16 @@ def query_rpcs() -> dict[str, int]:
     return {m.group(1): int(m.group(2))
             for m in re.finditer(r"^\s+(\S+)\s+\(\s*\d+\) count:(\d+)", section, re.M)
             if m.group(1) in QUERY_RPCS}
+
+
+def hostnames(nodelist: str) -> list[str]:
+    """The node names of a Slurm node list (``n[1-2]``), as scontrol expands them."""
+    return subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
+                          text=True, timeout=30, check=True).stdout.split()
+
+
+def job_nodes(ref: str) -> list[str]:
+    """The nodes a job runs on now (none while it is pending or once it is gone)."""
+    nodelist = subprocess.run(["squeue", "-h", "-j", ref, "-o", "%N"], capture_output=True,
+                              text=True, timeout=30, check=True).stdout.strip()
+    return hostnames(nodelist) if nodelist else []

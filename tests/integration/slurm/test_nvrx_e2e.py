@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,16 +49,6 @@ def ft_launcher() -> str:
         pytest.fail(f"no ft_launcher at {exe}: build the NVRx venv with scripts/nvrx-venv "
                     f"(scripts/test does, and exports {VENV_ENV})", pytrace=False)
     return str(exe)
-
-
-@pytest.fixture
-def cli(testbed: None, tmp_path: Path) -> Iterator[Dispatch]:
-    tmp_path.chmod(0o777)
-    d = Dispatch(tmp_path)
-    try:
-        yield d
-    finally:
-        d.close()
 
 
 class Run:

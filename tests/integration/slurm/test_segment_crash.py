@@ -17,12 +17,12 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_helpers import wait_nodes_idle
+from slurm_helpers import job_nodes, wait_nodes_idle
 from tests.e2e.conftest import Dispatch
 from tests.integration.supervision.crash import SLURM_POINTS
 
@@ -47,25 +47,6 @@ def wait_until(what: str, check: Callable[[], Any], timeout: float) -> Any:
             return last
         time.sleep(0.5)
     raise AssertionError(f"gave up waiting for {what} after {timeout:g}s; last: {last!r}")
-
-
-def job_nodes(ref: str) -> list[str]:
-    nodelist = subprocess.run(["squeue", "-h", "-j", ref, "-o", "%N"], capture_output=True,
-                              text=True, timeout=30, check=True).stdout.strip()
-    if not nodelist:
-        return []
-    return subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
-                          text=True, timeout=30, check=True).stdout.split()
-
-
-@pytest.fixture
-def cli(slurm_version: str, tmp_path: Path) -> Iterator[Dispatch]:
-    tmp_path.chmod(0o777)
-    d = Dispatch(tmp_path)
-    try:
-        yield d
-    finally:
-        d.close()
 
 
 @pytest.mark.parametrize("point", SLURM_POINTS)

@@ -25,12 +25,13 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from slurm_helpers import hostnames
 from tests.e2e.conftest import Dispatch
 
 pytestmark = pytest.mark.slurm
@@ -107,21 +108,6 @@ def tasks_of(array: str) -> dict[str, tuple[str, str]]:
         if task.isdigit():
             out[task] = (state, nodes)
     return out
-
-
-def hostnames(nodelist: str) -> list[str]:
-    return subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
-                          text=True, timeout=30, check=True).stdout.split()
-
-
-@pytest.fixture
-def cli(slurm_version: str, tmp_path: Path) -> Iterator[Dispatch]:
-    tmp_path.chmod(0o777)
-    d = Dispatch(tmp_path)
-    try:
-        yield d
-    finally:
-        d.close()
 
 
 def test_drained_array_task_is_excluded_at_its_next_rendezvous(cli: Dispatch,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +27,9 @@ EXIT3_THEN_OK = ["bash", "-c", 'if [ "$DISPATCH_SUBMISSION" = 1 ]; then exit 3; 
 
 
 @pytest.fixture
-def cli(slurm_version: str, tmp_path: Path) -> Iterator[Dispatch]:
-    tmp_path.chmod(0o777)
-    d = Dispatch(tmp_path)
-    d.env["DISPATCH_SLURM_NODE_LOSS_WINDOW"] = "30s"
-    try:
-        yield d
-    finally:
-        d.close()
-        for name in [p.stem for p in tmp_path.glob("*.yaml")]:
-            done = d("status", name, "--json")
-            if done.returncode == 0:
-                refs = json.loads(done.stdout).get("objects", [])
-                if refs:
-                    subprocess.run(["scancel", *refs], capture_output=True, check=False)
+def cli(cli: Dispatch) -> Dispatch:
+    cli.env["DISPATCH_SLURM_NODE_LOSS_WINDOW"] = "30s"
+    return cli
 
 
 def spec(d: Dispatch, name: str, command: list[str], **fields: Any) -> Path:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from slurm_helpers import slurm
@@ -22,21 +20,6 @@ LONG_THEN_OK = ["bash", "-c",
                 'if [ "$DISPATCH_SUBMISSION" = 1 ]; then '
                 'printf \'{"step": 3, "checkpoint": true, "time": %s}\\n\' "$(date +%s.%N)" '
                 '>> "$DISPATCH_PROGRESS_FILE"; sleep 300; fi; sleep 2']
-
-
-@pytest.fixture
-def cli(slurm_version: str, tmp_path: Path) -> Iterator[Dispatch]:
-    tmp_path.chmod(0o777)
-    d = Dispatch(tmp_path)
-    try:
-        yield d
-    finally:
-        d.close()
-        done = d("status", "gp", "--json")
-        if done.returncode == 0:
-            refs = json.loads(done.stdout).get("objects", [])
-            if refs:
-                subprocess.run(["scancel", *refs], capture_output=True, check=False)
 
 
 def test_a_real_preemption_is_preempted_badput_in_node_hours(cli: Dispatch) -> None:

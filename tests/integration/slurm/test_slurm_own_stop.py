@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 from slurm_helpers import slurm
+from tests.specs import parse_spec
 
 from dispatch.backends.slurm.backend import SlurmBackend
 from dispatch.core.model import CauseKind, State
 from dispatch.core.record import Job, fold
-from dispatch.core.spec import parse_spec
 from dispatch.service.requests import create_job
 from dispatch.stores.base import RecordStore as Store
 from dispatch.stores.select import open_store

@@ -231,6 +231,7 @@ def test_snapshots_from_before_version_5_are_dropped_by_the_upgrade(
     backdoor.execute("ALTER TABLE jobs DROP COLUMN edited",
                      "ALTER TABLE dispatch_jobs DROP COLUMN edited")
     backdoor.execute("DROP TABLE job_causes", "DROP TABLE dispatch_job_causes")  # version 6
+    backdoor.execute("DROP TABLE open_attempts", "DROP TABLE dispatch_open_attempts")
     backdoor.execute("DROP INDEX jobs_by_name_key", "DROP INDEX dispatch_jobs_by_name_key")
     backdoor.execute("ALTER TABLE jobs DROP COLUMN name_key",
                      "ALTER TABLE dispatch_jobs DROP COLUMN name_key")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.integration.supervision.helpers import ROOT, child_env, objects_per_token
+from tests.specs import parse_spec
 
 from dispatch.backends.base import Submission
 from dispatch.backends.local import LocalBackend
@@ -35,7 +36,6 @@ from dispatch.backends.local.procs import process_alive
 from dispatch.core import events as ev
 from dispatch.core.model import token_for
 from dispatch.core.record import Job, fold
-from dispatch.core.spec import parse_spec
 from dispatch.service.requests import create_job, give_up, request_cancel, resubmit_from_hold
 from dispatch.stores.select import open_store
 from dispatch.supervise.leases import Supervision, local_scope

@@ -15,12 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.specs import parse_spec
+
 from dispatch.backends.local import LocalBackend
 from dispatch.backends.registry import declarations_for
 from dispatch.core.events import SubmissionBound, SubmissionIntended
 from dispatch.core.model import token_for
 from dispatch.core.record import Job, fold
-from dispatch.core.spec import parse_spec
 from dispatch.service.requests import create_job
 from dispatch.stores.fence import Lease
 from dispatch.stores.select import open_store

@@ -5,9 +5,10 @@ only on a backend that does not declare it enforces it."""
 from __future__ import annotations
 
 import pytest
+from tests.specs import parse_spec
 
 from dispatch.core.backend_traits import BackendTraits, Enforces
-from dispatch.core.spec import SpecError, parse_spec
+from dispatch.core.spec import SpecError
 
 # A table as a registry would give it: "runner" is a backend the core has never heard of
 # whose runner bounds output and reads logs; "cluster" enforces nothing.

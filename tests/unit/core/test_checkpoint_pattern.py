@@ -4,6 +4,7 @@ parse time, and what one line of output says."""
 from __future__ import annotations
 
 import pytest
+from tests.specs import parse_spec
 
 from dispatch.core.progress import (
     MATCH_COST,
@@ -15,7 +16,7 @@ from dispatch.core.progress import (
     compile_pattern,
     most_matched_line_bytes,
 )
-from dispatch.core.spec import SpecError, parse_spec
+from dispatch.core.spec import SpecError
 from dispatch.errors import BadInput
 
 BASE = {"name": "t", "command": ["train"]}

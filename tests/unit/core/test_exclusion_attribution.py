@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.specs import parse_spec
 
 from dispatch.backends.slurm.array_mapping import array_report
 from dispatch.core import decide as dc
@@ -26,7 +27,6 @@ from dispatch.core.model import (
 )
 from dispatch.core.policy import Action, Declarations
 from dispatch.core.record import SegmentDecision, advance, fold
-from dispatch.core.spec import parse_spec
 from dispatch.core.status import plan_of
 from dispatch.core.story import line
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from tests.specs import parse_spec
 
 from dispatch.core import decide as dc
 from dispatch.core import events as ev
@@ -13,7 +14,7 @@ from dispatch.core import segment_decisions
 from dispatch.core.model import Cause, CauseKind, Discovery, ObjectReport, State, UnitHealth
 from dispatch.core.policy import Action, Declarations
 from dispatch.core.record import advance, fold
-from dispatch.core.spec import SpecError, parse_spec
+from dispatch.core.spec import SpecError
 from dispatch.core.status import plan_of
 
 T0 = datetime(2026, 11, 30, 12, tzinfo=UTC)

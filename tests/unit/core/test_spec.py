@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.specs import parse_spec
 
 from dispatch.core.model import CauseKind
 from dispatch.core.policy import Action, PolicyError, RecoveryPolicy
@@ -14,7 +15,6 @@ from dispatch.core.spec import (
     parse_duration,
     parse_policy,
     parse_size,
-    parse_spec,
 )
 from dispatch.service.specfile import load_policy, load_spec
 

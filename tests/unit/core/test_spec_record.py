@@ -16,13 +16,14 @@ from typing import Any
 
 import msgspec
 import pytest
+from tests.specs import parse_spec
 
 from dispatch.backends.registry import traits
 from dispatch.core import events as ev
 from dispatch.core.codec import decode_event, encode_event
 from dispatch.core.policy import RecoveryPolicy
 from dispatch.core.record import fold
-from dispatch.core.spec import JobSpec, parse_spec
+from dispatch.core.spec import JobSpec
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "records" / "before-sections.jsonl"
 SECTIONS = ("local", "slurm", "kubeflow")

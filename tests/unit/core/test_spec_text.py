@@ -6,8 +6,9 @@ validation with a SpecError naming the field; and env_from_host names are checke
 from __future__ import annotations
 
 import pytest
+from tests.specs import check_spec, parse_spec
 
-from dispatch.core.spec import JobSpec, SpecError, check_spec, parse_spec
+from dispatch.core.spec import JobSpec, SpecError
 
 BASE = {"name": "ok", "command": ["true"]}
 

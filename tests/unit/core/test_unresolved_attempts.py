@@ -9,7 +9,7 @@ backend's submit bound after the attempt, not the attempt lease after it.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from tests.strategies_core import Sim, kinds_of, obj, rule
 
@@ -133,12 +133,12 @@ def test_a_finished_job_is_watched_while_an_attempt_may_still_publish() -> None:
     sim = _cancelled_unresolved()
     attempted = sim.job.submissions[0].attempted_at
     # Holders not known gone (alive, paused, or elsewhere): the horizon after the attempt.
-    assert watch_until(sim.job, None) == attempted + WATCH_UNRESOLVED
+    assert watch_until(sim.job, None, sim.now) == attempted + WATCH_UNRESOLVED
     # Every holder gone: the backend's bound after the attempt.
     gone = Gone(holders=frozenset({CLI}), submit_in_flight=10 * S)
-    assert watch_until(sim.job, gone) == attempted + 10 * S
+    assert watch_until(sim.job, gone, sim.now) == attempted + 10 * S
     # A job without an unresolved attempt, or not finished, is not watched for it.
-    assert watch_until(_intended(CLI).job, None) is None
+    assert watch_until(_intended(CLI).job, None, sim.now) is None
     bound = Sim([LOST])
     bound.tick([])
     bound.tick([obj(1, State.RUNNING)])
@@ -146,4 +146,68 @@ def test_a_finished_job_is_watched_while_an_attempt_may_still_publish() -> None:
     bound.tick([obj(1, State.RUNNING)])
     bound.tick([obj(1, State.CANCELLED, K.CANCELLED)])
     assert bound.job.outcome is not None
-    assert watch_until(bound.job, None) is None
+    assert watch_until(bound.job, None, bound.now) is None
+
+
+# ---- the watch while a holder lives (issue 45 item 12, the holder paused past 1 h) --------
+
+H = timedelta(hours=1)
+
+
+def _watch(sim: Sim, *, gone: frozenset[ev.Holder] = frozenset(),
+           alive: frozenset[ev.Holder] = frozenset(),
+           found_at: dict[ev.Holder, datetime] | None = None,
+           bound: timedelta = 10 * S) -> datetime:
+    until = watch_until(sim.job, Gone(holders=gone, alive=alive, found_at=found_at or {},
+                                      submit_in_flight=bound), sim.now)
+    assert until is not None
+    return until
+
+
+def test_a_holder_alive_keeps_the_watch_open_past_the_horizon() -> None:
+    """The table: what each finding of the attempt's holders (CLI made the attempt, SUP the
+    retry) gives, two hours after the last attempt."""
+    sim = _cancelled_unresolved()
+    sim.append([ev.SubmissionAttempted(seq=sim.job.version + 1, at=sim.now, submission=1,
+                                       holder=SUP)])
+    attempted = sim.job.submissions[0].attempted_at
+    sim.later(2 * H.total_seconds())
+    now = sim.now
+    found = now - 30 * S  # SUP found gone half a minute ago
+    rows: list[tuple[set[ev.Holder], set[ev.Holder], dict[ev.Holder, datetime], datetime,
+                     bool]] = [
+        # (gone, alive, found_at, until, still watched now)
+        (set(), {CLI, SUP}, {}, now + 10 * S, True),  # both alive: asked again next look
+        (set(), {CLI}, {}, now + 10 * S, True),  # SUP unseen (elsewhere): CLI keeps it open
+        ({SUP}, {CLI}, {SUP: found}, now + 10 * S, True),
+        ({CLI, SUP}, set(), {SUP: found}, found + 10 * S, False),  # the bound after found
+        ({CLI, SUP}, set(), {}, attempted + 10 * S, False),  # none kept: at its attempt
+        ({CLI}, set(), {CLI: now}, now + 10 * S, True),  # CLI just found gone, SUP unseen
+        (set(), set(), {}, attempted + H, False),  # nobody seen: the horizon, long past
+    ]
+    for gone, alive, found_at, until, watched in rows:
+        got = _watch(sim, gone=frozenset(gone), alive=frozenset(alive), found_at=found_at)
+        assert got == until, (gone, alive, found_at)
+        assert (not now > got) is watched, (gone, alive, found_at)
+
+
+def test_a_watch_over_a_live_holder_is_never_over_at_a_zero_bound() -> None:
+    """The local backend's bound is 0: a holder alive now is still not past (``now`` is
+    not past ``now``); found gone, the next look after is."""
+    sim = _cancelled_unresolved()
+    sim.later(5 * H.total_seconds())
+    until = _watch(sim, alive=frozenset({CLI}), bound=timedelta(0))
+    assert until == sim.now and not sim.now > until
+    found = sim.now
+    sim.later(1)
+    until = _watch(sim, gone=frozenset({CLI}), found_at={CLI: found}, bound=timedelta(0))
+    assert until == found and sim.now > until
+
+
+def test_an_attempt_without_a_holder_is_watched_for_the_horizon_only() -> None:
+    sim = _intended(None)
+    sim.inject(ev.CancelRequested, actor="alice")
+    sim.later(ATTEMPT_LEASE.total_seconds())
+    assert kinds_of(sim.tick([])) == ["Commit"]
+    attempted = sim.job.submissions[0].attempted_at
+    assert _watch(sim, alive=frozenset({CLI})) == attempted + H

@@ -9,11 +9,11 @@ from pathlib import Path
 import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.specs import parse_spec
 
 from dispatch.backends.registry import declarations_for
 from dispatch.core import events as ev
 from dispatch.core.record import Job, SegmentDecision, fold
-from dispatch.core.spec import parse_spec
 from dispatch.segment_health import publish, read_state
 from dispatch.segment_health.reconcile import (
     RECORDED_CAUSE,

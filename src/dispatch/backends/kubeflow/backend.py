@@ -70,6 +70,7 @@ from dispatch.backends.kubeflow.objects import (
     meta,
     name_of,
 )
+from dispatch.backends.kubeflow.origin import check_context
 from dispatch.backends.kubeflow.pod_errors import error_of, first_failed_container
 from dispatch.backends.kubeflow.podlogs import PodLog, log_tail, pod_logs
 from dispatch.backends.kubeflow.pods import evidence_of, is_evidence, with_evidence
@@ -256,6 +257,8 @@ class KubeflowBackend:
         validation. A refusal (400, 403, 404, 422: a webhook's denial, a runtime or namespace
         that is not there, no right to create) is bad input carrying the API server's words;
         a cluster that cannot be reached is not a refusal (the supervisor's submit retries)."""
+        check_context(parse_section(spec.kubeflow).context, self._settings.kubeconfig,
+                      self._settings.context, self._settings.service_account_dir)
         token = f"admit-{uuid.uuid4().hex[:12]}"
         body = build_trainjob(Submission(job_id=token, number=1, token=f"{token}.1", spec=spec),
                               self.kube.default_namespace)

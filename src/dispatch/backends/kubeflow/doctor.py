@@ -23,6 +23,7 @@ from dispatch.backends.kubeflow.client import (
     RuntimeRes,
 )
 from dispatch.backends.kubeflow.manifests import DEGRADED_NOTE
+from dispatch.backends.kubeflow.origin import ConfigOrigin
 from dispatch.backends.kubeflow.permissions import (
     JOBSET,
     PERMISSIONS,
@@ -52,17 +53,10 @@ class Access:
                 "reason": self.reason, "without": "" if self.allowed else p.without}
 
 
-def where_from(cfg: Any) -> Check:
-    """Which kubeconfig file, context, cluster and user the loader chose."""
-    fname = getattr(cfg, "fname", None)
-    ctx = getattr(cfg, "context", None)
-    server = getattr(getattr(cfg, "cluster", None), "server", "?")
-    if fname:
-        detail = (f"kubeconfig {fname}, context {cfg.context_name}, cluster "
-                  f"{getattr(ctx, 'cluster', '?')} ({server}), user {getattr(ctx, 'user', '?')}")
-    else:
-        detail = f"the pod's service account ({server})"
-    return Check("configuration", Verdict.OK, detail)
+def where_from(origin: ConfigOrigin) -> Check:
+    """Which kubeconfig file(s), context, cluster (server) and user the loader chose; never a
+    credential (origin.py)."""
+    return Check("configuration", Verdict.OK, origin.text())
 
 
 def version_check(kube: KubeClient) -> Check:
@@ -184,11 +178,11 @@ def access_checks(accesses: Sequence[Access], namespace: str) -> list[Check]:
     return out
 
 
-def doctor(kube: KubeClient, cfg: Any, namespace: str, runtime: str | None = None,
+def doctor(kube: KubeClient, origin: ConfigOrigin, namespace: str, runtime: str | None = None,
            runtime_kind: str = "ClusterTrainingRuntime") -> tuple[list[Check], list[Access]]:
     """Every check, and the permission table. Stops after the API server when it cannot be
     reached (nothing else could be asked)."""
-    checks = [where_from(cfg), version_check(kube)]
+    checks = [where_from(origin), version_check(kube)]
     if checks[-1].verdict is Verdict.PROBLEM:
         return checks, []
     checks.append(api_group_check(kube, TRAINER, "TrainJob",

@@ -245,14 +245,24 @@ def load_kubeconfig(explicit: str | None, context: str | None,
                     env: Mapping[str, str] = os.environ) -> SingleConfig:
     """The configuration kubectl would use here (the module's order), with ``context`` (None:
     the current-context); KubeConfigError naming what is missing or wrong."""
+    return load_with_files(explicit, context, service_account_dir, env)[0]
+
+
+def load_with_files(explicit: str | None, context: str | None,
+                    service_account_dir: str = SERVICE_ACCOUNT_DIR,
+                    env: Mapping[str, str] = os.environ,
+                    ) -> tuple[SingleConfig, tuple[Path, ...]]:
+    """``load_kubeconfig``'s configuration, and the kubeconfig files it merged, in order
+    (none: the pod's service account), for saying where it came from (origin.py)."""
     files, looked = _kubeconfig_files(explicit, env)
     if files:
-        return select_context(merge([_read_existing(p) for p in files]), context)
+        merged = merge([_read_existing(p) for p in files])
+        return select_context(merged, context), merged.files
     if env.get("KUBERNETES_SERVICE_HOST") and env.get("KUBERNETES_SERVICE_PORT"):
         if context is not None:
             raise KubeConfigError(f"context {context!r} is asked for, but there is no kubeconfig"
                                   f" ({looked}); in this pod only its service account is there")
-        return _service_account(Path(service_account_dir), env)
+        return _service_account(Path(service_account_dir), env), ()
     raise NoKubeConfig(f"no Kubernetes configuration: {looked}, and this is no pod with a "
                           "service account (KUBERNETES_SERVICE_HOST is unset); name a "
                           "kubeconfig file with DISPATCH_KUBECONFIG (or KUBECONFIG) and, "

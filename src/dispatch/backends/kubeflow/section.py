@@ -122,6 +122,9 @@ class KubeflowSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     tolerations: list[Toleration] = []
     service_account: str | None = None
     image_pull_secrets: list[str] = []
+    # The kubeconfig context the job is meant for: a submit through another one is refused
+    # before anything is recorded (origin.check_context), not sent to the wrong cluster.
+    context: str | None = None
 
     @property
     def runtime_ref(self) -> RuntimeRef:
@@ -182,6 +185,20 @@ def name_problem(name: str, what: str) -> str:
     if len(name) > DNS1123_SUBDOMAIN_MAX or not DNS1123_SUBDOMAIN.fullmatch(name):
         return (f"{name!r} is not {what} (1-253 characters: lowercase letters, digits, '-' "
                 "and '.', alphanumeric at both ends)")
+    return ""
+
+
+MOST_CONTEXT_CHARS = 1024
+
+
+def context_problem(name: str) -> str:
+    """Why ``name`` cannot be a kubeconfig context's name; "" if it can. kubectl takes any
+    text (an EKS context is an ARN, a GKE one gke_project_zone_name): refused here are only
+    the empty, the over-long and what holds a control character or surrounding spaces."""
+    if not name or len(name) > MOST_CONTEXT_CHARS or not name.isprintable() \
+            or name != name.strip():
+        return (f"{name[:80]!r} is not a context's name (1-{MOST_CONTEXT_CHARS} printable "
+                "characters, no surrounding spaces; `kubectl config get-contexts` lists them)")
     return ""
 
 
@@ -362,6 +379,8 @@ def _section_problems(section: KubeflowSection) -> Problems:
                          "runtimePatches carry none): use a runtime whose pod template sets "
                          "it (docs/kubeflow.md, \"Pods on real nodes\")"))
     found += _toleration_problems(section.tolerations)
+    if section.context is not None and (why := context_problem(section.context)):
+        found.append(("context", why))
     if section.service_account is not None and (
             why := name_problem(section.service_account, "a ServiceAccount's name")):
         found.append(("service_account", why))

@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
+from tests.specs import parse_spec  # noqa: E402
+
 from dispatch.backends.base import Submission  # noqa: E402
 from dispatch.backends.kubeflow import KubeflowBackend, KubeflowSpecError  # noqa: E402
 from dispatch.backends.kubeflow.manifest import (  # noqa: E402
@@ -25,7 +27,6 @@ from dispatch.backends.kubeflow.manifest import (  # noqa: E402
     parse_section,
 )
 from dispatch.core.policy import Action  # noqa: E402
-from dispatch.core.spec import parse_spec  # noqa: E402
 from kube_fake import schemas  # noqa: E402
 
 

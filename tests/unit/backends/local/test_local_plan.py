@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.specs import parse_spec
 
 from dispatch.backends.base import Submission, SubmitRejected
 from dispatch.backends.local import LocalBackend, LocalDryRun
-from dispatch.core.spec import JobSpec, SpecError, parse_spec
+from dispatch.core.spec import JobSpec, SpecError
 from dispatch.errors import BadInput
 from dispatch.support.isolated import LAUNCH, package_parent
 
