@@ -358,8 +358,7 @@ class PostgresStore(RecordStore):
             return new_version
 
         def landed(cur: Cursor) -> bool:
-            return bool(bodies) and self._has_event(cur, job_id, expected_version + 1,
-                                                    bodies[0])
+            return bool(bodies) and self._has_event(cur, job_id, expected_version + 1, bodies[0])
 
         what = f"append to job {job_id}"
         try:
@@ -469,13 +468,11 @@ class PostgresStore(RecordStore):
             raise self._fail(f"snapshot of job {job.id}", err) from None
 
     def drop_snapshot(self, job_id: str) -> None:
-        self._query(f"drop the snapshot of job {job_id}", snap.PG_DROP + " RETURNING 1",
-                    (job_id,))
+        self._query(f"drop the snapshot of job {job_id}", snap.PG_DROP + " RETURNING 1", (job_id,))
 
     def matches(self, ref: str, limit: int = 21) -> list[JobMatch]:
         sql, params = matches_sql("dispatch_jobs", "%s", ref, limit, MIN_PREFIX)
-        return [match_row(self.describe(), r) for r in self._query(f"find {ref!r}", sql,
-                                                                   params)]
+        return [match_row(self.describe(), r) for r in self._query(f"find {ref!r}", sql, params)]
 
     def leases(self) -> PostgresLeases:
         return PostgresLeases(self._statement)
