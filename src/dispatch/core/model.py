@@ -291,6 +291,7 @@ class Status(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     backend: str = ""
     segments: tuple[str, ...] = ()  # published segment-health decisions: "job.task: reason"
     created_at: datetime | None = None
+    ended_at: datetime | None = None  # when the outcome was committed (settled jobs only)
     scope: str = ""  # the scope whose supervisor serves the job (JobCreated.scope)
     # The application's own error for the job's latest end (the third voice, beside the
     # cause's detail and note); None when none was captured or the job runs again.

@@ -76,6 +76,7 @@ def project(job: Job, discovery: Discovery | None, now: datetime) -> Status:
         backend=job.spec.backend,
         segments=tuple(f"{d.unit_job_id}.{d.task_id}: {d.reason}" for d in job.segments),
         created_at=job.created_at, scope=job.scope,
+        ended_at=job.outcome.at if job.outcome is not None else None,
         error=job.error if state in _ERROR_SHOWN else None,
     )
 
@@ -96,6 +97,12 @@ def _ran(end: Cause | None, executions: Sequence[Execution]) -> bool:
     process has."""
     return any(e.started_at is not None for e in executions) or (
         end is not None and end.kind in _RAN_KINDS)
+
+
+def record_state(job: Job) -> State:
+    """The state the record alone gives (``project`` with the scheduler not asked): what a
+    list's counts per state and its ``?state=`` filter read, without a whole Status."""
+    return _state(job, None)[0]
 
 
 def _state(job: Job, discovery: Discovery | None) -> tuple[State, Cause | None, bool]:

@@ -40,16 +40,25 @@ class HeldIndex:
         self._live: LiveFolds | None = None
         self._built = threading.Event()
 
-    def held(self, store: RecordStore, now: datetime) -> list[str]:
-        """The held live jobs' ids, newest first. A job whose record cannot be read is left
-        out, as a list leaves out its broken rows' state, and is read whole next time."""
+    def live(self, store: RecordStore, now: datetime) -> list[Job]:
+        """The live jobs, folded at their current versions. A job whose record cannot be
+        read is left out, as a list leaves out its broken rows' state, and is read whole
+        next time."""
         with self._lock:
             if self._live is None:
                 self._live = LiveFolds(store)
             self._live.store = store  # the asking request's connection to the same store
             jobs, _broken = self._live.refresh(now)
             self._built.set()
-        held = [j for j in jobs if is_held(j)]
+        return jobs
+
+    def live_if_ready(self, store: RecordStore, now: datetime) -> list[Job] | None:
+        """``live`` once the index is built; None while its first build runs."""
+        return self.live(store, now) if self._built.is_set() else None
+
+    def held(self, store: RecordStore, now: datetime) -> list[str]:
+        """The held live jobs' ids, newest first (``live``)."""
+        held = [j for j in self.live(store, now) if is_held(j)]
         held.sort(key=lambda j: (sort_key_us(j.created_at), j.id), reverse=True)
         return [j.id for j in held]
 

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from dispatch.core.model import CauseKind, State
 from dispatch.errors import BadInput
+from dispatch.service.counts import Keep, matches, state_counts
 from dispatch.service.operations import Service
 from dispatch.service.pages import parse_since
 from dispatch.service.rows import answers, had_cause, list_row_json
@@ -31,8 +32,9 @@ from dispatch.support.durations import quoted
 from dispatch.support.name_glob import natural_key
 from dispatch.support.utf8 import encodable  # JSON's \udce9 is a lone surrogate
 
-Column = Literal["created", "name", "backend", "job", "state", "cause", "submissions"]
-COLUMNS: tuple[Column, ...] = (*ORDERS, "state", "cause", "submissions")
+Column = Literal["created", "name", "backend", "job", "state", "cause", "submissions",
+                 "ended", "duration"]
+COLUMNS: tuple[Column, ...] = (*ORDERS, "state", "cause", "submissions", "ended", "duration")
 MAX_LIMIT = 500
 
 
@@ -92,7 +94,7 @@ def whole_number(name: str, raw: str, least: int, most: int = MOST) -> int:
 _KEY_TYPES: dict[Column, tuple[type, ...]] = {
     "created": (int, str), "name": (str, int, str), "backend": (str, int, str),
     "job": (str, int, str), "state": (str, int, str), "cause": (str, int, str),
-    "submissions": (int, int, str)}
+    "submissions": (int, int, str), "ended": (int, int, str), "duration": (int, int, str)}
 
 
 def encode_cursor(order: Column, descending: bool, key: Key) -> str:
@@ -182,12 +184,18 @@ def _store_key(order: Column, row: JobRow) -> Key:
     return (first[order], *tail) if order in first else tail
 
 
-def _derived_key(order: Column, row: JobRow, view: JobView) -> Key:
+def _derived_key(order: Column, row: JobRow, view: JobView, now_us: int) -> Key:
     if order in ORDERS:  # a store column, ordered here because a filter needed the record
         return _store_key(order, row)
     s = view.status
     first: str | int
-    if order == "state":
+    created = sort_key_us(row.created_at)
+    ended = sort_key_us(s.ended_at) if s is not None and s.ended_at is not None else None
+    if order == "ended":  # an unfinished job has not ended: after every end, descending
+        first = ended if ended is not None else 0
+    elif order == "duration":  # time to result: creation to the outcome, or to now
+        first = max(0, (ended if ended is not None else now_us) - created)
+    elif order == "state":
         first = s.state.value if s is not None else ""
     elif order == "cause":
         cause, _ = row_cause(view)
@@ -219,14 +227,27 @@ def find_jobs(service: Service, req: ListRequest) -> tuple[list[JobView], str | 
     it: filters (state, cause, backend, a name pattern), the search over names, id
     prefixes, causes and application errors (service/rows.py ``answers``), any column's
     order."""
-    views, nxt, _ = find_counted(service, req)
+    views, nxt, _, _ = _find(service, req)
     return views, nxt
 
 
 def find_counted(service: Service, req: ListRequest
-                 ) -> tuple[list[JobView], str | None, int | None]:
-    """``find_jobs``, and how many jobs match the filters on every page together when a
-    search or a name pattern asks (None otherwise): the dashboard's match count."""
+                 ) -> tuple[list[JobView], str | None, dict[str, int], int | None]:
+    """``find_jobs``, how many jobs of each state its filters keep leaving the state aside
+    (service/counts.py: the counts above the dashboard's list) and how many match them all,
+    on every page together (its "page 1 of 7 · 312 jobs")."""
+    views, nxt, base, folded = _find(service, req)
+    keep: Keep | None = None
+    if req.search is not None or req.cause is not None:
+        unstated = replace(req, state=None, live_only=False)
+        keep = lambda view, row: _matches(unstated, view, row)  # noqa: E731
+    counts = state_counts(service, base, folded, keep=keep, searched=req.search is not None)
+    return views, nxt, counts, matches(counts, req.state, req.live_only)
+
+
+def _find(service: Service, req: ListRequest
+          ) -> tuple[list[JobView], str | None, JobQuery, dict[str, JobView]]:
+    """The page, its next cursor, the store's filters and the views it folded."""
     terminal = (False if req.live_only else
                 None if req.state is None else req.state.terminal)
     # A finished state is the store's outcome column: filtered in SQL, not by folding.
@@ -243,16 +264,15 @@ def find_counted(service: Service, req: ListRequest
         views = service.views([r.job_id for r in page])
         if req.state is not None:  # jobs finished before the store kept outcomes
             views = [v for v in views if _matches(req, v)]
-        # the jobs table's rows alone (no record read), and only when a pattern asks
-        total = len(service.store.query_jobs(base)) if req.name is not None else None
+        by_id: dict[str, JobView] = {}
     else:
         rows = service.store.query_jobs(base)
         by_id = {v.job: v for v in service.views([r.job_id for r in rows],
                                                  ask_scheduler=False)}
-        keyed = sorted(((_derived_key(req.order, r, by_id[r.job_id]), r) for r in rows
+        now_us = sort_key_us(service.clock())
+        keyed = sorted(((_derived_key(req.order, r, by_id[r.job_id], now_us), r) for r in rows
                         if r.job_id in by_id and _matches(req, by_id[r.job_id], r)),
                        key=lambda kr: kr[0], reverse=req.descending)
-        total = len(keyed) if req.search is not None or req.name is not None else None
         if req.after is not None:
             cursor = req.after
             keyed = [(k, r) for k, r in keyed if _after(k, cursor, req.descending)]
@@ -261,18 +281,20 @@ def find_counted(service: Service, req: ListRequest
         asked = {v.job: v for v in service.views([r.job_id for _, r in chosen])}
         views = [asked.get(r.job_id, by_id[r.job_id]) for _, r in chosen]
     nxt = encode_cursor(req.order, req.descending, keys[-1]) if more else None
-    return views, nxt, total
+    return views, nxt, base, by_id
 
 
 def list_page(service: Service, req: ListRequest) -> dict[str, Any]:
-    """``{"jobs", "next", "held_count", "total"}``: one page of list rows (service/rows.py:
-    what the list shows, not the whole status), the cursor of the next page (None on the
-    last), how many jobs are held (the dashboard's banner; ``state=held`` lists them; None
-    while a server is still counting them), and with a search (``q``) or a name pattern
-    (``name``) how many jobs match on all pages together (None without)."""
-    views, nxt, total = find_counted(service, req)
+    """``{"jobs", "next", "held_count", "total", "counts"}``: one page of list rows
+    (service/rows.py: what the list shows, not the whole status), the cursor of the next
+    page (None on the last), how many jobs are held (the dashboard's banner; ``state=held``
+    lists them; None while a server is still counting them), how many jobs match every
+    filter on all pages together (None for an unfinished state while a server is still
+    folding the unfinished jobs), and how many of each state the filters other than the
+    state keep (service/counts.py; ``live`` for the unfinished until then)."""
+    views, nxt, counts, total = find_counted(service, req)
     return {"jobs": [list_row_json(v) for v in views], "next": nxt,
-            "held_count": held_count(service), "total": total}
+            "held_count": held_count(service), "total": total, "counts": counts}
 
 
 def held_ids(service: Service) -> list[str]:

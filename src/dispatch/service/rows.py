@@ -88,6 +88,8 @@ that recovered, ``recoveries`` (how many) and ``recovered_from`` (each cause onc
         "created_at": s.created_at.isoformat() if s.created_at else None,
     }
     # what most rows lack is left out, not sent as null
+    if s.ended_at is not None:  # when the outcome was committed: the dashboard's ended and
+        row["ended_at"] = s.ended_at.isoformat()  # duration columns (times, never ages)
     if recovered:
         row["recovered"] = True
     kinds = recovered_from(s)

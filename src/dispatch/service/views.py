@@ -120,6 +120,7 @@ def status_json(view: JobView) -> dict[str, Any]:
         # one per recovery, in order: a recovered success is found and shown as one
         "recovered_from": [k.value for k in recovered_from(s)],
         "created_at": s.created_at.isoformat() if s.created_at else None,
+        "ended_at": s.ended_at.isoformat() if s.ended_at else None,
         "segments": list(s.segments),
         "scheduler": view.scheduler,
         "scheduler_problem": view.problem or None,

@@ -402,6 +402,11 @@ class RecordStore(abc.ABC):
         """One page of jobs: filtered, ordered and keyset-paged (stores/query.py)."""
 
     @abc.abstractmethod
+    def count_jobs(self, query: JobQuery) -> dict[str | None, int]:
+        """How many jobs ``query``'s filters keep, by outcome (stores/query.py count_sql):
+        '' for the unfinished, None for those finished before the store kept outcomes."""
+
+    @abc.abstractmethod
     def prune(self, before_us: int, *, act: bool = False) -> list[str]:
         """The finished jobs created before ``before_us`` (whole supersede chains only,
         stores/prune.py): removed, each whole and all in one transaction, when ``act``;
@@ -471,12 +476,8 @@ class RecordStore(abc.ABC):
     def __enter__(self) -> RecordStore:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -61,7 +61,7 @@ from dispatch.stores.changes import (
 from dispatch.stores.lease import PostgresLeases, check_fence_pg
 from dispatch.stores.postgres_schema import set_up
 from dispatch.stores.prune import pg_prune_steps
-from dispatch.stores.query import JobQuery, matches_sql, query_sql, stamp_sql
+from dispatch.stores.query import JobQuery, count_rows, count_sql, matches_sql, query_sql, stamp_sql
 from dispatch.stores.reading import decode_rows, job_row
 from dispatch.stores.snapshot_sql import Stored, stored_rows
 from dispatch.stores.url import mask_password
@@ -358,8 +358,7 @@ class PostgresStore(RecordStore):
             return new_version
 
         def landed(cur: Cursor) -> bool:
-            return bool(bodies) and self._has_event(cur, job_id, expected_version + 1,
-                                                    bodies[0])
+            return bool(bodies) and self._has_event(cur, job_id, expected_version + 1, bodies[0])
 
         what = f"append to job {job_id}"
         try:
@@ -401,6 +400,9 @@ class PostgresStore(RecordStore):
     def query_jobs(self, query: JobQuery) -> list[JobRow]:
         sql, params = query_sql(query, "dispatch_jobs", "%s")
         return [job_row(self.describe(), r) for r in self._query("list jobs", sql, params)]
+
+    def count_jobs(self, query: JobQuery) -> dict[str | None, int]:
+        return count_rows(self._query("count jobs", *count_sql(query, "dispatch_jobs", "%s")))
 
     def prune(self, before_us: int, *, act: bool = False) -> list[str]:
         try:
@@ -466,13 +468,11 @@ class PostgresStore(RecordStore):
             raise self._fail(f"snapshot of job {job.id}", err) from None
 
     def drop_snapshot(self, job_id: str) -> None:
-        self._query(f"drop the snapshot of job {job_id}", snap.PG_DROP + " RETURNING 1",
-                    (job_id,))
+        self._query(f"drop the snapshot of job {job_id}", snap.PG_DROP + " RETURNING 1", (job_id,))
 
     def matches(self, ref: str, limit: int = 21) -> list[JobMatch]:
         sql, params = matches_sql("dispatch_jobs", "%s", ref, limit, MIN_PREFIX)
-        return [match_row(self.describe(), r) for r in self._query(f"find {ref!r}", sql,
-                                                                   params)]
+        return [match_row(self.describe(), r) for r in self._query(f"find {ref!r}", sql, params)]
 
     def leases(self) -> PostgresLeases:
         return PostgresLeases(self._statement)

@@ -58,6 +58,47 @@ def _like(text: str) -> str:
 def query_sql(q: JobQuery, table: str, mark: str) -> tuple[str, list[object]]:
     """The SELECT for ``q`` over ``table``, with ``mark`` as the placeholder (``?``/``%s``);
     rows as the stores' ``_row`` reads them."""
+    where, params = _filters(q, table, mark)
+    columns = [c for c in (_COLUMN[q.order], "created_us", "job_id") if c]
+    if q.after is not None:
+        if len(q.after) != len(columns):
+            raise ValueError(f"a cursor of {len(columns)} values was expected")
+        op = "<" if q.descending else ">"
+        where.append(f"({', '.join(columns)}) {op} ({', '.join([mark] * len(columns))})")
+        params += list(q.after)
+    sql = f"SELECT job_id, name, backend, terminal, version, created_at, scope FROM {table}"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    direction = " DESC" if q.descending else ""
+    sql += " ORDER BY " + ", ".join(c + direction for c in columns)
+    if q.limit is not None:
+        sql += f" LIMIT {int(q.limit)}"
+    return sql, params
+
+
+def count_sql(q: JobQuery, table: str, mark: str) -> tuple[str, list[object]]:
+    """``RecordStore.count_jobs``: (outcome, count) rows of the jobs ``q``'s filters keep
+    (its order, cursor and limit ignored), one per outcome (NULL: unfinished, or finished
+    before the store kept outcomes), and ('', the unfinished ones). Each part is a scan of
+    an index (the outcome's, the terminal flag's); no record is read. ``count_rows`` reads
+    them."""
+    where, params = _filters(q, table, mark)
+    live = "terminal = 0" if mark == "?" else "NOT terminal"
+    keep = " AND ".join(where) if where else "TRUE"
+    sql = (f"SELECT outcome, count(*) FROM {table} WHERE {keep} GROUP BY outcome"
+           f" UNION ALL SELECT '', count(*) FROM {table} WHERE {keep} AND {live}")
+    return sql, params + params
+
+
+def count_rows(rows: list[tuple[str | None, int]]) -> dict[str | None, int]:
+    """``count_sql``'s rows as ``count_jobs`` answers: outcome -> jobs, '' for the
+    unfinished ones, None for those finished before the store kept outcomes; no zeros."""
+    found = {o: int(n) for o, n in rows}
+    found[None] = found.get(None, 0) - found.get("", 0)
+    return {o: n for o, n in found.items() if n}
+
+
+def _filters(q: JobQuery, table: str, mark: str) -> tuple[list[str], list[object]]:
     where: list[str] = []
     params: list[object] = []
     if q.terminal is not None:
@@ -96,21 +137,7 @@ def query_sql(q: JobQuery, table: str, mark: str) -> tuple[str, list[object]]:
                      "ESCAPE '\\')")
         text = _like(q.search.lower())
         params += [f"%{text}%", f"{text}%"]
-    columns = [c for c in (_COLUMN[q.order], "created_us", "job_id") if c]
-    if q.after is not None:
-        if len(q.after) != len(columns):
-            raise ValueError(f"a cursor of {len(columns)} values was expected")
-        op = "<" if q.descending else ">"
-        where.append(f"({', '.join(columns)}) {op} ({', '.join([mark] * len(columns))})")
-        params += list(q.after)
-    sql = f"SELECT job_id, name, backend, terminal, version, created_at, scope FROM {table}"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    direction = " DESC" if q.descending else ""
-    sql += " ORDER BY " + ", ".join(c + direction for c in columns)
-    if q.limit is not None:
-        sql += f" LIMIT {int(q.limit)}"
-    return sql, params
+    return where, params
 
 
 def stamp_sql(table: str) -> str:

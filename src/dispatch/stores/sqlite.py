@@ -56,7 +56,7 @@ from dispatch.stores.changes import (
 )
 from dispatch.stores.lease import SQLiteLeases, check_fence_sqlite
 from dispatch.stores.prune import sqlite_prune
-from dispatch.stores.query import JobQuery, matches_sql, query_sql, stamp_sql
+from dispatch.stores.query import JobQuery, count_rows, count_sql, matches_sql, query_sql, stamp_sql
 from dispatch.stores.reading import decode_rows, job_row
 from dispatch.stores.snapshot_sql import Stored, stored_rows
 from dispatch.stores.sqlite_file import default_path as default_path  # re-exported
@@ -369,6 +369,10 @@ class SQLiteStore(RecordStore):
         with self._guard("list jobs") as c:
             rows = c.execute(sql, params).fetchall()
         return [job_row(self.describe(), r) for r in rows]
+
+    def count_jobs(self, query: JobQuery) -> dict[str | None, int]:
+        with self._guard("count jobs") as c:
+            return count_rows(c.execute(*count_sql(query, "jobs", "?")).fetchall())
 
     def prune(self, before_us: int, *, act: bool = False) -> list[str]:
         with self._guard("prune finished jobs") as c:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+import msgspec
+
 from dispatch.core.app_error import AppError, ErrorSource
 from dispatch.core.model import Cause, CauseKind, Level, State, Status, Transition
 from dispatch.service.rows import ROW_ERROR, answers, list_row_json, shown_cause
@@ -60,6 +62,13 @@ def test_a_row_is_light_whatever_the_words() -> None:
     assert len(row["app_error"]) == ROW_ERROR and row["app_error"].endswith("…")
     assert "traceback_tail" not in json.dumps(row) and "history" not in row
     assert answers(v, huge[:50])  # the search reads the whole words, not the cut ones
+    # a finished job's row says when it ended; a finished job's scheduler is never asked
+    assert v.status is not None
+    done = JobView(msgspec.structs.replace(v.status, ended_at=T0))
+    row = list_row_json(done)
+    assert row["ended_at"] == T0.isoformat() and "scheduler" not in row
+    assert len(json.dumps(row, ensure_ascii=False).encode()) <= 600
+    assert "ended_at" not in list_row_json(v)  # unfinished: left out, as what most rows lack
 
 
 def test_a_job_whose_record_cannot_be_used_is_its_id_and_error() -> None:

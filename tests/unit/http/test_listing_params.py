@@ -107,7 +107,8 @@ def test_a_crafted_cursor_is_a_bad_after(order: Column, text: str) -> None:
 @pytest.mark.parametrize("order", COLUMNS)
 def test_every_orders_cursor_round_trips(order: Column) -> None:
     first: dict[str, str | int] = {"name": "train", "backend": "local", "job": "abc",
-                                   "state": "held", "cause": "preempted", "submissions": 3}
+                                   "state": "held", "cause": "preempted", "submissions": 3,
+                                   "ended": 1_700_000_000_000_001, "duration": 30_000_000}
     key = ((first[order],) if order in first else ()) + (1_700_000_000_000_000, "abc")
     assert decode_cursor(encode_cursor(order, True, key), order, True) == key
 

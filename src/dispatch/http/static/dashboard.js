@@ -13,7 +13,10 @@ const CAUSE_COLOURS = {
   "duplicate": "#334155", "unknown": "#111827",
 };
 const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
-const NATURAL_DESC = new Set(["created"]); // the columns first sorted high to low
+const NATURAL_DESC = new Set(["created", "ended", "duration"]); // first sorted high to low
+// the closed State enum (core/model.py), in the order the counts above the list name them;
+// "live": the unfinished jobs while the server has not yet folded them into states
+const STATES = ["pending", "held", "running", "recovering", "succeeded", "failed", "cancelled", "unknown", "live"];
 
 let view = { job: null };       // the route: a job id, or null for the list
 let listState = { order: "created", desc: true, cursors: [null], page: 0, next: null };
@@ -177,11 +180,11 @@ function jobRow(j) {
   idCell.append(el("a", { href: "/jobs/" + encodeURIComponent(j.job) }, j.job));
   tr.append(idCell);
   if (j.error) {
-    tr.append(el("td", { colspan: 7 }, "record unusable: " + j.error.message));
+    tr.append(el("td", { colspan: 9 }, "record unusable: " + j.error.message));
     return tr;
   }
   tr.append(el("td", { class: "name" }, j.name));
-  const st = el("td", {});
+  const st = el("td", { class: "state-cell" });
   st.append(stateBadge(j.state, j.settled));
   if (j.state === "held") st.append(el("span", { class: "waits" }, " waits for you"));
   tr.append(st);
@@ -192,7 +195,13 @@ function jobRow(j) {
   // the application's own error, shortened (the job's page has it whole)
   tr.append(el("td", { class: "app-error-cell", title: j.app_error || "" }, j.app_error || ""));
   tr.append(el("td", { class: "num" }, j.submissions));
-  tr.append(el("td", { class: "time" }, fmtTime(j.created_at)));
+  // times without their zone (the header says it): the row keeps its room for the error
+  tr.append(el("td", { class: "time", title: fmtTime(j.created_at) }, shortTime(j.created_at)));
+  tr.append(el("td", { class: "time ended", title: j.ended_at ? fmtTime(j.ended_at) : "not ended" },
+    endedText(j.created_at, j.ended_at)));
+  // time to result: creation to the outcome, or to now while unfinished (kept current)
+  tr.append(el("td", { class: "num duration", "data-since": j.created_at, "data-until": j.ended_at || "" },
+    durationText(j.created_at, j.ended_at)));
   tr.append(el("td", {}, j.backend));
   tr.addEventListener("click", (e) => {
     if (e.target.tagName === "A" && (e.ctrlKey || e.metaKey || e.shiftKey)) return;
@@ -214,13 +223,84 @@ function drawList(page) {
   listState.next = page.next;
   $("older").disabled = !page.next;
   $("newer").disabled = listState.page === 0;
-  $("page-info").textContent = "page " + (listState.page + 1);
-  // a search's match count, on every page together (the server counts: issue 48)
-  const counted = page.total !== null && page.total !== undefined;
-  $("match-count").hidden = !counted;
-  if (counted) $("match-count").textContent = page.total === 1 ? "1 match" : page.total + " matches";
+  // "page 1 of 7 · 312 jobs": the server counts the matches of every page (issue 48)
+  const total = page.total === null || page.total === undefined ? null : page.total;
+  const pages = total === null ? null
+    : Math.max(1, listState.page + 1, Math.ceil(total / Number($("page-size").value)));
+  $("page-info").textContent = "page " + (listState.page + 1) + (pages === null ? "" : " of " + pages);
+  $("list-total").textContent = total === null ? "" : "· " + (total === 1 ? "1 job" : total + " jobs");
+  // a search's match count beside the search box
+  const searched = total !== null && $("q").value.trim() !== "";
+  $("match-count").hidden = !searched;
+  if (searched) $("match-count").textContent = total === 1 ? "1 match" : total + " matches";
+  drawStateCounts(page.counts || {});
   drawHeldCount(page.held_count);
   showProblem([...problems].join("\n"));
+}
+
+// a list's time without its zone (the header says it), and without the year of this one
+function shortTime(iso) {
+  if (!iso) return "-";
+  const full = fmtTime(iso).slice(0, 19);
+  return full.slice(0, 4) === String(new Date().getFullYear()) ? full.slice(5) : full;
+}
+
+// the end's clock time, with its date only when that is not the creation's
+function endedText(created, ended) {
+  if (!ended) return "-";
+  const full = fmtTime(ended).slice(0, 19);
+  return created && fmtTime(created).slice(0, 10) === full.slice(0, 10) ? full.slice(11) : shortTime(ended);
+}
+
+function durationText(created, ended) {
+  if (!created) return "-";
+  const end = ended ? new Date(ended) : new Date();
+  return fmtDuration(Math.max(0, (end - new Date(created)) / 1000));
+}
+
+// an unfinished job's duration grows between answers (a 304 redraws nothing)
+function tickDurations() {
+  for (const td of document.querySelectorAll("#job-rows td.duration")) {
+    if (!td.dataset.until) td.textContent = durationText(td.dataset.since, "");
+  }
+}
+
+// The jobs of each state under the other filters, each a link that shows only them (its
+// ?state=, so it works as a plain link too); the one shown now is marked.
+function stateHref(state) {
+  const p = listQuery();
+  if (state) p.set("state", state); else p.delete("state");
+  if (listState.order !== "created" || !listState.desc) p.set("order", (listState.desc ? "-" : "") + listState.order);
+  if ($("page-size").value !== "50") p.set("limit", $("page-size").value);
+  return "/" + (p.toString() ? "?" + p.toString() : "");
+}
+
+function drawStateCounts(counts) {
+  const nav = $("state-counts");
+  const active = $("state-filter").value;
+  const all = Object.values(counts).reduce((a, b) => a + b, 0);
+  const links = [["", "all", all]];
+  for (const s of STATES) {
+    // an unfinished state's count is not known while the server still folds those jobs
+    const n = counts[s] || (counts.live && !TERMINAL.has(s) ? null : 0);
+    if (counts[s] || s === active) links.push([s, s === "live" ? "unfinished" : s, n]);
+  }
+  if (active === "live" && !counts.live) links.push(["live", "unfinished", null]);
+  nav.replaceChildren();
+  for (const [state, label, n] of links) {
+    const a = el("a", { href: stateHref(state), class: "state-count", "data-state": state || "all" });
+    a.append(el("span", { class: "state " + (state || "all") }, label));
+    if (n !== null) a.append(el("span", { class: "n" }, " " + n));
+    if (state === active) { a.classList.add("active"); a.setAttribute("aria-current", "true"); }
+    a.addEventListener("click", (e) => {
+      if (e.ctrlKey || e.metaKey || e.shiftKey) return; // a new tab follows the link itself
+      e.preventDefault();
+      $("state-filter").value = state;
+      resetPages();
+      tick();
+    });
+    nav.append(a);
+  }
 }
 
 // Held jobs wait for a person: a count in the header and, on the list, a banner whose
@@ -253,6 +333,8 @@ async function refreshList() {
   if (changed || path !== drawnPath) {
     drawList(body);
     drawnPath = path;
+  } else {
+    tickDurations();
   }
 }
 
@@ -267,6 +349,7 @@ function resetPages() {
 function writeListUrl() {
   const p = listQuery();
   if (listState.order !== "created" || !listState.desc) p.set("order", (listState.desc ? "-" : "") + listState.order);
+  if ($("page-size").value !== "50") p.set("limit", $("page-size").value); // "page 2 of 3" stays true
   const cursor = listState.cursors[listState.page];
   if (listState.page > 0 && cursor) { p.set("page", listState.page + 1); p.set("after", cursor); }
   const url = "/" + (p.toString() ? "?" + p.toString() : "");
@@ -279,6 +362,12 @@ function filtersFromUrl() {
   $("state-filter").value = p.get("state") || "";
   $("backend-filter").value = p.get("backend") || "";
   $("cause-filter").value = p.get("cause") || "";
+  const size = p.get("limit") || "50";
+  if (/^[1-9][0-9]{0,2}$/.test(size) && Number(size) <= 500) {
+    const sizes = $("page-size");
+    if (![...sizes.options].some((o) => o.value === size)) sizes.append(el("option", {}, size));
+    sizes.value = size;
+  }
   const order = p.get("order");
   if (order) {
     listState.order = order.replace(/^-/, "");
@@ -658,13 +747,13 @@ function drawBadputChart(doc) {
   const box = $("badput-chart");
   // scaled to the data (issue 48: 13 of 14 days were empty): from the first day with time
   // in it, each bar at most 48 units wide, the chart no wider than its days
-  const H = 160, pad = 28;
+  const H = 100, pad = 18;
   const first = doc.days.findIndex((d) => Object.keys(d.badput).length || d.goodput !== null);
   const days = first < 0 ? doc.days.slice(-1) : doc.days.slice(first);
-  const bw = Math.min((700 - pad) / days.length, 48);
-  const W = pad + bw * days.length;
+  const bw = Math.min((420 - pad) / days.length, 40);
+  const W = Math.max(pad + bw * days.length, 110); // room for the scale's words ("58.7 node-min")
   const chart = svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": "badput by cause per day, node-time" });
-  chart.style.maxWidth = Math.round((900 * W) / 700) + "px"; // CSSOM: the CSP refuses style=""
+  chart.style.maxWidth = Math.round((460 * W) / 420) + "px"; // CSSOM: the CSP refuses style=""
   const totals = days.map((d) => Object.values(d.badput).reduce((a, b) => a + b, 0));
   const top = Math.max(...totals, 1e-9);
   days.forEach((d, i) => {
@@ -678,13 +767,14 @@ function drawBadputChart(doc) {
       chart.append(rect);
     }
     if (days.length <= 7 || i % 2 === 0) {
-      chart.append(svg("text", { x: pad + i * bw + bw / 2, y: H - 8, "text-anchor": "middle", "font-size": 10,
+      chart.append(svg("text", { x: pad + i * bw + bw / 2, y: H - 5, "text-anchor": "middle", "font-size": 10,
         "data-day": d.day }, d.day.slice(5)));
     }
   });
-  if (Math.max(...totals) > 0) chart.append(svg("text", { x: 2, y: pad - 8, "font-size": 10 }, nodeTime(top * 3600)));
+  if (Math.max(...totals) > 0) chart.append(svg("text", { x: 2, y: pad - 6, "font-size": 10 }, nodeTime(top * 3600)));
   chart.append(svg("line", { x1: pad, y1: H - pad, x2: W, y2: H - pad, stroke: "#94a3b8" }));
-  box.replaceChildren(chart);
+  // no badput in these days: the words alone, not an empty chart's height
+  box.replaceChildren(...(Math.max(...totals) > 0 ? [chart] : []));
   const causes = [...new Set(days.flatMap((d) => Object.keys(d.badput)))];
   const legend = $("badput-legend");
   legend.replaceChildren();
@@ -784,6 +874,8 @@ async function tick() {
 }
 
 function start() {
+  const zone = fmtTime(new Date().toISOString()).slice(20);
+  for (const col of ["created", "ended"]) $("jobs").querySelector('th[data-sort="' + col + '"]').title = "local time, " + zone;
   const causes = $("cause-filter");
   for (const kind of Object.keys(CAUSE_COLOURS)) causes.append(el("option", {}, kind));
   // an old link (/#JOB) opens the job's page
