@@ -31,6 +31,7 @@ from dispatch.backends.kubeflow.permissions import (
     rbac_fix,
 )
 from dispatch.core.model import SchedulerUnreachable
+from dispatch.errors import BackendError
 
 # The API versions the client speaks (client.py's resource classes).
 SPOKEN = {TRAINER: "v1alpha1", JOBSET: "v1alpha2"}
@@ -63,6 +64,25 @@ def where_from(cfg: Any) -> Check:
     else:
         detail = f"the pod's service account ({server})"
     return Check("configuration", Verdict.OK, detail)
+
+
+def scope_check(kube: KubeClient, cfg: Any, namespace: str) -> Check:
+    """Which scope a job recorded now gets: the cluster's id (scope.py) and its readable
+    name; degraded on the server-URL fallback, a problem when the cluster cannot be told."""
+    from dispatch.backends.kubeflow.scope import SERVER_PREFIX, cluster_id, describe
+
+    try:
+        found = cluster_id(kube, cfg)
+    except SchedulerUnreachable as err:
+        return Check("scope", Verdict.PROBLEM, f"cannot be told: {err.reason}")
+    except BackendError as err:
+        return Check("scope", Verdict.PROBLEM, str(err),
+                     "grant get on namespaces/kube-system (`dispatch kubeflow manifests`)")
+    detail = f"kubeflow:{found.key}/{namespace} ({describe(cfg)}; from the {found.how})"
+    if found.key.startswith(SERVER_PREFIX):
+        return Check("scope", Verdict.DEGRADED, detail + ": it changes with the server URL",
+                     "grant get on namespaces/kube-system (`dispatch kubeflow manifests`)")
+    return Check("scope", Verdict.OK, detail)
 
 
 def version_check(kube: KubeClient) -> Check:
@@ -153,6 +173,8 @@ def review(kube: KubeClient, p: Permission, namespace: str) -> Access:
         attrs["subresource"] = sub
     if not p.cluster:
         attrs["namespace"] = namespace
+    if p.name:
+        attrs["name"] = p.name
     body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
             "spec": {"resourceAttributes": attrs}}
     try:
@@ -196,6 +218,7 @@ def doctor(kube: KubeClient, cfg: Any, namespace: str, runtime: str | None = Non
     checks.append(api_group_check(kube, JOBSET, "JobSet",
                                   "install JobSet (Kubeflow Trainer v2 installs it)"))
     checks.append(runtime_check(kube, runtime, runtime_kind, namespace))
+    checks.append(scope_check(kube, cfg, namespace))
     accesses = [review(kube, p, namespace) for p in PERMISSIONS]
     checks += access_checks(accesses, namespace)
     return checks, accesses
