@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
 from kubeflow_support import FakeApiServer
 
 from dispatch.backends.kubeflow import KubeflowBackend
 from dispatch.backends.kubeflow.scope import kubeflow_scope, kubeflow_scope_aliases
+from dispatch.cli import main
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.core.spec import parse_spec
 from dispatch.errors import ClusterUnknown
@@ -133,6 +135,16 @@ def test_a_cluster_that_cannot_be_told_is_refused_never_guessed(
         with pytest.raises(ClusterUnknown):  # a job is not recorded under a guess
             scope_at_submit("kubeflow", backend)
         backend.close()
+        # the CLI: exit 2 with the reason, and nothing recorded
+        monkeypatch.setenv("DISPATCH_STORE", f"sqlite://{tmp_path / 'r.sqlite3'}")
+        monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+        job = tmp_path / "job.yaml"
+        job.write_text(yaml.safe_dump({"name": "j", "backend": "kubeflow", "command": ["x"],
+                                       "kubeflow": {"runtime": "torch-distributed"}}))
+        r = CliRunner().invoke(main, ["submit", str(job)])
+        assert r.exit_code == 2, r.output
+        assert "cannot tell which cluster" in r.output and "Traceback" not in r.output
+        assert CliRunner().invoke(main, ["ls", "--all", "--json"]).stdout.strip() in ("[]", "")
 
 
 def test_without_the_uid_the_server_and_its_ca_name_the_cluster(
