@@ -55,7 +55,7 @@ def on(d: Dispatch, cluster: dict[str, str], *args: str) -> subprocess.Completed
 
 
 def on_json(d: Dispatch, cluster: dict[str, str], *args: str) -> Any:
-    done = on(d, cluster, *args)
+    done = on(d, cluster, *args, "--json")
     assert done.returncode == 0, f"{args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     return json.loads(done.stdout)
 
@@ -98,7 +98,7 @@ def test_two_clusters_called_testbed_on_one_record_keep_their_own_scopes_and_job
     assert scope == expected  # before: both kubeflow:testbed/dispatch
     assert scope["on-first"] != scope["on-second"]
     refs = {r["name"]: [o.split("/")[-1] for o in r["objects"]]
-            for r in on_json(cli, {}, "ls", "--all", "--json")}
+            for r in on_json(cli, {}, "ls", "--all")}
     # each TrainJob on its own cluster only
     assert set(refs["on-second"]) <= trainjobs(second, namespace), refs
     assert not set(refs["on-second"]) & trainjobs(first, namespace), refs
@@ -107,7 +107,7 @@ def test_two_clusters_called_testbed_on_one_record_keep_their_own_scopes_and_job
     # A supervisor of each cluster, on the one record: its own cluster's scope only.
     for cluster, mine, theirs in ((first, "on-first", "on-second"),
                                   (second, "on-second", "on-first")):
-        summary = on_json(cli, cluster, "supervise", "--once", "--json")
+        summary = on_json(cli, cluster, "supervise", "--once")
         assert scope[mine] in summary["scopes"], summary
         assert summary["scopes"][scope[mine]]["ticked"], summary
         assert scope[theirs] not in summary["scopes"], summary
@@ -124,14 +124,14 @@ def test_two_clusters_called_testbed_on_one_record_keep_their_own_scopes_and_job
     renamed.write_text(yaml.safe_dump(renamed_doc))
     renamed.chmod(0o600)
     summary = on_json(cli, {**second, "DISPATCH_KUBECONFIG": str(renamed)},
-                      "supervise", "--once", "--json", "--scope", "kubeflow")
+                      "supervise", "--once", "--scope", "kubeflow")
     assert summary["scopes"][scope["on-second"]]["jobs"] == 1, summary
     assert scope["on-first"] not in summary["scopes"], summary
 
     # `dispatch supervisors`: two scopes, one live job each; doctor names the cluster readably
-    rows = {r["scope"]: r for r in on_json(cli, {}, "supervisors", "--json")}
+    rows = {r["scope"]: r for r in on_json(cli, {}, "supervisors")}
     assert {s: rows[s]["live_jobs"] for s in scope.values()} == {s: 1 for s in scope.values()}
-    checks = on_json(cli, second, "doctor", "--backend", "kubeflow", "--json")["checks"]
+    checks = on_json(cli, second, "doctor", "--backend", "kubeflow")["checks"]
     said = next(c for c in checks if c["name"] == "scope")
     assert said["verdict"] == "ok" and said["detail"].startswith(
         f"{scope['on-second']} (context testbed, cluster testbed"), said
