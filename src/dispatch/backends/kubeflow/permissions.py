@@ -66,11 +66,10 @@ PERMISSIONS: tuple[Permission, ...] = (
     *_p("list watch", "", "nodes", "a lost node is seen only through its pods' conditions "
         "(DisruptionTarget), not from the node itself: node-loss detection is degraded",
         cluster=True, needed=False),
-    *_p("get", "", "namespaces", "the cluster's scope is not its kube-system UID but its "
-        "server URL and CA: a job recorded through one URL (a pod's 10.96.0.1) is not served "
-        "by a supervisor reaching the cluster through another, and without a CA in the "
-        "kubeconfig no job can be recorded (backends/kubeflow/scope.py)", cluster=True,
-        needed=False, name="kube-system"),
+    *_p("get", "", "namespaces", "a job's scope names the cluster by its server URL and CA, "
+        "not its kube-system UID: a supervisor reaching it through another URL (a pod's "
+        "10.96.0.1) does not serve the job, and with no CA in the kubeconfig no job can be "
+        "submitted", cluster=True, needed=False, name="kube-system"),
     *_p("get", TRAINER, "clustertrainingruntimes", "`dispatch doctor` cannot check the "
         "runtime a spec names; jobs still run", cluster=True, needed=False),
     *_p("get", TRAINER, "trainingruntimes", "`dispatch doctor` cannot check a namespaced "
