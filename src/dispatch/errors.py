@@ -83,3 +83,11 @@ class BackendError(DispatchError):
 
     exit_code = EXIT_BAD_INPUT
     error_code = "backend-unusable"
+
+
+class ClusterUnknown(BackendError):
+    """A scheduler that answers but cannot be told apart from another cluster (Kubernetes: the
+    kube-system namespace cannot be read and the kubeconfig names no CA): no job is recorded
+    under a guessed scope, which a supervisor of another cluster could serve."""
+
+    error_code = "cluster-unknown"

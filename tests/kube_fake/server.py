@@ -76,6 +76,7 @@ KINDS = {
         Kind("Job", "batch", "v1", "jobs"),
         Kind("Pod", "", "v1", "pods"),
         Kind("Node", "", "v1", "nodes", namespaced=False),
+        Kind("Namespace", "", "v1", "namespaces", namespaced=False),
         Kind("Event", "", "v1", "events"),
         Kind("ClusterTrainingRuntime", "trainer.kubeflow.org", "v1alpha1",
              "clustertrainingruntimes", namespaced=False),
@@ -235,6 +236,8 @@ class FakeApiServer:
     api_groups: dict[str, list[str]] = field(default_factory=lambda: {
         "trainer.kubeflow.org": ["v1alpha1"], "jobset.x-k8s.io": ["v1alpha2"]})
     user: str = "fake"
+    # The kube-system namespace's UID: which cluster this is (backends/kubeflow/scope.py).
+    cluster_uid: str = field(default_factory=lambda: str(uuid.uuid4()))
 
     def __post_init__(self) -> None:
         self._lock = threading.RLock()
@@ -251,6 +254,12 @@ class FakeApiServer:
         self._open_watches = 0
         self._logs = PodLogs()
         self.port = 0
+        # made by the API server itself at its start, as every cluster has it
+        self._objects[("namespaces", "", "kube-system")] = {
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "kube-system", "uid": self.cluster_uid,
+                         "resourceVersion": "1", "creationTimestamp": now_rfc3339()},
+            "status": {"phase": "Active"}}
 
     # -- lifecycle ---------------------------------------------------------------------------
 

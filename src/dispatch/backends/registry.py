@@ -100,6 +100,12 @@ def _kubeflow_scope(name: str, backend: Backend) -> str:
     return kubeflow_scope(name, backend)
 
 
+def _kubeflow_scope_aliases(name: str, backend: Backend) -> tuple[str, ...]:
+    from dispatch.backends.kubeflow.scope import kubeflow_scope_aliases
+
+    return kubeflow_scope_aliases(name, backend)
+
+
 # A backend's name: lower-case words joined by "-" (its package joins them by "_").
 _NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 # The JobSpec keys that are backends' free-form sections (a mapping of any values; not env).
@@ -121,6 +127,10 @@ class BackendEntry:
     # False: ``scope`` takes only this machine's time (no scheduler is asked), so a supervisor
     # waits for it at start and serves the backend without being asked to.
     asks_scheduler: bool = True
+    # The other scopes this machine's cluster of the backend may have recorded its jobs under
+    # (an older form of its scope), served by its supervisor too when a live job has one or
+    # --scope names it; asked after ``scope`` answered. None: none.
+    aliases: Callable[[str, Backend], tuple[str, ...]] | None = None
     # The environment variable naming the path it keeps its objects or output under; refused
     # at start when relative (support/paths.py).
     root_variable: str | None = None
@@ -165,7 +175,8 @@ REGISTRY: dict[str, BackendEntry] = {e.name: e for e in (
                  enforces=frozenset({Enforces.SEGMENT_HEALTH})),
     BackendEntry(name="kubeflow", make=_kubeflow,
                  summary="Kubeflow Trainer TrainJobs on Kubernetes",
-                 scope=_kubeflow_scope, root_variable=KUBECONFIG, section="kubeflow"),
+                 scope=_kubeflow_scope, aliases=_kubeflow_scope_aliases,
+                 root_variable=KUBECONFIG, section="kubeflow"),
 )}
 for _entry in REGISTRY.values():
     check_entry(_entry)

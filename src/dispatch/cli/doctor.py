@@ -44,7 +44,7 @@ def _kubeflow(namespace: str | None, runtime: str | None, runtime_kind: str,
                        f"{K8S_CONTEXT} to a context in it")], [], "", None)
     ns = namespace or os.environ.get("DISPATCH_K8S_NAMESPACE") or kube.default_namespace
     try:
-        checks, accesses = doctor(kube, origin, ns, runtime, runtime_kind)
+        checks, accesses = doctor(kube, origin, cfg, ns, runtime, runtime_kind)
     finally:
         kube.close()
     return checks, [a.as_json() for a in accesses], ns, origin.as_json()

@@ -128,7 +128,8 @@ class SupervisorLoop:
                     if scope in sup.supervisors:
                         continue
                     try:
-                        resolved, _ = resolve_scopes([scope], service.backends)
+                        resolved, _ = resolve_scopes([scope], service.backends,
+                                                     unchecked=False)
                     except ScopeError as err:  # another machine's cluster: not ours
                         log.info("not serving %s: %s", scope, err)
                         continue

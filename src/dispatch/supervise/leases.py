@@ -155,7 +155,7 @@ class Supervision:
             if scope in self.supervisors or scope in refused:
                 continue
             try:
-                resolved, _ = resolve_scopes([scope], self.backend_for)
+                resolved, _ = resolve_scopes([scope], self.backend_for, unchecked=False)
             except ScopeError as err:
                 log.info("not serving %s: %s", scope, err)
                 refused.add(scope)

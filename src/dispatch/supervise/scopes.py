@@ -1,10 +1,12 @@
 """Scopes: which scheduler a job belongs to, and which scopes a supervisor serves.
 
 A **scope** is a backend plus, where it has one, its cluster: ``slurm:<ClusterName>``
-(from ``scontrol show config``), ``kubeflow:<context>/<namespace>``, ``local:<host>:<root>``
-(a digest of the local root's path: two roots on one host are two schedulers). A job's scope
-is fixed when it is recorded (JobCreated.scope); records from before scopes have the bare
-backend name as their scope.
+(from ``scontrol show config``), ``kubeflow:<cluster id>/<namespace>`` (the API server's
+kube-system UID: backends/kubeflow/scope.py), ``local:<host>:<root>`` (a digest of the local
+root's path: two roots on one host are two schedulers). A job's scope is fixed when it is
+recorded (JobCreated.scope); records from before scopes have the bare backend name as their
+scope. A backend whose scope changed form names its cluster's older scopes (its entry's
+``aliases``: ``kubeflow:<context>/<namespace>``), and its supervisor serves those too.
 
 Asking a scheduler which cluster it is can hang (a controller down, DNS, a partition): a
 supervisor asks on a thread of its own (``ask_scope``) and waits at most ``RESOLVE_WAIT_S``
@@ -28,7 +30,7 @@ from dispatch.backends import registry
 from dispatch.backends.base import Backend
 from dispatch.backends.local.scope import local_scope as local_scope
 from dispatch.core.model import SchedulerUnreachable
-from dispatch.errors import BackendError, BadInput
+from dispatch.errors import BackendError, BadInput, ClusterUnknown
 
 if TYPE_CHECKING:
     from dispatch.stores.base import RecordStore
@@ -59,6 +61,7 @@ class ScopeError(BadInput):
 
 
 _scopes: dict[tuple[str, int], str] = {}
+_aliases: dict[tuple[str, int], tuple[str, ...]] = {}
 
 
 def scope_for(backend_name: str, backend: Backend) -> str:
@@ -74,13 +77,33 @@ def scope_for(backend_name: str, backend: Backend) -> str:
     return _scopes[key]
 
 
+def aliases_for(backend_name: str, backend: Backend) -> tuple[str, ...]:
+    """The older scopes of ``backend``'s cluster (its entry's ``aliases``; asked once per
+    process): none when it has none or they cannot be told (logged)."""
+    entry = registry.REGISTRY.get(backend_name)
+    if entry is None or entry.aliases is None:
+        return ()
+    key = (backend_name, id(backend))
+    if key not in _aliases:
+        try:
+            _aliases[key] = entry.aliases(backend_name, backend)
+        except (SchedulerUnreachable, BackendError) as err:
+            log.warning("the older scopes of %s cannot be told: %s", backend_name, err)
+            return ()
+    return _aliases[key]
+
+
 def scope_at_submit(backend_name: str, backend: Backend) -> str:
     """The scope to record a new job under: its scheduler's cluster, or, when the scheduler
     cannot say now (unreachable, no readable configuration), the bare backend name, which
     every supervisor serving that backend by default serves too. Recording the job is never
-    refused for it: the supervisor submits once the scheduler answers."""
+    refused for it: the supervisor submits once the scheduler answers. A scheduler that
+    answers but cannot be told from another cluster (ClusterUnknown) is refused: a guess
+    would let another cluster's supervisor serve the job."""
     try:
         return scope_for(backend_name, backend)
+    except ClusterUnknown:
+        raise
     except (SchedulerUnreachable, BackendError) as err:
         log.warning("recording the job under scope %s: %s", backend_name, err)
         return backend_name
@@ -129,7 +152,8 @@ def unresolved_note(u: Unresolved) -> str:
 
 
 def resolve_scopes(requested: Iterable[str], backend_for: Callable[[str], Backend], *,
-                   wait_s: float = RESOLVE_WAIT_S) -> tuple[list[str], list[Unresolved]]:
+                   wait_s: float = RESOLVE_WAIT_S, unchecked: bool = True
+                   ) -> tuple[list[str], list[Unresolved]]:
     """The scopes to serve, and the backends whose own scope is not known yet.
 
     Nothing requested: every backend, each as this machine's scope of it plus its bare name
@@ -140,7 +164,10 @@ def resolve_scopes(requested: Iterable[str], backend_for: Callable[[str], Backen
     jobs unserved, nor hold up the others); a backend that asks no scheduler
     (``asks_no_scheduler()``) is waited for up to NO_SCHEDULER_WAIT_S instead. A full scope:
     itself, refused when this machine's tools reach another cluster (served as given when
-    they cannot be asked now)."""
+    they cannot be asked now); one of its older scopes (``aliases_for``: jobs recorded before
+    its scope changed form) is served as itself. ``unchecked=False`` (a live job's scope,
+    not a person's --scope): a full scope that cannot be checked now is left out (asked
+    again later), never served on a guess: it may be another cluster's."""
     wanted = list(dict.fromkeys(requested))
     items = wanted or list(backends())
     names = [backend_of(item) for item in items]  # a scope naming no backend: refused first
@@ -165,11 +192,21 @@ def resolve_scopes(requested: Iterable[str], backend_for: Callable[[str], Backen
                                              None if ask.done() else ask))
                 out.append(name)
                 continue
+            if not unchecked:
+                log.info("not serving %s for now: this machine's %s cannot say which "
+                         "cluster it is: %s", item, name, err)
+                continue
             log.warning("cannot check scope %s against this machine's %s: %s", item, name,
                         err)
             mine = item
         if item not in (name, mine):
-            raise ScopeError(f"--scope {item}: this machine's {name} backend is scope {mine}")
+            older = aliases_for(name, backend_for(name))
+            if item in older:
+                out.append(item)
+                continue
+            also = f" (and, for older records, {', '.join(older)})" if older else ""
+            raise ScopeError(f"--scope {item}: this machine's {name} backend is scope "
+                             f"{mine}{also}")
         out.extend([mine] if item != name else [mine, name])
     return list(dict.fromkeys(out)), unresolved
 
@@ -194,7 +231,7 @@ def scopes_to_serve(requested: Sequence[str], store: RecordStore,
         if scope in resolved:
             continue
         try:
-            more, pending = resolve_scopes([scope], backend_for)
+            more, pending = resolve_scopes([scope], backend_for, unchecked=False)
         except ScopeError as err:
             log.info("not serving %s: %s", scope, err)
             continue

@@ -71,6 +71,27 @@ def test_nodes_denied_is_degraded_said_and_still_ready(
     assert verdicts(out)["runtime"] == "skipped"
 
 
+def test_the_scope_names_the_cluster_and_a_denied_kube_system_read_is_said(
+        fake: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out = run_doctor(fake, tmp_path, monkeypatch)
+    scope = next(c for c in out["checks"] if c["name"] == "scope")
+    uid = fake.cluster_uid.replace("-", "")[:12]
+    assert scope["verdict"] == "ok", scope
+    assert scope["detail"].startswith(f"kubeflow:uid-{uid}/team (context fake, cluster fake")
+    review = next(p for p in out["permissions"] if p["resource"] == "namespaces")
+    assert review["allowed"] and review["cluster"], review
+    # a namespace-only identity, and a kubeconfig without a CA: no scope can be told
+    fake.denied = {("get", "", "namespaces")}
+    code, out = run_doctor(fake, tmp_path, monkeypatch)
+    assert code == 1, out
+    scope = next(c for c in out["checks"] if c["name"] == "scope")
+    assert scope["verdict"] == "problem" and "names no CA" in scope["detail"], scope
+    assert "namespaces/kube-system" in scope["fix"]
+    perm = next(c for c in out["checks"] if c["name"] == "permission get namespaces")
+    assert perm["verdict"] == "degraded" and "kube-system UID" in perm["detail"], perm
+    assert "resourceNames: [kube-system]" in perm["fix"]
+
+
 def test_a_runtime_with_native_restarts_on_is_said(
         fake: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rt = runtime("stock")

@@ -1,7 +1,7 @@
 """What the kubeflow backend really asks of the API server is what permissions.py lists (and
 so what `dispatch doctor` checks and `dispatch kubeflow manifests` grants): every request of
-a job's whole life on the stand-in (admit, submit, a retried submit, looks by list and by
-watch, logs, the gate, stop) is read as the API server's authorizer reads it."""
+a job's whole life on the stand-in (its scope, admit, submit, a retried submit, looks by list
+and by watch, logs, the gate, stop) is read as the API server's authorizer reads it."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from test_kubeflow_scenarios import NODES, submit
 from tests.specs import parse_spec
 
 from dispatch.backends.kubeflow.permissions import PERMISSIONS
+from dispatch.backends.kubeflow.scope import cluster_id
 from kube_fake import FakeApiServer
 from kube_fake import trainer as tr
 from kube_fake.server import access_of
@@ -25,6 +26,7 @@ def test_every_request_of_a_jobs_life_is_a_listed_permission(
     for informer in (True, False):
         backend = make_backend(fake, tmp_path, clock, informer=informer)
         try:
+            cluster_id(backend.kube, None)  # which cluster: the job's scope (scope.py)
             backend.admit(parse_spec({"name": "t", "command": ["x"], "backend": "kubeflow",
                                       "kubeflow": {"runtime": "torch-distributed"}}))
             job = f"job-{informer}".lower()

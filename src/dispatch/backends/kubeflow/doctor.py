@@ -32,6 +32,7 @@ from dispatch.backends.kubeflow.permissions import (
     rbac_fix,
 )
 from dispatch.core.model import SchedulerUnreachable
+from dispatch.errors import BackendError
 
 # The API versions the client speaks (client.py's resource classes).
 SPOKEN = {TRAINER: "v1alpha1", JOBSET: "v1alpha2"}
@@ -57,6 +58,25 @@ def where_from(origin: ConfigOrigin) -> Check:
     """Which kubeconfig file(s), context, cluster (server) and user the loader chose; never a
     credential (origin.py)."""
     return Check("configuration", Verdict.OK, origin.text())
+
+
+def scope_check(kube: KubeClient, cfg: Any, namespace: str) -> Check:
+    """Which scope a job recorded now gets: the cluster's id (scope.py) and its readable
+    name; degraded on the server-URL fallback, a problem when the cluster cannot be told."""
+    from dispatch.backends.kubeflow.scope import SERVER_PREFIX, cluster_id, describe
+
+    try:
+        found = cluster_id(kube, cfg)
+    except SchedulerUnreachable as err:
+        return Check("scope", Verdict.PROBLEM, f"cannot be told: {err.reason}")
+    except BackendError as err:
+        return Check("scope", Verdict.PROBLEM, str(err),
+                     "grant get on namespaces/kube-system (`dispatch kubeflow manifests`)")
+    detail = f"kubeflow:{found.key}/{namespace} ({describe(cfg)}; from the {found.how})"
+    if found.key.startswith(SERVER_PREFIX):
+        return Check("scope", Verdict.DEGRADED, detail + ": it changes with the server URL",
+                     "grant get on namespaces/kube-system (`dispatch kubeflow manifests`)")
+    return Check("scope", Verdict.OK, detail)
 
 
 def version_check(kube: KubeClient) -> Check:
@@ -147,6 +167,8 @@ def review(kube: KubeClient, p: Permission, namespace: str) -> Access:
         attrs["subresource"] = sub
     if not p.cluster:
         attrs["namespace"] = namespace
+    if p.name:
+        attrs["name"] = p.name
     body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
             "spec": {"resourceAttributes": attrs}}
     try:
@@ -178,10 +200,12 @@ def access_checks(accesses: Sequence[Access], namespace: str) -> list[Check]:
     return out
 
 
-def doctor(kube: KubeClient, origin: ConfigOrigin, namespace: str, runtime: str | None = None,
-           runtime_kind: str = "ClusterTrainingRuntime") -> tuple[list[Check], list[Access]]:
-    """Every check, and the permission table. Stops after the API server when it cannot be
-    reached (nothing else could be asked)."""
+def doctor(kube: KubeClient, origin: ConfigOrigin, cfg: Any, namespace: str,
+           runtime: str | None = None, runtime_kind: str = "ClusterTrainingRuntime",
+           ) -> tuple[list[Check], list[Access]]:
+    """Every check, and the permission table (``origin``: where the configuration came from,
+    ``cfg``: the configuration, for the cluster's id). Stops after the API server when it
+    cannot be reached (nothing else could be asked)."""
     checks = [where_from(origin), version_check(kube)]
     if checks[-1].verdict is Verdict.PROBLEM:
         return checks, []
@@ -190,6 +214,7 @@ def doctor(kube: KubeClient, origin: ConfigOrigin, namespace: str, runtime: str 
     checks.append(api_group_check(kube, JOBSET, "JobSet",
                                   "install JobSet (Kubeflow Trainer v2 installs it)"))
     checks.append(runtime_check(kube, runtime, runtime_kind, namespace))
+    checks.append(scope_check(kube, cfg, namespace))
     accesses = [review(kube, p, namespace) for p in PERMISSIONS]
     checks += access_checks(accesses, namespace)
     return checks, accesses

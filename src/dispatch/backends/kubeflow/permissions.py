@@ -28,6 +28,7 @@ class Permission:
     cluster: bool
     needed: bool
     without: str
+    name: str = ""  # granted on this one object only (RBAC resourceNames); "": all of them
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -39,8 +40,9 @@ class Permission:
 
 
 def _p(verbs: str, group: str, resource: str, without: str, *, cluster: bool = False,
-       needed: bool = True) -> tuple[Permission, ...]:
-    return tuple(Permission(v, group, resource, cluster, needed, without) for v in verbs.split())
+       needed: bool = True, name: str = "") -> tuple[Permission, ...]:
+    return tuple(Permission(v, group, resource, cluster, needed, without, name)
+                 for v in verbs.split())
 
 
 PERMISSIONS: tuple[Permission, ...] = (
@@ -64,6 +66,10 @@ PERMISSIONS: tuple[Permission, ...] = (
     *_p("list watch", "", "nodes", "a lost node is seen only through its pods' conditions "
         "(DisruptionTarget), not from the node itself: node-loss detection is degraded",
         cluster=True, needed=False),
+    *_p("get", "", "namespaces", "a job's scope names the cluster by its server URL and CA, "
+        "not its kube-system UID: a supervisor reaching it through another URL (a pod's "
+        "10.96.0.1) does not serve the job, and with no CA in the kubeconfig no job can be "
+        "submitted", cluster=True, needed=False, name="kube-system"),
     *_p("get", TRAINER, "clustertrainingruntimes", "`dispatch doctor` cannot check the "
         "runtime a spec names; jobs still run", cluster=True, needed=False),
     *_p("get", TRAINER, "trainingruntimes", "`dispatch doctor` cannot check a namespaced "
@@ -78,18 +84,21 @@ def needed_for(verb: str, group: str, resource: str) -> Permission | None:
 
 
 def rules_of(perms: tuple[Permission, ...]) -> list[dict[str, object]]:
-    """RBAC rules granting ``perms``: one rule per (group, resource), verbs in listed order."""
-    rules: dict[tuple[str, str], list[str]] = {}
+    """RBAC rules granting ``perms``: one rule per (group, resource, object name), verbs in
+    listed order; a named object's rule carries its ``resourceNames``."""
+    rules: dict[tuple[str, str, str], list[str]] = {}
     for p in perms:
-        rules.setdefault((p.group, p.resource), []).append(p.verb)
-    return [{"apiGroups": [g], "resources": [r], "verbs": verbs}
-            for (g, r), verbs in rules.items()]
+        rules.setdefault((p.group, p.resource, p.name), []).append(p.verb)
+    return [{"apiGroups": [g], "resources": [r], **({"resourceNames": [n]} if n else {}),
+             "verbs": verbs}
+            for (g, r, n), verbs in rules.items()]
 
 
 def rbac_fix(p: Permission, namespace: str) -> str:
     """The RBAC rule that grants ``p``, and where it goes, as text to paste."""
     where = ("a ClusterRole (bound by a ClusterRoleBinding)" if p.cluster
              else f"a Role in namespace {namespace} (bound by a RoleBinding)")
-    return (f"add to {where}: - apiGroups: [\"{p.group}\"] resources: [{p.resource}] "
+    names = f" resourceNames: [{p.name}]" if p.name else ""
+    return (f"add to {where}: - apiGroups: [\"{p.group}\"] resources: [{p.resource}]{names} "
             f"verbs: [{p.verb}]  (all of them: `dispatch kubeflow manifests --namespace "
             f"{namespace}`)")

@@ -15,6 +15,7 @@ from dispatch.backends.kubeflow.manifests import (
     DEGRADED_NOTE,
     Subject,
     cluster_manifests,
+    cluster_role,
     render,
     runtime,
 )
@@ -135,3 +136,16 @@ def test_access_checks_problem_degraded_and_fix() -> None:
     assert "ClusterRole" in checks[1].fix
     assert access_checks([Access(p, True, "") for p in PERMISSIONS], "ml")[0].verdict \
         is Verdict.OK
+
+
+def test_the_kube_system_namespace_is_granted_by_name_only() -> None:
+    """Its UID names the cluster in a job's scope (scope.py); nothing else of namespaces."""
+    rule = {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"],
+            "verbs": ["get"]}
+    assert rule in cluster_role()["rules"]
+    docs = list(yaml.safe_load_all((TESTBED / "dispatch-rbac.yaml").read_text()))
+    reader = next(d for d in docs if d["kind"] == "ClusterRole")
+    assert rule in reader["rules"]
+    p = needed_for("get", "", "namespaces")
+    assert p is not None and p.cluster and not p.needed and p.name == "kube-system"
+    assert "resourceNames: [kube-system]" in rbac_fix(p, "ml")
