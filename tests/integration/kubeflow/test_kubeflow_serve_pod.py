@@ -13,6 +13,7 @@ scope and one standby, and the standby takes the scope when the active one is st
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -146,18 +147,23 @@ def test_the_serve_container_starts_copies_its_token_and_one_replica_is_active(
         api = httpx2.get(f"http://127.0.0.1:{first.port}/api/jobs", timeout=60,
                          headers={"Authorization": f"Bearer {TEAM}"})
         assert api.status_code == 200, api.text
-        scope = "scope kubeflow:fake/team: active"
-        first.wait_until("active", lambda: scope in first.output())
+        # the cluster's scope: the stand-in's kube-system UID and the context's namespace
+        active = re.compile(r"^active for: (kubeflow:uid-[0-9a-f]{12}/team) \(epoch", re.M)
+        first.wait_until("active", lambda: active.search(first.output()) is not None)
+        match = active.search(first.output())
+        assert match is not None
+        scope = match.group(1)
 
         second = Pod(tmp_path, script, free_port(), pod_env)
         second.wait_until("healthy", second.healthy)
-        second.wait_until("standby", lambda: "scope kubeflow:fake/team: standby" in
+        second.wait_until("standby", lambda: f"standby for: {scope} (active:" in
                           second.output())  # type: ignore[union-attr]
-        assert scope not in second.output()
+        assert active.search(second.output()) is None
 
         assert first.stop() == 0  # hands its leases back
         second.wait_until("active after the first stopped",
-                          lambda: scope in second.output())  # type: ignore[union-attr]
+                          lambda: f"active for: {scope} (epoch" in
+                          second.output())  # type: ignore[union-attr]
         for pod in (first, second):
             assert TEAM not in pod.output()
             assert "Traceback" not in pod.output()
