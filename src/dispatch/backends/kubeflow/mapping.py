@@ -39,6 +39,7 @@ from dispatch.backends.kubeflow.pod_errors import first_pod_error
 from dispatch.backends.kubeflow.pods import (
     DISRUPTION_KINDS,
     RANK_DEADLINE,
+    container_start,
     crash_loop,
     job_restart_attempt,
     job_slot,
@@ -230,26 +231,29 @@ def _replaced_run(index: int, old: Any, new: Any, kept_on: Sequence[Any]) -> Exe
 
 
 def _started(pods: Sequence[Any]) -> datetime | None:
-    times = [parse_time(as_map(as_map(p).get("status")).get("startTime")) for p in pods]
-    known = [t for t in times if t is not None]
+    """An execution starts when a container of it runs (``container_start``), not when a pod
+    is bound or admitted: a job whose pods cannot pull their image never started."""
+    known = [t for p in pods if (t := container_start(p)) is not None]
     return min(known) if known else None
 
 
 def _ran_on(pods: Sequence[Any]) -> tuple[str, ...]:
-    """The nodes an ended execution ran on: those its pods started on. A pod bound after the
-    end never started (Trainer re-applies the JobSet after DeadlineExceeded: a new pod is made
-    and bound as the old ones terminate); it is no node of the run."""
-    return nodes_of([p for p in pods if as_map(as_map(p).get("status")).get("startTime")])
+    """The nodes an ended execution ran on: those where a container of its pods ran. A pod
+    bound after the end never started (Trainer re-applies the JobSet after DeadlineExceeded:
+    a new pod is made and bound as the old ones terminate); it is no node of the run."""
+    return nodes_of([p for p in pods if container_start(p) is not None])
 
 
 def _held_back(cause: Cause, waiting: Any, pods: Sequence[Any]) -> Cause:
     """A waiting pod's cause, with dispatch's note when its peers are already placed: JobSet
     makes and binds pods one by one, not as a gang, so those hold their nodes meanwhile."""
-    placed = [p for p in pods if p is not waiting and pod_alive(p) and pod_node(p)]
-    if not placed:
+    placed = [p for p in pods if pod_alive(p) and pod_node(p)]
+    if all(p is waiting for p in placed):
         return cause
-    said = (f"{len(placed)} of {len(pods)} pods placed, holding {', '.join(nodes_of(placed))} "
-            "while the rest wait: JobSet does not schedule a job's pods as a gang")
+    # the waiting pod counts when it is bound (an image it cannot pull): placed, not running
+    said = f"{len(placed)} of {len(pods)} pods placed, holding {', '.join(nodes_of(placed))}"
+    if len(placed) < len(pods):
+        said += " while the rest wait: JobSet does not schedule a job's pods as a gang"
     return msgspec.structs.replace(cause, note=f"{cause.note}; {said}" if cause.note else said)
 
 
@@ -314,9 +318,10 @@ def report_trainjob(
             *(_replaced_run(len(past_causes) + i, old, new, kept_on)
               for i, (old, new) in enumerate(replaced)))
     restarts = len(past)
-    started = _started(run_pods) if not replaced else max(
-        t for _, new in replaced
-        if (t := parse_time(as_map(as_map(new).get("status")).get("startTime"))) is not None)
+    # after a replacement, from when the last replacement's container ran (None till then)
+    new_starts = [container_start(new) for _, new in replaced]
+    started = _started(run_pods) if not replaced else (
+        None if None in new_starts else max(t for t in new_starts if t is not None))
     cur_nodes = nodes_of(cur_pods)
     spec = as_map(tj.get("spec"))
     # Our gate (S11) is a suspend we made, its annotation not yet "open"; a suspend a person
