@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from dispatch.backends.kubeflow.events import creation_failure
+from dispatch.backends.kubeflow.fence import node_lost
 from dispatch.backends.kubeflow.objects import (
     GATE_ANNOTATION,
     TOKEN_LABEL,
@@ -37,7 +38,6 @@ from dispatch.backends.kubeflow.objects import (
 )
 from dispatch.backends.kubeflow.pod_errors import first_pod_error
 from dispatch.backends.kubeflow.pods import (
-    DISRUPTION_KINDS,
     RANK_DEADLINE,
     container_start,
     crash_loop,
@@ -132,40 +132,6 @@ def failure_cause(
         exit_code=found.exit_code,
         at=found.at or at,
     )
-
-
-def node_lost(
-    pods: Sequence[Any],
-    lost: Mapping[str, tuple[datetime | None, str]],
-    now: datetime,
-) -> tuple[datetime, str] | None:
-    """The fence's input (S11): alive pods on a lost node, or a disruption whose reason means
-    node loss (DeletionByTaintManager, DeletionByPodGC, DeletionByDeviceTaintManager). A Job's
-    FailureTarget is not one: every Job failure passes through it while its pods terminate
-    (the Job controller's BackoffLimitExceeded, PodFailurePolicy, DeadlineExceeded...).
-    Returns (since, words); since falls back to ``now``."""
-    times: list[datetime | None] = []
-    said: list[str] = []
-    for pod in pods:
-        if not pod_alive(pod):
-            continue
-        node = pod_node(pod)
-        if node is not None and node in lost:
-            since, why = lost[node]
-            times.append(since)
-            terminating = " (Terminating)" if meta(pod).get("deletionTimestamp") else ""
-            said.append(f"{pod_ref(as_map(pod))}{terminating} on node {node}: {why}")
-        disruption = true_condition(pod, "DisruptionTarget")
-        if (
-            disruption is not None
-            and DISRUPTION_KINDS.get(as_str(disruption.get("reason")) or "") is CauseKind.NODE_LOST
-        ):
-            times.append(parse_time(disruption.get("lastTransitionTime")))
-            said.append(f"{pod_ref(as_map(pod))}: {words('pod', disruption)}")
-    if not said:
-        return None
-    known = [t for t in times if t is not None]
-    return (min(known) if known else now), "; ".join(said)
 
 
 # -- the report --------------------------------------------------------------------------------
