@@ -203,6 +203,19 @@ def _started(pods: Sequence[Any]) -> datetime | None:
     return min(known) if known else None
 
 
+def _since_suspend(trainjob: Any, pods: Sequence[Any]) -> list[Any]:
+    """The pods made at or after the TrainJob's last Suspended transition (all of them when
+    it never had one, or for a pod whose creation time is not known)."""
+    cond = condition(trainjob, "Suspended")
+    since = parse_time(cond.get("lastTransitionTime")) if cond is not None else None
+    if since is None:
+        return list(pods)
+    if cond is not None and cond.get("status") == "True":
+        return []  # suspended: nothing of it runs
+    return [p for p in pods if (made := parse_time(meta(p).get("creationTimestamp"))) is None
+            or made >= since]
+
+
 def _ran_on(pods: Sequence[Any]) -> tuple[str, ...]:
     """The nodes an ended execution ran on: those where a container of its pods ran. A pod
     bound after the end never started (Trainer re-applies the JobSet after DeadlineExceeded:
@@ -284,10 +297,14 @@ def report_trainjob(
             *(_replaced_run(len(past_causes) + i, old, new, kept_on)
               for i, (old, new) in enumerate(replaced)))
     restarts = len(past)
-    # after a replacement, from when the last replacement's container ran (None till then)
-    new_starts = [container_start(new) for _, new in replaced]
-    started = _started(run_pods) if not replaced else (
-        None if None in new_starts else max(t for t in new_starts if t is not None))
+    # after a replacement, from when the last replacement's container ran (None till then);
+    # never from a pod made before the TrainJob's last suspend or resume: those ran before a
+    # person's suspend ended that run (core/held_runs.py), and none runs while it holds
+    fresh = _since_suspend(tj, run_pods)
+    new_starts = [container_start(new) for _, new in replaced if any(new is p for p in fresh)]
+    started = _started(fresh) if not replaced else (
+        None if len(new_starts) < len(replaced) or None in new_starts
+        else max(t for t in new_starts if t is not None))
     cur_nodes = nodes_of(cur_pods)
     spec = as_map(tj.get("spec"))
     # Our gate (S11) is a suspend we made, its annotation not yet "open"; a suspend a person

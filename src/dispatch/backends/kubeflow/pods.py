@@ -425,7 +425,8 @@ def evidence_of(pod: Any) -> dict[str, Any] | None:
     return {
         "metadata": {
             key: md.get(key)
-            for key in ("name", "namespace", "uid", "labels", "annotations")
+            for key in ("name", "namespace", "uid", "labels", "annotations",
+                        "creationTimestamp")
             if md.get(key) is not None
         },
         "spec": {"nodeName": pod_node(p)} if pod_node(p) else {},
