@@ -6,6 +6,7 @@ execution, never older than it. (The third, a person's suspend: test_kubeflow_su
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,16 +28,15 @@ def test_pods_bound_but_unable_to_pull_never_start_an_execution(
     proc = cli.spawn("run", str(spec(cli, namespace, "pull", {"DISPATCH_TESTBED_IMAGE_ERROR": "1"},
                                      nodes=2)), "--json", "--poll", "0.5")
     try:
-        st = cli.wait_for("pull", lambda s: kind(s) == "launch-failed"
-                          and "2 of 2 pods placed" in _note(s), timeout=120)
+        st = cli.wait_for("pull", lambda s: kind(s) == "launch-failed", timeout=120)
         assert st["state"] == "pending", st
         trainjob = st["objects"][-1].split("/")[-1]
-        pods = items("pods", namespace, f"jobset.sigs.k8s.io/jobset-name={trainjob}")
-        assert len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods), pods
+        pods = _both_pulling(namespace, trainjob)
+        assert all(p["spec"].get("nodeName") for p in pods), pods
         assert all(p["status"].get("startTime") for p in pods), pods
-        waiting = [cs["state"].get("waiting", {}).get("reason")
-                   for p in pods for cs in p["status"]["containerStatuses"]]
-        assert waiting == ["ErrImagePull", "ErrImagePull"], waiting
+        # both bound: the note counts both (it said "1 of 2 pods placed")
+        st = cli.wait_for("pull", lambda s: "2 of 2 pods placed" in _note(s), timeout=60)
+        assert kind(st) == "launch-failed" and st["state"] == "pending", st
         # the record: no execution started, so no running time
         story = cli.json("history", "pull")
         assert not [h for h in story if h["type"] == "ExecutionStarted"], story
@@ -51,6 +51,21 @@ def test_pods_bound_but_unable_to_pull_never_start_an_execution(
     running = [p for p in group["parts"] if p["phase"] == "running"]
     assert not running, group["parts"]
     assert not [h for h in cli.json("history", "pull") if h["type"] == "ExecutionStarted"]
+
+
+def _both_pulling(namespace: str, trainjob: str, timeout_s: float = 120
+                  ) -> list[dict[str, Any]]:
+    """The job's two pods, once both are bound and wait with ErrImagePull."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pods = items("pods", namespace, f"jobset.sigs.k8s.io/jobset-name={trainjob}")
+        waiting = [cs["state"].get("waiting", {}).get("reason")
+                   for p in pods for cs in p["status"].get("containerStatuses") or []]
+        if waiting == ["ErrImagePull", "ErrImagePull"]:
+            return pods
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the pods of {trainjob} never both waited ErrImagePull: {pods}")
+        time.sleep(0.5)
 
 
 # dispatch reads a node with this taint as lost, whatever its effect (objects.LOST_NODE_TAINTS);
