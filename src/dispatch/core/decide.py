@@ -35,6 +35,7 @@ from dispatch.core.decisions import (
     Submit,
     to_events,
 )
+from dispatch.core.held_runs import held_end, renumbered
 from dispatch.core.model import (
     Cause,
     CauseKind,
@@ -178,8 +179,10 @@ class _Seen:
         return s.ref or self.bound.get(s.number)
 
     def obj_of(self, s: Submission) -> ObjectReport | None:
+        """Its object, its executions numbered as the record numbers them."""
         r = self.ref_of(s)
-        return self.by_ref.get(r) if r else None
+        o = self.by_ref.get(r) if r else None
+        return renumbered(o, s.held_ends) if o is not None else None
 
 
 @dataclass
@@ -326,6 +329,9 @@ def _record_ends(job: Job, plan: Plan, seen: _Seen, ends: _Ends, now: datetime,
             recorded.add(index)
             if s.number == last:
                 ends.awaiting = cause
+        held = held_end(s, o, now) if s.number == last else None
+        if held is not None:  # someone's hold ended its running time (not a recovery)
+            out.append(held)
         if (s.number == last and not s.ended and o.state is State.RUNNING
                 and o.cause.kind is CauseKind.NODE_LOST and o.lost_since is not None
                 and now - o.lost_since >= plan.declarations.node_loss_window):

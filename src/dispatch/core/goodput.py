@@ -87,7 +87,7 @@ class _Cutter:
 
     __slots__ = ("at", "phase", "cause", "nodes", "job_nodes", "segments", "lost",
                  "run_start", "run_key", "checkpoint", "reports", "window", "ran_until",
-                 "recovery_acted")
+                 "recovery_acted", "held_run")
 
     def __init__(self, start: datetime, job_nodes: int, window: timedelta) -> None:
         self.at = start
@@ -106,6 +106,9 @@ class _Cutter:
         # Whether anything recovered since the last end (a recovery, a submission): an end
         # that nothing recovered from before the outcome was never recovering (issue 48).
         self.recovery_acted = True
+        # Held because someone's hold ended the run (core/held_runs.py): the next start of
+        # the same submission runs again.
+        self.held_run = False
 
     def move(self, t: datetime, phase: Phase, cause: CauseKind, nodes: int | None = None
              ) -> datetime:
@@ -182,8 +185,12 @@ def _apply(cut: _Cutter, e: ev.Event, current: int) -> None:  # noqa: C901 - one
             # A new submission while one ran (a replacement after a fence): that run is over.
             cut.end_run(e.at, Phase.RECOVERING, e.cause.kind if e.cause else cut.cause)
     elif isinstance(e, ev.ExecutionStarted):
-        if e.submission == current and cut.phase in (Phase.QUEUED, Phase.RECOVERING):
+        if e.submission == current and (cut.phase in (Phase.QUEUED, Phase.RECOVERING)
+                                        or (cut.phase is Phase.HELD and cut.held_run)):
             at = e.started if e.started is not None and e.started <= e.at else e.at
+            if cut.held_run and at < cut.at:
+                at = e.at  # dated before the hold: the same processes went on (a Slurm suspend)
+            cut.held_run = False
             cut.run_start = cut.move(at, Phase.RUNNING, CauseKind.NONE, e.nodes)
             cut.run_key = (e.submission, e.execution)
         elif (e.submission == current and cut.phase is Phase.SETTLING and cut.run_start is None
@@ -205,6 +212,8 @@ def _apply(cut: _Cutter, e: ev.Event, current: int) -> None:  # noqa: C901 - one
         # (issue 48: the wait for the commit counted as allocated node-time).
         after = (Phase.SETTLING if kind in (CauseKind.NONE, CauseKind.CANCELLED)
                  and e.final else Phase.RECOVERING)
+        if kind is CauseKind.HELD and not e.final:
+            after = Phase.HELD  # someone's hold ended the run: held, until it runs again
         if cut.run_key is not None and cut.run_key != (e.submission, e.execution):
             return  # the end of an execution that is not the one running
         if cut.phase in (Phase.STOPPING, Phase.SETTLING):
@@ -213,6 +222,7 @@ def _apply(cut: _Cutter, e: ev.Event, current: int) -> None:  # noqa: C901 - one
             if after is Phase.RECOVERING:
                 cut.recovery_acted = False
             cut.end_run(_end_time(e, cut.window), after, kind)
+            cut.held_run = after is Phase.HELD
     elif isinstance(e, ev.SubmissionRejected):
         if e.submission == current and cut.phase not in (Phase.STOPPING, Phase.SETTLING):
             cut.move(e.at, Phase.RECOVERING, e.cause.kind)
@@ -220,6 +230,7 @@ def _apply(cut: _Cutter, e: ev.Event, current: int) -> None:  # noqa: C901 - one
         if cut.phase not in (Phase.RUNNING, Phase.STOPPING, Phase.SETTLING):
             cut.move(e.at, Phase.RECOVERING, e.cause.kind)
     elif isinstance(e, ev.HoldPlaced):
+        cut.held_run = False  # dispatch's hold: a person resolves it by resubmitting
         if cut.run_start is not None:
             cut.end_run(e.at, Phase.HELD, e.cause.kind)
         else:

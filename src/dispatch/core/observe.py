@@ -5,6 +5,7 @@ rule of S6-S15 depends on these events: they only feed goodput (core/goodput.py)
 from __future__ import annotations
 
 from dispatch.core.decisions import Decision, RecordCheckpoint, RecordStart
+from dispatch.core.held_runs import renumbered
 from dispatch.core.model import CauseKind, Discovery, ObjectReport, State, parse_token
 from dispatch.core.record import Job, Submission
 
@@ -33,7 +34,7 @@ def observe(job: Job, discovery: Discovery | None) -> list[Decision]:
     for s in job.submissions:
         found = _object_of(s, mine, discovery)
         if found is not None:
-            out += _runs(job, s, found)
+            out += _runs(job, s, renumbered(found, s.held_ends))
     return out
 
 

@@ -79,6 +79,7 @@ class Submission(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     cancel_sent_at: datetime | None = None
     exclude_nodes: tuple[str, ...] = ()  # nodes the scheduler was asked to avoid
     executions_started: frozenset[int] = frozenset()  # ExecutionStarted recorded (G1)
+    held_ends: tuple[int, ...] = ()  # executions someone's hold ended (core/held_runs.py)
     checkpoint: tuple[int, int] | None = None  # (execution, step) of the latest checkpoint
     # The processes that attempted the submit (intent, then each retry), oldest first; None
     # for an attempt whose record names no holder (written before holders were recorded).
@@ -370,7 +371,9 @@ class _Builder:
                 if e.submission == len(self.subs) and self.outcome is None:
                     self.awaiting = e.cause
             else:
-                s = replace(s, executions_recorded=recorded)
+                by_hold = not e.final and e.cause.kind is CauseKind.HELD  # core/held_runs.py
+                s = replace(s, executions_recorded=recorded, held_ends=(
+                    (*s.held_ends, e.execution) if by_hold else s.held_ends))
             if not e.final and self.outcome is None:
                 self.recovered = True  # the scheduler runs it again: taken back (S8)
             self._set(e.submission, s)

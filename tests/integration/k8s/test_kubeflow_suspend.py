@@ -1,12 +1,15 @@
 """Issue 35, scenario 7's second half: a person suspends a running TrainJob with kubectl, then
 resumes it (docs/kubeflow.md "A person's suspend"). The real chain: Trainer suspends the
-JobSet, the Job controller deletes the active pods; resumed, the pods are made again."""
+JobSet, the Job controller deletes the active pods; resumed, the pods are made again. The
+suspend ends the running execution in the record and the resumed run is a new one (issue 46,
+core/held_runs.py)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from k8s_helpers import kubectl, ready_pods
@@ -55,7 +58,39 @@ def test_a_persons_suspend_is_held_then_runs_again_when_resumed(
     assert final["state"] == "succeeded", (final, err)
     # Never resubmitted, no budget spent, never read as an ended execution.
     assert final["submissions"] == 1, final
-    # A person's hold is the scheduler's present state, not a decision: nothing of it is
-    # committed (as a Slurm `scontrol hold`), only the end.
+    # A person's hold is the scheduler's present state, not a decision: no recovery, no
+    # hold of dispatch's, no transition of the job's is committed for it...
     kinds = causes_in_history(cli, "sus")
     assert not {"node-lost", "preempted", "non-zero-exit", "unknown"} & set(kinds), kinds
+    # ...but it ended the running execution (issue 46: before, execution 0 "ran" from its
+    # start to the end, and goodput counted the suspended time as running): execution 0
+    # ended held (not final), the run after the resume is execution 1
+    story = cli.json("history", "sus")
+    ends = [h["event"] for h in story if h["type"] == "ExecutionEnded"]
+    starts = [h["event"] for h in story if h["type"] == "ExecutionStarted"]
+    assert [(e["execution"], e["cause"]["kind"], e.get("final", True)) for e in ends] == [
+        (0, "held", False), (1, "none", True)], ends
+    assert [e["execution"] for e in starts] == [0, 1], starts
+    assert not [h for h in story if h["type"] in ("RecoveryStarted", "HoldPlaced")], story
+    held_at = _time(ends[0]["cause"]["at"])
+    resumed = _time(starts[1]["started"])
+    assert _time(starts[0]["started"]) <= held_at <= resumed, (starts, ends)
+    # goodput: the time from the suspend to the new run is held (no node-time), never running
+    (group,) = cli.json("goodput", "sus")["groups"]
+    parts = {(p["phase"], p["cause"]): p for p in group["parts"]}
+    running = parts[("running", "none")]["seconds"]
+    ran = ((held_at - _time(starts[0]["started"]))
+           + (_time(ends[1]["cause"]["at"]) - resumed)).total_seconds()
+    # (at most: a start the scheduler stamps in a whole second before the job's creation
+    # counts from the creation)
+    assert 0 < running <= ran + 1e-6, (parts, ran)
+    if resumed > held_at:
+        held = parts[("held", "held")]
+        # from the suspend to the new run (less, when whole-second stamps fall before an
+        # earlier boundary of the split)
+        assert 0 < held["seconds"] <= (resumed - held_at).total_seconds() + 1e-6, held
+        assert held["node_seconds"] == 0, held
+
+
+def _time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from dispatch.backends.kubeflow.events import creation_failure
+from dispatch.backends.kubeflow.fence import node_lost
 from dispatch.backends.kubeflow.objects import (
     GATE_ANNOTATION,
     TOKEN_LABEL,
@@ -37,8 +38,8 @@ from dispatch.backends.kubeflow.objects import (
 )
 from dispatch.backends.kubeflow.pod_errors import first_pod_error
 from dispatch.backends.kubeflow.pods import (
-    DISRUPTION_KINDS,
     RANK_DEADLINE,
+    container_start,
     crash_loop,
     job_restart_attempt,
     job_slot,
@@ -133,40 +134,6 @@ def failure_cause(
     )
 
 
-def node_lost(
-    pods: Sequence[Any],
-    lost: Mapping[str, tuple[datetime | None, str]],
-    now: datetime,
-) -> tuple[datetime, str] | None:
-    """The fence's input (S11): alive pods on a lost node, or a disruption whose reason means
-    node loss (DeletionByTaintManager, DeletionByPodGC, DeletionByDeviceTaintManager). A Job's
-    FailureTarget is not one: every Job failure passes through it while its pods terminate
-    (the Job controller's BackoffLimitExceeded, PodFailurePolicy, DeadlineExceeded...).
-    Returns (since, words); since falls back to ``now``."""
-    times: list[datetime | None] = []
-    said: list[str] = []
-    for pod in pods:
-        if not pod_alive(pod):
-            continue
-        node = pod_node(pod)
-        if node is not None and node in lost:
-            since, why = lost[node]
-            times.append(since)
-            terminating = " (Terminating)" if meta(pod).get("deletionTimestamp") else ""
-            said.append(f"{pod_ref(as_map(pod))}{terminating} on node {node}: {why}")
-        disruption = true_condition(pod, "DisruptionTarget")
-        if (
-            disruption is not None
-            and DISRUPTION_KINDS.get(as_str(disruption.get("reason")) or "") is CauseKind.NODE_LOST
-        ):
-            times.append(parse_time(disruption.get("lastTransitionTime")))
-            said.append(f"{pod_ref(as_map(pod))}: {words('pod', disruption)}")
-    if not said:
-        return None
-    known = [t for t in times if t is not None]
-    return (min(known) if known else now), "; ".join(said)
-
-
 # -- the report --------------------------------------------------------------------------------
 
 
@@ -230,26 +197,42 @@ def _replaced_run(index: int, old: Any, new: Any, kept_on: Sequence[Any]) -> Exe
 
 
 def _started(pods: Sequence[Any]) -> datetime | None:
-    times = [parse_time(as_map(as_map(p).get("status")).get("startTime")) for p in pods]
-    known = [t for t in times if t is not None]
+    """An execution starts when a container of it runs (``container_start``), not when a pod
+    is bound or admitted: a job whose pods cannot pull their image never started."""
+    known = [t for p in pods if (t := container_start(p)) is not None]
     return min(known) if known else None
 
 
+def _since_suspend(trainjob: Any, pods: Sequence[Any]) -> list[Any]:
+    """The pods made at or after the TrainJob's last Suspended transition (all of them when
+    it never had one, or for a pod whose creation time is not known)."""
+    cond = condition(trainjob, "Suspended")
+    since = parse_time(cond.get("lastTransitionTime")) if cond is not None else None
+    if since is None:
+        return list(pods)
+    if cond is not None and cond.get("status") == "True":
+        return []  # suspended: nothing of it runs
+    return [p for p in pods if (made := parse_time(meta(p).get("creationTimestamp"))) is None
+            or made >= since]
+
+
 def _ran_on(pods: Sequence[Any]) -> tuple[str, ...]:
-    """The nodes an ended execution ran on: those its pods started on. A pod bound after the
-    end never started (Trainer re-applies the JobSet after DeadlineExceeded: a new pod is made
-    and bound as the old ones terminate); it is no node of the run."""
-    return nodes_of([p for p in pods if as_map(as_map(p).get("status")).get("startTime")])
+    """The nodes an ended execution ran on: those where a container of its pods ran. A pod
+    bound after the end never started (Trainer re-applies the JobSet after DeadlineExceeded:
+    a new pod is made and bound as the old ones terminate); it is no node of the run."""
+    return nodes_of([p for p in pods if container_start(p) is not None])
 
 
 def _held_back(cause: Cause, waiting: Any, pods: Sequence[Any]) -> Cause:
     """A waiting pod's cause, with dispatch's note when its peers are already placed: JobSet
     makes and binds pods one by one, not as a gang, so those hold their nodes meanwhile."""
-    placed = [p for p in pods if p is not waiting and pod_alive(p) and pod_node(p)]
-    if not placed:
+    placed = [p for p in pods if pod_alive(p) and pod_node(p)]
+    if all(p is waiting for p in placed):
         return cause
-    said = (f"{len(placed)} of {len(pods)} pods placed, holding {', '.join(nodes_of(placed))} "
-            "while the rest wait: JobSet does not schedule a job's pods as a gang")
+    # the waiting pod counts when it is bound (an image it cannot pull): placed, not running
+    said = f"{len(placed)} of {len(pods)} pods placed, holding {', '.join(nodes_of(placed))}"
+    if len(placed) < len(pods):
+        said += " while the rest wait: JobSet does not schedule a job's pods as a gang"
     return msgspec.structs.replace(cause, note=f"{cause.note}; {said}" if cause.note else said)
 
 
@@ -314,9 +297,14 @@ def report_trainjob(
             *(_replaced_run(len(past_causes) + i, old, new, kept_on)
               for i, (old, new) in enumerate(replaced)))
     restarts = len(past)
-    started = _started(run_pods) if not replaced else max(
-        t for _, new in replaced
-        if (t := parse_time(as_map(as_map(new).get("status")).get("startTime"))) is not None)
+    # after a replacement, from when the last replacement's container ran (None till then);
+    # never from a pod made before the TrainJob's last suspend or resume: those ran before a
+    # person's suspend ended that run (core/held_runs.py), and none runs while it holds
+    fresh = _since_suspend(tj, run_pods)
+    new_starts = [container_start(new) for _, new in replaced if any(new is p for p in fresh)]
+    started = _started(fresh) if not replaced else (
+        None if len(new_starts) < len(replaced) or None in new_starts
+        else max(t for t in new_starts if t is not None))
     cur_nodes = nodes_of(cur_pods)
     spec = as_map(tj.get("spec"))
     # Our gate (S11) is a suspend we made, its annotation not yet "open"; a suspend a person
