@@ -21,13 +21,13 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from dispatch.backends.base import Backend, refusals_of
 from dispatch.core.refusals import Refusal, RefusalsInvalid, decode, encode, refusal_notes
 from dispatch.stores.base import StoreError
 from dispatch.stores.fence import Lease
 from dispatch.stores.presence import Presence, PresenceBook, Role
 
 if TYPE_CHECKING:
+    from dispatch.backends.base import Backend
     from dispatch.core.model import Status
     from dispatch.stores.base import RecordStore
 
@@ -90,6 +90,8 @@ class Announcer:
 
 def backend_refusals(backend_for: Callable[[str], Backend], scope: str) -> list[Refusal]:
     """What the scheduler of ``scope``'s backend refuses this process now."""
+    from dispatch.backends.base import refusals_of  # not on a status read's path
+
     return refusals_of(backend_for(scope.partition(":")[0]))
 
 
