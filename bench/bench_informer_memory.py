@@ -97,6 +97,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, action="append", default=[])
     ap.add_argument("--scenario", default="success")
     ap.add_argument("--at", type=int, default=21, help="lines of the recording applied")
+    ap.add_argument("--standin", type=int, action="append", default=[],
+                    help="also serve N jobs from the stand-in API server (tests/kube_fake)")
     args = ap.parse_args()
     state = running_state(args.scenario, args.at)
     name = state["TrainJob"][0]["metadata"]["name"]
@@ -128,6 +130,69 @@ def main() -> None:
             kept = sum(per[(k, True)] for k in KINDS[:3]) + pods * per[("Pod", True)]
             print(f"| {n:,} | **a job** (TrainJob, JobSet, Job, {pods} pod{'s' * (pods > 1)}) | "
                   f"{whole / 1024:.1f} KiB | **{kept / 1024:.1f} KiB** | |")
+    for n in args.standin:
+        standin(n, state, name)
+
+
+def standin(n: int, state: dict[str, list[dict[str, Any]]], name: str) -> None:
+    """The same objects served by the stand-in API server (tests/kube_fake: HTTP, lightkube's
+    decoding, the real informer), N copies of the job: what a fresh backend's informer holds
+    once synced (tracemalloc over its first discover, as bench_k8s_cost measures it), with the
+    projection and with the objects kept whole; then the requests of 5 steady discovers. The
+    stand-in runs in this process: the peak counts its answers' encoding too, the held figure
+    (after a gc) only what stays, which is the cache."""
+    import tempfile
+    import time
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from dispatch.backends.kubeflow import informer as inf  # noqa: PLC0415
+    from dispatch.backends.kubeflow.backend import KubeflowBackend  # noqa: PLC0415
+    from kube_fake import FakeApiServer  # noqa: PLC0415
+
+    fake = FakeApiServer().start()
+    # its built-in schemas are a subset of the API reference; the real objects carry more
+    fake._validate = lambda _kind, _obj: None  # type: ignore[method-assign]
+    try:
+        for kind in KINDS:
+            for obj in json.loads(copies(state[kind], n, name)):
+                obj.setdefault("kind", kind)
+                fake.put(obj)
+        ns = state["TrainJob"][0]["metadata"]["namespace"]
+        conf = fake.write_kubeconfig(Path(tempfile.mkdtemp()) / "kubeconfig", namespace=ns)
+        print()
+        each = ", ".join(f"{len(state[k])} {k}" for k in KINDS)
+        print(f"The stand-in API server, {n:,} jobs ({each} each):")
+        print()
+        print("| cache | held once synced | per job | peak during the first discover |")
+        print("| --- | --- | --- | --- |")
+        kept = inf.project
+        whole = ("whole", lambda _kind, obj: obj)
+        # twice each, alternately: the first backend of a process holds one-time allocations
+        for label, keep in (whole, ("projected", kept), whole, ("projected", kept)):
+            inf.project = keep  # type: ignore[assignment]
+            backend = KubeflowBackend(kubeconfig=str(conf), namespaces=[ns], timeout_s=300,
+                                      informer_settings=inf.InformerSettings(sync_timeout_s=600))
+            gc.collect()
+            tracemalloc.start(1)
+            try:
+                backend.discover([], [])
+                gc.collect()
+                size, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+                inf.project = kept
+            print(f"| {label} | {size / 2**20:.1f} MiB | {size / n / 1024:.1f} KiB | "
+                  f"{peak / 2**20:.1f} MiB |")
+            if label == "projected":
+                time.sleep(1)
+                fake.reset_requests()
+                for _ in range(5):
+                    backend.discover([], [])
+                asked = [(r.method, r.path) for r in fake.requests]
+                print(f"\nrequests of 5 steady discovers after the sync: {asked or 'none'}")
+            backend.close()
+    finally:
+        fake.stop()
 
 
 if __name__ == "__main__":
