@@ -30,6 +30,7 @@ from dispatch.core import events as ev
 from dispatch.core.model import (
     Cause,
     CauseKind,
+    Changes,
     Discovery,
     ObjectReport,
     Provenance,
@@ -72,11 +73,13 @@ class TickReport:
     skipped: int = 0  # jobs not decided again: nothing changed and nothing was due
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Quiet:
     """A job decide() had nothing for: at which version, on which objects (compared by
     value), whether the look was complete, and from when until when that stays so (due None:
-    no time-based decision ahead; a clock set back is not trusted)."""
+    no time-based decision ahead; a clock set back is not trusted). ``look``: the number of
+    the backend's look its objects were last seen unchanged in (a backend that reports
+    changes: Discovery.changes), None when unknown."""
 
     at: datetime
     version: int
@@ -84,6 +87,7 @@ class _Quiet:
     complete: bool
     due: datetime | None
     gone: frozenset[ev.Holder] = frozenset()  # the job's attempt holders known gone then
+    look: int | None = None
 
 
 class Supervisor:
@@ -174,11 +178,12 @@ class Supervisor:
                 report.unreachable.append(seen.problem)
             elif seen.scheduler != OK:
                 report.errors.append(f"backend {name}: {seen.problem}")
+            changes = self._changes(name, seen.backend, seen.discovery)
             for job in group:
                 if self.stopping.is_set():
                     return report
                 try:
-                    self._step(job, seen.backend, seen.discovery, report)
+                    self._step(job, seen.backend, seen.discovery, report, changes)
                 except (Fenced, LeaseLost):
                     raise  # the scope is not ours any more: no job of it is (leases.py)
                 except DispatchError as err:
@@ -190,8 +195,16 @@ class Supervisor:
             self.quiet = {k: q for k, q in self.quiet.items() if k in ticked}
         return report
 
+    @staticmethod
+    def _changes(name: str, backend: Backend | None, discovery: Discovery | None
+                 ) -> Changes | None:
+        """What changed among ``name``'s objects, when its backend declares that it reports
+        changes (a job's quiet answer says which look its objects were last seen in)."""
+        changes = discovery.changes if discovery is not None else None
+        return changes if getattr(backend, "reports_changes", False) else None
+
     def _step(self, job: Job, backend: Backend | None, discovery: Discovery | None,
-              report: TickReport, attempts: int = 3) -> None:
+              report: TickReport, changes: Changes | None = None, attempts: int = 3) -> None:
         """Decide, append, act. ``backend`` None: it cannot be built here, so only decisions
         that need no scheduler are made (e.g. cancelling a job that never reached one)."""
         gone = self._gone_for(job, backend)
@@ -202,12 +215,15 @@ class Supervisor:
                 self.chasing.discard(job.id)  # nothing of it alive, nothing may appear: done
                 return
             # A submit attempt never resolved may still publish an object: watched on.
-        seen = objects_seen(job, discovery)
         complete = discovery is not None and discovery.complete
         quiet = self.quiet.pop(job.id, None)
         if quiet is not None and quiet.version == job.version and quiet.complete == complete \
-                and quiet.objects == seen and quiet.gone == gone.holders \
-                and _within(quiet, self.clock()):
+                and quiet.gone == gone.holders and _within(quiet, self.clock()) and (
+                    # the backend says none of its objects changed since they were last seen
+                    changes is not None and quiet.look == changes.since
+                    and not changes.touches(_names(job))
+                    or quiet.objects == objects_seen(job, discovery)):
+            quiet.look = _look_of(discovery)  # its objects, as they are in this look
             self.quiet[job.id] = quiet  # the same answer as last tick: nothing (next_due.py)
             report.skipped += 1
             return
@@ -222,7 +238,7 @@ class Supervisor:
             if not decisions:
                 self.quiet[job.id] = _Quiet(
                     at=now, version=job.version, objects=objects_seen(job, discovery),
-                    complete=complete, gone=gone.holders, due=next_due(
+                    complete=complete, gone=gone.holders, look=_look_of(discovery), due=next_due(
                         job, discovery, plan, now, attempt_lease=self.attempt_lease,
                         resend_after=self.resend_after, takeover=takeover, gone=gone))
                 return
@@ -475,6 +491,18 @@ def _escalation_raised(message: str) -> Callable[[int, datetime], ev.Event]:
 
 def _within(quiet: _Quiet, now: datetime) -> bool:
     return quiet.at <= now and (quiet.due is None or now < quiet.due)
+
+
+def _look_of(discovery: Discovery | None) -> int | None:
+    changes = discovery.changes if discovery is not None else None
+    return changes.look if changes is not None else None
+
+
+def _names(job: Job) -> list[str]:
+    """The tokens and refs of ``job``'s submissions: what a backend's changes name."""
+    names = [s.token for s in job.submissions]
+    names.extend(s.ref for s in job.submissions if s.ref is not None)
+    return names
 
 
 def _any_alive(job: Job, discovery: Discovery) -> bool:
