@@ -32,7 +32,6 @@ from dispatch.core.model import (
     CauseKind,
     Changes,
     Discovery,
-    ObjectReport,
     Provenance,
     SchedulerUnreachable,
 )
@@ -55,6 +54,7 @@ from dispatch.stores.reading import fold_records
 from dispatch.supervise.discovery import OK, UNREACHABLE, Lookout, by_backend
 from dispatch.supervise.escalations import Notifier
 from dispatch.supervise.holders import holder, look_at_holders, this_process
+from dispatch.supervise.quiet import Quiet, look_of
 from dispatch.support import failpoints as fp
 from dispatch.support.clock import Clock, utcnow
 
@@ -71,23 +71,6 @@ class TickReport:
     unreachable: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     skipped: int = 0  # jobs not decided again: nothing changed and nothing was due
-
-
-@dataclass(slots=True)
-class _Quiet:
-    """A job decide() had nothing for: at which version, on which objects (compared by
-    value), whether the look was complete, and from when until when that stays so (due None:
-    no time-based decision ahead; a clock set back is not trusted). ``look``: the number of
-    the backend's look its objects were last seen unchanged in (a backend that reports
-    changes: Discovery.changes), None when unknown."""
-
-    at: datetime
-    version: int
-    objects: tuple[ObjectReport, ...] | None
-    complete: bool
-    due: datetime | None
-    gone: frozenset[ev.Holder] = frozenset()  # the job's attempt holders known gone then
-    look: int | None = None
 
 
 class Supervisor:
@@ -134,7 +117,7 @@ class Supervisor:
         self.live = LiveFolds(store, scope)
         # Jobs decide() and observe() had nothing for, kept between ticks: not decided again
         # while their record and objects stay the same and no time-based decision is due.
-        self.quiet: dict[str, _Quiet] = {}
+        self.quiet: dict[str, Quiet] = {}
         # Under a lease: the epoch last served and when this process took it (decide.Takeover:
         # what the previous holder recorded and may not have carried out is redone at once).
         self._epoch: int | None = None
@@ -217,13 +200,8 @@ class Supervisor:
             # A submit attempt never resolved may still publish an object: watched on.
         complete = discovery is not None and discovery.complete
         quiet = self.quiet.pop(job.id, None)
-        if quiet is not None and quiet.version == job.version and quiet.complete == complete \
-                and quiet.gone == gone.holders and _within(quiet, self.clock()) and (
-                    # the backend says none of its objects changed since they were last seen
-                    changes is not None and quiet.look == changes.since
-                    and not changes.touches(_names(job))
-                    or quiet.objects == objects_seen(job, discovery)):
-            quiet.look = _look_of(discovery)  # its objects, as they are in this look
+        if quiet is not None and quiet.holds(job, discovery, changes, complete, gone.holders,
+                                             self.clock()):
             self.quiet[job.id] = quiet  # the same answer as last tick: nothing (next_due.py)
             report.skipped += 1
             return
@@ -236,9 +214,9 @@ class Supervisor:
                 job, discovery, plan, now, attempt_lease=self.attempt_lease,
                 resend_after=self.resend_after, takeover=takeover, gone=gone)
             if not decisions:
-                self.quiet[job.id] = _Quiet(
+                self.quiet[job.id] = Quiet(
                     at=now, version=job.version, objects=objects_seen(job, discovery),
-                    complete=complete, gone=gone.holders, look=_look_of(discovery), due=next_due(
+                    complete=complete, gone=gone.holders, look=look_of(discovery), due=next_due(
                         job, discovery, plan, now, attempt_lease=self.attempt_lease,
                         resend_after=self.resend_after, takeover=takeover, gone=gone))
                 return
@@ -487,22 +465,6 @@ def _escalation_raised(message: str) -> Callable[[int, datetime], ev.Event]:
     def make(seq: int, now: datetime) -> ev.Event:
         return ev.EscalationRaised(seq=seq, at=now, message=message)
     return make
-
-
-def _within(quiet: _Quiet, now: datetime) -> bool:
-    return quiet.at <= now and (quiet.due is None or now < quiet.due)
-
-
-def _look_of(discovery: Discovery | None) -> int | None:
-    changes = discovery.changes if discovery is not None else None
-    return changes.look if changes is not None else None
-
-
-def _names(job: Job) -> list[str]:
-    """The tokens and refs of ``job``'s submissions: what a backend's changes name."""
-    names = [s.token for s in job.submissions]
-    names.extend(s.ref for s in job.submissions if s.ref is not None)
-    return names
 
 
 def _any_alive(job: Job, discovery: Discovery) -> bool:
