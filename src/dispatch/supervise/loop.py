@@ -172,7 +172,8 @@ class Supervisor:
                 except DispatchError as err:
                     report.errors.append(f"job {job.id}: {err}")
                     log.error("job %s: %s", job.id, err)
-                self._reconcile_segments(job, report)
+                if job.spec.segment_health is not None:
+                    self._reconcile_segments(job, report)
         if len(self.quiet) > len(jobs):  # forget the jobs that left the tick
             ticked = {j.id for j in jobs}
             self.quiet = {k: q for k, q in self.quiet.items() if k in ticked}
@@ -390,11 +391,14 @@ class Supervisor:
     def _gone_for(self, job: Job, backend: Backend | None) -> dc.Gone:
         """This tick's gone and alive holders of ``job``'s unresolved attempts, with the
         backend's submit bound (a backend that declares none keeps the attempt lease)."""
+        bound = getattr(backend, "submit_in_flight", self.attempt_lease)
+        if not (self._gone or self._alive):  # no holder to judge: one answer for all jobs
+            return _NONE_GONE.get(bound) or _NONE_GONE.setdefault(
+                bound, dc.Gone(holders=frozenset(), submit_in_flight=bound))
         held = {h for s in job.submissions if s.unresolved for h in s.holders
-                if h is not None} if self._gone or self._alive else set()
+                if h is not None}
         mine = frozenset(held & self._gone)
-        return dc.Gone(holders=mine, submit_in_flight=getattr(
-            backend, "submit_in_flight", self.attempt_lease), alive=frozenset(
+        return dc.Gone(holders=mine, submit_in_flight=bound, alive=frozenset(
             held & self._alive), found_at={h: self._gone_at[h] for h in mine})
 
     def _find_watched(self, now: datetime) -> None:
@@ -438,6 +442,9 @@ class Supervisor:
 # are looked up at each takeover; a lease held throughout sees every outcome committed in
 # it, so this only catches one committed by an unleased writer): one indexed query.
 WATCH_RELOOK = timedelta(minutes=5)
+
+# The holders' answer when no attempt's holder was judged this tick, per submit bound.
+_NONE_GONE: dict[timedelta, dc.Gone] = {}
 
 # Decisions carried out on the scheduler: not made while the backend cannot be used.
 _NEEDS_BACKEND = (dc.Submit, dc.RetrySubmit, dc.Stop, dc.StopDuplicate, dc.CancelObject,

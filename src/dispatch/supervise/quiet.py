@@ -43,7 +43,7 @@ class Quiet:
                 and (self.due is None or now < self.due)):
             return False
         if not (changes is not None and self.look == changes.since
-                and not changes.touches(names(job))) \
+                and not (changes.keys and changes.touches(names(job)))) \
                 and self.objects != objects_seen(job, discovery):
             return False
         self.look = look_of(discovery)
