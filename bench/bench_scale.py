@@ -214,6 +214,12 @@ def bulk_finished(store: RecordStore, n: int) -> None:
 
 # ---- measuring ------------------------------------------------------------------------
 
+def rss_now() -> int:
+    """This process's resident set now, in bytes (Linux)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def cpu_of_tick(sup: Any, standin: StandInScheduler) -> tuple[float, int]:
     before_sched = standin.cpu
     start = time.process_time()
@@ -243,9 +249,15 @@ def measure(url: str, live: int) -> dict[str, Any]:
     standin = StandInScheduler()
     out: dict[str, Any] = {}
     with open_store(url) as store:
+        gc.collect()
+        rss_before = rss_now()
         sup = Supervisor(store, lambda name: standin, name="bench")  # type: ignore[arg-type]
         for _ in range(3):  # submit, bind, see running: then nothing changes
             sup.tick()
+        gc.collect()
+        # What the supervisor holds per live job (its folds, quiet answers; the stand-in's
+        # objects too): the growth of the resident set over the first ticks.
+        out["held_bytes_per_job"] = (rss_now() - rss_before) / live
         refs = list(standin.objects)
         changed = max(1, live // 100)
         # The old path (the stand-in reports no changes: every job's objects compared) and
@@ -437,8 +449,8 @@ def main() -> None:
           "| serve list | held index built | list row | /metrics (first, cold) "
           "| /metrics totals built (background) | /metrics (first after built) | /metrics "
           "| /metrics after 1% ended | before: /metrics (first) | before: /metrics "
-          "| before: after 1% ended | peak RSS |")
-    print("|---" * 22 + "|")
+          "| before: after 1% ended | peak RSS | held per live job |")
+    print("|---" * 23 + "|")
     try:
         for store_name, pg in stores:
             for finished in finisheds:
@@ -464,7 +476,8 @@ def main() -> None:
                           f"| {r['scrape_after_warm_ms']:.1f} ms | {r['scrape_ms']:.1f} ms "
                           f"| {r['scrape_changed_ms']:.1f} ms | {r['before_first_ms']:.0f} ms "
                           f"| {r['before_ms']:.0f} ms | {r['before_changed_ms']:.0f} ms "
-                          f"| {r['peak_rss_mb']:.0f} MB |", flush=True)
+                          f"| {r['peak_rss_mb']:.0f} MB "
+                          f"| {r['held_bytes_per_job']:,.0f} B |", flush=True)
             with tempfile.TemporaryDirectory(prefix="bench-scale-p1-") as tmp:
                 url = f"sqlite://{tmp}/r.sqlite3" if pg is None else pg.new_database()
                 r = child(["--p1", url, str(p1_jobs)])
