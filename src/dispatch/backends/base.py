@@ -15,12 +15,18 @@ The contract, in the order a job meets it:
 - ``logs(ref)``: where the object's output lies (files, or readers of logs kept elsewhere);
   ``close()``: release clients and threads.
 - ``declarations()``: what the backend carries out natively and its node-loss window.
+- optionally ``reports_changes = True``: each ``discover`` sets ``Discovery.changes``, the
+  backend's objects (any, not only those asked for) that appeared, changed or went away
+  since its previous look, numbered by ``next_look()``; the supervisor then skips a quiet
+  job none of whose objects changed without comparing them (supervise/loop.py). A backend
+  without it (or a look with ``changes`` None) keeps the compare-everything path.
 - optionally ``refused_reads()``: the reads its scheduler refuses now (core/refusals.py;
   kubeflow's RBAC 403s), which the active supervisor publishes (``refusals_of``).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -187,3 +193,13 @@ def refusals_of(backend: object) -> list[Refusal]:
     that has one (none has to: a scheduler that refuses nothing by identity has none)."""
     report = getattr(backend, "refused_reads", None)
     return list(report()) if callable(report) else []
+
+
+_LOOKS = itertools.count(1)
+
+
+def next_look() -> int:
+    """A look number never given before in this process (Discovery.changes): a backend
+    built again never repeats one its predecessor gave, so a supervisor never takes one
+    backend's changes for another's."""
+    return next(_LOOKS)

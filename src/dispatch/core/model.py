@@ -189,6 +189,21 @@ def parse_token(token: str) -> tuple[str, int] | None:
     return job_id, int(number)
 
 
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """What a backend that reports changes says of one look: its objects that appeared,
+    changed or went away after its look number ``since`` up to this one, ``look``, each
+    named by its ref and by its token (a job is touched when one of its refs or tokens is
+    in ``keys``). A reader that did not use look ``since`` compares everything."""
+
+    since: int
+    look: int
+    keys: frozenset[str]
+
+    def touches(self, names: Sequence[str]) -> bool:
+        return any(n in self.keys for n in names)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Discovery:
     """Everything a backend showed in one batched look, at ``at``.
@@ -201,6 +216,9 @@ class Discovery:
     at: datetime
     objects: tuple[ObjectReport, ...] = ()
     complete: bool = True
+    # Set by a backend that reports changes (its ``reports_changes``): what changed since
+    # its previous look; None: it cannot tell, compare every object (supervise/loop.py).
+    changes: Changes | None = None
 
     @cached_property
     def _by_job(self) -> dict[str, tuple[ObjectReport, ...]]:

@@ -30,8 +30,8 @@ from dispatch.core import events as ev
 from dispatch.core.model import (
     Cause,
     CauseKind,
+    Changes,
     Discovery,
-    ObjectReport,
     Provenance,
     SchedulerUnreachable,
 )
@@ -54,6 +54,7 @@ from dispatch.stores.reading import fold_records
 from dispatch.supervise.discovery import OK, UNREACHABLE, Lookout, by_backend
 from dispatch.supervise.escalations import Notifier
 from dispatch.supervise.holders import holder, look_at_holders, this_process
+from dispatch.supervise.quiet import Quiet, look_of
 from dispatch.support import failpoints as fp
 from dispatch.support.clock import Clock, utcnow
 
@@ -70,20 +71,6 @@ class TickReport:
     unreachable: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     skipped: int = 0  # jobs not decided again: nothing changed and nothing was due
-
-
-@dataclass(frozen=True)
-class _Quiet:
-    """A job decide() had nothing for: at which version, on which objects (compared by
-    value), whether the look was complete, and from when until when that stays so (due None:
-    no time-based decision ahead; a clock set back is not trusted)."""
-
-    at: datetime
-    version: int
-    objects: tuple[ObjectReport, ...] | None
-    complete: bool
-    due: datetime | None
-    gone: frozenset[ev.Holder] = frozenset()  # the job's attempt holders known gone then
 
 
 class Supervisor:
@@ -130,7 +117,7 @@ class Supervisor:
         self.live = LiveFolds(store, scope)
         # Jobs decide() and observe() had nothing for, kept between ticks: not decided again
         # while their record and objects stay the same and no time-based decision is due.
-        self.quiet: dict[str, _Quiet] = {}
+        self.quiet: dict[str, Quiet] = {}
         # Under a lease: the epoch last served and when this process took it (decide.Takeover:
         # what the previous holder recorded and may not have carried out is redone at once).
         self._epoch: int | None = None
@@ -174,24 +161,34 @@ class Supervisor:
                 report.unreachable.append(seen.problem)
             elif seen.scheduler != OK:
                 report.errors.append(f"backend {name}: {seen.problem}")
+            changes = self._changes(name, seen.backend, seen.discovery)
             for job in group:
                 if self.stopping.is_set():
                     return report
                 try:
-                    self._step(job, seen.backend, seen.discovery, report)
+                    self._step(job, seen.backend, seen.discovery, report, changes)
                 except (Fenced, LeaseLost):
                     raise  # the scope is not ours any more: no job of it is (leases.py)
                 except DispatchError as err:
                     report.errors.append(f"job {job.id}: {err}")
                     log.error("job %s: %s", job.id, err)
-                self._reconcile_segments(job, report)
+                if job.spec.segment_health is not None:
+                    self._reconcile_segments(job, report)
         if len(self.quiet) > len(jobs):  # forget the jobs that left the tick
             ticked = {j.id for j in jobs}
             self.quiet = {k: q for k, q in self.quiet.items() if k in ticked}
         return report
 
+    @staticmethod
+    def _changes(name: str, backend: Backend | None, discovery: Discovery | None
+                 ) -> Changes | None:
+        """What changed among ``name``'s objects, when its backend declares that it reports
+        changes (a job's quiet answer says which look its objects were last seen in)."""
+        changes = discovery.changes if discovery is not None else None
+        return changes if getattr(backend, "reports_changes", False) else None
+
     def _step(self, job: Job, backend: Backend | None, discovery: Discovery | None,
-              report: TickReport, attempts: int = 3) -> None:
+              report: TickReport, changes: Changes | None = None, attempts: int = 3) -> None:
         """Decide, append, act. ``backend`` None: it cannot be built here, so only decisions
         that need no scheduler are made (e.g. cancelling a job that never reached one)."""
         gone = self._gone_for(job, backend)
@@ -202,12 +199,10 @@ class Supervisor:
                 self.chasing.discard(job.id)  # nothing of it alive, nothing may appear: done
                 return
             # A submit attempt never resolved may still publish an object: watched on.
-        seen = objects_seen(job, discovery)
         complete = discovery is not None and discovery.complete
         quiet = self.quiet.pop(job.id, None)
-        if quiet is not None and quiet.version == job.version and quiet.complete == complete \
-                and quiet.objects == seen and quiet.gone == gone.holders \
-                and _within(quiet, self.clock()):
+        if quiet is not None and quiet.holds(job, discovery, changes, complete, gone.holders,
+                                             self.clock()):
             self.quiet[job.id] = quiet  # the same answer as last tick: nothing (next_due.py)
             report.skipped += 1
             return
@@ -220,9 +215,9 @@ class Supervisor:
                 job, discovery, plan, now, attempt_lease=self.attempt_lease,
                 resend_after=self.resend_after, takeover=takeover, gone=gone)
             if not decisions:
-                self.quiet[job.id] = _Quiet(
+                self.quiet[job.id] = Quiet(
                     at=now, version=job.version, objects=objects_seen(job, discovery),
-                    complete=complete, gone=gone.holders, due=next_due(
+                    complete=complete, gone=gone.holders, look=look_of(discovery), due=next_due(
                         job, discovery, plan, now, attempt_lease=self.attempt_lease,
                         resend_after=self.resend_after, takeover=takeover, gone=gone))
                 return
@@ -396,11 +391,14 @@ class Supervisor:
     def _gone_for(self, job: Job, backend: Backend | None) -> dc.Gone:
         """This tick's gone and alive holders of ``job``'s unresolved attempts, with the
         backend's submit bound (a backend that declares none keeps the attempt lease)."""
+        bound = getattr(backend, "submit_in_flight", self.attempt_lease)
+        if not (self._gone or self._alive):  # no holder to judge: one answer for all jobs
+            return _NONE_GONE.get(bound) or _NONE_GONE.setdefault(
+                bound, dc.Gone(holders=frozenset(), submit_in_flight=bound))
         held = {h for s in job.submissions if s.unresolved for h in s.holders
-                if h is not None} if self._gone or self._alive else set()
+                if h is not None}
         mine = frozenset(held & self._gone)
-        return dc.Gone(holders=mine, submit_in_flight=getattr(
-            backend, "submit_in_flight", self.attempt_lease), alive=frozenset(
+        return dc.Gone(holders=mine, submit_in_flight=bound, alive=frozenset(
             held & self._alive), found_at={h: self._gone_at[h] for h in mine})
 
     def _find_watched(self, now: datetime) -> None:
@@ -445,6 +443,9 @@ class Supervisor:
 # it, so this only catches one committed by an unleased writer): one indexed query.
 WATCH_RELOOK = timedelta(minutes=5)
 
+# The holders' answer when no attempt's holder was judged this tick, per submit bound.
+_NONE_GONE: dict[timedelta, dc.Gone] = {}
+
 # Decisions carried out on the scheduler: not made while the backend cannot be used.
 _NEEDS_BACKEND = (dc.Submit, dc.RetrySubmit, dc.Stop, dc.StopDuplicate, dc.CancelObject,
                   dc.OpenGate)
@@ -471,10 +472,6 @@ def _escalation_raised(message: str) -> Callable[[int, datetime], ev.Event]:
     def make(seq: int, now: datetime) -> ev.Event:
         return ev.EscalationRaised(seq=seq, at=now, message=message)
     return make
-
-
-def _within(quiet: _Quiet, now: datetime) -> bool:
-    return quiet.at <= now and (quiet.due is None or now < quiet.due)
 
 
 def _any_alive(job: Job, discovery: Discovery) -> bool:
