@@ -16,9 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from dispatch.errors import StoreUnusable
 
-class RefusalsInvalid(ValueError):
-    """A stored list of refusals that does not decode (naming what was wrong)."""
+
+class RefusalsInvalid(StoreUnusable, ValueError):
+    """A stored list of refusals that does not decode (naming what was wrong): a record we
+    cannot trust, in the dispatch error tree."""
 
 
 @dataclass(frozen=True, slots=True)
