@@ -10,6 +10,7 @@ import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +18,7 @@ from dispatch.core import events as ev
 from dispatch.core.model import Cause, CauseKind, State
 from dispatch.core.policy import Declarations
 from dispatch.core.spec import JobSpec
-from dispatch.service import Service
+from dispatch.service import Service, held
 from dispatch.service.held import HeldIndex
 from dispatch.service.listing import held_count, held_jobs
 from dispatch.stores.sqlite import SQLiteStore
@@ -101,20 +102,26 @@ def test_a_refresh_folds_only_the_jobs_written_to(tmp_path: Path) -> None:
     store.close()
 
 
-def test_the_count_waits_for_the_background_build_never_the_request(tmp_path: Path) -> None:
-    """Issue 36: serve builds the index in the background; until it is built a list says
-    the count is not known (None) instead of folding every live job itself."""
+def test_the_count_waits_for_the_background_build_never_the_request(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 36: serve builds the index in the background; until it is built a list never
+    folds every live job itself. Issue 49: it folds only the jobs the store says may be held
+    (a hold writes its cause to the job's history causes), and says the count is not known
+    (None) when those are more than ``CANDIDATES_MAX``."""
     path = tmp_path / "r.sqlite3"
     store = SQLiteStore(path)
     store.create_many([created(i) for i in range(20)])
     for i in (2, 5):
         store.append(f"j{i}", [event_for("hold", 2)], 1)
+    store.append("j7", [event_for("hold", 2), event_for("release", 3)], 1)
     index = HeldIndex()
     service = Service(store, held_index=index)
-    assert held_count(service) is None  # not built yet: nothing folded by the request
+    assert held_count(service) == 2  # not built yet: the three candidates folded, no more
     assert index._live is None
+    monkeypatch.setattr(held, "CANDIDATES_MAX", 2)
+    assert held_count(service) is None  # too many to fold at each request
     index.warm(lambda: SQLiteStore(path), lambda: T0 + timedelta(hours=2)).join()
-    assert held_count(service) == 2
+    assert held_count(service) == 2  # built (CANDIDATES_MAX no longer matters)
     store.append("j9", [event_for("hold", 2)], 1)
     assert held_count(service) == 3  # built: later refreshes fold on
     assert held_count(Service(store)) == 3  # without an index: every live job folded

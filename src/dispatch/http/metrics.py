@@ -30,6 +30,8 @@ from dispatch.http.fleet_tally import UNUSABLE, Part, Totals, part_of
 from dispatch.http.goodput_metrics import goodput_families
 from dispatch.http.versions import JobVersions
 from dispatch.service import Service
+from dispatch.stores.base import RecordStore
+from dispatch.stores.query import JobQuery
 from dispatch.stores.reading import fold_with_records
 from dispatch.stores.snapshot import fold_with_snapshots
 from dispatch.supervise.discovery import UNREACHABLE, look_all
@@ -181,8 +183,10 @@ class RecordCollector(Collector):
     which jobs were written to since the last one (one indexed query) and reads only those
     (issue 36). Every series is by state, cause, scope, rule, phase or backend: never one per
     job. ``dispatch_scheduler_unreachable`` asks each backend with unfinished jobs about one
-    of them at every scrape. ``warm`` builds the totals in the background when serve starts,
-    so the first scrape does not read every record."""
+    of them at every scrape. ``warm`` builds the totals in the background when serve starts;
+    until they are built a scrape does not wait: it answers only what the store counts in
+    one query (``dispatch_jobs_stored``) with ``dispatch_record_totals_ready`` 0, and the
+    families the totals give are absent, never 0 (issue 49)."""
 
     def __init__(self, open_service: Callable[[], Service]) -> None:
         self.open_service = open_service
@@ -191,18 +195,25 @@ class RecordCollector(Collector):
         self._totals = Totals()
         self._versions = JobVersions()
         self._unusable: set[str] = set()  # jobs whose record could not be used: read again
+        self._ready = threading.Event()  # the totals were built once
+        self._warming = False  # the background build runs: a scrape does not wait for it
 
     def describe(self) -> Iterable[Metric]:
         return []  # registering must not read the record or ask a scheduler
 
     def warm(self) -> threading.Thread:
-        """Build the totals in a background thread; a scrape meanwhile waits for it."""
+        """Build the totals in a background thread; a scrape meanwhile answers what the
+        store counts (``collect``)."""
         def build() -> None:
             try:
                 with self._lock, self.open_service() as service:
                     self._refresh(service)
+                    self._ready.set()
             except Exception:  # noqa: BLE001 - the next scrape builds them
                 log.exception("the /metrics totals could not be built in the background")
+            finally:
+                self._warming = False
+        self._warming = True
         thread = threading.Thread(target=build, name="metrics-totals", daemon=True)
         thread.start()
         return thread
@@ -256,11 +267,47 @@ class RecordCollector(Collector):
             return self._totals
 
     def collect(self) -> Iterator[Metric]:
+        if self._warming and not self._ready.is_set():
+            with self.open_service() as service:  # never waits for the build
+                families = [ready_family(False), stored_family(service.store)]
+            yield from families
+            return
         with self._lock, self.open_service() as service:
             self._refresh(service)
+            self._ready.set()
             families = [*record_families(self._totals, self._unreachable(service)),
-                        *goodput_families(self._totals)]
+                        *goodput_families(self._totals), ready_family(True),
+                        stored_family(service.store)]
         yield from families
+
+
+def ready_family(ready: bool) -> Metric:
+    gauge = GaugeMetricFamily("dispatch_record_totals_ready",
+                              "1 once the record's totals are built; 0 while serve builds "
+                              "them at start: this scrape then holds only what the store "
+                              "counts (dispatch_jobs_stored), the other families of the "
+                              "record are absent.")
+    gauge.add_metric([], int(ready))
+    return gauge
+
+
+def stored_family(store: RecordStore) -> Metric:
+    """Jobs by the store's own columns, one indexed count and no record read: a finished
+    job by its outcome column (``finished`` for one that ended before the store kept
+    outcomes), ``unfinished`` for the others. A record that cannot be used still counts
+    here by its column, while ``dispatch_jobs`` counts it as unusable."""
+    counts = store.count_jobs(JobQuery())
+    gauge = GaugeMetricFamily("dispatch_jobs_stored", "Jobs by the state the store's "
+                              "columns hold (the outcome of a finished job, 'unfinished' "
+                              "for the others): known at once, no record read.",
+                              labels=["state"])
+    for state in State:
+        if state.terminal:
+            gauge.add_metric([state.value], counts.get(state.value, 0))
+    gauge.add_metric(["unfinished"], counts.get("", 0))
+    if counts.get(None):
+        gauge.add_metric(["finished"], counts[None])
+    return gauge
 
 
 def record_families(t: Totals, unreachable: dict[str, int]) -> Iterator[Metric]:

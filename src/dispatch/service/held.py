@@ -8,23 +8,31 @@ stored beside the record. Shared by a server's requests; each refresh reads thro
 store of the request that asks.
 
 The first refresh folds every live job, which takes long at thousands of them: a server
-builds it in the background when it starts (``warm``), and until it is built a list says
-the count is not known yet (``held_if_ready`` is None) rather than wait (issue 36).
+builds it in the background when it starts (``warm``). Until it is built, the held jobs are
+found among the few live jobs that may be held, which the store names from its tables
+(stores/held_candidates.py: a hold writes its cause there), each folded through its
+snapshot: the same answer, without the wait (issue 49). Where those are many (more than
+``CANDIDATES_MAX``), or the store cannot name them, a list says the count is not known yet
+(``held_if_ready`` is None) rather than wait (issue 36).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from datetime import datetime
 
 from dispatch.core.record import Job
 from dispatch.stores.base import RecordStore, sort_key_us
+from dispatch.stores.held_candidates import may_be_held
 from dispatch.stores.live import LiveFolds
+from dispatch.stores.snapshot import fold_with_snapshots
 
 log = logging.getLogger(__name__)
+
+CANDIDATES_MAX = 5000  # beyond this, folding them at each request costs what waiting does
 
 
 def is_held(job: Job) -> bool:
@@ -39,6 +47,7 @@ class HeldIndex:
         self._lock = threading.Lock()
         self._live: LiveFolds | None = None
         self._built = threading.Event()
+        self._warming = False  # the background build runs: requests do not wait for it
 
     def live(self, store: RecordStore, now: datetime) -> list[Job]:
         """The live jobs, folded at their current versions. A job whose record cannot be
@@ -57,17 +66,31 @@ class HeldIndex:
         return self.live(store, now) if self._built.is_set() else None
 
     def held(self, store: RecordStore, now: datetime) -> list[str]:
-        """The held live jobs' ids, newest first (``live``)."""
-        held = [j for j in self.live(store, now) if is_held(j)]
-        held.sort(key=lambda j: (sort_key_us(j.created_at), j.id), reverse=True)
-        return [j.id for j in held]
+        """The held live jobs' ids, newest first (``live``; while the background build
+        runs, from the jobs that may be held where the store names them)."""
+        if self._warming and not self._built.is_set():
+            early = self.held_among_candidates(store, now)
+            if early is not None:
+                return early
+        return _newest_first(j for j in self.live(store, now) if is_held(j))
 
+    @staticmethod
+    def held_among_candidates(store: RecordStore, now: datetime) -> list[str] | None:
+        """The held jobs among those the store says may be held, each folded through its
+        snapshot (a record that cannot be used is left out, as ``live`` leaves it out);
+        None where the store cannot name them or they are more than ``CANDIDATES_MAX``."""
+        ids = may_be_held(store)
+        if ids is None or len(ids) > CANDIDATES_MAX:
+            return None
+        jobs, _broken = fold_with_snapshots(store, ids, now)
+        return _newest_first(j for j in jobs if is_held(j))
 
     def held_if_ready(self, store: RecordStore, now: datetime) -> list[str] | None:
         """``held`` once the index is built (a later refresh folds on only what changed);
-        None while its first build runs, so that no request waits for it."""
+        while its first build runs, the held jobs among the candidates, or None where those
+        cannot be named: no request waits for the build."""
         if not self._built.is_set():
-            return None
+            return self.held_among_candidates(store, now)
         return self.held(store, now)
 
     def warm(self, open_store: Callable[[], AbstractContextManager[RecordStore]],
@@ -76,13 +99,21 @@ class HeldIndex:
         def build() -> None:
             try:
                 with open_store() as store:
-                    self.held(store, clock())
+                    self.live(store, clock())
             except Exception:  # noqa: BLE001 - the next request that asks builds it
                 log.exception("the held index could not be built in the background")
                 self._built.set()
+            finally:
+                self._warming = False
+        self._warming = True
         thread = threading.Thread(target=build, name="held-index", daemon=True)
         thread.start()
         return thread
 
 
-__all__ = ["HeldIndex", "is_held"]
+def _newest_first(jobs: Iterable[Job]) -> list[str]:
+    return [j.id for j in sorted(jobs, key=lambda j: (sort_key_us(j.created_at), j.id),
+                                 reverse=True)]
+
+
+__all__ = ["CANDIDATES_MAX", "HeldIndex", "is_held"]
