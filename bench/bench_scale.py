@@ -57,13 +57,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
-from dispatch.backends.base import Submission, next_look  # noqa: E402
+from dispatch.backends.base import ChangeJournal, Submission  # noqa: E402
 from dispatch.core import events as ev  # noqa: E402
 from dispatch.core.codec import decode_event, encode_event  # noqa: E402
 from dispatch.core.model import (  # noqa: E402
     Cause,
     CauseKind,
-    Changes,
     Discovery,
     Execution,
     ObjectReport,
@@ -92,14 +91,10 @@ class StandInScheduler:
         # Reports what changed since its previous look (Discovery.changes); False: the
         # compare-everything path, for the ratio old/new in one process.
         self.reports_changes = reports_changes
-        self.changed: set[str] = set()
-        self.last_look: int | None = None
+        self.journal = ChangeJournal()
 
     def _changed(self, ref: str) -> None:
-        self.changed.add(ref)
-        token = self.objects[ref].token
-        if token is not None:
-            self.changed.add(token)
+        self.journal.note(ref, self.objects[ref].token)
 
     def declarations(self) -> Declarations:
         return Declarations(backend=BACKEND)
@@ -121,14 +116,7 @@ class StandInScheduler:
         start = time.thread_time()
         wanted = set(refs)
         objs = tuple(o for r, o in self.objects.items() if r in wanted)
-        changes = None
-        if self.reports_changes:
-            look = next_look()
-            if self.last_look is not None:
-                changes = Changes(since=self.last_look, look=look,
-                                  keys=frozenset(self.changed))
-            self.changed.clear()
-            self.last_look = look
+        changes = self.journal.take() if self.reports_changes else None
         self.cpu += time.thread_time() - start
         return Discovery(at=datetime.now(UTC), objects=objs, changes=changes)
 

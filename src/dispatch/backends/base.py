@@ -34,7 +34,7 @@ from typing import NamedTuple, Protocol
 
 import msgspec
 
-from dispatch.core.model import Discovery
+from dispatch.core.model import Changes, Discovery
 from dispatch.core.policy import Declarations
 from dispatch.core.refusals import Refusal
 from dispatch.core.spec import JobSpec
@@ -203,3 +203,25 @@ def next_look() -> int:
     built again never repeats one its predecessor gave, so a supervisor never takes one
     backend's changes for another's."""
     return next(_LOOKS)
+
+
+class ChangeJournal:
+    """What a backend that reports changes keeps between looks: the refs and tokens of its
+    objects that appeared, changed or went away since its previous look (``note``), handed
+    out once per look as Discovery.changes (``take``: None on the first look, which the
+    supervisor reads as "cannot tell")."""
+
+    def __init__(self) -> None:
+        self.keys: set[str] = set()
+        self.last_look: int | None = None
+
+    def note(self, *keys: str | None) -> None:
+        self.keys.update(k for k in keys if k is not None)
+
+    def take(self) -> Changes | None:
+        look = next_look()
+        changes = (None if self.last_look is None else
+                   Changes(since=self.last_look, look=look, keys=frozenset(self.keys)))
+        self.keys.clear()
+        self.last_look = look
+        return changes

@@ -20,13 +20,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from dispatch.backends.base import DryRun, LogSource, Submission, next_look
+from dispatch.backends.base import ChangeJournal, DryRun, LogSource, Submission
 from dispatch.core import events as ev
 from dispatch.core import model as m
 from dispatch.core.model import (
     Cause,
     CauseKind,
-    Changes,
     Discovery,
     ObjectReport,
     SchedulerUnreachable,
@@ -54,8 +53,7 @@ class Scheduler:
     def __init__(self, reports_changes: bool) -> None:
         self.reports_changes = reports_changes
         self.objects: dict[str, ObjectReport] = {}
-        self.changed: set[str] = set()
-        self.last_look: int | None = None
+        self.journal = ChangeJournal()
         self.now = T0
         self.unreachable = False
 
@@ -63,7 +61,7 @@ class Scheduler:
         old = self.objects.pop(ref, None)
         for o in (old, report):
             if o is not None:
-                self.changed.update(n for n in (o.ref, o.token) if n is not None)
+                self.journal.note(o.ref, o.token)
         if report is not None:
             self.objects[ref] = report
 
@@ -97,14 +95,7 @@ class Scheduler:
         wanted_t, wanted_r = set(tokens), set(refs)
         objs = tuple(o for o in self.objects.values()
                      if o.ref in wanted_r or o.token in wanted_t)
-        changes = None
-        if self.reports_changes:
-            look = next_look()
-            if self.last_look is not None:
-                changes = Changes(since=self.last_look, look=look,
-                                  keys=frozenset(self.changed))
-            self.changed.clear()
-            self.last_look = look
+        changes = self.journal.take() if self.reports_changes else None
         return Discovery(at=self.now, objects=objs, changes=changes)
 
     def end(self, ref: str, state: State, by: str | None = None) -> None:
