@@ -45,6 +45,12 @@ RESOLVE_WAIT_S = 2.0
 # RESOLVE_WAIT_S: a local scope left unresolved would leave its jobs unticked by
 # ``supervise --once`` (issue 32 item 9).
 NO_SCHEDULER_WAIT_S = 60.0
+# A live job's scope is checked against this machine's cluster before it is served (never
+# on a guess), so it is waited for as long as the backend's own answer takes (bounded by its
+# read deadline, DISPATCH_READ_DEADLINE), up to this long: cut at RESOLVE_WAIT_S, a loaded
+# machine's first TLS request left the scope out and `supervise --once` ticked none of its
+# jobs (seen in CI's k8s lane).
+LIVE_SCOPE_WAIT_S = 30.0
 
 
 def backends() -> tuple[str, ...]:
@@ -231,7 +237,8 @@ def scopes_to_serve(requested: Sequence[str], store: RecordStore,
         if scope in resolved:
             continue
         try:
-            more, pending = resolve_scopes([scope], backend_for, unchecked=False)
+            more, pending = resolve_scopes([scope], backend_for, unchecked=False,
+                                           wait_s=LIVE_SCOPE_WAIT_S)
         except ScopeError as err:
             log.info("not serving %s: %s", scope, err)
             continue

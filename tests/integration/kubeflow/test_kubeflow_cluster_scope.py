@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import socket
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -178,3 +179,27 @@ def test_an_unreachable_api_server_is_unreachable_within_the_read_deadline(
         kubeflow_scope("kubeflow", backend)
     assert "kube-system" in err.value.reason, err.value.reason
     backend.close()
+
+
+def test_a_live_scope_answered_slower_than_the_start_wait_is_still_served(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loaded machine's first request took longer than RESOLVE_WAIT_S (seen in CI's k8s
+    lane): the live job's scope was left out and `supervise --once` ticked none of its jobs.
+    It is waited for as long as the backend's own (bounded) answer takes."""
+    from dispatch.supervise.scopes import RESOLVE_WAIT_S
+
+    with FakeApiServer() as fake:
+        backend = use(monkeypatch, kubeconfig(tmp_path / "k.yaml", fake.url))
+        spec = parse_spec({"name": "slow", "backend": "kubeflow", "command": ["true"],
+                           "kubeflow": {"runtime": "torch-distributed"}}, "<slow>")
+        with open_store(f"sqlite://{tmp_path / 'r.sqlite3'}") as store:
+            create_job(store, spec, backend.declarations(), datetime.now(UTC),
+                       scope=uid_scope(fake))
+
+            def slow(_name: str) -> KubeflowBackend:
+                time.sleep(RESOLVE_WAIT_S + 1.0)  # building it, on a loaded machine
+                return backend
+
+            served, _ = scopes_to_serve([], store, slow)
+        assert uid_scope(fake) in served, served
+        backend.close()
