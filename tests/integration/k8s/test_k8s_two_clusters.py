@@ -107,8 +107,10 @@ def test_two_clusters_called_testbed_on_one_record_keep_their_own_scopes_and_job
     # A supervisor of each cluster, on the one record: its own cluster's scope only.
     for cluster, mine, theirs in ((first, "on-first", "on-second"),
                                   (second, "on-second", "on-first")):
-        summary = on_json(cli, cluster, "supervise", "--once")
-        assert scope[mine] in summary["scopes"], summary
+        done = on(cli, cluster, "supervise", "--once", "--json")
+        assert done.returncode == 0, done.stderr
+        summary = json.loads(done.stdout)
+        assert scope[mine] in summary["scopes"], (summary, done.stderr)  # the log says why
         assert summary["scopes"][scope[mine]]["ticked"], summary
         assert scope[theirs] not in summary["scopes"], summary
     assert on_json(cli, {}, "status", "on-second")["submissions"] == 1
