@@ -172,7 +172,7 @@ def pod_end_signals(pod: Any) -> list[tuple[int, datetime | None, Cause]]:
             )
         )
     status = as_map(p.get("status"))
-    if status.get("reason") in KUBELET_POD_REASONS:
+    if as_str(status.get("reason")) in KUBELET_POD_REASONS:
         message = as_str(status.get("message")) or ""
         found.append(
             (
@@ -294,7 +294,7 @@ def container_start(pod: Any) -> datetime | None:
 
 
 def pod_alive(pod: Any) -> bool:
-    return as_map(as_map(pod).get("status")).get("phase") in ALIVE_POD_PHASES
+    return as_str(as_map(as_map(pod).get("status")).get("phase")) in ALIVE_POD_PHASES
 
 
 def pod_node(pod: Any) -> str | None:
@@ -410,7 +410,7 @@ def evidence_of(pod: Any) -> dict[str, Any] | None:
                         })
                     break
     disruption = true_condition(p, "DisruptionTarget")
-    kubelet = status.get("reason") in KUBELET_POD_REASONS
+    kubelet = as_str(status.get("reason")) in KUBELET_POD_REASONS
     if not kept and disruption is None and not kubelet:
         return None
     md = as_map(p.get("metadata"))

@@ -152,7 +152,8 @@ def _project(value: Any, shape: Shape) -> Any:
         return [
             _project(item, shape.shape)
             for item in value
-            if types is None or (isinstance(item, Mapping) and item.get("type") in types)
+            if types is None or (isinstance(item, Mapping) and isinstance(item.get("type"), str)
+                                 and item.get("type") in types)
         ]
     if not isinstance(value, Mapping):
         return value
