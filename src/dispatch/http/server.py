@@ -35,7 +35,6 @@ from dispatch.stores.fence import Lease
 from dispatch.supervise.escalations import Notifier
 from dispatch.supervise.leases import (
     DEFAULT_LEASE_S,
-    LIVE_SCOPE_WAIT_S,
     ScopeError,
     Supervision,
     Unresolved,
@@ -130,8 +129,7 @@ class SupervisorLoop:
                         continue
                     try:
                         resolved, _ = resolve_scopes([scope], service.backends,
-                                                     unchecked=False,
-                                                     wait_s=LIVE_SCOPE_WAIT_S)
+                                                     unchecked=False)
                     except ScopeError as err:  # another machine's cluster: not ours
                         log.info("not serving %s: %s", scope, err)
                         continue

@@ -45,7 +45,6 @@ from dispatch.supervise.loop import Supervisor, TickReport
 from dispatch.supervise.presence import Announcer, backend_refusals
 from dispatch.supervise.presence import supervisors_rows as supervisors_rows
 from dispatch.supervise.presence import supervisors_view as supervisors_view
-from dispatch.supervise.scopes import LIVE_SCOPE_WAIT_S as LIVE_SCOPE_WAIT_S
 from dispatch.supervise.scopes import RESOLVE_WAIT_S as RESOLVE_WAIT_S
 from dispatch.supervise.scopes import ScopeError as ScopeError
 from dispatch.supervise.scopes import Unresolved as Unresolved
@@ -156,8 +155,7 @@ class Supervision:
             if scope in self.supervisors or scope in refused:
                 continue
             try:
-                resolved, _ = resolve_scopes([scope], self.backend_for, unchecked=False,
-                                             wait_s=LIVE_SCOPE_WAIT_S)
+                resolved, _ = resolve_scopes([scope], self.backend_for, unchecked=False)
             except ScopeError as err:
                 log.info("not serving %s: %s", scope, err)
                 refused.add(scope)

@@ -158,7 +158,7 @@ def unresolved_note(u: Unresolved) -> str:
 
 
 def resolve_scopes(requested: Iterable[str], backend_for: Callable[[str], Backend], *,
-                   wait_s: float = RESOLVE_WAIT_S, unchecked: bool = True
+                   wait_s: float | None = None, unchecked: bool = True
                    ) -> tuple[list[str], list[Unresolved]]:
     """The scopes to serve, and the backends whose own scope is not known yet.
 
@@ -174,6 +174,8 @@ def resolve_scopes(requested: Iterable[str], backend_for: Callable[[str], Backen
     its scope changed form) is served as itself. ``unchecked=False`` (a live job's scope,
     not a person's --scope): a full scope that cannot be checked now is left out (asked
     again later), never served on a guess: it may be another cluster's."""
+    if wait_s is None:  # a live job's scope is checked, never guessed: waited for longer
+        wait_s = RESOLVE_WAIT_S if unchecked else LIVE_SCOPE_WAIT_S
     wanted = list(dict.fromkeys(requested))
     items = wanted or list(backends())
     names = [backend_of(item) for item in items]  # a scope naming no backend: refused first
@@ -237,8 +239,7 @@ def scopes_to_serve(requested: Sequence[str], store: RecordStore,
         if scope in resolved:
             continue
         try:
-            more, pending = resolve_scopes([scope], backend_for, unchecked=False,
-                                           wait_s=LIVE_SCOPE_WAIT_S)
+            more, pending = resolve_scopes([scope], backend_for, unchecked=False)
         except ScopeError as err:
             log.info("not serving %s: %s", scope, err)
             continue
