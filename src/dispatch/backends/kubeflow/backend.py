@@ -75,6 +75,7 @@ from dispatch.backends.kubeflow.pod_errors import error_of, first_failed_contain
 from dispatch.backends.kubeflow.podlogs import PodLog, log_tail, pod_logs
 from dispatch.backends.kubeflow.pods import evidence_of, is_evidence, with_evidence
 from dispatch.backends.kubeflow.refusals import Refusals
+from dispatch.backends.kubeflow.shared_files import with_shared_files
 from dispatch.core.app_error import AppError
 from dispatch.core.model import (
     APPLICATION_ENDS,
@@ -413,7 +414,10 @@ class KubeflowBackend:
             if self._withheld(ref, report, now) or self._blind(ref, report, look, now):
                 withheld = True
                 continue
-            report = self._with_log_error(ns, report, current_objects(jobset, pods))
+            current = current_objects(jobset, pods)
+            # the pods' own files in the spec's shared_dir: progress, torchelastic's error
+            report = with_shared_files(report, tj, current, now)
+            report = self._with_log_error(ns, report, current)
             self._last_state[ref] = report.state
             reports.append(self._remember_loss(report))
         for ref in sorted(wanted_refs - seen_refs):

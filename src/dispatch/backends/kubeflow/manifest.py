@@ -19,6 +19,8 @@ copy them from Kubeflow's docs; the pod's in snake_case)::
         - {pvc: checkpoints, mount_path: /ckpt}
       service_account: trainer
       image_pull_secrets: [regcred]
+      shared_dir: /ckpt/dispatch        # a volume's mount_path or under one: progress and
+                                        # error files, read where dispatch runs (shared_files)
 
 The pod-level keys ride in the TrainJob's ``runtimePatches`` (Trainer v2.3.0's
 ``RuntimePatch.trainingRuntimeSpec.template.spec.replicatedJobs[name=node].template.spec
@@ -48,7 +50,12 @@ import yaml
 
 from dispatch.backends.base import Submission
 from dispatch.backends.kubeflow.kubeconfig import NoKubeConfig
-from dispatch.backends.kubeflow.objects import GATE_ANNOTATION, MANAGED_LABEL, TOKEN_LABEL
+from dispatch.backends.kubeflow.objects import (
+    GATE_ANNOTATION,
+    MANAGED_LABEL,
+    SHARED_DIR_ANNOTATION,
+    TOKEN_LABEL,
+)
 from dispatch.backends.kubeflow.section import (
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN,
@@ -67,6 +74,7 @@ from dispatch.backends.kubeflow.section import (
     check_label_value,
     parse_section,
 )
+from dispatch.backends.kubeflow.shared_files import shared_file_env
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 KIND = "TrainJob"
@@ -164,7 +172,13 @@ def build_trainjob(submission: Submission, default_namespace: str) -> dict[str, 
     # can tell its job and submission apart; dispatch's win over the spec's.
     env = {**spec.env, "DISPATCH_JOB_ID": submission.job_id,
            "DISPATCH_SUBMISSION": str(submission.number)}
-    trainer["env"] = [{"name": k, "value": v} for k, v in sorted(env.items())]
+    files = shared_file_env(section.shared_dir) if section.shared_dir is not None else []
+    for var in files:
+        env.pop(var["name"], None)
+    # the pod's own name first: the file names after it refer to it as $(DISPATCH_POD_NAME),
+    # which Kubernetes expands only from a variable defined earlier in the list
+    trainer["env"] = [*files[:1], *({"name": k, "value": v} for k, v in sorted(env.items())),
+                      *files[1:]]
     if section.numProcPerNode is not None:
         trainer["numProcPerNode"] = section.numProcPerNode
     resources: dict[str, dict[str, str | int]] = {}
@@ -188,6 +202,8 @@ def build_trainjob(submission: Submission, default_namespace: str) -> dict[str, 
         "dispatch.io/job-name": spec.name,
         GATE_ANNOTATION: "closed" if submission.gated else "open",
     }
+    if section.shared_dir is not None:
+        annotations[SHARED_DIR_ANNOTATION] = section.shared_dir
     template: dict[str, Any] = {
         # Label the JobSet too, so one labelled list finds every JobSet of ours.
         "metadata": {"labels": {MANAGED_LABEL: "true", TOKEN_LABEL: submission.token}},

@@ -14,6 +14,9 @@ GATE_ANNOTATION = "dispatch.io/gate"
 # Set by dispatch on a TrainJob just before its own delete (a stop, S14): a deletion seen
 # without it is someone else's (gone.deleted_by).
 STOP_ANNOTATION = "dispatch.io/stop"
+# The spec's kubeflow.shared_dir, on the TrainJob: where its pods' progress and error files
+# are for whoever reads the TrainJob (the supervisor has no spec in a look).
+SHARED_DIR_ANNOTATION = "dispatch.io/shared-dir"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 RESTART_ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 # JobSet's RestartJob / RestartJobAndIgnoreMaxRestarts actions recreate one Job and bump this

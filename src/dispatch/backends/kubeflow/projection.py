@@ -34,6 +34,7 @@ from dispatch.backends.kubeflow.objects import (
     MANAGED_LABEL,
     REPLICATED_JOB_LABEL,
     RESTART_ATTEMPT_LABEL,
+    SHARED_DIR_ANNOTATION,
     STOP_ANNOTATION,
     TOKEN_LABEL,
 )
@@ -63,7 +64,8 @@ Shape = Union[bool, dict[str, "Shape"], Keys, Each]  # noqa: UP007 - a recursive
 LABELS = Keys((TOKEN_LABEL, MANAGED_LABEL, JOBSET_NAME_LABEL, RESTART_ATTEMPT_LABEL,
                JOB_RESTART_ATTEMPT_LABEL, REPLICATED_JOB_LABEL, JOB_INDEX_LABEL,
                CONTROLLER_UID_LABEL, COMPLETION_INDEX_LABEL))
-ANNOTATIONS = Keys((GATE_ANNOTATION, STOP_ANNOTATION, JOB_RESTART_ATTEMPT_LABEL))
+ANNOTATIONS = Keys((GATE_ANNOTATION, STOP_ANNOTATION, SHARED_DIR_ANNOTATION,
+                    JOB_RESTART_ATTEMPT_LABEL))
 METADATA: dict[str, Shape] = {"labels": LABELS, "annotations": ANNOTATIONS}
 METADATA.update((key, WHOLE) for key in ("name", "namespace", "uid", "resourceVersion",
                                          "creationTimestamp", "deletionTimestamp"))

@@ -125,6 +125,10 @@ class KubeflowSection(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     # The kubeconfig context the job is meant for: a submit through another one is refused
     # before anything is recorded (origin.check_context), not sent to the wrong cluster.
     context: str | None = None
+    # A directory that is the same path in the pods and on the supervisor's machine (a
+    # volume's mount_path, or under one, not read-only): each pod's DISPATCH_PROGRESS_FILE
+    # and TORCHELASTIC_ERROR_FILE go there, and dispatch reads them (shared_files.py).
+    shared_dir: str | None = None
 
     @property
     def runtime_ref(self) -> RuntimeRef:
@@ -284,6 +288,27 @@ def _path_problem(path: str) -> str:
     return ""
 
 
+def shared_dir_problem(section: KubeflowSection) -> str:
+    """Why ``shared_dir`` cannot be where the pods' progress and error files go; "" if it
+    can: an absolute path at or under the mount_path of a volume the pods may write."""
+    path = section.shared_dir or ""
+    if why := _path_problem(path):
+        return why
+    if "$" in path:  # Kubernetes would expand $(NAME) in the env value it becomes
+        return f"{path!r} holds '$'"
+    shared = path.rstrip("/") or "/"
+    for vol in section.volumes:
+        mount = vol.mount_path.rstrip("/") or "/"
+        if shared == mount or shared.startswith(mount.rstrip("/") + "/"):
+            if vol.read_only:
+                return (f"{path} is on a read-only volume (mount_path {vol.mount_path}): the "
+                        "pods write their progress and error files there")
+            return ""
+    mounts = ", ".join(v.mount_path for v in section.volumes) or "none"
+    return (f"{path} is under no volume's mount_path (volumes mounted: {mounts}): it must be "
+            "a shared volume the pods write and this machine sees at the same path")
+
+
 def _volume_problems(volumes: list[Volume]) -> Problems:
     found: Problems = []
     if len(volumes) > MOST_VOLUMES:
@@ -379,6 +404,8 @@ def _section_problems(section: KubeflowSection) -> Problems:
                          "runtimePatches carry none): use a runtime whose pod template sets "
                          "it (docs/kubeflow.md, \"Pods on real nodes\")"))
     found += _toleration_problems(section.tolerations)
+    if section.shared_dir is not None and (why := shared_dir_problem(section)):
+        found.append(("shared_dir", why))
     if section.context is not None and (why := context_problem(section.context)):
         found.append(("context", why))
     if section.service_account is not None and (

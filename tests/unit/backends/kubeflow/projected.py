@@ -33,6 +33,9 @@ READERS: dict[str, dict[str, str]] = {
     "replaced_pods": {"pods": "[Pod]", "jobs": "[Job]"},
     "node_lost_since": {"node": "Node"},
     "lost_nodes": {"nodes": "[Node]"},
+    "with_shared_files": {"trainjob": "TrainJob", "pods": "[Pod]"},
+    "error_from_files": {"pods": "[Pod]"},
+    "shared_dir_of": {"trainjob": "TrainJob"},
 }
 # what a reader returns that holds objects: compared by their names
 NAMED: dict[str, Callable[[Any], Any]] = {

@@ -397,3 +397,73 @@ def test_every_problem_of_the_section_at_once() -> None:
 ])
 def test_good_pod_keys_make_a_valid_trainjob(good: dict[str, Any]) -> None:
     schemas.validate("TrainJob", build_trainjob(submission(good), "default"))
+
+
+# ---- kubeflow.shared_dir: the pods' progress and error files (issue 46) ----------------------
+
+SHARED = _with(volumes=[{"host_path": "/srv/shared", "mount_path": "/shared"},
+                        {"pvc": "data", "mount_path": "/data", "read_only": True}],
+               shared_dir="/shared/runs")
+
+
+def test_shared_dir_names_each_pods_progress_and_error_file_after_the_pod() -> None:
+    obj = build_trainjob(submission(SHARED, env={"A": "1", "DISPATCH_PROGRESS_FILE": "/x"}),
+                         "default")
+    schemas.validate("TrainJob", obj)  # valueFrom is the CRD's own EnvVar
+    env = obj["spec"]["trainer"]["env"]
+    # the pod's name first: Kubernetes expands $(NAME) only from an earlier variable
+    assert env[0] == {"name": "DISPATCH_POD_NAME",
+                      "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+    values = {e["name"]: e.get("value") for e in env}
+    assert values["DISPATCH_PROGRESS_FILE"] == \
+        "/shared/runs/dispatch-$(DISPATCH_POD_NAME).progress.jsonl"  # dispatch's wins
+    assert values["TORCHELASTIC_ERROR_FILE"] == \
+        "/shared/runs/dispatch-$(DISPATCH_POD_NAME).error.json"
+    assert values["A"] == "1" and values["DISPATCH_JOB_ID"] == "job-1"
+    names = [e["name"] for e in env]
+    assert len(names) == len(set(names))
+    assert names.index("DISPATCH_POD_NAME") < names.index("DISPATCH_PROGRESS_FILE")
+    assert obj["metadata"]["annotations"]["dispatch.io/shared-dir"] == "/shared/runs"
+
+
+def test_no_shared_dir_no_file_variables() -> None:
+    obj = build_trainjob(submission(_with(volumes=[{"host_path": "/s", "mount_path": "/s"}])),
+                         "default")
+    names = {e["name"] for e in obj["spec"]["trainer"]["env"]}
+    assert not names & {"DISPATCH_POD_NAME", "DISPATCH_PROGRESS_FILE", "TORCHELASTIC_ERROR_FILE"}
+    assert "dispatch.io/shared-dir" not in obj["metadata"]["annotations"]
+
+
+def test_dry_run_shows_the_shared_dir_files() -> None:
+    dry = KubeflowBackend(kubeconfig="/nonexistent").dry_run(
+        submission({**SHARED, "namespace": "team-a"}))
+    text = dry.documents[0][1]
+    assert "/shared/runs/dispatch-$(DISPATCH_POD_NAME).progress.jsonl" in text
+    assert "dispatch.io/shared-dir: /shared/runs" in text
+
+
+@pytest.mark.parametrize(("section", "why"), [
+    (_with(shared_dir="/shared"), "under no volume's mount_path (volumes mounted: none)"),
+    (_with(volumes=[_vol(mount_path="/shared")], shared_dir="/sharedx"),
+     "under no volume's mount_path (volumes mounted: /shared)"),
+    (_with(volumes=[_vol(mount_path="/data", read_only=True)], shared_dir="/data/x"),
+     "on a read-only volume"),
+    (_with(volumes=[_vol(mount_path="/s")], shared_dir="s"), "not an absolute path"),
+    (_with(volumes=[_vol(mount_path="/s")], shared_dir="/s/../etc"), "holds '..'"),
+    (_with(volumes=[_vol(mount_path="/s")], shared_dir="/s/$(HOME)"), "holds '$'"),
+    (_with(volumes=[_vol(mount_path="/s")], shared_dir="/s/\n"), "a newline"),
+    (_with(volumes=[_vol(mount_path="/s")], shared_dir=["/s"]), "Expected `str | null`"),
+])
+def test_a_shared_dir_that_is_no_writable_volume_is_refused(section: dict[str, Any],
+                                                            why: str) -> None:
+    with pytest.raises(KubeflowSpecError) as err:
+        parse_section(section)
+    assert err.value.where == "shared_dir", err.value
+    assert why in str(err.value), err.value
+
+
+@pytest.mark.parametrize("shared", ["/s", "/s/", "/s/runs/a"])
+def test_a_shared_dir_at_or_under_a_writable_mount_is_taken(shared: str) -> None:
+    section = _with(volumes=[_vol(mount_path="/s")], shared_dir=shared)
+    assert parse_section(section).shared_dir == shared
+    schemas.validate("TrainJob", build_trainjob(submission(section), "default"))
