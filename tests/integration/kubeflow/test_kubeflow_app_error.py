@@ -100,9 +100,9 @@ def test_without_a_termination_message_the_last_log_lines_are_the_error(  # type
     assert error.message == "FloatingPointError: loss is NaN at step 7"
     assert (error.rank, error.node, error.exit_code) == (1, "n2", 1)
     assert 'File "/w/train.py", line 9' in error.traceback_tail
-    assert "early warning" not in error.traceback_tail + error.message  # bounded: 20 lines
+    assert "early warning" not in error.traceback_tail + error.message  # bounded: 200 lines
     (asked,) = _log_requests(fake)
-    assert asked == {"container": "node", "tailLines": "20", "limitBytes": "4096"}, asked
+    assert asked == {"container": "node", "tailLines": "200", "limitBytes": "65536"}, asked
     # read once: a later look keeps the error without asking again
     again = look(backend, token)
     assert again.executions[-1].error == error and _log_requests(fake) == [asked]

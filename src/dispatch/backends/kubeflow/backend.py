@@ -38,6 +38,7 @@ The imperative shell around ``mapping`` (pure) and ``manifest`` (pure). Choices,
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
@@ -72,7 +73,7 @@ from dispatch.backends.kubeflow.objects import (
 )
 from dispatch.backends.kubeflow.origin import check_context
 from dispatch.backends.kubeflow.pod_errors import error_of, first_failed_container
-from dispatch.backends.kubeflow.podlogs import PodLog, log_tail, pod_logs
+from dispatch.backends.kubeflow.podlogs import TRAINER_CONTAINER, PodLog, log_tail, pod_logs
 from dispatch.backends.kubeflow.pods import evidence_of, is_evidence, with_evidence
 from dispatch.backends.kubeflow.refusals import Refusals
 from dispatch.backends.kubeflow.shared_files import with_shared_files
@@ -190,6 +191,7 @@ class KubeflowBackend:
         # (pod uid, container) -> the error its last log lines told: read once per container,
         # the newest LOG_ERRORS_KEPT kept (a long-lived supervisor sees failed pods forever)
         self._log_errors: dict[tuple[str, str], AppError] = {}
+        self._log_tails: dict[str, str] = {}  # pod uid -> its log's end (_tail_of), bounded alike
         self._use_informer = informer
         self._informer_settings = informer_settings or InformerSettings()
         self._informer: Informer | None = None
@@ -416,7 +418,8 @@ class KubeflowBackend:
                 continue
             current = current_objects(jobset, pods)
             # the pods' own files in the spec's shared_dir: progress, torchelastic's error
-            report = with_shared_files(report, tj, current, now)
+            report = with_shared_files(report, tj, current, now,
+                                       functools.partial(self._tail_of, ns))
             report = self._with_log_error(ns, report, current)
             self._last_state[ref] = report.state
             reports.append(self._remember_loss(report))
@@ -487,6 +490,28 @@ class KubeflowBackend:
                 del self._log_errors[next(iter(self._log_errors))]
         return msgspec.structs.replace(report, executions=(
             *report.executions[:-1], msgspec.structs.replace(last, error=error)))
+
+    def _tail_of(self, ns: str, pod: Any) -> str | None:
+        """The end of a failed pod's trainer log, read once per pod (the newest
+        LOG_ERRORS_KEPT kept); None when the API server cannot be reached (asked again at
+        the next look), "" when it has no log to give."""
+        uid, name = str(meta(pod).get("uid") or ""), name_of(pod)
+        if uid in self._log_tails:
+            return self._log_tails[uid]
+        statuses = [str(c.get("name")) for c in (pod.get("status") or {}).get(
+            "containerStatuses") or [] if isinstance(c, dict)]
+        container = TRAINER_CONTAINER if TRAINER_CONTAINER in statuses else (
+            statuses[0] if statuses else None)
+        try:
+            text = log_tail(self.kube, ns, name, container)
+        except SchedulerUnreachable:
+            return None
+        except ApiAnswer:
+            text = ""
+        self._log_tails[uid] = text
+        if len(self._log_tails) > LOG_ERRORS_KEPT:
+            del self._log_tails[next(iter(self._log_tails))]
+        return text
 
     def _remember_loss(self, report: ObjectReport) -> ObjectReport:
         """Keep the first time a loss was seen, so a fallback ``now`` does not move it."""

@@ -231,9 +231,12 @@ def pod_logs(kube: KubeClient, namespace: str, pods: Iterable[Any]) -> list[PodL
 
 
 # The end of a failed container's log read for its error (issue 23), as the output tail of a
-# Slurm or local node is: at most this many lines and bytes.
-TAIL_LINES = 20
-TAIL_BYTES = 4096
+# Slurm or local node is: at most this many lines and bytes. torchrun's "Root Cause" block
+# (the failing rank, its exit) ends the log with the worker's whole traceback: 24 lines from
+# the end for a 12-frame stack on real torchrun (tests/fixtures/torchrun-c10d), so 20 lines
+# lost the rank; the bounds are the Slurm reader's (capture/app_error.py).
+TAIL_LINES = 200
+TAIL_BYTES = 64 * 1024
 
 
 def log_tail(kube: KubeClient, namespace: str, pod: str, container: str | None) -> str:

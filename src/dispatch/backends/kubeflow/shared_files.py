@@ -23,7 +23,7 @@ with a note, and neither ever changes an end or its cause.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from dispatch.core.app_error import (
     NotAnErrorFile,
     from_error_file,
     parse_error_file,
+    reduce_output,
 )
 from dispatch.core.model import APPLICATION_ENDS, ObjectReport, State
 from dispatch.core.progress import PROGRESS_FILE_VAR, latest
@@ -54,6 +55,9 @@ POD_NAME_VAR = "DISPATCH_POD_NAME"
 PREFIX = "dispatch-"
 PROGRESS_SUFFIX = ".progress.jsonl"
 ERROR_SUFFIX = ".error.json"
+# A failed pod -> the end of its trainer's log (None or "" when it cannot be read): where
+# torchrun's "Root Cause" block says the failing worker's rank.
+TailOf = Callable[[Any], str | None]
 
 
 def shared_file_env(shared_dir: str) -> list[dict[str, Any]]:
@@ -110,21 +114,25 @@ def _rank(pod: Any) -> int | None:
     return int(index) if index is not None and index.isdigit() else None
 
 
-def error_from_files(report: ObjectReport, shared_dir: Path,
-                     pods: Sequence[Any]) -> tuple[AppError | None, str]:
+def error_from_files(report: ObjectReport, shared_dir: Path, pods: Sequence[Any],
+                     tail_of: TailOf | None = None) -> tuple[AppError | None, str]:
     """The application's error from its pods' torchelastic error files, for a failed end
     that is the application's: the first worker's (torchelastic's copy of a failed worker's
-    file carries its exit code) by the file's timestamp, then the time it was written, then
-    the pod's rank; a launcher's own file only when no worker's is there. Also dispatch's
-    note on the files it ignored (a link, another job's, not an error file): those stay
-    unread, and the termination message or log tail remains the error."""
+    file carries its exit code) by the file's timestamp (whole seconds: two ranks failing
+    together tie), then the time it was written, then the pod's completion index; a
+    launcher's own file only when no worker's is there. Its rank is torchrun's, from the
+    "Root Cause" block at the end of that pod's log (``tail_of``): under a c10d rendezvous
+    a pod's completion index is not its rank (the rendezvous orders the nodes), which is
+    said only when the log cannot be read. Also dispatch's note on the files it ignored (a
+    link, another job's, not an error file): those stay unread, and the termination message
+    or log tail remains the error."""
     if report.state is not State.FAILED or report.cause.kind not in APPLICATION_ENDS:
         return None, ""
     last = report.executions[-1] if report.executions else None
     if last is None:
         return None, ""
-    workers: list[tuple[int, int, int, AppError]] = []
-    launchers: list[tuple[int, int, int, AppError]] = []
+    workers: list[tuple[int, int, int, AppError, Any]] = []
+    launchers: list[tuple[int, int, int, AppError, Any]] = []
     notes: list[str] = []
     for pod in sorted(pods, key=name_of):
         name = name_of(pod)
@@ -148,17 +156,25 @@ def error_from_files(report: ObjectReport, shared_dir: Path,
         rank = _rank(pod)
         node = as_str(as_map(as_map(pod).get("spec")).get("nodeName")) or name
         found = from_error_file(parsed, node=node, rank=rank, at=last.ended_at)
-        key = (parsed.timestamp or 0, written, rank if rank is not None else 1 << 30, found)
+        key = (parsed.timestamp or 0, written, rank if rank is not None else 1 << 30, found,
+               pod)
         (workers if parsed.error_code is not None else launchers).append(key)
     chosen = min(workers or launchers, key=lambda f: f[:3], default=None)
-    note = "; ".join(notes)
     if chosen is None:
-        return None, note
-    return (msgspec.structs.replace(chosen[3], note=note) if note else chosen[3]), note
+        return None, "; ".join(notes)
+    error, failed = chosen[3], chosen[4]
+    told = reduce_output(text) if tail_of is not None and (text := tail_of(failed)) else None
+    if told is not None and told.rank is not None:
+        error = msgspec.structs.replace(error, rank=told.rank, local_rank=told.local_rank)
+    else:
+        notes.append(f"rank {error.rank} is pod {name_of(failed)}'s completion index: its log "
+                     "did not say torchrun's rank")
+    note = "; ".join(notes)
+    return (msgspec.structs.replace(error, note=note) if note else error), note
 
 
 def with_shared_files(report: ObjectReport, trainjob: Any, pods: Sequence[Any],
-                      now: datetime) -> ObjectReport:
+                      now: datetime, tail_of: TailOf | None = None) -> ObjectReport:
     """``report`` with what its pods' files in the TrainJob's shared directory say: the
     latest checkpoint on its last execution, and, at a failed end that is the
     application's, the first failing worker's error file in place of the termination
@@ -167,7 +183,7 @@ def with_shared_files(report: ObjectReport, trainjob: Any, pods: Sequence[Any],
     if shared_dir is None:
         return report
     report = with_progress(report, shared_dir, pods, now)
-    error, note = error_from_files(report, shared_dir, pods)
+    error, note = error_from_files(report, shared_dir, pods, tail_of)
     last = report.executions[-1] if report.executions else None
     if error is None and note and last is not None and last.error is not None:
         told = last.error  # the termination message speaks, with why the files did not
