@@ -159,3 +159,16 @@ def test_the_log_errors_kept_are_bounded(  # type: ignore[no-untyped-def]
     assert first is not None and first == second
     assert len(_log_requests(fake)) == 2
     assert backend._log_errors == {}
+
+
+def test_a_real_torchrun_log_tail_gives_torchruns_rank_not_the_pods_index(  # type: ignore[no-untyped-def]
+        fake: FakeApiServer, backend: KubeflowBackend, failed) -> None:
+    """Real torchrun output (tests/fixtures/torchrun-c10d/rank1.log): its Root Cause block's
+    rank line is 24 lines from the end (a 12-frame traceback follows it). Pod 1 here ran
+    rank 1: read from the last 20 lines, torchrun's local rank was lost."""
+    real = Path(__file__).resolve().parents[2] / "fixtures" / "torchrun-c10d" / "rank1.log"
+    token, _ = failed(None, log=real.read_text())
+    error = look(backend, token).executions[-1].error
+    assert error is not None and error.source.value == "output-tail"
+    assert error.message == "FloatingPointError: loss is nan at step 3"
+    assert (error.rank, error.local_rank) == (1, 0), error
