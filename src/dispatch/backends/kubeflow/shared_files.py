@@ -122,10 +122,10 @@ def error_from_files(report: ObjectReport, shared_dir: Path, pods: Sequence[Any]
     together tie), then the time it was written, then the pod's completion index; a
     launcher's own file only when no worker's is there. Its rank is torchrun's, from the
     "Root Cause" block at the end of that pod's log (``tail_of``): under a c10d rendezvous
-    a pod's completion index is not its rank (the rendezvous orders the nodes), which is
-    said only when the log cannot be read. Also dispatch's note on the files it ignored (a
-    link, another job's, not an error file): those stay unread, and the termination message
-    or log tail remains the error."""
+    a pod's completion index is not its rank (the rendezvous orders the nodes); without
+    such a block (no torchrun, a log that cannot be read) the completion index stands.
+    Also dispatch's note on the files it ignored (a link, another job's, not an error
+    file): those stay unread, and the termination message or log tail remains the error."""
     if report.state is not State.FAILED or report.cause.kind not in APPLICATION_ENDS:
         return None, ""
     last = report.executions[-1] if report.executions else None
@@ -166,9 +166,6 @@ def error_from_files(report: ObjectReport, shared_dir: Path, pods: Sequence[Any]
     told = reduce_output(text) if tail_of is not None and (text := tail_of(failed)) else None
     if told is not None and told.rank is not None:
         error = msgspec.structs.replace(error, rank=told.rank, local_rank=told.local_rank)
-    else:
-        notes.append(f"rank {error.rank} is pod {name_of(failed)}'s completion index: its log "
-                     "did not say torchrun's rank")
     note = "; ".join(notes)
     return (msgspec.structs.replace(error, note=note) if note else error), note
 
