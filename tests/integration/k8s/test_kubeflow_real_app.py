@@ -346,6 +346,33 @@ print("done", flush=True)
 """
 
 
+def high_priority_pod(name: str, namespace: str, victim: dict[str, Any],
+                      cpu: str) -> dict[str, Any]:
+    """A pod of the cluster's high priority that fits only where ``victim`` runs by taking
+    its CPU: the same image, host paths and mounts (this venv's Python), the same node (by
+    name, through the scheduler: a nodeName would skip it and preempt nothing)."""
+    spec = victim["spec"]
+    container = spec["containers"][0]
+    host_paths = [v for v in spec.get("volumes", []) if "hostPath" in v]
+    names = {v["name"] for v in host_paths}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
+                                                "values": [spec["nodeName"]]}]}]}}}
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"priorityClassName": "dispatch-testbed-high", "affinity": affinity,
+                 "nodeSelector": spec.get("nodeSelector", {}),
+                 "tolerations": spec.get("tolerations", []),
+                 "terminationGracePeriodSeconds": 0, "volumes": host_paths,
+                 "containers": [{"name": "high", "image": container["image"],
+                                 "imagePullPolicy": "Never",
+                                 "command": [PYTHON, "-c", "import time; time.sleep(600)"],
+                                 "volumeMounts": [m for m in container.get("volumeMounts", [])
+                                                  if m["name"] in names],
+                                 "resources": {"requests": {"cpu": cpu}}}]}}
+
+
 def _allocatable_cpu(node: str) -> float:
     cpu = str(get("node", node, "")["status"]["allocatable"]["cpu"])
     return float(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
@@ -357,9 +384,8 @@ def test_a_preemption_is_preempted_resumed_from_its_checkpoint_and_its_lost_work
     nodes = sorted(n["metadata"]["name"] for n in items("nodes", "")
                    if n["metadata"]["name"].startswith("real-node-"))
     assert len(nodes) >= 2, nodes
-    target = nodes[0]
-    # most of the node's CPU, so that the high-priority pod fits only by preempting it
-    cpu = f"{int(_allocatable_cpu(target) * 1000 * 0.6)}m"
+    # most of a node's CPU, so that the high-priority pod fits only by preempting it
+    cpu = f"{int(min(_allocatable_cpu(n) for n in nodes) * 1000 * 0.6)}m"
     kf = section(namespace, real_runtime, work,
                  resourcesPerNode={"requests": {"cpu": cpu}})
     path = real_spec(cli, "pre", torchrun(script, "40"), kf, nodes=1, policy=RESUBMIT)
@@ -376,19 +402,7 @@ def test_a_preemption_is_preempted_resumed_from_its_checkpoint_and_its_lost_work
                    "the checkpoint never reached the record", timeout=60)
         trainjob = st["objects"][-1].split("/")[-1]
         (pod,) = pods_of(namespace, trainjob)
-        node = pod["spec"]["nodeName"]
-        image = pod["spec"]["containers"][0]["image"]
-        preemptor = {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": high, "namespace": namespace},
-            "spec": {"priorityClassName": "dispatch-testbed-high",
-                     "nodeSelector": {"kubernetes.io/hostname": node},
-                     "tolerations": pod["spec"].get("tolerations", []),
-                     "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "high", "image": image,
-                                     "imagePullPolicy": "Never",
-                                     "command": [PYTHON, "-c", "import time; time.sleep(600)"],
-                                     "resources": {"requests": {"cpu": cpu}}}]}}
+        preemptor = high_priority_pod(high, namespace, pod, cpu)
         # as a person with the cluster's high priority: the scheduler preempts our pod
         kubectl("apply", "-f", "-", input=yaml.safe_dump(preemptor))
         out, err = runner.communicate(timeout=420)
@@ -406,8 +420,7 @@ def test_a_preemption_is_preempted_resumed_from_its_checkpoint_and_its_lost_work
     # the second submission resumed from the checkpoint in the shared directory
     logs = rest.splitlines()
     assert "== dispatch: submission 2 after preempted" in logs, logs
-    resumed = [ln for ln in logs if ln.endswith("resumed from step " + ln.split()[-1])
-               and "resumed from step" in ln]
+    resumed = [ln for ln in logs if "] resumed from step " in ln]
     assert resumed, logs
     step = int(resumed[0].split()[-1])
     assert step >= 10 and step % 5 == 0
