@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -59,14 +60,20 @@ class Scenario:
     fields: dict[str, Any] = field(default_factory=dict)
     # what a person or the cluster does while `dispatch run` runs (None: let it end)
     act: Callable[[Run], None] | None = None
+    # On the real nodes (issue 46): the command, given this scenario's directory in the
+    # shared one (its scripts written there), on the real runtime with that directory as
+    # a volume and as kubeflow.shared_dir. None: KWOK's pods, whose env says what they do.
+    real: Callable[[Path], list[str]] | None = None
 
 
 class Run:
     """One scenario's `dispatch run` under way: the person's side (kubectl as the admin, the
     dispatch CLI on the same record)."""
 
-    def __init__(self, name: str, namespace: str, env: dict[str, str]) -> None:
+    def __init__(self, name: str, namespace: str, env: dict[str, str],
+                 work: Path | None = None) -> None:
         self.name, self.namespace, self.env = f"rec-{name}", namespace, env
+        self.work = work  # a real scenario's directory in the shared one
 
     def dispatch(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "dispatch.cli", *args], env=self.env,
@@ -119,6 +126,40 @@ def preempt(run: Run) -> None:
     run.until("resubmitted", lambda: run.status().get("submissions", 0) >= 2)
     run.until("running again", lambda: run.status().get("state") == "running", 120)
     run.cancel()
+
+
+def preempt_real(run: Run) -> None:
+    # The job's one pod takes most of a real node's CPU; once it has checkpointed, a pod of
+    # the high priority asks for as much there: the scheduler preempts dispatch's pod, the
+    # kubelet gives torchrun SIGTERM and its grace, the rule resubmits, it resumes.
+    from test_kubeflow_real_app import high_priority_pod
+
+    pod = run.running_pod()
+    run.until("checkpointed", lambda: (Path(run.work) / "checkpointed").exists(), 180)
+    cpu = pod["spec"]["containers"][0]["resources"]["requests"]["cpu"]
+    kubectl("apply", "-f", "-", input=json.dumps(
+        high_priority_pod("rec-high", run.namespace, pod, cpu)))
+    try:
+        run.until("resubmitted", lambda: run.status().get("submissions", 0) >= 2)
+        run.until("ended", lambda: run.status().get("settled", False), 300)
+    finally:
+        kubectl("delete", "pod", "rec-high", "-n", run.namespace, "--wait=false", check=False)
+
+
+def _real_scripts() -> Any:
+    import test_kubeflow_real_app as real
+
+    return real
+
+
+def _real(script: str, *args: str, torch: bool = True) -> Callable[[Path], list[str]]:
+    """A real scenario's command: ``script`` (a text of test_kubeflow_real_app) written to
+    the scenario's directory, run by torchrun (c10d) or by this venv's python."""
+    def command(work: Path) -> list[str]:
+        real = _real_scripts()
+        path = real.write(work / f"{script.lower()}.py", getattr(real, script))
+        return real.torchrun(path, *args) if torch else [real.PYTHON, str(path), *args]
+    return command
 
 
 def lose_node(run: Run) -> None:
@@ -216,6 +257,12 @@ SCENARIOS: dict[str, Scenario] = {
                                fields={"policy": RESUBMIT}, act=suspend_resume(False)),
     "suspend-resume-late": Scenario({"DISPATCH_TESTBED_SECONDS": "20"}, runtime=OURS,
                                     fields={"policy": RESUBMIT}, act=suspend_resume(True)),
+    # On the real nodes (issue 46): real processes, a real kubelet's words and exit codes.
+    "real-success": Scenario({}, nodes=2, real=_real("ALL_REDUCE")),
+    "real-exit": Scenario({}, nodes=2, real=_real("RAISES")),
+    "real-oom": Scenario({}, real=_real("HOG", torch=False), fields={"memory": "256Mi"}),
+    "real-preempted": Scenario({}, real=_real("RESUMABLE", "40"), act=preempt_real,
+                               fields={"policy": RESUBMIT}),
 }
 
 
@@ -298,15 +345,26 @@ def record(name: str, namespace: str) -> Path:
     kube = KubeClient(ClientSettings(kubeconfig=os.environ["DISPATCH_KUBECONFIG"]))
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / f"{name}.yaml"
+        command, section = ["python", "train.py"], {"runtime": sc.runtime, **sc.kubeflow}
+        work = None
+        if sc.real is not None:
+            work = Path(os.environ["DISPATCH_K8S_REAL_SHARED"]) / f"rec-{name}"
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir(mode=0o755)
+            command = sc.real(work)
+            section = {**_real_scripts().section(namespace, os.environ[
+                "DISPATCH_K8S_REAL_RUNTIME"], work), **sc.kubeflow}
+            if sc.act is preempt_real:
+                section["resourcesPerNode"] = {"requests": {"cpu": _real_scripts().busy_cpu()}}
         spec.write_text(
             yaml.safe_dump(
                 {
                     "name": f"rec-{name}",
                     "backend": "kubeflow",
-                    "command": ["python", "train.py"],
+                    "command": command,
                     "nodes": sc.nodes,
                     "env": sc.env,
-                    "kubeflow": {"namespace": namespace, "runtime": sc.runtime, **sc.kubeflow},
+                    "kubeflow": {"namespace": namespace, **section},
                     **sc.fields,
                 }
             )
@@ -325,7 +383,7 @@ def record(name: str, namespace: str) -> Path:
         )
         try:
             if sc.act is not None:
-                sc.act(Run(name, namespace, env))
+                sc.act(Run(name, namespace, env, work))
             out, err = proc.communicate(timeout=300)
         finally:
             if proc.poll() is None:
