@@ -101,7 +101,10 @@ def _terminated_signal(
     reason = as_str(term.get("reason")) or ""
     code = as_int(term.get("exitCode"))
     at = parse_time(term.get("finishedAt"))
-    said = f"{pod_ref(pod)} container {cs.get('name')}: terminated reason={reason} exitCode={code}"
+    node = pod_node(pod)
+    where = f" (node {node})" if node else ""  # the kubelet that said it: the node it ran on
+    said = (f"{pod_ref(pod)}{where} container {cs.get('name')}: terminated reason={reason} "
+            f"exitCode={code}")
     if term.get("message"):
         said += f" message={term.get('message')}"
     if reason == "OOMKilled":

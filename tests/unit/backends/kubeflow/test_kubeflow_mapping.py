@@ -1079,3 +1079,14 @@ def test_our_gate_is_gated_a_persons_suspend_is_a_hold_not_our_gate() -> None:
     assert persons.cause.kind is CauseKind.HELD
     assert persons.cause.provenance is Provenance.SCHEDULER
     assert "TrainJob is suspended" in persons.cause.detail
+
+
+def test_an_end_the_pod_tells_names_the_node_it_ran_on() -> None:
+    # Issue 46: a real cgroup OOM (or any exit) is read off one pod; its cause names the node
+    # the kubelet that wrote those words runs on, beside the pod and container.
+    report = row(trainjob([FAILED_JOBS], active=0), None, [], [
+        pod(0, phase="Failed", state=terminated("OOMKilled", 137), node_name="real-node-2"),
+    ])
+    assert report.cause.kind is CauseKind.OUT_OF_MEMORY and report.cause.exit_code == 137
+    assert "(node real-node-2) container node: terminated reason=OOMKilled exitCode=137" in \
+        report.cause.detail, report.cause.detail
