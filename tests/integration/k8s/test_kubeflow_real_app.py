@@ -53,26 +53,7 @@ RESUBMIT = {"rules": [{"on": ["preempted", "node-lost"], "action": "resubmit", "
                       {"on": ["non-zero-exit"], "action": "resubmit", "budget": 0}]}
 
 
-# ---- the real nodes --------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def real_runtime() -> str:
-    name = os.environ.get("DISPATCH_K8S_REAL_RUNTIME")
-    if not name:
-        pytest.fail("DISPATCH_K8S_REAL_RUNTIME is not set: bring the testbed up with real "
-                    "nodes (`scripts/k8s-testbed up --real-nodes 2`) and export what "
-                    "`scripts/k8s-testbed env` prints", pytrace=False)
-    return name
-
-
-@pytest.fixture(scope="module")
-def real_shared() -> Path:
-    path = os.environ.get("DISPATCH_K8S_REAL_SHARED")
-    if not path or not Path(path).is_dir():
-        pytest.fail(f"DISPATCH_K8S_REAL_SHARED ({path!r}) is no directory: bring the testbed "
-                    "up with real nodes", pytrace=False)
-    return Path(path)
-
+# ---- the real nodes (fixtures real_runtime, real_shared: real_nodes.py) -------------------
 
 @pytest.fixture
 def work(real_shared: Path) -> Iterator[Path]:
@@ -123,6 +104,16 @@ def run(cli: Dispatch, path: Path, timeout: float = 420) -> tuple[int, dict[str,
 
 def kind(st: dict[str, Any]) -> str | None:
     return st["cause"]["kind"] if st.get("cause") else None
+
+
+def by_pod(lines: list[str]) -> dict[str, list[str]]:
+    """Each pod's lines (``[pod] ...``), in their order."""
+    out: dict[str, list[str]] = {}
+    for ln in lines:
+        if ln.startswith("[") and "] " in ln:
+            pod, _, said = ln[1:].partition("] ")
+            out.setdefault(pod, []).append(said)
+    return out
 
 
 def pods_of(namespace: str, trainjob: str) -> list[dict[str, Any]]:
@@ -184,20 +175,26 @@ def test_two_nodes_of_real_torchrun_succeed_and_both_ranks_output_is_read(
     trainjob = st["objects"][-1].split("/")[-1]
     pods = sorted(p["metadata"]["name"] for p in pods_of(namespace, trainjob))
     assert len(pods) == 2
-    for rank, pod in enumerate(pods):  # node 0's pod first: rank = completion index
-        said = f"[{pod}] rank {rank} of 2 on {pod}: all_reduce sum 3.0"
-        assert said in followed, followed
-        assert f"[{pod}] rank {rank} done" in followed, followed
-    # the same lines read again, whole: the CLI and the HTTP API of a serve on the record
+    # each pod's own lines: c10d's rendezvous, not the pod's index, gives each its rank
+    ranks = set()
+    for pod in pods:
+        said = [ln for ln in followed
+                if ln.startswith(f"[{pod}] rank ") and "waiting for go" not in ln]
+        assert len(said) == 2 and said[0].endswith(f" of 2 on {pod}: all_reduce sum 3.0"), said
+        rank = said[0].split()[2]
+        assert said[1] == f"[{pod}] rank {rank} done", said
+        ranks.add(rank)
+    assert ranks == {"0", "1"}, followed
+    # the same lines read again, whole (node 0's pod first, each pod's lines in order, where
+    # the follower printed them as they came): the CLI and the HTTP API of a serve
     logs = cli("logs", "ar", check=True).stdout.splitlines()
-    assert [ln for ln in followed if ln.startswith("[")] == \
-        [ln for ln in logs if ln.startswith("[")], (followed, logs)
+    assert by_pod(followed) == by_pod(logs) and len(by_pod(logs)) == 2, (followed, logs)
+    assert logs[0].startswith(f"[{pods[0]}] "), logs
     served = Served(cli.tmp)
     try:
         r = served.client.get(f"/api/jobs/{st['job']}/logs")
         assert r.status_code == 200, r.text
-        assert [ln for ln in r.text.splitlines() if ln.startswith("[")] == \
-            [ln for ln in logs if ln.startswith("[")]
+        assert r.text.splitlines() == logs
     finally:
         served.close()
     # it ran on the real nodes, one pod on each
@@ -449,7 +446,6 @@ def test_a_preemption_is_preempted_resumed_from_its_checkpoint_and_its_lost_work
 # ---- 6. dispatch.Executor on the real nodes -------------------------------------------------
 
 def where_am_i(x: int) -> dict[str, Any]:
-    import os
     import socket
     return {"x": x * 2, "pod": os.environ.get("DISPATCH_POD_NAME"),
             "host": socket.gethostname()}
@@ -465,12 +461,10 @@ def test_an_executor_function_runs_in_a_real_pod(
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # no test module in the pod
     try:
-        # the pod's `python` is this venv's (the Executor runs `python -I -m dispatch.fn`):
-        # the container's PATH picks it, as an image would put its own first
-        path = f"{Path(PYTHON).parent}:/usr/local/bin:/usr/bin:/bin"
+        # the pod's `python` (the Executor runs `python -I -m dispatch.fn`) is this
+        # checkout's venv's: the runtime's PATH puts it first, as an image puts its own
         ex = dispatch.Executor(work / "calls", backend="kubeflow",
                                store=str(tmp_path / "record.sqlite3"), nodes=1,
-                               env={"PATH": path},
                                kubeflow=section(namespace, real_runtime, work))
         job = ex.submit(where_am_i, 21)
         value = job.result(timeout=300, poll=0.5)
