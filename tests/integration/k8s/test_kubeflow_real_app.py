@@ -246,25 +246,29 @@ def test_an_exception_in_rank_1_is_its_error_from_torchelastics_error_file(
     assert err["message"] == "ValueError: loss is nan at step 3 on rank 1", err
     assert err["rank"] == 1 and err["node"].startswith("real-node-"), err
     assert "in check" in err["traceback_tail"] and str(script) in err["traceback_tail"], err
-    # the error file came from rank 1's pod, in the shared directory
+    assert err["local_rank"] == 0
+    # the error file came from rank 1's pod, in the shared directory (c10d's rendezvous, not
+    # the pod's index, made it rank 1: its log's Root Cause block says so)
     trainjob = st["objects"][-1].split("/")[-1]
+    files = {p["metadata"]["name"]: work / f"dispatch-{p['metadata']['name']}.error.json"
+             for p in pods_of(namespace, trainjob)}
+    assert all(f.is_file() for f in files.values()), files  # both workers failed
     (rank1,) = [p for p in pods_of(namespace, trainjob)
-                if p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] == "1"]
-    assert (work / f"dispatch-{rank1['metadata']['name']}.error.json").is_file()
+                if "loss is nan" in files[p["metadata"]["name"]].read_text()]
     assert err["node"] == rank1["spec"]["nodeName"]
     # the cause is the scheduler's: the application's words are not in it (S2)
     assert "loss is nan" not in st["cause"].get("note", "")
 
     # status, ls, history, the API and the job page
     status = cli("status", "boom", check=True).stdout
-    assert f"error: rank 1 on {err['node']}: {err['message']}  (torchelastic-error-file)" \
-        in status, status
+    assert (f"error: rank 1 (local rank 0) on {err['node']}: {err['message']}  "
+            "(torchelastic-error-file)") in status, status
     ls = cli("ls", "--all", check=True).stdout
     (line,) = [ln for ln in ls.splitlines() if ln.startswith(st["job"])]
     assert line.rstrip().endswith(err["message"]) or "loss is nan" in line, ls
     history = cli("history", "boom", check=True).stdout
-    assert f"from torchelastic-error-file): rank 1 on {err['node']}: {err['message']}" \
-        in history, history
+    assert (f"from torchelastic-error-file): rank 1 (local rank 0) on {err['node']}: "
+            f"{err['message']}") in history, history
     served = Served(cli.tmp)
     try:
         got = served.status(st["job"])
