@@ -302,7 +302,8 @@ def test_a_real_cgroup_oom_is_out_of_memory_with_the_kubelets_words(
     (pod,) = pods_of(namespace, trainjob)
     node = pod["spec"]["nodeName"]
     assert node.startswith("real-node-")
-    assert node in json.dumps(st), st  # the node is named
+    assert f"(node {node}) container node: terminated reason=OOMKilled" in \
+        st["cause"]["detail"], st  # the node is named where the kubelet's words are
     limits = pod["spec"]["containers"][0]["resources"]["limits"]
     assert limits["memory"] == "256Mi"
 
