@@ -36,6 +36,7 @@ from dispatch.backends.kubeflow.client import ClientSettings, KubeClient, WatchS
 from dispatch.backends.kubeflow.look import NODES, collections_of, events_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[3]))  # tests.*, for the real scenarios
 from k8s_helpers import TESTBED, get, items, kubectl, ready_pods  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
@@ -394,6 +395,8 @@ def record(name: str, namespace: str) -> Path:
         final = json.loads(out) if out.strip() else {"state": f"no JSON: {err[-500:]}"}
     kube.close()
     clean(namespace)
+    if work is not None:  # a replay reads no file of the recording's (it is not hermetic)
+        shutil.rmtree(work, ignore_errors=True)
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{name}.jsonl"
     path.write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))
