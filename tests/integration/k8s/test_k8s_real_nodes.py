@@ -253,6 +253,12 @@ def test_a_second_testbed_with_a_real_node_runs_beside_and_leaves_nothing_after_
         kubectl("wait", "node/real-node-1", "--for=condition=Ready", "--timeout=60s")
         run_dir = state / "run"
         pids = {int(f.read_text()) for f in run_dir.glob("*.pid")}
+        # Where a machine that had neither stray folder would get them: in the state dir.
+        kcm = Path(f"/proc/{int((run_dir / 'kube-controller-manager.pid').read_text())}/cmdline")
+        args = kcm.read_bytes().decode().split("\0")
+        assert args[args.index("--flex-volume-plugin-dir") + 1].startswith(str(state)), args
+        kubelet = yaml.safe_load((state / "nodes" / "real-node-1" / "kubelet.yaml").read_text())
+        assert kubelet["volumePluginDir"].startswith(str(state)), kubelet
         containerd = int((run_dir / "containerd-real-node-1.pid").read_text())
         in_ns = set(_mount_ns_pids(containerd))
         in_cgroup = {int(p) for c in _cgroups(SECOND_OFFSET)
