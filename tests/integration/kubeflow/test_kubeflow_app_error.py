@@ -150,15 +150,15 @@ def test_the_log_errors_kept_are_bounded(  # type: ignore[no-untyped-def]
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A long-lived supervisor sees failed pods without end: past the bound the oldest
     container's error is dropped, and asked for again (same words) if that pod is looked at."""
-    import dispatch.backends.kubeflow.backend as kubeflow_backend
-    monkeypatch.setattr(kubeflow_backend, "LOG_ERRORS_KEPT", 0)
+    import dispatch.backends.kubeflow.failed_logs as failed_logs
+    monkeypatch.setattr(failed_logs, "LOG_ERRORS_KEPT", 0)
     token, _ = failed(None, log=TRACEBACK)
     fake.requests.clear()
     first = look(backend, token).executions[-1].error
     second = look(backend, token).executions[-1].error
     assert first is not None and first == second
     assert len(_log_requests(fake)) == 2
-    assert backend._log_errors == {}
+    assert backend._failed_logs.errors == {}
 
 
 def test_a_real_torchrun_log_tail_gives_torchruns_rank_not_the_pods_index(  # type: ignore[no-untyped-def]

@@ -57,6 +57,7 @@ from dispatch.backends.kubeflow.client import (
     TrainJobRes,
     load_config,
 )
+from dispatch.backends.kubeflow.failed_logs import FailedPodLogs
 from dispatch.backends.kubeflow.gone import SOMEONE_ELSE, deleted_by, report_gone, report_pods_left
 from dispatch.backends.kubeflow.informer import Informer, InformerSettings, Predicate, Watched
 from dispatch.backends.kubeflow.look import Look, collections_of, look_cached, look_listed
@@ -72,14 +73,11 @@ from dispatch.backends.kubeflow.objects import (
     name_of,
 )
 from dispatch.backends.kubeflow.origin import check_context
-from dispatch.backends.kubeflow.pod_errors import error_of, first_failed_container
-from dispatch.backends.kubeflow.podlogs import TRAINER_CONTAINER, PodLog, log_tail, pod_logs
+from dispatch.backends.kubeflow.podlogs import PodLog, pod_logs
 from dispatch.backends.kubeflow.pods import evidence_of, is_evidence, with_evidence
 from dispatch.backends.kubeflow.refusals import Refusals
 from dispatch.backends.kubeflow.shared_files import with_shared_files
-from dispatch.core.app_error import AppError
 from dispatch.core.model import (
-    APPLICATION_ENDS,
     CauseKind,
     Discovery,
     ObjectReport,
@@ -94,8 +92,6 @@ from dispatch.support.deadline import deadline_seconds, read_deadline, tools_wit
 DEFAULT_NODE_LOSS_WINDOW = timedelta(minutes=5)
 # How long a failed end may wait for its pods' evidence to arrive on their own watch (M11).
 DEFAULT_EVIDENCE_GRACE = timedelta(seconds=10)
-# Failed containers whose log-read error is kept (insertion order; the oldest goes first).
-LOG_ERRORS_KEPT = 4096
 
 
 def _keep_gone(watched: Watched, obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -188,10 +184,8 @@ class KubeflowBackend:
         self._tokens: dict[str, str] = {}  # ref -> token, for refs that disappear
         self._deleted: dict[str, str] = {}  # ref -> who in this process deleted it
         self._lost_seen: dict[str, datetime] = {}  # ref -> first seen lost
-        # (pod uid, container) -> the error its last log lines told: read once per container,
-        # the newest LOG_ERRORS_KEPT kept (a long-lived supervisor sees failed pods forever)
-        self._log_errors: dict[tuple[str, str], AppError] = {}
-        self._log_tails: dict[str, str] = {}  # pod uid -> its log's end (_tail_of), bounded alike
+        # failed pods' log ends, read once each (bounded): their error when no message
+        self._failed_logs = FailedPodLogs(lambda: self.kube)
         self._use_informer = informer
         self._informer_settings = informer_settings or InformerSettings()
         self._informer: Informer | None = None
@@ -419,8 +413,8 @@ class KubeflowBackend:
             current = current_objects(jobset, pods)
             # the pods' own files in the spec's shared_dir: progress, torchelastic's error
             report = with_shared_files(report, tj, current, now,
-                                       functools.partial(self._tail_of, ns))
-            report = self._with_log_error(ns, report, current)
+                                       functools.partial(self._failed_logs.tail_of, ns))
+            report = self._failed_logs.with_log_error(ns, report, current)
             self._last_state[ref] = report.state
             reports.append(self._remember_loss(report))
         for ref in sorted(wanted_refs - seen_refs):
@@ -463,55 +457,6 @@ class KubeflowBackend:
             since.pop(ref, None)
             return False
         return now - since.setdefault(ref, now) < self._evidence_grace
-
-    def _with_log_error(self, ns: str, report: ObjectReport, pods: list[Any]) -> ObjectReport:
-        """A failed end whose first failing container left no termination message: its
-        error from the container's last log lines (issue 23), read once; the cause as it was."""
-        last = report.executions[-1] if report.executions else None
-        if (report.state is not State.FAILED or report.cause.kind not in APPLICATION_ENDS
-                or last is None or last.error is not None):
-            return report
-        failed = first_failed_container(pods)
-        if failed is None:
-            return report
-        key = (failed.uid, failed.container)
-        error = self._log_errors.get(key)
-        if error is None:
-            try:
-                error = error_of(failed, log_tail(self.kube, ns, failed.pod,
-                                                  failed.container or None))
-            except SchedulerUnreachable:
-                return report  # asked again at the next look
-            except ApiAnswer as err:
-                error = msgspec.structs.replace(error_of(failed, None), note=(
-                    f"the log of pod {failed.pod} could not be read: {err}"))
-            self._log_errors[key] = error
-            if len(self._log_errors) > LOG_ERRORS_KEPT:  # the oldest pod's is read no more
-                del self._log_errors[next(iter(self._log_errors))]
-        return msgspec.structs.replace(report, executions=(
-            *report.executions[:-1], msgspec.structs.replace(last, error=error)))
-
-    def _tail_of(self, ns: str, pod: Any) -> str | None:
-        """The end of a failed pod's trainer log, read once per pod (the newest
-        LOG_ERRORS_KEPT kept); None when the API server cannot be reached (asked again at
-        the next look), "" when it has no log to give."""
-        uid, name = str(meta(pod).get("uid") or ""), name_of(pod)
-        if uid in self._log_tails:
-            return self._log_tails[uid]
-        statuses = [str(c.get("name")) for c in (pod.get("status") or {}).get(
-            "containerStatuses") or [] if isinstance(c, dict)]
-        container = TRAINER_CONTAINER if TRAINER_CONTAINER in statuses else (
-            statuses[0] if statuses else None)
-        try:
-            text = log_tail(self.kube, ns, name, container)
-        except SchedulerUnreachable:
-            return None
-        except ApiAnswer:
-            text = ""
-        self._log_tails[uid] = text
-        if len(self._log_tails) > LOG_ERRORS_KEPT:
-            del self._log_tails[next(iter(self._log_tails))]
-        return text
 
     def _remember_loss(self, report: ObjectReport) -> ObjectReport:
         """Keep the first time a loss was seen, so a fallback ``now`` does not move it."""
