@@ -282,19 +282,45 @@ def test_a_second_testbed_with_a_real_node_runs_beside_and_leaves_nothing_after_
     kubectl("wait", "node/real-node-1", "--for=condition=Ready", "--timeout=60s")
 
 
-@pytest.mark.parametrize(("layout", "reason"), [
-    ({"cpu/cgroup.procs": "", "cpuset/cpuset.cpus": "0-1"}, "no memory cgroup"),
-    ({"cgroup.controllers": "cpu memory"}, "cgroup v2"),
-])
+V1 = {"memory/memory.limit_in_bytes": "", "cpuset/cpuset.cpus": "0-1"}
+FAKE_IP = """#!/bin/sh
+case "$*" in
+  "link add"*) echo "RTNETLINK answers: Operation not supported" >&2; exit 2 ;;
+esac
+exit 1
+"""
+
+
+@pytest.mark.parametrize(("machine", "reason"), [
+    ({"cgroup": {"cpu/cgroup.procs": "", "cpuset/cpuset.cpus": "0-1"}}, "no memory cgroup"),
+    ({"cgroup": {"cgroup.controllers": "cpu memory"}}, "cgroup v2"),
+    ({"cgroup": V1, "filesystems": "nodev\ttmpfs\n\text4\n"}, "no overlay filesystem"),
+    ({"cgroup": V1, "ip": FAKE_IP}, "no bridge support"),
+    ({"cgroup": V1, "venv": "/nonexistent/venv"}, "no Python venv"),
+], ids=["no-memory-cgroup", "cgroup-v2", "no-overlay", "no-bridge", "no-venv"])
 def test_a_machine_that_cannot_run_real_nodes_is_refused_before_anything_starts(
-        tmp_path: Path, layout: dict[str, str], reason: str) -> None:
+        tmp_path: Path, machine: dict[str, Any], reason: str) -> None:
+    """The machine is made up (a cgroup folder, a filesystems list, an `ip` whose bridge is
+    refused as a kernel without bridge support refuses it): `check-real-nodes` and `up
+    --real-nodes` say why, and `up` starts nothing."""
     fake = tmp_path / "cgroup"
-    for rel, text in layout.items():
+    fake.mkdir()
+    for rel, text in machine["cgroup"].items():
         (fake / rel).parent.mkdir(parents=True, exist_ok=True)
         (fake / rel).write_text(text)
     state = tmp_path / "state"
     env = {**os.environ, "DISPATCH_K8S_CGROUP_FS": str(fake), "DISPATCH_K8S_STATE": str(state),
            "DISPATCH_K8S_PORT_OFFSET": "650"}
+    if "filesystems" in machine:
+        (tmp_path / "filesystems").write_text(machine["filesystems"])
+        env["DISPATCH_K8S_PROC_FILESYSTEMS"] = str(tmp_path / "filesystems")
+    if "ip" in machine:
+        (tmp_path / "bin").mkdir()
+        (tmp_path / "bin" / "ip").write_text(machine["ip"])
+        (tmp_path / "bin" / "ip").chmod(0o755)
+        env["PATH"] = f"{tmp_path / 'bin'}:{env['PATH']}"
+    if "venv" in machine:
+        env["DISPATCH_K8S_REAL_VENV"] = machine["venv"]
     for args in (["check-real-nodes", "2"], ["up", "--real-nodes", "2"]):
         done = subprocess.run([str(TESTBED), *args], capture_output=True, text=True, env=env,
                               timeout=60, check=False)
