@@ -11,13 +11,15 @@ It builds one ``TrainerClient`` (Kubernetes backend, the namespace and kubeconfi
 - ``get NAME...``: ``get_job(name)`` for each name;
 - ``quit``.
 
-The answer: ``{"seconds": wall, "jobs": {name: "<status>; <step>: <phase>, ..."}}`` or
-``{"error": "..."}`` per job whose call raised. Nothing else talks to the API server.
+The answer: ``{"seconds": wall, "cpu": this process's CPU seconds for the command, "rss_kib":
+its RSS after it, "hwm_kib": its peak RSS so far, "jobs": {name: "<status>; <step>: <phase>,
+..."}}``, ``"error: ..."`` for a job whose call raised. Nothing else talks to the API server.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -34,6 +36,19 @@ def words(job: Any) -> str:
     return f"{job.status}" + (f"; {steps}" if steps else "")
 
 
+def status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
 def main() -> None:
     from kubeflow.common.types import KubernetesBackendConfig
     from kubeflow.trainer import TrainerClient
@@ -47,7 +62,7 @@ def main() -> None:
         cmd, *names = line.split()
         if cmd == "quit":
             return
-        started = time.monotonic()
+        started, cpu = time.monotonic(), cpu_s()
         jobs: dict[str, str] = {}
         if cmd == "list":
             try:
@@ -61,7 +76,8 @@ def main() -> None:
                     jobs[name] = words(client.get_job(name))
                 except Exception as err:  # noqa: BLE001 - the peer's failure is a result
                     jobs[name] = failure(err)
-        out = {"seconds": time.monotonic() - started, "jobs": jobs}
+        out = {"seconds": time.monotonic() - started, "cpu": cpu_s() - cpu,
+               "rss_kib": status_kib("VmRSS"), "hwm_kib": status_kib("VmHWM"), "jobs": jobs}
         print(json.dumps(out), flush=True)
 
 
