@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 
 from dispatch.core.record import Job
@@ -29,6 +29,7 @@ from dispatch.stores.base import RecordStore, sort_key_us
 from dispatch.stores.held_candidates import may_be_held
 from dispatch.stores.live import LiveFolds
 from dispatch.stores.snapshot import fold_with_snapshots
+from dispatch.support.gc_pause import gc_paused
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,10 @@ class HeldIndex:
             if self._live is None:
                 self._live = LiveFolds(store)
             self._live.store = store  # the asking request's connection to the same store
-            jobs, _broken = self._live.refresh(now)
+            # The first build folds every live job: the cyclic collector would spend about
+            # as much CPU as the fold, rescanning what is kept (support/gc_pause.py).
+            with gc_paused() if not self._built.is_set() else nullcontext():
+                jobs, _broken = self._live.refresh(now)
             self._built.set()
         return jobs
 
