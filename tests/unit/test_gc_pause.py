@@ -67,3 +67,18 @@ def test_an_error_inside_still_ends_the_pause() -> None:
     with pytest.raises(RuntimeError), gc_paused():
         raise RuntimeError("boom")
     assert gc.isenabled()
+
+
+def test_what_is_alive_when_the_last_pause_ends_is_frozen() -> None:
+    """Kept objects are moved out of the collector's sight (gc.freeze) so that its next
+    collections do not scan what the build kept; they are still freed when dropped."""
+    gc.enable()
+    gc.unfreeze()
+    with gc_paused():
+        kept = [[i] for i in range(1000)]
+        with gc_paused():
+            pass
+        assert gc.get_freeze_count() == 0  # the outer pause still holds
+    assert gc.get_freeze_count() >= len(kept)
+    assert gc.is_tracked(kept[0])
+    gc.unfreeze()
