@@ -5,8 +5,7 @@ structs, their tuples). CPython's cyclic collector runs every few hundred alloca
 its older generations rescan what was kept, so about half of such a build's CPU was the
 collector finding nothing to collect (5.7 s of CPU against 3.3 s paused, at 100,000 live
 jobs). What a build keeps holds no cycles, and whatever it drops is freed by reference
-counting at once; cycles that any thread makes meanwhile are collected when the last pause
-ends. Pauses nest and may overlap across threads: the collector runs again (if it was
+counting at once. Pauses nest and may overlap across threads: the collector runs again (if it was
 running when the first began) once every pause has ended.
 
 Pausing alone only defers that cost: what the build allocated is still young when the
@@ -15,7 +14,8 @@ first /metrics scrape after serve's builds took 0.85 s of CPU: bench/RESULTS.md)
 the last pause ends, everything alive is moved out of the collector's sight
 (``gc.freeze``): what a build keeps is never scanned again, and it is still freed by
 reference counting when it is dropped (a job replaced, a job ended). The price: a
-reference cycle that exists at that moment is never collected.
+reference cycle that is garbage at that moment (made by any thread during the pause) is
+never collected; serve pauses twice, at its start.
 """
 
 from __future__ import annotations
