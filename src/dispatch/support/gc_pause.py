@@ -15,7 +15,8 @@ the last pause ends, everything alive is moved out of the collector's sight
 (``gc.freeze``): what a build keeps is never scanned again, and it is still freed by
 reference counting when it is dropped (a job replaced, a job ended). The price: a
 reference cycle that is garbage at that moment (made by any thread during the pause) is
-never collected; serve pauses twice, at its start.
+never collected. serve pauses for its two builds at start, and when /metrics reads the
+jobs table whole again (after a prune).
 """
 
 from __future__ import annotations
