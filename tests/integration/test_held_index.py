@@ -6,9 +6,11 @@ are exactly those a whole fold of every live job shows held. Real SQLite, two co
 
 from __future__ import annotations
 
+import gc
 import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,12 +21,15 @@ from dispatch.core.model import Cause, CauseKind, State
 from dispatch.core.policy import Declarations
 from dispatch.core.spec import JobSpec
 from dispatch.service import Service, held
+from dispatch.service.counts import state_counts
 from dispatch.service.held import HeldIndex
 from dispatch.service.listing import held_count, held_jobs
+from dispatch.stores.query import JobQuery
 from dispatch.stores.sqlite import SQLiteStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 HOLD = Cause(kind=CauseKind.NON_ZERO_EXIT, detail="exit 1")
+EVERY = JobQuery()
 
 
 def created(i: int) -> ev.JobCreated:
@@ -79,6 +84,10 @@ def test_the_held_index_always_names_what_a_whole_fold_names(
                     whole = held_jobs(Service(reader))
                 assert [d["job"] for d in kept] == [d["job"] for d in whole]
                 assert kept == whole
+                # the counts by state the index keeps between refreshes (issue 49)
+                with SQLiteStore(path) as reader:
+                    kept_counts = state_counts(Service(reader, held_index=index), EVERY, {})
+                    assert kept_counts == state_counts(Service(reader), EVERY, {})
         finally:
             writer.close()
 
@@ -125,3 +134,73 @@ def test_the_count_waits_for_the_background_build_never_the_request(
     store.append("j9", [event_for("hold", 2)], 1)
     assert held_count(service) == 3  # built: later refreshes fold on
     assert held_count(Service(store)) == 3  # without an index: every live job folded
+
+
+def test_the_first_build_runs_with_the_cyclic_collector_paused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 49: the first build folds every live job; the cyclic collector, rescanning what
+    the build keeps, cost about as much CPU as the fold (support/gc_pause.py). Later
+    refreshes fold a few jobs and leave it running. The answers are the whole fold's
+    either way (the property test above)."""
+    from dispatch.stores.live import LiveFolds
+
+    seen: list[bool] = []
+    refresh = LiveFolds.refresh
+
+    def watched(self: LiveFolds, now: datetime) -> Any:
+        seen.append(gc.isenabled())
+        return refresh(self, now)
+
+    monkeypatch.setattr(LiveFolds, "refresh", watched)
+    gc.enable()
+    store = SQLiteStore(tmp_path / "r.sqlite3")
+    store.create_many([created(i) for i in range(5)])
+    store.append("j1", [event_for("hold", 2)], 1)
+    index = HeldIndex()
+    index.warm(lambda: SQLiteStore(tmp_path / "r.sqlite3"), lambda: T0).join()
+    assert gc.isenabled()  # on again once the build is done
+    service = Service(store, held_index=index)
+    assert [d["job"] for d in held_jobs(service)] == ["j1"]
+    assert seen == [False, True]  # paused for the first build only
+    store.close()
+
+
+def test_a_refresh_in_which_nothing_changed_judges_no_job_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 49: a list's counts by state and its held jobs come from the index's last
+    answers while a refresh returns the very same folded jobs: at 100,000 live jobs judging
+    each job's state at every list cost about a third of its CPU. Once a job changes, the
+    answers are judged anew and are the whole fold's."""
+    from dispatch.core import status
+
+    judged: list[str] = []
+    judge = status._state
+
+    def counted(job: Any, *args: Any, **kwargs: Any) -> Any:
+        judged.append(job.id)
+        return judge(job, *args, **kwargs)
+
+    monkeypatch.setattr(status, "_state", counted)
+    store = SQLiteStore(tmp_path / "r.sqlite3")
+    store.create_many([created(i) for i in range(6)])
+    store.append("j2", [event_for("hold", 2)], 1)
+    index = HeldIndex()
+    index.warm(lambda: SQLiteStore(tmp_path / "r.sqlite3"), lambda: T0).join()
+    service = Service(store, held_index=index)
+
+    def answers(s: Service) -> tuple[dict[str, int], list[str]]:
+        return state_counts(s, EVERY, {}), [d["job"] for d in held_jobs(s)]
+
+    first = answers(service)
+    judged.clear()
+    again = answers(service)
+    # nothing changed: no job judged again but the held one the list shows (its row)
+    assert set(judged) == {"j2"}
+    assert again == first == answers(Service(store))  # without an index: every job folded
+    store.append("j4", [event_for("hold", 2)], 1)
+    judged.clear()
+    changed = answers(service)
+    assert judged  # a job changed: judged anew
+    assert changed == answers(Service(store))
+    assert changed[1] == ["j4", "j2"] and changed[0]["held"] == 2
+    store.close()

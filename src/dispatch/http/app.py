@@ -75,9 +75,12 @@ def make_server(store_url: str | None, tokens: Tokens, *, loopback_bind: bool = 
     server.streams = LogStreams(server.service, registry)
     record = RecordCollector(server.service)
     registry.register(record)
-    record.warm()  # the first scrape does not read every record (issue 36)
-    # the held jobs' count is built in the background: the first list refresh never waits
-    server.held_index.warm(lambda: open_store(store_url), utcnow)
+    # Both built in the background, the held index first (the cheaper, and the list's
+    # counts and held jobs wait on it), then the /metrics totals: run at once they share one
+    # interpreter lock and the index would take the time of both (issue 49). Meanwhile
+    # neither the first list refresh nor the first scrape waits (issues 36 and 49).
+    held = server.held_index.warm(lambda: open_store(store_url), utcnow)
+    record.warm(after=held)
     return server
 
 

@@ -17,6 +17,7 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import nullcontext
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
@@ -36,6 +37,7 @@ from dispatch.stores.reading import fold_with_records
 from dispatch.stores.snapshot import fold_with_snapshots
 from dispatch.supervise.discovery import UNREACHABLE, look_all
 from dispatch.supervise.loop import TickReport
+from dispatch.support.gc_pause import gc_paused
 
 log = logging.getLogger(__name__)
 
@@ -201,10 +203,14 @@ class RecordCollector(Collector):
     def describe(self) -> Iterable[Metric]:
         return []  # registering must not read the record or ask a scheduler
 
-    def warm(self) -> threading.Thread:
+    def warm(self, after: threading.Thread | None = None) -> threading.Thread:
         """Build the totals in a background thread; a scrape meanwhile answers what the
-        store counts (``collect``)."""
+        store counts (``collect``). ``after``: a build to let finish first (serve's held
+        index): two builds at once share one interpreter lock, so each would take the time
+        of both."""
         def build() -> None:
+            if after is not None:
+                after.join()
             try:
                 with self._lock, self.open_service() as service:
                     self._refresh(service)
@@ -221,6 +227,7 @@ class RecordCollector(Collector):
     def _refresh(self, service: Service) -> None:
         """Fold the parts of the jobs written to since the last look into the totals."""
         rows, changed = self._versions.refresh(service.store)
+        whole = changed is None
         if changed is None:  # read whole: a job may have been taken out (pruned)
             for gone in self._parts.keys() - rows.keys():
                 self._totals.take(gone, self._parts.pop(gone)[1])
@@ -230,9 +237,13 @@ class RecordCollector(Collector):
         if not stale:
             return
         now = service.clock()
-        folded, errors = fold_with_records(service.store, stale, now)
-        fresh: dict[str, tuple[int, Part]] = {
-            job.id: (rows[job.id][0], part_of(job, events, now)) for job, events in folded}
+        # Reading every record (the first build, or the table read whole): the cyclic
+        # collector would cost about as much CPU as the reading (support/gc_pause.py).
+        with gc_paused() if whole else nullcontext():
+            folded, errors = fold_with_records(service.store, stale, now)
+            fresh: dict[str, tuple[int, Part]] = {
+                job.id: (rows[job.id][0], part_of(job, events, now))
+                for job, events in folded}
         for job_id in errors:
             fresh[job_id] = (-1, UNUSABLE)  # read again at the next scrape
         self._unusable = set(errors)

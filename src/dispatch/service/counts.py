@@ -49,17 +49,24 @@ def state_counts(service: Service, base: JobQuery, folded: Mapping[str, JobView]
         live_rows = service.store.query_jobs(replace(base, terminal=False))
         _count_views(counts, _views(service, live_rows, keep, folded))
         return counts
+    if unfiltered:  # every live job the index holds: its counts, kept between refreshes
+        live = service.held_index.state_counts_if_ready(service.store, service.clock())
+        if live is None:
+            if by_outcome is not None and by_outcome.get(""):
+                counts[LIVE] = by_outcome[""]
+            return counts
+        for state, n in live.items():
+            counts[state] = counts.get(state, 0) + n
+        return counts
     jobs = service.held_index.live_if_ready(service.store, service.clock())
     if jobs is None:
         if by_outcome is not None and by_outcome.get(""):
             counts[LIVE] = by_outcome[""]
         return counts
-    # the jobs table names the live jobs a filter keeps (no record read); with no filter,
-    # every live job the index holds
-    wanted = (None if unfiltered else
-              {r.job_id for r in service.store.query_jobs(replace(base, terminal=False))})
+    # the jobs table names the live jobs a filter keeps (no record read)
+    wanted = {r.job_id for r in service.store.query_jobs(replace(base, terminal=False))}
     for job in jobs:
-        if wanted is None or job.id in wanted:
+        if job.id in wanted:
             state = record_state(job).value
             counts[state] = counts.get(state, 0) + 1
     return counts

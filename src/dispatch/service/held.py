@@ -21,14 +21,16 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 
 from dispatch.core.record import Job
+from dispatch.core.status import record_state
 from dispatch.stores.base import RecordStore, sort_key_us
 from dispatch.stores.held_candidates import may_be_held
 from dispatch.stores.live import LiveFolds
 from dispatch.stores.snapshot import fold_with_snapshots
+from dispatch.support.gc_pause import gc_paused
 
 log = logging.getLogger(__name__)
 
@@ -48,18 +50,48 @@ class HeldIndex:
         self._live: LiveFolds | None = None
         self._built = threading.Event()
         self._warming = False  # the background build runs: requests do not wait for it
+        # The last refresh's jobs and what they give: reused while a refresh returns the
+        # very same Job objects (immutable), so that a list asks no record_state or is_held
+        # of 100,000 jobs when nothing changed (issue 49).
+        self._answered: list[Job] = []
+        self._states: dict[str, int] = {}
+        self._held: list[str] = []
 
     def live(self, store: RecordStore, now: datetime) -> list[Job]:
         """The live jobs, folded at their current versions. A job whose record cannot be
         read is left out, as a list leaves out its broken rows' state, and is read whole
         next time."""
+        return self._refreshed(store, now)[0]
+
+    def _refreshed(self, store: RecordStore, now: datetime
+                   ) -> tuple[list[Job], dict[str, int], list[str]]:
+        """``live``, with the live jobs' counts by the state their record says and the
+        held ones' ids, newest first."""
         with self._lock:
             if self._live is None:
                 self._live = LiveFolds(store)
             self._live.store = store  # the asking request's connection to the same store
-            jobs, _broken = self._live.refresh(now)
+            # The first build folds every live job: the cyclic collector would spend about
+            # as much CPU as the fold, rescanning what is kept (support/gc_pause.py).
+            with gc_paused() if not self._built.is_set() else nullcontext():
+                jobs, _broken = self._live.refresh(now)
             self._built.set()
-        return jobs
+            last = self._answered
+            if len(last) != len(jobs) or any(a is not b for a, b in zip(last, jobs, strict=True)):
+                states: dict[str, int] = {}
+                for job in jobs:
+                    state = record_state(job).value
+                    states[state] = states.get(state, 0) + 1
+                self._answered, self._states = jobs, states
+                self._held = _newest_first(j for j in jobs if is_held(j))
+            return jobs, self._states, self._held
+
+    def state_counts_if_ready(self, store: RecordStore, now: datetime) -> dict[str, int] | None:
+        """The live jobs' counts by the state their record says (a copy) once the index is
+        built; None while its first build runs."""
+        if not self._built.is_set():
+            return None
+        return dict(self._refreshed(store, now)[1])
 
     def live_if_ready(self, store: RecordStore, now: datetime) -> list[Job] | None:
         """``live`` once the index is built; None while its first build runs."""
@@ -72,7 +104,7 @@ class HeldIndex:
             early = self.held_among_candidates(store, now)
             if early is not None:
                 return early
-        return _newest_first(j for j in self.live(store, now) if is_held(j))
+        return list(self._refreshed(store, now)[2])
 
     @staticmethod
     def held_among_candidates(store: RecordStore, now: datetime) -> list[str] | None:

@@ -1,0 +1,285 @@
+"""serve and a supervisor started with many live jobs (issue 49; a benchmark, not a test:
+nothing here asserts a time).
+
+    python bench/bench_serve_start.py --live 100000                 # this tree
+    python bench/bench_serve_start.py --live 100000 --before DIR    # and another tree, the
+                                                                    # same store, one after
+                                                                    # the other
+    python bench/bench_serve_start.py --smoke                       # does it run at all
+
+A SQLite store is filled once with ``--finished`` finished jobs and ``--live`` live ones,
+each live record as a supervisor leaves a running job (created, submission intended, bound,
+execution started: 4 events, no snapshot), written in bulk as the store holds them. Each
+tree is measured on its own copy of that store, in child processes (so that filling does not
+count in the peak RSS):
+
+- **serve's start** (one process), as ``http/app.make_server`` starts it: its background
+  builds (the held index, the /metrics totals), the first list refresh and the first /metrics
+  scrape taken at once, when each build was done (seconds since the start), a list and a
+  scrape once both are, a scrape when nothing changed (median), and one after 1 % of the live
+  jobs ended (their outcomes appended through another connection); the resident set before
+  the start and once both builds are done, per live job, and the peak;
+- **alone** (one process each): the held index's first build, and a cold collector's first
+  scrape (``RecordCollector`` never warmed: its first ``collect`` reads every record), CPU
+  and wall; and a supervisor's first tick over the live jobs (``Supervisor.tick`` with
+  bench_scale's stand-in scheduler answering every job's object as running: it folds every
+  live record and decides nothing), CPU and wall, and its process's peak RSS.
+
+Wall times on a shared machine are noisy; CPU (this process, all threads) less so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tree_path(src: str | None) -> None:
+    """Import dispatch from ``src`` (another tree's root), else from this one."""
+    base = Path(src) if src else ROOT
+    sys.path[:0] = [str(base / "src"), str(ROOT), str(ROOT / "bench")]
+
+
+def rss_now() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# ---- filling ----------------------------------------------------------------------------
+
+def fill(path: str, live: int, finished: int) -> None:
+    from bench_scale import BACKEND, bulk_finished, created
+
+    from dispatch.core import events as ev
+    from dispatch.core.codec import encode_event
+    from dispatch.stores.base import sort_key_us
+    from dispatch.stores.sqlite import SQLiteStore
+
+    with SQLiteStore(Path(path)) as store:
+        bulk_finished(store, finished)
+        conn = store._conn
+        holder = ev.Holder(host="bench", boot_id="bench", pid=1, start_ticks=1)
+        mark = conn.execute("SELECT coalesce(max(changed), 0) FROM jobs").fetchone()[0]
+        for start in range(0, live, 20000):
+            jobs, events = [], []
+            for i in range(start, min(live, start + 20000)):
+                c = created(f"live{i:07d}", finished + i)
+                at = c.at + timedelta(minutes=1)
+                record = [c,
+                          ev.SubmissionIntended(seq=2, at=at, submission=1,
+                                                token=f"{c.job_id}.1", holder=holder),
+                          ev.SubmissionBound(seq=3, at=at, submission=1, ref=f"obj-{c.job_id}"),
+                          ev.ExecutionStarted(seq=4, at=at, submission=1, execution=0,
+                                              started=c.at)]
+                mark += 1
+                jobs.append((c.job_id, c.spec.name, BACKEND, c.at.isoformat(),
+                             sort_key_us(c.at), 4, 0, BACKEND, mark))
+                events += [(c.job_id, e.seq, encode_event(e)) for e in record]
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany("INSERT INTO jobs (job_id, name, backend, created_at, created_us,"
+                             " version, terminal, scope, changed) VALUES (?,?,?,?,?,?,?,?,?)",
+                             jobs)
+            conn.executemany("INSERT INTO events (job_id, seq, body) VALUES (?,?,?)", events)
+            conn.execute("COMMIT")
+
+
+# ---- measuring --------------------------------------------------------------------------
+
+def timed(fn: Any) -> tuple[Any, float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def thread_named(name: str) -> threading.Thread | None:
+    return next((t for t in threading.enumerate() if t.name == name), None)
+
+
+def serve_start(path: str, live: int) -> dict[str, Any]:
+    from prometheus_client import generate_latest
+
+    from dispatch.core import events as ev
+    from dispatch.core.model import Cause, CauseKind, State
+    from dispatch.http.app import make_server
+    from dispatch.http.auth import Tokens
+    from dispatch.service.listing import ListRequest, list_page
+    from dispatch.stores.sqlite import SQLiteStore
+
+    out: dict[str, Any] = {}
+    rss0 = rss_now()
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    server = make_server(f"sqlite://{path}", Tokens({}), loopback_bind=False)
+    held_build, totals_build = thread_named("held-index"), thread_named("metrics-totals")
+
+    def listed() -> dict[str, Any]:
+        with server.service() as service:
+            return list_page(service, ListRequest())
+
+    first, out["list_first_s"], _ = timed(listed)
+    out["list_first_held"] = first["held_count"]
+    scraped, out["metrics_first_s"], _ = timed(lambda: generate_latest(server.registry))
+    out["metrics_first_ready"] = b"dispatch_record_totals_ready 1.0" in scraped
+    out["metrics_first_at_s"] = time.perf_counter() - t0
+    if held_build is not None:
+        held_build.join()
+    out["held_built_s"] = time.perf_counter() - t0
+    if totals_build is not None:
+        totals_build.join()
+    out["totals_built_s"] = time.perf_counter() - t0
+    out["builds_cpu_s"] = time.process_time() - cpu0
+    out["rss_built_per_job"] = (rss_now() - rss0) / live
+    _, out["list_built_s"], _ = timed(listed)
+    scraped, out["metrics_built_s"], _ = timed(lambda: generate_latest(server.registry))
+    out["metrics_built_ready"] = b"dispatch_record_totals_ready 1.0" in scraped
+    out["metrics_steady_s"] = statistics.median(
+        timed(lambda: generate_latest(server.registry))[1] for _ in range(5))
+    ending = [f"live{i:07d}" for i in range(0, live, 100)]  # 1 %
+    now = datetime.now(UTC)
+    with SQLiteStore(Path(path)) as writer:
+        for job_id in ending:
+            writer.append(job_id, [ev.OutcomeCommitted(
+                seq=5, at=now, state=State.SUCCEEDED, cause=Cause(kind=CauseKind.NONE))], 4)
+    _, out["metrics_ended_s"], out["metrics_ended_cpu_s"] = timed(
+        lambda: generate_latest(server.registry))
+    out["ended"] = len(ending)
+    out["peak_rss_mb"] = peak_mb()
+    return out
+
+
+def alone(path: str, what: str) -> dict[str, Any]:
+    from bench_scale import StandInScheduler, running
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from dispatch.backends.registry import Backends
+    from dispatch.http.metrics import RecordCollector
+    from dispatch.service import Service
+    from dispatch.service.held import HeldIndex
+    from dispatch.stores.select import open_store
+    from dispatch.stores.sqlite import SQLiteStore
+    from dispatch.support.clock import utcnow
+
+    out: dict[str, Any] = {}
+    standin = StandInScheduler()
+    if what == "held":
+        with SQLiteStore(Path(path)) as store:
+            index = HeldIndex()
+            _, out["wall_s"], out["cpu_s"] = timed(lambda: index.live(store, utcnow()))
+    elif what == "cold":
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(RecordCollector(
+            lambda: Service(open_store(f"sqlite://{path}"), Backends(lambda n: standin))))
+        _, out["wall_s"], out["cpu_s"] = timed(lambda: generate_latest(registry))
+    else:  # a supervisor's first tick
+        from dispatch.supervise.loop import Supervisor
+
+        with SQLiteStore(Path(path)) as store:
+            for row in store.list_jobs():
+                if not row.terminal:
+                    ref = f"obj-{row.job_id}"
+                    standin.objects[ref] = running(ref, f"{row.job_id}.1")
+            sup = Supervisor(store, lambda name: standin, name="bench")  # type: ignore[arg-type]
+            report, out["wall_s"], out["cpu_s"] = timed(sup.tick)
+            out["appended"] = report.appended
+    out["peak_rss_mb"] = peak_mb()
+    return out
+
+
+# ---- driver -----------------------------------------------------------------------------
+
+def child(args: list[str], src: str | None) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, *args] + (["--src", src] if src else [])
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed:\n{res.stderr[-3000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def measure_tree(template: str, live: int, src: str | None, tmp: str) -> dict[str, Any]:
+    r: dict[str, Any] = {}
+    for part in ("serve", "held", "cold", "tick"):
+        copy = f"{tmp}/copy.sqlite3"
+        shutil.copyfile(template, copy)
+        args = ["--serve", copy, str(live)] if part == "serve" else ["--alone", copy, part]
+        r[part] = child(args, src)
+        os.remove(copy)
+    return r
+
+
+def row(name: str, live: int, r: dict[str, Any]) -> str:
+    s, h, c, t = r["serve"], r["held"], r["cold"], r["tick"]
+    return (f"| {name} | {live:,} | {s['list_first_s'] * 1000:.0f} ms ({s['list_first_held']}) "
+            f"| {s['metrics_first_s'] * 1000:.0f} ms ({s['metrics_first_ready']}) "
+            f"| {s['held_built_s']:.2f} s | {s['totals_built_s']:.2f} s "
+            f"| {s['builds_cpu_s']:.2f} s | {s['list_built_s'] * 1000:.0f} ms "
+            f"| {s['metrics_built_s'] * 1000:.0f} ms | {s['metrics_steady_s'] * 1000:.0f} ms "
+            f"| {s['metrics_ended_s'] * 1000:.0f} ms ({s['metrics_ended_cpu_s'] * 1000:.0f} ms "
+            f"CPU) | {s['rss_built_per_job']:,.0f} B | {s['peak_rss_mb']:.0f} MB "
+            f"| {h['wall_s']:.2f} s ({h['cpu_s']:.2f} s CPU) "
+            f"| {c['wall_s']:.2f} s ({c['cpu_s']:.2f} s CPU) "
+            f"| {t['wall_s']:.2f} s ({t['cpu_s']:.2f} s CPU, {t['appended']} appended), "
+            f"{t['peak_rss_mb']:.0f} MB |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--live", type=int, action="append")
+    ap.add_argument("--finished", type=int, default=1000)
+    ap.add_argument("--before", help="another tree's root, measured on the same store")
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--src")  # a child: the tree to import dispatch from
+    ap.add_argument("--fill", nargs=3)  # a child: path live finished
+    ap.add_argument("--serve", nargs=2)  # a child: path live
+    ap.add_argument("--alone", nargs=2)  # a child: path held|cold|tick
+    a = ap.parse_args()
+    tree_path(a.src)
+    if a.fill:
+        fill(a.fill[0], int(a.fill[1]), int(a.fill[2]))
+        print("{}")
+        return
+    if a.serve:
+        print(json.dumps(serve_start(a.serve[0], int(a.serve[1]))))
+        return
+    if a.alone:
+        print(json.dumps(alone(a.alone[0], a.alone[1])))
+        return
+    lives = a.live or ([200] if a.smoke else [10_000, 100_000])
+    finished = 50 if a.smoke else a.finished
+    print(f"bench_serve_start on {os.cpu_count()} CPUs, python {sys.version.split()[0]}, "
+          f"load {os.getloadavg()[0]:.1f}, {finished:,} finished jobs")
+    print("| tree | live | first list (held count) | first /metrics (totals ready?) "
+          "| held index built | totals built | CPU of both builds | list, built "
+          "| /metrics, built | /metrics | /metrics after 1 % ended | RSS per live job "
+          "(built) | peak RSS (serve) | held index alone | cold collector's first scrape "
+          "| supervisor's first tick, its peak RSS |")
+    print("|---" * 16 + "|")
+    trees = [("this", None)] + ([("before", a.before)] if a.before else [])
+    for live in lives:
+        with tempfile.TemporaryDirectory(prefix="bench-serve-start-") as tmp:
+            template = f"{tmp}/r.sqlite3"
+            child(["--fill", template, str(live), str(finished)], None)
+            for name, src in trees:
+                print(row(name, live, measure_tree(template, live, src, tmp)), flush=True)
+        print(f"(load {os.getloadavg()[0]:.1f})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
