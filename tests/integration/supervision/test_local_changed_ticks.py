@@ -27,7 +27,8 @@ from dispatch.core.record import Job, fold
 from dispatch.service.requests import create_job, request_cancel
 from dispatch.stores.base import RecordStore
 from dispatch.stores.select import open_store
-from dispatch.supervise.loop import Supervisor, TickReport, utcnow
+from dispatch.supervise.loop import Supervisor, TickReport
+from dispatch.support.clock import utcnow
 
 WAIT_S = 60.0
 
