@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -209,6 +210,33 @@ def test_without_a_pidfd_a_runner_is_checked_at_every_look(
     assert look.changes is not None and refs[0] in look.changes.keys
     assert look.get(refs[0]).ended  # type: ignore[union-attr]
     assert backend.looks.full_looks == 1
+
+
+def test_without_a_pidfd_a_zombie_runner_is_found_by_the_sweep(
+        root: Root, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unwatched runner that died but is still listed in /proc (a zombie its parent has
+    not reaped, here this test) is found by the sweep that checks runners whole in turn."""
+    from dispatch.backends.local import deaths
+    from dispatch.backends.local.deaths import RunnerWatch
+
+    monkeypatch.setattr(RunnerWatch, "_open", lambda self, pid: None)
+    monkeypatch.setattr(deaths, "SWEEP", 2)
+    refs = [root.create() for _ in range(5)]
+    backend = LocalBackend(root.path)
+    tokens = list(root.tokens.values())
+    backend.discover(tokens, [])
+    proc = root.procs.pop(refs[1])
+    proc.send_signal(signal.SIGKILL)  # not reaped: a zombie, its pid still listed
+    deadline = time.monotonic() + 30
+    while (st := read_proc_stat(proc.pid)) is None or st.state != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    seen = []
+    for _ in range(3):  # 5 runners, 2 checked whole a look: all within 3 looks
+        look = backend.discover(tokens, [])
+        seen.append(look.get(refs[1]).ended)  # type: ignore[union-attr]
+    assert seen[-1] and backend.looks.full_looks == 1
+    proc.wait()
 
 
 def test_a_change_the_journal_never_heard_of_is_read_at_the_next_full_look(

@@ -107,6 +107,7 @@ class LocalBackend:
         self._ended: dict[str, ObjectReport] = {}
         # Runners this process started, kept only to reap them when they exit.
         self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._child_of: dict[int, str] = {}
         self._boot_id = boot_id()  # a pid is only this boot's pid
         self.looks = LocalLooks(self, full_look_every)
 
@@ -223,6 +224,7 @@ class LocalBackend:
             raise write_failed(f"cannot publish local object {ref}", err) from None
         self.disk.remember(meta, info)
         self._children[ref] = proc
+        self._child_of[proc.pid] = ref
         note_change(self.root, ref)  # every reader's next look reads it (journal.py)
         return ref
 
@@ -463,6 +465,21 @@ class LocalBackend:
             except (ProcessLookupError, PermissionError):
                 pass
 
+    def _reap_exited(self) -> None:
+        """Reap the runners this process started that exited, peeking at each exit first
+        (waitid WNOWAIT): another child's exit (a tool's) is left to its own waiter."""
+        while self._children:
+            try:
+                exited = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            ref = self._child_of.get(exited.si_pid) if exited is not None else None
+            if ref is None:
+                return
+            self._reap_runners([ref])
+            if ref in self._children:
+                return  # not reaped after all: looked at again next time
+
     def _reap_runners(self, refs: Iterable[str] | None = None) -> None:
         """Reap the runners this process started that ended (among ``refs``: those found
         dead; None: all of them)."""
@@ -470,6 +487,7 @@ class LocalBackend:
             proc = self._children.get(ref)
             if proc is not None and proc.poll() is not None:
                 del self._children[ref]
+                self._child_of.pop(proc.pid, None)
 
     def _new_ref(self, root_id: str) -> str:
         while True:

@@ -10,8 +10,13 @@ once, right after the pidfd is opened.
 
 Each pidfd is a file descriptor. The soft limit on them is raised to the hard one when it
 is reached; a runner that still gets none (the hard limit reached, a kernel without
-pidfds) is *unwatched*: its liveness is read from /proc at every look (``process_alive``),
-a few microseconds a runner. A death is seen at the next look either way.
+pidfds) is *unwatched*. At every look the pids listed in /proc are compared with the
+unwatched runners' pids (one listing, one set difference): a runner whose pid is gone is
+dead at the next look. A dead runner's pid can still be listed, as a zombie not yet reaped
+by its parent (LocalBackend reaps its own children at each look, so only another parent's
+zombie) or reused by a new process; so ``SWEEP`` unwatched runners a look are also checked
+whole (``process_alive``: start time and state), in turn: such a death waits at most
+(unwatched / SWEEP) looks.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from dispatch.backends.local.wire import RunnerInfo
 
 # Descriptors left free for everything else the process opens (files, sockets, pipes).
 SPARE_FDS = 512
+# Unwatched runners checked whole at each look, in turn.
+SWEEP = 1000
 
 
 class RunnerWatch:
@@ -37,6 +44,8 @@ class RunnerWatch:
         self._ref_of: dict[int, str] = {}
         self._fd_of: dict[str, int] = {}
         self.unwatched: dict[str, RunnerInfo] = {}
+        self._by_pid: dict[int, set[str]] = {}  # the unwatched, by pid
+        self._turn: list[str] = []  # the unwatched still to be checked whole, this round
         self._dead: set[str] = set()
         self._no_more_fds = False
 
@@ -54,9 +63,11 @@ class RunnerWatch:
             return
         fd = self._open(info.pid)
         if fd is None:
-            self.unwatched[ref] = info
             if not process_alive(info.pid, info.start_ticks):
                 self._dead.add(ref)
+            else:
+                self.unwatched[ref] = info
+                self._by_pid.setdefault(info.pid, set()).add(ref)
             return
         if not process_alive(info.pid, info.start_ticks):  # gone, or its pid reused
             os.close(fd)
@@ -80,14 +91,34 @@ class RunnerWatch:
                     self._close(self._ref_of[fd])
                 if len(events) < 1024:
                     break
-        for ref, info in list(self.unwatched.items()):
-            if not process_alive(info.pid, info.start_ticks):
+        if self.unwatched:
+            out |= self._unwatched_dead()
+        return out
+
+    def _unwatched_dead(self) -> set[str]:
+        try:
+            listed = {int(n) for n in os.listdir("/proc") if n.isdigit()}
+        except OSError:
+            listed = set(self._by_pid)  # cannot list: the whole checks alone
+        out = {ref for pid in self._by_pid.keys() - listed for ref in self._by_pid[pid]}
+        if not self._turn:
+            self._turn = list(self.unwatched)
+        for ref in self._turn[-SWEEP:]:
+            info = self.unwatched.get(ref)
+            if info is not None and not process_alive(info.pid, info.start_ticks):
                 out.add(ref)
-                del self.unwatched[ref]
+        del self._turn[-SWEEP:]
+        for ref in out:
+            self.forget(ref)
         return out
 
     def forget(self, ref: str) -> None:
-        self.unwatched.pop(ref, None)
+        info = self.unwatched.pop(ref, None)
+        if info is not None:
+            refs = self._by_pid.get(info.pid, set())
+            refs.discard(ref)
+            if not refs:
+                self._by_pid.pop(info.pid, None)
         self._dead.discard(ref)
         self._close(ref)
 
@@ -98,6 +129,8 @@ class RunnerWatch:
             self._epoll.close()
             self._epoll = None
         self.unwatched.clear()
+        self._by_pid.clear()
+        self._turn.clear()
 
     def _close(self, ref: str) -> None:
         fd = self._fd_of.pop(ref, None)

@@ -101,6 +101,7 @@ class LocalLooks:
         named = self.journal.read()
         if named is None:
             return None
+        self.b._reap_exited()  # so that no runner of ours is a zombie still listed
         dead = self.watch.dead()
         self.b._reap_runners(dead)
         named |= dead
