@@ -30,6 +30,7 @@ class LiveFolds:
         self.wanted: dict[str, int] = {}  # live job -> its version as the store last said
         self.folded: dict[str, Job] = {}
         self.unfolded: set[str] = set()  # live jobs whose record could not be used
+        self.fresh: set[str] = set()  # the jobs read at the last refresh
 
     def refresh(self, now: datetime) -> tuple[list[Job], dict[str, DispatchError]]:
         """The live jobs, folded at their current versions (creation order), and the ones
@@ -51,6 +52,7 @@ class LiveFolds:
             elif held.version < c.version:
                 stale[c.job_id] = held.version
         errors = self._catch_up(stale, now)
+        self.fresh = set(stale)
         # set aside, or not caught up (nothing read): read whole at the next refresh
         self.unfolded = {j for j in stale if j not in self.folded
                          or self.folded[j].version < self.wanted.get(j, 0)}
