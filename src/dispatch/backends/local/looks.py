@@ -58,6 +58,8 @@ class LocalLooks:
         self.full_looks = 0  # counted, for tests and benchmarks
         self.reads = 0  # objects whose files were read, in any look
         self._order: tuple[frozenset[str], tuple[str, ...]] | None = None
+        # the last changed look's question and answer (tokens, refs, objects, complete)
+        self._answer: tuple[set[str], set[str], tuple[ObjectReport, ...], bool] | None = None
 
     def discover(self, tokens: Iterable[str], refs: Iterable[str]) -> Discovery:
         """The look the backend protocol asks for (LocalBackend.discover)."""
@@ -116,7 +118,7 @@ class LocalLooks:
         self.watch.dead()  # every object is read now
         b._reap_runners()
         before, self.reports, self.by_token, self.token_of = self.reports, {}, {}, {}
-        self.again, self.missing, self._order = set(), set(), None
+        self.again, self.missing, self._order, self._answer = set(), set(), None, None
         order: list[str] = []
         for ref in b.disk.scan():
             meta = b.disk.load_meta(ref)
@@ -149,6 +151,12 @@ class LocalLooks:
 
     def _changed(self, touched: set[str], wanted_tokens: set[str], wanted_refs: set[str],
                  marker: RootMarker, now: datetime) -> tuple[tuple[ObjectReport, ...], bool]:
+        last = self._answer
+        same = last is not None and last[0] == wanted_tokens and last[1] == wanted_refs
+        if same and not touched:
+            assert last is not None
+            return last[2], last[3]  # nothing read, nothing changed: the same answer
+        self._answer = None
         dropped = {ref: self.reports.pop(ref, None) for ref in touched}
         for ref in touched:
             self.missing.discard(ref)
@@ -171,7 +179,9 @@ class LocalLooks:
                               self.token_of.get(ref))
         for ref in fresh - dropped.keys():
             self.changes.note(ref, _token(self.reports.get(ref)))
-        return tuple(map(self.reports.__getitem__, self._ordered(want, bool(fresh)))), complete
+        objects = tuple(map(self.reports.__getitem__, self._ordered(want, bool(fresh))))
+        self._answer = (wanted_tokens, wanted_refs, objects, complete)
+        return objects, complete
 
     def _ordered(self, want: set[str], new: bool) -> tuple[str, ...]:
         """``want`` as a full look orders it: objects by ref, then the missing by ref (the
