@@ -60,6 +60,7 @@ class LocalLooks:
         self._order: tuple[frozenset[str], tuple[str, ...]] | None = None
         # the last changed look's question and answer (tokens, refs, objects, complete)
         self._answer: tuple[set[str], set[str], tuple[ObjectReport, ...], bool] | None = None
+        self._pos: dict[str, int] | None = None  # where each ref is in the last answer
 
     def discover(self, tokens: Iterable[str], refs: Iterable[str]) -> Discovery:
         """The look the backend protocol asks for (LocalBackend.discover)."""
@@ -119,6 +120,7 @@ class LocalLooks:
         b._reap_runners()
         before, self.reports, self.by_token, self.token_of = self.reports, {}, {}, {}
         self.again, self.missing, self._order, self._answer = set(), set(), None, None
+        self._pos = None
         order: list[str] = []
         for ref in b.disk.scan():
             meta = b.disk.load_meta(ref)
@@ -156,7 +158,11 @@ class LocalLooks:
         if same and not touched:
             assert last is not None
             return last[2], last[3]  # nothing read, nothing changed: the same answer
-        self._answer = None
+        if same:
+            patched = self._patched(touched, wanted_tokens, wanted_refs, now)
+            if patched is not None:
+                return patched
+        self._answer, self._pos = None, None
         dropped = {ref: self.reports.pop(ref, None) for ref in touched}
         for ref in touched:
             self.missing.discard(ref)
@@ -182,6 +188,36 @@ class LocalLooks:
         objects = tuple(map(self.reports.__getitem__, self._ordered(want, bool(fresh))))
         self._answer = (wanted_tokens, wanted_refs, objects, complete)
         return objects, complete
+
+    def _patched(self, touched: set[str], wanted_tokens: set[str], wanted_refs: set[str],
+                 now: datetime) -> tuple[tuple[ObjectReport, ...], bool] | None:
+        """The last answer (to the same question) with the touched objects read again, when
+        they are all that changes in it: each touched ref was in it and is still an object
+        here, or was not in it and is not asked for. None: build the answer again."""
+        assert self._answer is not None
+        _, _, objects, complete = self._answer
+        if self._pos is None:
+            self._pos = {o.ref: i for i, o in enumerate(objects)}
+        b = self.b
+        for ref in touched:
+            meta = b.disk.load_meta(ref) if b._exists(ref) else None
+            if ref in self._pos:
+                if meta is None or isinstance(meta, str) or ref in self.missing:
+                    return None
+            elif ref in wanted_refs or meta is not None and (
+                    isinstance(meta, str) or meta.token in wanted_tokens):
+                return None
+        answer = list(objects)
+        for ref in touched:
+            old = self.reports.pop(ref, None)
+            self._reindex(ref)
+            at = self._pos.get(ref)
+            if at is not None:
+                answer[at] = self.reports[ref] = self._read(ref, now)
+            self.changes.note(ref, _token(old), _token(self.reports.get(ref)),
+                              self.token_of.get(ref))
+        self._answer = (wanted_tokens, wanted_refs, tuple(answer), complete)
+        return self._answer[2], complete
 
     def _ordered(self, want: set[str], new: bool) -> tuple[str, ...]:
         """``want`` as a full look orders it: objects by ref, then the missing by ref (the
