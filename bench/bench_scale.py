@@ -524,17 +524,22 @@ def local_table(stores: list[tuple[str, Any]], lives: list[int], finisheds: list
                     child(["--fill", url, str(live), str(finished)])
                     r = child(["--measure-local", url, str(live), f"{tmp}/local",
                                str(nofile)])
-                print(f"| {store_name} | {live:,} | {finished:,} | {r['watched']:,} "
-                      f"({r['unwatched']:,}) | {r['steady_ms']:.1f} ms ({r['look_ms']:.1f} ms) "
-                      f"| {r['before_steady_ms']:.1f} ms ({r['before_look_ms']:.1f} ms) "
-                      f"| **{r['before_steady_ms'] / r['steady_ms']:.1f}x** "
-                      f"| {r['ended_ms']:.1f} ms ({r['changed']:,} ended) "
-                      f"| {r['before_ended_ms']:.1f} ms | {r['per_changed_us']:.0f} µs "
-                      f"(before: {r['before_per_changed_us']:.0f} µs) "
-                      f"| {r['killed_ms']:.1f} ms ({r['killed_seen']} of {r['killed']}, "
-                      f"{r['killed_full_looks']}) | {r['full_look_tick_ms']:.0f} ms "
-                      f"| {r['peak_rss_mb']:.0f} MB | {r['held_bytes_per_job']:,.0f} B |",
-                      flush=True)
+                    local_row(store_name, live, finished, r)  # before the tree's removal
+
+
+def local_row(store_name: str, live: int, finished: int, r: dict[str, Any]) -> None:
+    """One row of local_table."""
+    print(f"| {store_name} | {live:,} | {finished:,} | {r['watched']:,} "
+          f"({r['unwatched']:,}) | {r['steady_ms']:.1f} ms ({r['look_ms']:.1f} ms) "
+          f"| {r['before_steady_ms']:.1f} ms ({r['before_look_ms']:.1f} ms) "
+          f"| **{r['before_steady_ms'] / r['steady_ms']:.1f}x** "
+          f"| {r['ended_ms']:.1f} ms ({r['changed']:,} ended) "
+          f"| {r['before_ended_ms']:.1f} ms | {r['per_changed_us']:.0f} µs "
+          f"(before: {r['before_per_changed_us']:.0f} µs) "
+          f"| {r['killed_ms']:.1f} ms ({r['killed_seen']} of {r['killed']}, "
+          f"{r['killed_full_looks']}) | {r['full_look_tick_ms']:.0f} ms "
+          f"| {r['peak_rss_mb']:.0f} MB | {r['held_bytes_per_job']:,.0f} B |",
+          flush=True)
 
 
 if __name__ == "__main__":
