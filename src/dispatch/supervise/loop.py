@@ -173,7 +173,7 @@ class Supervisor:
             changes = changes_of(seen.backend, seen.discovery)
             complete = seen.discovery.complete if seen.discovery is not None else None
             ids = None if chosen is None else self.visits.choose(
-                name, changes, complete, self.live.fresh, now)
+                name, changes, complete, {*self.live.fresh, *self.chasing}, now)
             if ids is not None:
                 todo = Visits.pick(ids, name, find)
                 report.skipped, group = report.skipped + len(group) - len(todo), todo
