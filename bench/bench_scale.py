@@ -419,7 +419,16 @@ def main() -> None:
     ap.add_argument("--fill", nargs=3)  # url live finished (a child)
     ap.add_argument("--measure", nargs=2)  # url live (a child)
     ap.add_argument("--p1", nargs=2)  # url jobs (a child)
+    ap.add_argument("--local", action="store_true")  # the local backend's ticks only
+    ap.add_argument("--nofile", type=int, default=1 << 20)  # 0: the machine's own limit
+    ap.add_argument("--measure-local", nargs=4)  # url live root nofile (a child)
     a = ap.parse_args()
+    if a.measure_local:
+        from bench.scale_local import measure_local
+
+        u, n, r, nofile = a.measure_local
+        print(json.dumps(measure_local(u, int(n), r, int(nofile))))
+        return
     if a.fill:
         fill(a.fill[0], int(a.fill[1]), int(a.fill[2]))
         return
@@ -440,6 +449,13 @@ def main() -> None:
         cluster = ThrowawayPostgres(fast=False).start()
         stores.append(("PostgreSQL", cluster))
     print(f"bench_scale on {os.cpu_count()} CPUs, python {sys.version.split()[0]}")
+    if a.local:
+        try:
+            local_table(stores, lives, finisheds, a.nofile)
+        finally:
+            if cluster is not None:
+                cluster.stop()
+        return
     print("| store | live | finished | steady tick CPU | 1% ended tick | per changed job "
           "| ls first page | status (finished) | status (live) | serve list (first) "
           "| serve list | held count at first refresh | held index built | list row "
@@ -490,6 +506,40 @@ def main() -> None:
     finally:
         if cluster is not None:
             cluster.stop()
+
+
+def local_table(stores: list[tuple[str, Any]], lives: list[int], finisheds: list[int],
+                nofile: int) -> None:
+    """The local backend reporting changes against a full look at every tick (scale_local)."""
+    print("| store | live | finished | pidfds (unwatched) | steady tick CPU (its look) "
+          "| before: steady tick (its look) | before / after | 1% ended tick "
+          "| before: 1% ended | per changed job | runners SIGKILLed: tick (seen, full looks) "
+          "| tick with the safety net's full look | peak RSS | held per live job |")
+    print("|---" * 14 + "|")
+    for store_name, pg in stores:
+        for finished in finisheds:
+            for live in lives:
+                with tempfile.TemporaryDirectory(prefix="bench-scale-local-") as tmp:
+                    url = f"sqlite://{tmp}/r.sqlite3" if pg is None else pg.new_database()
+                    child(["--fill", url, str(live), str(finished)])
+                    r = child(["--measure-local", url, str(live), f"{tmp}/local",
+                               str(nofile)])
+                    local_row(store_name, live, finished, r)  # before the tree's removal
+
+
+def local_row(store_name: str, live: int, finished: int, r: dict[str, Any]) -> None:
+    """One row of local_table."""
+    print(f"| {store_name} | {live:,} | {finished:,} | {r['watched']:,} "
+          f"({r['unwatched']:,}) | {r['steady_ms']:.1f} ms ({r['look_ms']:.1f} ms) "
+          f"| {r['before_steady_ms']:.1f} ms ({r['before_look_ms']:.1f} ms) "
+          f"| **{r['before_steady_ms'] / r['steady_ms']:.1f}x** "
+          f"| {r['ended_ms']:.1f} ms ({r['changed']:,} ended) "
+          f"| {r['before_ended_ms']:.1f} ms | {r['per_changed_us']:.0f} µs "
+          f"(before: {r['before_per_changed_us']:.0f} µs) "
+          f"| {r['killed_ms']:.1f} ms ({r['killed_seen']} of {r['killed']}, "
+          f"{r['killed_full_looks']}) | {r['full_look_tick_ms']:.0f} ms "
+          f"| {r['peak_rss_mb']:.0f} MB | {r['held_bytes_per_job']:,.0f} B |",
+          flush=True)
 
 
 if __name__ == "__main__":

@@ -18,3 +18,15 @@ def test_bench_scale_runs_at_tiny_sizes() -> None:
     rows = [line for line in res.stdout.splitlines() if line.startswith("| SQLite |")]
     assert [r.split("|")[2].strip() for r in rows] == ["20", "200"]
     assert "P1 with snapshots (SQLite" in res.stdout
+
+
+def test_bench_scale_local_runs_at_tiny_sizes() -> None:
+    """The local backend's part (issue 49): real local objects, a SIGKILLed runner seen."""
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_scale.py"), "--local", "--no-postgres",
+         "--live", "1000", "--finished", "10"],
+        capture_output=True, text=True, timeout=600, check=False, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = [line for line in res.stdout.splitlines() if line.startswith("| SQLite |")]
+    assert [r.split("|")[2].strip() for r in rows] == ["1,000"]
+    assert "(1 of 1, 0)" in rows[0]  # the one SIGKILLed runner seen, by no full look

@@ -29,27 +29,36 @@ class LiveFolds:
         self.mark: int | None = None
         self.wanted: dict[str, int] = {}  # live job -> its version as the store last said
         self.folded: dict[str, Job] = {}
+        self.unfolded: set[str] = set()  # live jobs whose record could not be used
+        self.fresh: set[str] = set()  # the jobs read at the last refresh
 
     def refresh(self, now: datetime) -> tuple[list[Job], dict[str, DispatchError]]:
         """The live jobs, folded at their current versions (creation order), and the ones
         whose record cannot be used, each with its error."""
         changes, self.mark = self.store.changes(self.mark, scope=self.scope)
+        # Only the jobs written to since, and those set aside last time, are read: a tick
+        # costs what changed, not the live set (issue 49).
+        stale = dict.fromkeys(self.unfolded & self.wanted.keys(), 0)
         for c in changes:
             if c.terminal:
                 self.wanted.pop(c.job_id, None)
                 self.folded.pop(c.job_id, None)
-            else:
-                self.wanted[c.job_id] = c.version
-        stale: dict[str, int] = {}
-        for job_id, version in self.wanted.items():
-            held = self.folded.get(job_id)
-            if held is None or held.version > version:
-                stale[job_id] = 0
-            elif held.version < version:
-                stale[job_id] = held.version
+                stale.pop(c.job_id, None)
+                continue
+            self.wanted[c.job_id] = c.version
+            held = self.folded.get(c.job_id)
+            if held is None or held.version > c.version:
+                stale[c.job_id] = 0
+            elif held.version < c.version:
+                stale[c.job_id] = held.version
         errors = self._catch_up(stale, now)
-        jobs = [self.folded[j] for j in self.wanted if j in self.folded]
-        return jobs, errors
+        self.fresh = set(stale)
+        # set aside, or not caught up (nothing read): read whole at the next refresh
+        self.unfolded = {j for j in stale if j not in self.folded
+                         or self.folded[j].version < self.wanted.get(j, 0)}
+        if len(self.folded) == len(self.wanted):  # every live job folded: in their order
+            return list(self.folded.values()), errors
+        return [self.folded[j] for j in self.wanted if j in self.folded], errors
 
     def _catch_up(self, stale: dict[str, int], now: datetime) -> dict[str, DispatchError]:
         errors: dict[str, DispatchError] = {}
@@ -64,7 +73,10 @@ class LiveFolds:
                     tails.update(self.store.read_after({job_id: after}))
                 except RECORD_ERRORS as err:
                     errors[job_id] = err
-        for job_id, events in tails.items():
+        for job_id in stale:  # in the order they were found (the live jobs' order)
+            events = tails.get(job_id)
+            if events is None:
+                continue
             try:
                 self.folded[job_id] = self._fold_on(job_id, stale[job_id], events, now)
             except RECORD_ERRORS as err:

@@ -179,8 +179,8 @@ class Lookout:
         look without a backend: no action on that scheduler this tick. ``keep_alive`` is
         called while waiting (a lease renewed when due; what it raises ends the wait, the
         look goes on alone); ``stopping`` set ends the wait too."""
-        tokens, _ = tokens_and_refs(jobs)
-        empty = Discovery(at=now) if not tokens else None
+        # no job submitted anything: no scheduler needed (look() answers so without one)
+        empty = None if any(j.submissions for j in jobs) else Discovery(at=now)
         with self._lock:
             running = self._in_flight.get(name)
             if running is None:

@@ -55,6 +55,7 @@ from dispatch.supervise.discovery import OK, UNREACHABLE, Lookout, by_backend
 from dispatch.supervise.escalations import Notifier
 from dispatch.supervise.holders import holder, look_at_holders, this_process
 from dispatch.supervise.quiet import Quiet, look_of
+from dispatch.supervise.visits import Visits, changes_of
 from dispatch.support import failpoints as fp
 from dispatch.support.clock import Clock, utcnow
 
@@ -118,6 +119,8 @@ class Supervisor:
         # Jobs decide() and observe() had nothing for, kept between ticks: not decided again
         # while their record and objects stay the same and no time-based decision is due.
         self.quiet: dict[str, Quiet] = {}
+        # Which jobs a tick visits, when its backends report changes (visits.py).
+        self.visits = Visits()
         # Under a lease: the epoch last served and when this process took it (decide.Takeover:
         # what the previous holder recorded and may not have carried out is redone at once).
         self._epoch: int | None = None
@@ -150,9 +153,15 @@ class Supervisor:
             log.error("job %s: its record cannot be used: %s", job_id, err)
         jobs = [j for j in jobs if not j.terminal or j.id in self.chasing]
         report.jobs = len(jobs)
+        # The chased jobs by id (the live ones are in self.live.folded); None: some jobs.
+        chosen = {j.id: j for j in chased} if job_ids is None else None
+        find: Callable[[str], Job | None] = lambda i: (  # noqa: E731
+            self.live.folded.get(i) or (chosen or {}).get(i))
         # One /proc read per holder of an unresolved attempt; a holder's first finding of
-        # gone is kept (its submit bound runs from then: core/waits.watch_until).
-        self._gone, self._alive = look_at_holders(jobs)
+        # gone is kept (its submit bound runs from then: core/waits.watch_until). Only a job
+        # read now or visited at every tick can have one (visits.py).
+        self._gone, self._alive = look_at_holders(jobs if chosen is None else Visits.pick(
+            {*self.live.fresh, *self.visits.every_tick, *self.chasing}, None, find))
         self._gone_at = {h: self._gone_at.get(h, now) for h in self._gone}
         for name, group in by_backend(jobs).items():
             seen = self.lookout.look(name, group, self.backend_for, now,
@@ -161,10 +170,17 @@ class Supervisor:
                 report.unreachable.append(seen.problem)
             elif seen.scheduler != OK:
                 report.errors.append(f"backend {name}: {seen.problem}")
-            changes = self._changes(name, seen.backend, seen.discovery)
+            changes = changes_of(seen.backend, seen.discovery)
+            complete = seen.discovery.complete if seen.discovery is not None else None
+            ids = None if chosen is None else self.visits.choose(
+                name, changes, complete, {*self.live.fresh, *self.chasing}, now)
+            if ids is not None:
+                todo = Visits.pick(ids, name, find)
+                report.skipped, group = report.skipped + len(group) - len(todo), todo
             for job in group:
                 if self.stopping.is_set():
                     return report
+                before = self.quiet.get(job.id)
                 try:
                     self._step(job, seen.backend, seen.discovery, report, changes)
                 except (Fenced, LeaseLost):
@@ -174,18 +190,18 @@ class Supervisor:
                     log.error("job %s: %s", job.id, err)
                 if job.spec.segment_health is not None:
                     self._reconcile_segments(job, report)
+                if chosen is not None:
+                    self.visits.visited(job, before, self.quiet.get(job.id),
+                                        job.id in self.chasing)
+            if chosen is not None:
+                self.visits.consumed(name, changes, complete)
+        if chosen is not None:
+            self.visits.ticked(now, self.quiet)
         if len(self.quiet) > len(jobs):  # forget the jobs that left the tick
             ticked = {j.id for j in jobs}
             self.quiet = {k: q for k, q in self.quiet.items() if k in ticked}
+            self.visits.forget(ticked)
         return report
-
-    @staticmethod
-    def _changes(name: str, backend: Backend | None, discovery: Discovery | None
-                 ) -> Changes | None:
-        """What changed among ``name``'s objects, when its backend declares that it reports
-        changes (a job's quiet answer says which look its objects were last seen in)."""
-        changes = discovery.changes if discovery is not None else None
-        return changes if getattr(backend, "reports_changes", False) else None
 
     def _step(self, job: Job, backend: Backend | None, discovery: Discovery | None,
               report: TickReport, changes: Changes | None = None, attempts: int = 3) -> None:
@@ -387,6 +403,7 @@ class Supervisor:
         if fence is not None and fence.epoch != self._epoch:
             self._epoch, self.taken_over_at = fence.epoch, now
             self.quiet.clear()
+            self.visits.reset()
 
     def _gone_for(self, job: Job, backend: Backend | None) -> dc.Gone:
         """This tick's gone and alive holders of ``job``'s unresolved attempts, with the

@@ -32,18 +32,19 @@ from dispatch.backends.local.errors import (
     unwritable,
     write_failed,
 )
+from dispatch.backends.local.journal import note_change
+from dispatch.backends.local.looks import FULL_LOOK_EVERY, LocalLooks
 from dispatch.backends.local.nodes import runner_environment
 from dispatch.backends.local.plan import LocalDryRun, dry_run, spec_problems
 from dispatch.backends.local.procs import boot_id, pid_max, process_alive, read_proc_stat
 from dispatch.backends.local.reports import (
     ended_at,
     from_status,
-    missing,
     unreadable,
     vanished,
     whoami,
 )
-from dispatch.backends.local.root import LocalRoot, default_root, new_ref, ref_root, write_request
+from dispatch.backends.local.root import LocalRoot, default_root, new_ref, write_request
 from dispatch.backends.local.wire import (
     CANCEL,
     CONTROL,
@@ -70,7 +71,6 @@ from dispatch.core.model import (
     CauseKind,
     Discovery,
     ObjectReport,
-    SchedulerUnreachable,
     State,
 )
 from dispatch.core.policy import Declarations
@@ -89,11 +89,13 @@ class LocalBackend:
     sets ``name`` in a subclass: its declarations, dry run and scope carry that name."""
 
     name = "local"
+    reports_changes = True  # Discovery.changes (looks.py)
 
     def __init__(self, root: Path | str | None = None,
                  node_loss_window: timedelta = timedelta(seconds=5), *,
                  kill_grace: float = 3.0, python: str = sys.executable,
-                 root_variable: str | None = None) -> None:
+                 root_variable: str | None = None,
+                 full_look_every: timedelta | None = FULL_LOOK_EVERY) -> None:
         # Absolute: the runner starts in the root and is handed its object's path.
         self.root = Path(os.path.abspath(root)) if root is not None else default_root()
         self.node_loss_window = node_loss_window
@@ -105,7 +107,9 @@ class LocalBackend:
         self._ended: dict[str, ObjectReport] = {}
         # Runners this process started, kept only to reap them when they exit.
         self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._child_of: dict[int, str] = {}
         self._boot_id = boot_id()  # a pid is only this boot's pid
+        self.looks = LocalLooks(self, full_look_every)
 
     # ------------------------------------------------------------ Backend protocol
 
@@ -220,50 +224,20 @@ class LocalBackend:
             raise write_failed(f"cannot publish local object {ref}", err) from None
         self.disk.remember(meta, info)
         self._children[ref] = proc
+        self._child_of[proc.pid] = ref
+        note_change(self.root, ref)  # every reader's next look reads it (journal.py)
         return ref
 
     def discover(self, tokens: Iterable[str], refs: Iterable[str]) -> Discovery:
-        """One scan of ``<root>/objects``: every object carrying one of ``tokens`` and every
-        object in ``refs``. A ref with no object is reported ended only when the root is
-        there and is the one the ref was made in (its marker): a root that is absent is
-        unreachable, and a ref of another root is left out of an incomplete look; never a
-        verdict on what cannot be seen.
+        """The objects carrying one of ``tokens`` and the objects ``refs``, and which of this
+        root's objects changed since the previous look (looks.py: a full look reads every
+        object's files, a changed look only those the change journal or a runner's death
+        names). A ref with no object is reported ended only when the root is there and is
+        the one the ref was made in (its marker): a root that is absent is unreachable, and
+        a ref of another root is left out of an incomplete look; never a verdict on what
+        cannot be seen.
         """
-        wanted_tokens = set(tokens)
-        wanted_refs = set(refs)
-        now = utcnow()
-        self._reap_runners()
-        try:
-            marker = self.disk.marker()
-        except SchedulerUnreachable:
-            adopted = self.disk.adopt_legacy()
-            if adopted is None:
-                if wanted_refs or not self.disk.never_used():
-                    raise
-                # No object was ever recorded and the root was never made: nothing carries
-                # the tokens (a first submit that died before making the root is retried).
-                return Discovery(at=now, objects=(), complete=True)
-            marker = adopted
-        reports: list[ObjectReport] = []
-        seen: set[str] = set()
-        for ref in self.disk.scan():
-            meta = self.disk.load_meta(ref)
-            if isinstance(meta, str):
-                if ref in wanted_refs:
-                    seen.add(ref)
-                    reports.append(unreadable(ref, None, f"meta.json unreadable: {meta}"))
-                continue
-            if meta.token in wanted_tokens or ref in wanted_refs:
-                seen.add(ref)
-                reports.append(self._look(ref, meta, now))
-        complete = True
-        for ref in sorted(wanted_refs - seen):
-            made_in = ref_root(ref)
-            if made_in is not None and made_in != marker.id[:8]:
-                complete = False  # made in another root (not mounted here): no answer
-                continue
-            reports.append(missing(ref, self.objects_dir, marker.id, now))
-        return Discovery(at=now, objects=tuple(reports), complete=complete)
+        return self.looks.discover(tokens, refs)
 
     def stop(self, ref: str) -> None:
         """Stop on the supervisor's behalf: the object ends cancelled, actor "dispatch"."""
@@ -295,8 +269,9 @@ class LocalBackend:
         return [p for p in paths if p.exists()]
 
     def close(self) -> None:
-        """Nothing to release: runners outlive the backend by design; reap those that ended."""
+        """Runners outlive the backend by design: reap those that ended, let their pidfds go."""
         self._reap_runners()
+        self.looks.close()
 
     # ------------------------------------------------------------ beyond the protocol
 
@@ -364,6 +339,7 @@ class LocalBackend:
                 continue
             if not self.disk.remove(ref):
                 continue
+            note_change(self.root, ref)
             self._ended.pop(ref, None)
             removed.append(ref)
         self.disk.sweep_staging(max(older_than.total_seconds(), 2 * PUBLISH_WAIT_S))
@@ -437,6 +413,8 @@ class LocalBackend:
             # then the object is unknown, never ended on what could not be written.
             return unreadable(ref, meta.token, f"the local runner is gone and its verdict "
                                                f"cannot be written yet: {err}")
+        if written:
+            note_change(self.root, ref)
         if not written:
             winner = self.disk.read_status(ref, VANISHED)
             if isinstance(winner, ObjectStatus):
@@ -487,10 +465,29 @@ class LocalBackend:
             except (ProcessLookupError, PermissionError):
                 pass
 
-    def _reap_runners(self) -> None:
-        for ref, proc in list(self._children.items()):
-            if proc.poll() is not None:
+    def _reap_exited(self) -> None:
+        """Reap the runners this process started that exited, peeking at each exit first
+        (waitid WNOWAIT): another child's exit (a tool's) is left to its own waiter."""
+        while self._children:
+            try:
+                exited = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            ref = self._child_of.get(exited.si_pid) if exited is not None else None
+            if ref is None:
+                return
+            self._reap_runners([ref])
+            if ref in self._children:
+                return  # not reaped after all: looked at again next time
+
+    def _reap_runners(self, refs: Iterable[str] | None = None) -> None:
+        """Reap the runners this process started that ended (among ``refs``: those found
+        dead; None: all of them)."""
+        for ref in list(self._children) if refs is None else refs:
+            proc = self._children.get(ref)
+            if proc is not None and proc.poll() is not None:
                 del self._children[ref]
+                self._child_of.pop(proc.pid, None)
 
     def _new_ref(self, root_id: str) -> str:
         while True:

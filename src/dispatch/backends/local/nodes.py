@@ -15,7 +15,13 @@ from dispatch.backends.capture.app_error import ERROR_FILE_VAR, capture
 from dispatch.backends.capture.progress import read_progress
 from dispatch.backends.local.log_checkpoints import LogCheckpoints
 from dispatch.backends.local.output import NodeOutput
-from dispatch.backends.local.procs import ProcStat, descendants, read_proc_stat
+from dispatch.backends.local.procs import (
+    PAGE_SIZE,
+    ProcStat,
+    descendants,
+    read_proc_stat,
+    scan_procs,
+)
 from dispatch.backends.local.wire import (
     MARK_VAR,
     NodeStatus,
@@ -91,6 +97,21 @@ class Node:
         self.start_ticks = st.start_ticks if st else None
 
 
+def over_memory(nodes: list[Node], limit: int) -> tuple[Node, int, set[int]] | None:
+    """The first node whose processes' resident memory passes ``limit`` bytes, with that
+    sum and those processes; None when none does (one pass over /proc)."""
+    procs = scan_procs()
+    for node in nodes:
+        # A node whose leader exited may have left processes behind: they still count.
+        if node.lost_at is not None or node.pid is None:
+            continue
+        tree = node.tree(procs)
+        rss = sum(procs[p].rss_pages for p in tree if p in procs) * PAGE_SIZE
+        if rss > limit:
+            return node, rss, tree
+    return None
+
+
 def error_file(objdir: Path, index: int) -> Path:
     """Where torchelastic writes the node's error (TORCHELASTIC_ERROR_FILE): a file of
     dispatch's own in the object's directory, one per submission and node."""
@@ -109,12 +130,18 @@ def log_checkpoint_file(objdir: Path, index: int) -> Path:
     return objdir / f"{node_name(index)}.logcheckpoints.jsonl"
 
 
+def progress_files(objdir: Path, count: int) -> list[Path]:
+    """Every file a node's progress is read from (G3), for ``count`` nodes."""
+    return [path(objdir, i) for i in range(count) for path in (progress_file,
+                                                               log_checkpoint_file)]
+
+
 def nodes_progress(objdir: Path, count: int, started_at: datetime | None,
                    now: datetime) -> Progress | None:
     """The execution's latest checkpoint over its ``count`` nodes' progress files (G3); None
     when none holds one. A file that is ignored is logged once, with dispatch's note."""
-    found = latest([read_progress(path(objdir, i), started=started_at, now=now)
-                    for i in range(count) for path in (progress_file, log_checkpoint_file)])
+    found = latest([read_progress(p, started=started_at, now=now)
+                    for p in progress_files(objdir, count)])
     if found.note and found.note not in _SAID:
         if len(_SAID) > 1000:
             _SAID.clear()

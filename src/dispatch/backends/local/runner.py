@@ -21,14 +21,13 @@ not memory, and makes allocators fail in ways that look like application errors.
 A root that goes away (unmounted, renamed, replaced) is not the object's removal: the runner
 keeps the nodes running and writes nothing until the root is back. Only the object directory
 gone from a root that is still there (its marker with the same id) ends the object. A status
-the runner cannot write (a full disk) is the runner's problem, never the object's end: the
-nodes keep running and the status is written again once it can be (S16). The nodes' output
-goes through the runner (output.py), so a full disk or ``max_output_bytes`` drops output,
-never the job.
+the runner cannot write (a full disk) never ends the object: the nodes keep running and the
+status is written again once it can be (S16). Each new status, and each change of a node's
+progress file, is named in the root's change journal (journal.py). The nodes' output goes
+through the runner (output.py): a full disk or ``max_output_bytes`` drops output, not the job.
 
 SIGTERM, SIGINT and SIGHUP end the object as a stop does (the nodes are killed, SIGTERM then
 SIGKILL after the grace), also while the runner still waits for its object to be published.
-
 It imports nothing heavy: it starts once per object.
 """
 
@@ -54,16 +53,18 @@ from dispatch.backends.local.endings import (
     terminated_ending,
     time_limit_ending,
 )
+from dispatch.backends.local.journal import RunnerNotes
 from dispatch.backends.local.nodes import (
     Node,
     describe_exit,
     free_port,
     node_environment,
     node_error,
+    over_memory,
+    progress_files,
 )
 from dispatch.backends.local.output import NodeOutput
 from dispatch.backends.local.procs import (
-    PAGE_SIZE,
     become_subreaper,
     descendants,
     kill_marked,
@@ -126,6 +127,7 @@ class Runner:
         self.away = False  # the root is away (see here())
         self.marked_deadline: float | None = None
         self.failing: Node | None = None  # its bad exit or memory ended the object
+        self.notes = RunnerNotes(objdir, progress_files(objdir, meta.nodes))
 
     def log(self, message: str) -> None:
         # Straight to the file: a full disk loses the line, never the runner.
@@ -166,7 +168,7 @@ class Runner:
         beat_due = time.monotonic() - self.last_heartbeat >= HEARTBEAT_S
         if key == self.last_written and not beat_due and not force_heartbeat:
             return
-        if not self.write(status):
+        if not self.write(status, note=key != self.last_written):
             return
         self.last_written = key
         self.last_heartbeat = time.monotonic()
@@ -302,18 +304,12 @@ class Runner:
         limit = self.meta.memory
         if limit is None or self.ending is not None or self.started_at is None:
             return
-        procs = scan_procs()
-        for node in self.nodes:
-            # A node whose leader exited may have left processes behind: they still count.
-            if node.lost_at is not None or node.pid is None:
-                continue
-            tree = node.tree(procs)
-            rss = sum(procs[p].rss_pages for p in tree if p in procs) * PAGE_SIZE
-            if rss > limit:
-                kill_pids(tree, signal.SIGKILL)
-                self.failing = node
-                self.begin_end(*memory_ending(node.name, rss, limit, utcnow()), signal.SIGTERM)
-                return
+        over = over_memory(self.nodes, limit)
+        if over is not None:
+            self.failing, rss, tree = over
+            kill_pids(tree, signal.SIGKILL)
+            self.begin_end(*memory_ending(self.failing.name, rss, limit, utcnow()),
+                           signal.SIGTERM)
 
     def finish(self) -> bool:
         """Write the final status; False while the root is away (written once it is back)."""
@@ -340,9 +336,9 @@ class Runner:
         assert self.final is not None
         return self.write(self.final)
 
-    def write(self, status: ObjectStatus) -> bool:
-        """Write ``status``; False when it cannot be written now (the root away, a full
-        disk): the object goes on and the next step tries again."""
+    def write(self, status: ObjectStatus, note: bool = True) -> bool:
+        """Write ``status`` (``note``: and name it in the journal); False when it cannot be
+        written now (the root away, a full disk): the object goes on, the next step retries."""
         try:
             write_atomic(self.objdir / STATUS, msgspec.json.encode(status))
         except OSError as err:
@@ -354,6 +350,8 @@ class Runner:
         if self.cannot_write is not None:
             self.log(f"{STATUS} written again")
             self.cannot_write = None
+        if note:
+            self.notes.changed()
         return True
 
     def outputs(self) -> list[NodeOutput]:
@@ -407,12 +405,14 @@ class Runner:
                     output.drain()  # (a log removed to make room frees it now)
                     output.close()
                 if self.finish():
+                    self.notes.step()
                     return True
             if self.kill_deadline is not None and time.monotonic() >= self.kill_deadline:
                 self.kill_everything(signal.SIGKILL)
                 self.kill_deadline = time.monotonic() + 1.0
         if here:
             self.write_status()
+            self.notes.step()
         return False
 
     def here(self) -> bool:

@@ -113,14 +113,29 @@ def test_discover_of_200_objects_is_one_scan_and_no_subprocess(
     # live one.
     assert len(reads) == 1 + 201 + 200 + 100
 
-    # Steady state: meta, runner and ended reports never change, so only the root's marker
-    # (is the root still there?) and the live objects' status files are read again.
+    # Steady state (issue 49): nothing was written and every runner lives, so the look
+    # reads only the root's marker (is the root still there?): no scan, no status file.
     scans.clear()
     reads.clear()
-    again = backend.discover(tokens, []).objects
-    assert again == found
-    assert scans == [str(tmp_path / "objects")]
-    assert sorted(p.name for p in reads) == ["root.json"] + ["status.json"] * 100
+    steady = backend.discover(tokens, [])
+    assert steady.objects == found
+    assert scans == [] and [p.name for p in reads] == ["root.json"]
+    assert steady.changes is not None and steady.changes.keys == frozenset()
+
+    # One runner's new status, named in the journal as a runner names it: that object's
+    # status only is read, and the look says it changed.
+    from dispatch.backends.local.journal import note_change
+
+    reads.clear()
+    cause = Cause(kind=CauseKind.NODE_LOST, detail="node0 lost", at=T0)
+    lost = msgspec.structs.replace(running("l-00000001", "job1.1"), cause=cause, lost_since=T0)
+    (tmp_path / "objects" / "l-00000001" / "status.json").write_bytes(msgspec.json.encode(lost))
+    assert note_change(tmp_path, "l-00000001")
+    changed = backend.discover(tokens, [])
+    assert scans == [] and sorted(p.name for p in reads) == ["root.json", "status.json"]
+    assert changed.changes is not None and "l-00000001" in changed.changes.keys
+    assert changed.changes.since == steady.changes.look
+    assert {o.ref: o for o in changed.objects}["l-00000001"].lost_since == T0
 
 
 def test_refs_and_tokens_are_both_found_in_one_look(tmp_path: Path) -> None:
