@@ -20,6 +20,7 @@ from kubeflow_support import Clock, make_backend
 from test_kubeflow_scenarios import NODES, submit
 
 from dispatch.backends.kubeflow import KubeflowBackend
+from dispatch.backends.kubeflow.events import TRAINJOB_CREATION_FAILED
 from dispatch.core.model import Discovery, ObjectReport
 from kube_fake import FakeApiServer
 from kube_fake import trainer as tr
@@ -68,9 +69,9 @@ class Stage:
         elif what == "open":
             fake.update("TrainJob", ns, name, {"spec": {"suspend": False}})
         elif what == "event":
-            about = fake.get("TrainJob", ns, name) or {}
-            fake.put(tr.event(ns, about, "FailedCreate", f"quota exceeded {rng.random()}",
-                              count=rng.randint(1, 5)))
+            about = fake.get("TrainJob", ns, name) or {}  # read while it has no JobSet (M5)
+            fake.put(tr.event(ns, about, TRAINJOB_CREATION_FAILED,
+                              f"quota exceeded {rng.random()}", count=rng.randint(1, 5)))
         elif what == "delete":
             fake.remove("TrainJob", ns, name)
         elif what == "fail":
@@ -92,7 +93,12 @@ class Stage:
             tr.add_pod_condition(fake, ns, rng.choice(pods), tr.builtin_cond(
                 "DisruptionTarget", "True", "DeletionByTaintManager", "node lost", tr.T2))
         elif what == "node_lost":
-            fake.put(tr.node(rng.choice(NODES), lost=True, since=tr.T2))
+            node = tr.node(rng.choice(NODES), lost=True, since=tr.T2)
+            if rng.random() < 0.5:  # no time given: the window starts at the look's now
+                for t in node["spec"]["taints"]:
+                    del t["timeAdded"]
+                del node["status"]["conditions"][0]["lastTransitionTime"]
+            fake.put(node)
         elif what == "node_back":
             fake.put(tr.node(rng.choice(NODES)))
         elif what == "drop_watches":
