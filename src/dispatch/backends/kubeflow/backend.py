@@ -445,7 +445,8 @@ class KubeflowBackend:
             left = [p for p in look.pods.get(parse_ref(ref), []) if not is_evidence(p)]
             reports.append(report_pods_left(gone, left, self._last_state.get(ref)) if left
                            else gone)
-        for ref in [r for r in self._last_state if r not in wanted_refs | seen_refs]:
+        known = wanted_refs | seen_refs  # once, not per ref (a look over every job)
+        for ref in [r for r in self._last_state if r not in known]:
             del self._last_state[ref]
         for kept_for in (self._evidence, self._awaiting, self._blind_since):
             for ref in [r for r in kept_for if r not in seen_refs]:
