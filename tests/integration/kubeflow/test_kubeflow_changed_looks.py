@@ -6,22 +6,30 @@ random sequences of controller writes, deletions, lost nodes, Warning Events, cl
 watches and compactions (a re-LIST), each look of the two must be equal, and each look's
 ``Discovery.changes`` must name every job whose report differs from the previous look's: what
 a supervisor needs to decide on changed-only looks exactly what it decides on full ones
-(supervise/quiet.py)."""
+(supervise/quiet.py). And two supervisors, one on each kind of backend, must record the same
+decisions for the same staged history."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from kubeflow_support import Clock, make_backend
+from kubeflow_support import Clock, SettledBackend, make_backend
 from test_kubeflow_scenarios import NODES, submit
+from tests.specs import parse_spec
 
 from dispatch.backends.kubeflow import KubeflowBackend
 from dispatch.backends.kubeflow.events import TRAINJOB_CREATION_FAILED
+from dispatch.backends.kubeflow.informer import InformerSettings
 from dispatch.core.model import Discovery, ObjectReport
+from dispatch.core.record import fold
+from dispatch.service.requests import create_job
+from dispatch.stores.base import RecordStore
+from dispatch.stores.select import open_store
+from dispatch.supervise.loop import Supervisor
 from kube_fake import FakeApiServer
 from kube_fake import trainer as tr
 
@@ -173,3 +181,95 @@ def test_a_steady_look_maps_no_trainjob_and_a_change_maps_only_its_own(
         assert backend._reports.mapped == mapped + 1 + 4
     finally:
         backend.close()
+
+
+class EveryJobMapped(SettledBackend):
+    """Today's path: no change reported, every TrainJob mapped at every look."""
+
+    def discover(self, tokens: Iterable[str], refs: Iterable[str]) -> Discovery:
+        self._reports.kept.clear()
+        return super().discover(tokens, refs)
+
+
+def _events_of(store: RecordStore, job_id: str) -> list[tuple[str, str, str]]:
+    """A job's record as the decisions it holds: each event's type and, for a state, which."""
+    out = []
+    for e in store.read(job_id):
+        name = type(e).__struct_config__.tag
+        cause = getattr(e, "cause", None)
+        out.append((str(name), str(getattr(e, "state", "") or ""),
+                    str(cause.kind if cause is not None else "")))
+    return out
+
+
+def _serving(backend: KubeflowBackend) -> Callable[[str], KubeflowBackend]:
+    return lambda _name: backend
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_supervisor_on_changed_looks_decides_what_one_on_full_looks_decides(
+        fake: FakeApiServer, tmp_path: Path, clock: Clock, seed: int) -> None:
+    """Two supervisors, each with its own record and backend on the one stand-in: one whose
+    backend reports changes (quiet jobs skipped without comparing their objects), one whose
+    backend maps every TrainJob and reports none. The test plays the controllers on the pair
+    of TrainJobs of each job alike; every job's record must hold the same decisions."""
+    for n in NODES:
+        fake.put(tr.node(n))
+    rng = random.Random(seed)
+    spec = parse_spec({"name": "pair", "command": ["torchrun", "train.py"],
+                       "backend": "kubeflow", "nodes": len(NODES),
+                       "kubeflow": {"runtime": "torch-distributed", "image": "trainer:1"}})
+    sides = []
+    for side, kind in (("changed", SettledBackend), ("full", EveryJobMapped)):
+        (tmp_path / side).mkdir()
+        conf = fake.write_kubeconfig(tmp_path / side / "kubeconfig", namespace="team")
+        backend = kind(kubeconfig=str(conf), clock=clock, retries=1, backoff_s=0.0,
+                       timeout_s=2.0,
+                       informer_settings=InformerSettings(backoff_s=0.05, max_backoff_s=0.2))
+        backend.fake = fake
+        if kind is EveryJobMapped:
+            backend.reports_changes = False
+        store = open_store(f"sqlite://{tmp_path / side / 'r.sqlite3'}")
+        ids = [create_job(store, spec, backend.declarations(), clock()) for _ in range(4)]
+        sides.append((backend, store, ids, Supervisor(store, _serving(backend), clock=clock)))
+    made: set[str] = set()
+    try:
+        for _ in range(40):
+            for _, _, _, sup in sides:
+                sup.tick()
+            # the controllers: each pair of TrainJobs (job k of either record) gets the same
+            what = rng.choices(["materialize", "terminate", "fail", "node_lost", "node_back",
+                                "clock", "steady", "delete"], [4, 2, 0.7, 2, 2, 2, 2, 0.3])[0]
+            k = rng.randrange(4)
+            at = rng.choice([tr.T1, tr.T2])
+            for _, store, ids, _ in sides:
+                job = fold(store.read(ids[k]), clock())
+                refs = [s.ref for s in job.submissions if s.ref is not None]
+                ns, name = refs[-1].split("/") if refs else ("", "")
+                tj = fake.get("TrainJob", ns, name) if refs else None
+                if tj is None:
+                    continue
+                pods = sorted(p["metadata"]["name"] for p in fake.all("Pod")
+                              if p["metadata"]["labels"].get(tr.JOBSET_NAME_LABEL) == name)
+                if what == "materialize" and name not in made and not tj["spec"].get("suspend"):
+                    tr.materialize(fake, ns, name, NODES)
+                    made.add(name)
+                elif what == "terminate" and pods:
+                    tr.terminate(fake, ns, pods[0], reason="Error", exit_code=1, at=at)
+                elif what == "fail":
+                    tr.set_conditions(fake, "TrainJob", ns, name, tr.cond(
+                        "Failed", reason="FailedJobs", message="jobset failed", at=tr.T2))
+                elif what == "delete":
+                    fake.remove("TrainJob", ns, name)
+            if what == "node_lost":
+                fake.put(tr.node(rng.choice(NODES), lost=True, since=tr.T2))
+            elif what == "node_back":
+                fake.put(tr.node(rng.choice(NODES)))
+            elif what == "clock":
+                clock.now += timedelta(seconds=rng.choice([5, 30, 400]))
+        (_, a_store, a_ids, _), (_, b_store, b_ids, _) = sides
+        for k in range(4):
+            assert _events_of(a_store, a_ids[k]) == _events_of(b_store, b_ids[k]), (seed, k)
+    finally:
+        for backend, _, _, _ in sides:
+            backend.close()
