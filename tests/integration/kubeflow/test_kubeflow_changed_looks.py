@@ -58,7 +58,7 @@ class Stage:
         alive = [j for j in self.jobs if fake.get("TrainJob", j[1], j[2]) is not None]
         # weighted so that jobs live long enough to meet lost nodes, events and clock steps
         weights = {"submit": 2, "clock": 2, "steady": 1, "node_lost": 2, "node_back": 2,
-                   "drop_watches": 0.5, "compact": 0.5}
+                   "node_gone": 0.7, "drop_watches": 0.5, "compact": 0.5}
         if alive:
             weights.update(materialize=4, open=2, event=1, delete=0.4, fail=0.5, succeed=0.4)
         if any(self.pods.get(j[2]) for j in alive):
@@ -109,6 +109,8 @@ class Stage:
             fake.put(node)
         elif what == "node_back":
             fake.put(tr.node(rng.choice(NODES)))
+        elif what == "node_gone" and fake.get("Node", "", node_name := rng.choice(NODES)):
+            fake.remove("Node", "", node_name)
         elif what == "drop_watches":
             fake.drop_watches()
         elif what == "compact":

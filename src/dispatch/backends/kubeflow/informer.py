@@ -254,7 +254,10 @@ class Reflector:
         obj = project(self.kind, obj)  # what the cache keeps: the fields read
         touched = self._informer.touched
         if etype == "DELETED":
-            old = self.items.pop(name, None)
+            # the object as it was known, else as it went (a delete of one never listed)
+            last = self.items.pop(name, None) or obj
+            if touched is not None:
+                touched.changed(self.watched, last, None)
             kept = keep(self.watched, obj) if keep is not None else None
             if kept is not None:
                 self.gone[name] = kept
@@ -266,12 +269,12 @@ class Reflector:
             old = self.items.get(name)
             self.items[name] = obj
             was_gone = self.gone.pop(name, None)
-            if touched is not None and was_gone is not None:
-                touched.changed(self.watched, was_gone, None)
+            if touched is not None:
+                if was_gone is not None:
+                    touched.changed(self.watched, was_gone, None)
+                touched.changed(self.watched, old, obj)
         else:
             return  # an event type this client does not know: ignored, the next LIST corrects
-        if touched is not None:
-            touched.changed(self.watched, old, obj)
         self._informer.observed(self, etype, obj)
         self._informer.cond.notify_all()
 
