@@ -49,6 +49,7 @@ import msgspec
 from lightkube.types import CascadeType
 
 from dispatch.backends.base import DryRun, Submission, SubmitRejected
+from dispatch.backends.kubeflow.changes import Answers, Reports, Touched
 from dispatch.backends.kubeflow.client import (
     ApiAnswer,
     ClientSettings,
@@ -189,6 +190,13 @@ class KubeflowBackend:
         self._use_informer = informer
         self._informer_settings = informer_settings or InformerSettings()
         self._informer: Informer | None = None
+        # Issue 49: with the informer, a look maps again only the TrainJobs whose objects
+        # changed (changes.py) and says which reports changed (Discovery.changes).
+        self.reports_changes = informer
+        self._touched = Touched() if informer else None
+        self._reports = Reports()
+        self._clean_last = False  # the last look read the cache, nothing refused
+        self._answers = Answers()
         # ref -> (pod uid -> the pod's failure evidence), kept past the pod's deletion (M2)
         self._evidence: dict[str, dict[str, Any]] = {}
         # ref -> when a failed end without its evidence was first seen (M11)
@@ -215,7 +223,8 @@ class KubeflowBackend:
     def informer(self) -> Informer | None:
         """The list+watch cache, started by the first discover(); None with informer=False."""
         if self._use_informer and self._informer is None:
-            self._informer = Informer(self.kube, self._informer_settings, _keep_gone)
+            self._informer = Informer(self.kube, self._informer_settings, _keep_gone,
+                                      self._touched)
         return self._informer
 
     def _expect(self, namespace: str, name: str, seen: Predicate) -> None:
@@ -380,6 +389,10 @@ class KubeflowBackend:
         if look is None:
             look = look_listed(self.kube, namespaces)
         self.refusals.seen(look.refusals, look.asked)
+        # Kept reports stand only between two clean cache reads (a list may be ahead of it)
+        clean = look.touched is not None and not look.refusals
+        self._reports.forget(look.touched if clean and self._clean_last else None)
+        self._clean_last = clean
 
         reports: list[ObjectReport] = []
         seen_refs: set[str] = set()
@@ -399,6 +412,11 @@ class KubeflowBackend:
                 self._deleted[ref] = who
             elif who is not None:
                 self._deleted.setdefault(ref, who)
+            kept_report = self._reports.kept.get(ref)
+            if kept_report is not None:  # none of its objects changed: the same report
+                reports.append(kept_report)
+                continue
+            self._reports.mapped += 1
             pods, kept = with_evidence(look.pods.get((ns, name), []), self._evidence.get(ref, {}))
             if kept:
                 self._evidence[ref] = kept
@@ -416,7 +434,9 @@ class KubeflowBackend:
                                        functools.partial(self._failed_logs.tail_of, ns))
             report = self._failed_logs.with_log_error(ns, report, current)
             self._last_state[ref] = report.state
-            reports.append(self._remember_loss(report))
+            report = self._remember_loss(report)
+            self._reports.keep(tj, report)
+            reports.append(report)
         for ref in sorted(wanted_refs - seen_refs):
             if parse_ref(ref)[0] in look.refused:
                 continue
@@ -425,14 +445,16 @@ class KubeflowBackend:
             left = [p for p in look.pods.get(parse_ref(ref), []) if not is_evidence(p)]
             reports.append(report_pods_left(gone, left, self._last_state.get(ref)) if left
                            else gone)
-        for ref in [r for r in self._last_state if r not in wanted_refs | seen_refs]:
+        known = wanted_refs | seen_refs  # once, not per ref (a look over every job)
+        for ref in [r for r in self._last_state if r not in known]:
             del self._last_state[ref]
         for kept_for in (self._evidence, self._awaiting, self._blind_since):
             for ref in [r for r in kept_for if r not in seen_refs]:
                 del kept_for[ref]
-        return Discovery(
-            at=now, objects=tuple(reports), complete=not look.refused and not withheld
-        )
+        self._reports.prune(seen_refs)
+        changes = self._answers.changes(reports) if self.reports_changes else None
+        return Discovery(at=now, objects=tuple(reports),
+                         complete=not look.refused and not withheld, changes=changes)
 
     def _withheld(self, ref: str, report: ObjectReport, now: datetime) -> bool:
         """A failed end whose evidence has not arrived (M11: the TrainJob's Failed came on its

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dispatch.backends.kubeflow.changes import Touched
 from dispatch.backends.kubeflow.client import (
     BACKEND,
     ApiAnswer,
@@ -177,6 +178,8 @@ class Reflector:
                         self._relist = False
                         inf.heard()
                         inf.relisted(self, started)
+                        if inf.touched is not None:
+                            inf.touched.relisted(w)
                         inf.cond.notify_all()
                     need_list = False
                     failures = 0
@@ -249,16 +252,27 @@ class Reflector:
         name = str(_meta(obj).get("name"))
         keep = self._informer.keep_gone
         obj = project(self.kind, obj)  # what the cache keeps: the fields read
+        touched = self._informer.touched
         if etype == "DELETED":
-            self.items.pop(name, None)
+            # the object as it was known, else as it went (a delete of one never listed)
+            last = self.items.pop(name, None) or obj
+            if touched is not None:
+                touched.changed(self.watched, last, None)
             kept = keep(self.watched, obj) if keep is not None else None
             if kept is not None:
                 self.gone[name] = kept
                 if len(self.gone) > GONE_KEPT:
-                    del self.gone[next(iter(self.gone))]
+                    evicted = self.gone.pop(next(iter(self.gone)))
+                    if touched is not None:
+                        touched.changed(self.watched, evicted, None)
         elif etype in ("ADDED", "MODIFIED"):
+            old = self.items.get(name)
             self.items[name] = obj
-            self.gone.pop(name, None)
+            was_gone = self.gone.pop(name, None)
+            if touched is not None:
+                if was_gone is not None:
+                    touched.changed(self.watched, was_gone, None)
+                touched.changed(self.watched, old, obj)
         else:
             return  # an event type this client does not know: ignored, the next LIST corrects
         self._informer.observed(self, etype, obj)
@@ -271,6 +285,8 @@ class View:
 
     objects: dict[Watched, list[dict[str, Any]]] = field(default_factory=dict)
     refused: dict[Watched, ApiAnswer] = field(default_factory=dict)
+    # What changed since the previous view, taken with these objects (informer ``touched``)
+    touched: Touched | None = None
 
 
 class Informer:
@@ -281,9 +297,12 @@ class Informer:
         kube: KubeClient,
         settings: InformerSettings = InformerSettings(),
         keep_gone: KeepGone | None = None,
+        touched: Touched | None = None,
     ) -> None:
         self.kube = kube
         self.keep_gone = keep_gone
+        # Told of every LIST and every change to a cached object, under the lock (changes.py)
+        self.touched = touched
         self.settings = settings
         self.cond = threading.Condition()
         self.stopping = threading.Event()
@@ -381,6 +400,8 @@ class Informer:
                         f"watch broken for more than {s.stale_after_s}s: {r.error}",
                     )
                 out.objects[w] = [*r.items.values(), *r.gone.values()]
+            if self.touched is not None:
+                out.touched = self.touched.take()
             return out
 
     def _check_not_stalled(self) -> None:

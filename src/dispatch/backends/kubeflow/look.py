@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from dispatch.backends.kubeflow.changes import Touched
 from dispatch.backends.kubeflow.client import (
     ApiAnswer,
     EventRes,
@@ -40,8 +41,6 @@ def collections_of(namespace: str) -> tuple[Watched, Watched, Watched, Watched]:
     )
 
 
-
-
 @dataclass
 class Look:
     """The raw objects of one discover(), however they were read."""
@@ -57,6 +56,8 @@ class Look:
     # Each collection read and each one refused, with the API server's answer (refusals.py)
     asked: set[Watched] = field(default_factory=set)
     refusals: dict[Watched, ApiAnswer] = field(default_factory=dict)
+    # What changed since the informer's previous view (changes.py); None: lists, cannot tell
+    touched: Touched | None = None
 
     def add(
         self,
@@ -127,4 +128,5 @@ def look_cached(informer: Informer, namespaces: set[str]) -> Look | None:
         look.events[ns] = view.objects.get(events_of(ns), [])  # refused: as nodes
     look.nodes = view.objects.get(NODES, [])  # refused nodes: as with lists
     look.nodes_refused = NODES in view.refused
+    look.touched = view.touched
     return look
