@@ -129,6 +129,7 @@ def failure_cause(
         kind=found.kind,
         provenance=found.provenance,
         detail=join_words(said, found.detail),
+        note=found.note,
         exit_code=found.exit_code,
         at=found.at or at,
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dispatch.backends.kubeflow.objects import (
@@ -95,6 +95,49 @@ def pod_ref(pod: Mapping[str, Any]) -> str:
     return f"pod {namespace_of(pod)}/{name_of(pod)}"
 
 
+def deletion_asked(pod: Any) -> datetime | None:
+    """When the pod's deletion was asked, if it is being deleted: the API server sets
+    ``deletionTimestamp`` to the request's time plus the grace it gives the pod
+    (``deletionGracePeriodSeconds``); without the grace, the timestamp itself."""
+    md = as_map(as_map(pod).get("metadata"))
+    at = parse_time(md.get("deletionTimestamp"))
+    if at is None:
+        return None
+    grace = as_int(md.get("deletionGracePeriodSeconds"))
+    return at - timedelta(seconds=grace) if grace is not None and grace > 0 else at
+
+
+def ended_by_deletion(pod: Any, term: Mapping[str, Any]) -> bool:
+    """Whether a container's bad end came from its pod's deletion: it finished at or after
+    the deletion was asked (the kubelet's SIGTERM, then SIGKILL at the grace's end: 143 or
+    137), not OOMKilled (the memory cgroup's own verdict stands). A person's ``kubectl delete
+    pod``, or the Job controller's delete of a crash-looping pod whose last restart was still
+    running when the Job reached its backoffLimit: never the application's own end."""
+    asked = deletion_asked(pod)
+    finished = parse_time(term.get("finishedAt"))
+    return (asked is not None and finished is not None and finished >= asked
+            and as_str(term.get("reason")) != "OOMKilled")
+
+
+def terminations(pod: Any, cs: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The terminations of one container that say how it ended: its state's, else its last
+    state's; both when the state's end came from the pod's deletion (the earlier failure
+    of a restarted container is why it was deleted)."""
+    out: list[Mapping[str, Any]] = []
+    for holder in (as_map(cs.get("state")), as_map(cs.get("lastState"))):
+        term = as_map(holder.get("terminated"))
+        if term:
+            out.append(term)
+            if not ended_by_deletion(pod, term):
+                break
+    return out
+
+
+DELETED_NOTE = ("its pod was deleted before the container ended (a person or a controller: "
+                "the API server does not say who); the kill was the deletion's, not the "
+                "application's own end")
+
+
 def _terminated_signal(
     pod: Mapping[str, Any], cs: Mapping[str, Any], term: Mapping[str, Any]
 ) -> tuple[int, datetime | None, Cause] | None:
@@ -118,6 +161,12 @@ def _terminated_signal(
         )
     if code is None or code == 0:
         return None
+    if ended_by_deletion(pod, term):
+        md = as_map(pod.get("metadata"))
+        said += (f"; deletionTimestamp={md.get('deletionTimestamp')}"
+                 f" deletionGracePeriodSeconds={md.get('deletionGracePeriodSeconds')}")
+        return RANK_EXIT, at, Cause(kind=CauseKind.UNKNOWN, detail=said, exit_code=code, at=at,
+                                    note=DELETED_NOTE)
     if code == 137:
         # SIGKILL without OOMKilled: a kill from anywhere; never guessed as the app's own exit.
         return RANK_EXIT, at, Cause(kind=CauseKind.UNKNOWN, detail=said, exit_code=code, at=at)
@@ -185,13 +234,10 @@ def pod_end_signals(pod: Any) -> list[tuple[int, datetime | None, Cause]]:
             )
         )
     for cs in _container_statuses(p):
-        for holder in (as_map(cs.get("state")), as_map(cs.get("lastState"))):
-            term = as_map(holder.get("terminated"))
-            if term:
-                sig = _terminated_signal(p, cs, term)
-                if sig is not None:
-                    found.append(sig)
-                break
+        for term in terminations(p, cs):
+            sig = _terminated_signal(p, cs, term)
+            if sig is not None:
+                found.append(sig)
     return found
 
 
@@ -391,24 +437,23 @@ def evidence_of(pod: Any) -> dict[str, Any] | None:
     """What a pod says about a failure, kept as a pod that has ended (phase Failed) so the
     mapping reads it the same way once the Job controller has deleted the pod: its
     identifying metadata, node, disruption condition, the kubelet's status words, and each
-    container's last bad termination (exit code, reason, message) as its state. None when the
-    pod shows no failure. Pure."""
+    container's last bad termination (exit code, reason, message) as its state (and the one
+    before it, as its last state, when the pod's deletion ended it: ``terminations``). None
+    when the pod shows no failure. Pure."""
     p = as_map(pod)
     status = as_map(p.get("status"))
     kept: dict[str, list[dict[str, Any]]] = {}
     for key in ("initContainerStatuses", "containerStatuses"):
         for cs in as_list(status.get(key)):
             c = as_map(cs)
-            for holder in (as_map(c.get("state")), as_map(c.get("lastState"))):
-                term = as_map(holder.get("terminated"))
-                if term:
-                    if _ended_badly(term):
-                        kept.setdefault(key, []).append({
-                            "name": c.get("name"),
-                            "restartCount": c.get("restartCount"),
-                            "state": {"terminated": dict(term)},
-                        })
-                    break
+            terms = terminations(p, c)
+            if any(_ended_badly(t) for t in terms):
+                entry: dict[str, Any] = {"name": c.get("name"),
+                                         "restartCount": c.get("restartCount"),
+                                         "state": {"terminated": dict(terms[0])}}
+                if len(terms) > 1:  # ended by the deletion: the failure before it too
+                    entry["lastState"] = {"terminated": dict(terms[1])}
+                kept.setdefault(key, []).append(entry)
     disruption = true_condition(p, "DisruptionTarget")
     kubelet = as_str(status.get("reason")) in KUBELET_POD_REASONS
     if not kept and disruption is None and not kubelet:
@@ -426,7 +471,7 @@ def evidence_of(pod: Any) -> dict[str, Any] | None:
         "metadata": {
             key: md.get(key)
             for key in ("name", "namespace", "uid", "labels", "annotations",
-                        "creationTimestamp")
+                        "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds")
             if md.get(key) is not None
         },
         "spec": {"nodeName": pod_node(p)} if pod_node(p) else {},

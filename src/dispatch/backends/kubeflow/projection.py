@@ -66,7 +66,8 @@ LABELS = Keys((TOKEN_LABEL, MANAGED_LABEL, JOBSET_NAME_LABEL, RESTART_ATTEMPT_LA
 ANNOTATIONS = Keys((GATE_ANNOTATION, STOP_ANNOTATION, JOB_RESTART_ATTEMPT_LABEL))
 METADATA: dict[str, Shape] = {"labels": LABELS, "annotations": ANNOTATIONS}
 METADATA.update((key, WHOLE) for key in ("name", "namespace", "uid", "resourceVersion",
-                                         "creationTimestamp", "deletionTimestamp"))
+                                         "creationTimestamp", "deletionTimestamp",
+                                         "deletionGracePeriodSeconds"))
 CONDITION: dict[str, Shape] = {
     key: WHOLE for key in ("type", "status", "reason", "message", "lastTransitionTime")
 }
