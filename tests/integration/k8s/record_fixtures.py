@@ -36,6 +36,7 @@ from dispatch.backends.kubeflow.look import NODES, collections_of, events_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from k8s_helpers import TESTBED, get, items, kubectl, ready_pods  # noqa: E402
+from real_app import App  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 OUT = REPO / "tests" / "fixtures" / "k8s-recorded"
@@ -59,6 +60,9 @@ class Scenario:
     fields: dict[str, Any] = field(default_factory=dict)
     # what a person or the cluster does while `dispatch run` runs (None: let it end)
     act: Callable[[Run], None] | None = None
+    # recorded on the real nodes (issue 46) where they differ from KWOK: real_app.APP's mode
+    # and argument, run on $DISPATCH_K8S_REAL_RUNTIME (``runtime`` and ``env`` unused)
+    real: tuple[str, int] | None = None
 
 
 class Run:
@@ -207,8 +211,10 @@ SCENARIOS: dict[str, Scenario] = {
     "node-lost": Scenario(LONG, fields={"policy": RESUBMIT}, act=lose_node),
     "node-flap": Scenario({"DISPATCH_TESTBED_SECONDS": "45"}, fields={"policy": RESUBMIT},
                           act=flap_node),
-    "time-limit": Scenario(LONG, runtime=OURS, fields={"time_limit": "6s"}),
-    "deleted": Scenario(LONG, runtime=OURS, fields={"policy": RESUBMIT}, act=delete_trainjob),
+    # real containers: Python as PID 1 deaf to SIGTERM ends 137 at the grace's end (KWOK: 143)
+    "time-limit": Scenario({}, fields={"time_limit": "6s"}, real=("ignore", 600)),
+    "deleted": Scenario({}, fields={"policy": RESUBMIT}, act=delete_trainjob,
+                        real=("ignore", 600)),
     "unschedulable": Scenario(LONG, nodes=5, runtime=OURS, kubeflow=WHOLE_NODE,
                               act=pods_say("Unschedulable")),
     "image-pull": Scenario({"DISPATCH_TESTBED_IMAGE_ERROR": "1"}, act=pods_say("ErrImagePull")),
@@ -296,6 +302,12 @@ def record(name: str, namespace: str) -> Path:
     sc = SCENARIOS[name]
     clean(namespace)
     kube = KubeClient(ClientSettings(kubeconfig=os.environ["DISPATCH_KUBECONFIG"]))
+    command, runtime, section = ["python", "train.py"], sc.runtime, dict(sc.kubeflow)
+    if sc.real is not None:
+        app = App(Path(os.environ["DISPATCH_K8S_REAL_SHARED"]))
+        command = app.command(*sc.real)
+        runtime = os.environ["DISPATCH_K8S_REAL_RUNTIME"]
+        section["node_selector"] = {"dispatch.testbed/real": "true"}
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / f"{name}.yaml"
         spec.write_text(
@@ -303,10 +315,10 @@ def record(name: str, namespace: str) -> Path:
                 {
                     "name": f"rec-{name}",
                     "backend": "kubeflow",
-                    "command": ["python", "train.py"],
+                    "command": command,
                     "nodes": sc.nodes,
                     "env": sc.env,
-                    "kubeflow": {"namespace": namespace, "runtime": sc.runtime, **sc.kubeflow},
+                    "kubeflow": {"namespace": namespace, "runtime": runtime, **section},
                     **sc.fields,
                 }
             )
