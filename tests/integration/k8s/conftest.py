@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from k8s_helpers import kubectl, testbed_problem
+from real_nodes import real_runtime, real_shared  # noqa: F401  (fixtures for this folder)
 from tests.e2e.conftest import Dispatch
 
 
