@@ -73,7 +73,12 @@ from dispatch.backends.kubeflow.objects import (
 from dispatch.backends.kubeflow.origin import check_context
 from dispatch.backends.kubeflow.pod_errors import error_of, first_failed_container
 from dispatch.backends.kubeflow.podlogs import PodLog, log_tail, pod_logs
-from dispatch.backends.kubeflow.pods import evidence_of, is_evidence, with_evidence
+from dispatch.backends.kubeflow.pods import (
+    carry_deletion,
+    evidence_of,
+    is_evidence,
+    with_evidence,
+)
 from dispatch.backends.kubeflow.refusals import Refusals
 from dispatch.core.app_error import AppError
 from dispatch.core.model import (
@@ -99,6 +104,11 @@ LOG_ERRORS_KEPT = 4096
 def _keep_gone(watched: Watched, obj: dict[str, Any]) -> dict[str, Any] | None:
     """A deleted pod's failure evidence, kept by the informer past the deletion (M2)."""
     return evidence_of(obj) if watched.res is PodRes else None
+
+
+def _carry(watched: Watched, before: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
+    """A pod's next version, with when its deletion was first asked (``carry_deletion``)."""
+    return carry_deletion(before, obj) if watched.res is PodRes else obj
 
 
 def _created(uid: str) -> Predicate:
@@ -218,7 +228,7 @@ class KubeflowBackend:
     def informer(self) -> Informer | None:
         """The list+watch cache, started by the first discover(); None with informer=False."""
         if self._use_informer and self._informer is None:
-            self._informer = Informer(self.kube, self._informer_settings, _keep_gone)
+            self._informer = Informer(self.kube, self._informer_settings, _keep_gone, _carry)
         return self._informer
 
     def _expect(self, namespace: str, name: str, seen: Predicate) -> None:

@@ -95,16 +95,43 @@ def pod_ref(pod: Mapping[str, Any]) -> str:
     return f"pod {namespace_of(pod)}/{name_of(pod)}"
 
 
+# Set on a pod by the informer (``carry_deletion``) and kept in its evidence: when its
+# deletion was first asked. The pod's own metadata stops saying it once the kubelet has ended
+# the containers: its last delete (grace 0) moves ``deletionTimestamp`` to that moment, after
+# the containers' end (seen on the real nodes, issue 46).
+DELETION_ASKED = "dispatchDeletionAsked"
+
+
+def _stamp(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def deletion_asked(pod: Any) -> datetime | None:
     """When the pod's deletion was asked, if it is being deleted: the API server sets
     ``deletionTimestamp`` to the request's time plus the grace it gives the pod
-    (``deletionGracePeriodSeconds``); without the grace, the timestamp itself."""
-    md = as_map(as_map(pod).get("metadata"))
+    (``deletionGracePeriodSeconds``); without the grace, the timestamp itself; the earlier
+    ask an earlier version of the pod showed (``DELETION_ASKED``) when known."""
+    p = as_map(pod)
+    md = as_map(p.get("metadata"))
     at = parse_time(md.get("deletionTimestamp"))
-    if at is None:
-        return None
-    grace = as_int(md.get("deletionGracePeriodSeconds"))
-    return at - timedelta(seconds=grace) if grace is not None and grace > 0 else at
+    if at is not None:
+        grace = as_int(md.get("deletionGracePeriodSeconds"))
+        at = at - timedelta(seconds=grace) if grace is not None and grace > 0 else at
+    first = parse_time(p.get(DELETION_ASKED))
+    known = [t for t in (at, first) if t is not None]
+    return min(known) if known else None
+
+
+def carry_deletion(old: Any, new: dict[str, Any]) -> dict[str, Any]:
+    """``new``, the next version of a pod, with when its deletion was first asked as ``old``
+    (the version before it) showed it, when that is earlier than what ``new`` says. Pure."""
+    asked = deletion_asked(old)
+    if asked is None:
+        return new
+    said = deletion_asked(new)
+    if said is not None and said <= asked:
+        return new
+    return {**new, DELETION_ASKED: _stamp(asked)}
 
 
 def ended_by_deletion(pod: Any, term: Mapping[str, Any]) -> bool:
@@ -165,8 +192,11 @@ def _terminated_signal(
         md = as_map(pod.get("metadata"))
         said += (f"; deletionTimestamp={md.get('deletionTimestamp')}"
                  f" deletionGracePeriodSeconds={md.get('deletionGracePeriodSeconds')}")
+        asked = deletion_asked(pod)
+        note = DELETED_NOTE if asked is None else (
+            f"{DELETED_NOTE} (its deletion was asked at {_stamp(asked)})")
         return RANK_EXIT, at, Cause(kind=CauseKind.UNKNOWN, detail=said, exit_code=code, at=at,
-                                    note=DELETED_NOTE)
+                                    note=note)
     if code == 137:
         # SIGKILL without OOMKilled: a kill from anywhere; never guessed as the app's own exit.
         return RANK_EXIT, at, Cause(kind=CauseKind.UNKNOWN, detail=said, exit_code=code, at=at)
@@ -467,7 +497,7 @@ def evidence_of(pod: Any) -> dict[str, Any] | None:
     if kubelet:
         out_status["reason"] = status.get("reason")
         out_status["message"] = status.get("message")
-    return {
+    out: dict[str, Any] = {
         "metadata": {
             key: md.get(key)
             for key in ("name", "namespace", "uid", "labels", "annotations",
@@ -478,17 +508,27 @@ def evidence_of(pod: Any) -> dict[str, Any] | None:
         "status": out_status,
         GONE: True,
     }
+    asked = deletion_asked(p)
+    if asked is not None:
+        out[DELETION_ASKED] = _stamp(asked)
+    return out
 
 
 def with_evidence(
     pods: list[Any], kept: Mapping[str, Any]
 ) -> tuple[list[Any], dict[str, Any]]:
     """The pods to map (those the API server still has, plus the kept evidence of those it no
-    longer has) and the evidence to keep (by pod uid; the newest look of a pod wins). Pure."""
+    longer has) and the evidence to keep (by pod uid; the newest look of a pod wins, but a
+    pod keeps when its deletion was first asked, as its kept evidence said: carry_deletion).
+    Pure."""
     now_kept = dict(kept)
     present = set()
+    out: list[Any] = []
     for pod in pods:
         uid = as_str(as_map(as_map(pod).get("metadata")).get("uid"))
+        if uid is not None and uid in kept and isinstance(pod, dict):
+            pod = carry_deletion(kept[uid], pod)
+        out.append(pod)
         if uid is None:
             continue
         present.add(uid)
@@ -496,4 +536,4 @@ def with_evidence(
         if found is not None:
             now_kept[uid] = found
     gone = [ev for uid, ev in now_kept.items() if uid not in present]
-    return [*pods, *gone], now_kept
+    return [*out, *gone], now_kept

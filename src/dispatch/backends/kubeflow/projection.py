@@ -37,6 +37,7 @@ from dispatch.backends.kubeflow.objects import (
     STOP_ANNOTATION,
     TOKEN_LABEL,
 )
+from dispatch.backends.kubeflow.pods import DELETION_ASKED
 
 WHOLE = True  # a value kept as it is (a container's state, a scalar)
 SHORT = 64  # strings up to this long are interned (words, names, uids, timestamps)
@@ -99,6 +100,7 @@ SHAPES: dict[str, dict[str, Shape]] = {
     },
     "Pod": {
         "metadata": METADATA,
+        DELETION_ASKED: WHOLE,  # the informer's own note (pods.carry_deletion), kept as it is
         "spec": {"nodeName": WHOLE},
         "status": {
             "phase": WHOLE,

@@ -20,7 +20,12 @@ from dispatch.backends.kubeflow.objects import (  # noqa: E402
     TOKEN_LABEL,
 )
 from dispatch.backends.kubeflow.pod_errors import first_pod_error  # noqa: E402
-from dispatch.backends.kubeflow.pods import evidence_of, pod_end_signals  # noqa: E402
+from dispatch.backends.kubeflow.pods import (  # noqa: E402
+    carry_deletion,
+    evidence_of,
+    pod_end_signals,
+    with_evidence,
+)
 from dispatch.core.model import CauseKind, Provenance, State  # noqa: E402
 from kube_fake import schemas  # noqa: E402
 from kube_fake.trainer import builtin_cond, cond  # noqa: E402
@@ -159,3 +164,27 @@ def test_a_pod_not_being_deleted_keeps_137_as_unknown_without_a_deletion_note() 
     report = _read([killed])
     assert (report.cause.kind, report.cause.exit_code) == (CauseKind.UNKNOWN, 137)
     assert "deleted" not in (report.cause.note or "")
+
+
+def test_the_kubelets_last_delete_does_not_hide_when_the_deletion_was_asked() -> None:
+    # Seen on the real nodes: once the kubelet has ended the container it deletes the pod
+    # again with grace 0, which moves deletionTimestamp to that moment, after the container's
+    # end; only the version before says when the deletion was asked. The informer carries it
+    # from version to version (carry_deletion), and so does the evidence kept across looks.
+    asked = _pod(0, {"running": {"startedAt": STARTED}})  # deletionTimestamp = ask + 30 s
+    final = _pod(0, _ended(143, TERMED), deleting="2026-12-07T10:01:02Z")
+    final["metadata"]["deletionGracePeriodSeconds"] = 0
+    schemas.validate("Pod", final)
+    assert _read([final]).cause.kind is CauseKind.NON_ZERO_EXIT  # alone, it cannot tell
+    carried = carry_deletion(asked, final)
+    for pods in ([carried], [evidence_of(carried)]):
+        report = _read(pods)  # type: ignore[list-item]
+        assert (report.cause.kind, report.cause.exit_code) == (CauseKind.UNKNOWN, 143), report
+        assert "deleted" in report.cause.note and report.executions[-1].error is None
+    # across looks: the evidence of the last look keeps the first look's ask
+    _, kept = with_evidence([_pod(0, _ended(143, TERMED))], {})
+    pods, kept = with_evidence([final], kept)
+    assert _read(pods).cause.kind is CauseKind.UNKNOWN
+    # a version that never showed a deletion carries nothing
+    assert carry_deletion(_pod(0, {"running": {"startedAt": STARTED}}, deleting=None),
+                          final) is final
