@@ -197,7 +197,7 @@ def test_a_lost_real_node_is_fenced_and_the_replacement_waits_for_the_old_pod(
 @pytest.fixture
 def onfailure_runtime(real_runtime: str) -> Iterator[str]:
     """The real runtime as the stock one restarts: restartPolicy OnFailure, and a
-    backoffLimit of 2 (the stock 6 under the kubelet's real back-off, 10 s doubling, would
+    backoffLimit of 3 (the stock 6 under the kubelet's real back-off, 10 s doubling, would
     take ten minutes), the image pulled IfNotPresent."""
     body = json.loads(kubectl("get", "clustertrainingruntime", real_runtime, "-o",
                               "json").stdout)
@@ -205,7 +205,7 @@ def onfailure_runtime(real_runtime: str) -> Iterator[str]:
     body["metadata"] = {"name": name, "labels": body["metadata"].get("labels", {})}
     for rjob in body["spec"]["template"]["spec"]["replicatedJobs"]:
         job = rjob["template"]["spec"]
-        job["backoffLimit"] = 2
+        job["backoffLimit"] = 3
         pod = job["template"]["spec"]
         pod["restartPolicy"] = "OnFailure"
         for c in pod.get("containers", []):
@@ -219,23 +219,23 @@ def onfailure_runtime(real_runtime: str) -> Iterator[str]:
 
 def test_a_real_crash_loop_is_recovering_with_the_real_exit_code_then_failed(
         cli: Dispatch, namespace: str, onfailure_runtime: str, app: App) -> None:
-    # Two starts exit 3; the Job's backoffLimit (2 restarts) is reached when the kubelet
-    # restarts it a second time, and the Job controller deletes the pod while that third run
+    # Three starts exit 3; the Job's backoffLimit (3 restarts) is reached when the kubelet
+    # restarts it a third time, and the Job controller deletes the pod while that fourth run
     # runs (deaf to SIGTERM: 137 at the grace's end). dispatch reads recovering while the
-    # kubelet backs off, with the real exit code, restart count and the kubelet's words, then
+    # kubelet backs off (the container shown terminated in a Running pod: 10 s after the
+    # second crash, 20 s after the third), with the real exit code and restart count, then
     # failed with the crash's exit code and message, never the kill's 137.
-    proc = cli.spawn("run", str(real_spec(cli, namespace, "loop", app.command("crash", 2),
+    proc = cli.spawn("run", str(real_spec(cli, namespace, "loop", app.command("crash", 3),
                                           onfailure_runtime)), "--json", "--poll", "0.5")
     try:
         app.wait("exit 3", 2)
-        # after the second crash the kubelet backs off (10 s, then 20 s): recovering
         st = cli.wait_for("loop", lambda s: s["state"] == "recovering", timeout=120)
     finally:
         final, err = _finish(proc)
     cause = st["cause"]
     assert cause["kind"] == "non-zero-exit" and cause["exit_code"] == 3, st
-    assert "CrashLoopBackOff" in cause["detail"] and "back-off" in cause["detail"], cause
-    assert "restartCount=" in cause["detail"], cause
+    assert "restartCount=" in cause["detail"] and "exitCode=3" in cause["detail"], cause
+    assert "ValueError: loss is nan" in cause["detail"], cause
     assert "restarted in place by Kubernetes" in cause["note"], cause
     assert final["state"] == "failed" and kind(final) == "non-zero-exit", (final, err[-3000:])
     assert final["cause"]["exit_code"] == 3, final
@@ -311,7 +311,9 @@ def test_a_person_deleting_one_rank_is_not_an_application_error(
     assert not final.get("application_error"), final
     assert final["submissions"] == 1  # unknown: no rule resubmits it
     assert "non-zero-exit" not in causes_in_history(cli, "rank")
-    assert [e[2] for e in app.said("sigterm")][0] == "0", app.events()
+    # SIGTERM reached both processes: rank 0's from the person, rank 1's from the Job
+    # controller (which counts a pod being deleted as failed at once, so rank 1 may be first)
+    assert sorted(e[2] for e in app.said("sigterm")) == ["0", "1"], app.events()
 
 
 def test_the_time_limit_on_real_containers_is_time_limit_without_an_application_error(

@@ -298,23 +298,47 @@ def pending_signal(pod: Any) -> tuple[State, Cause] | None:
     return None
 
 
+def _between_restarts(p: Mapping[str, Any], cs: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The termination of a container the kubelet will restart in place after its back-off:
+    ended badly, in a pod that is still Running (not being deleted) under a restartPolicy
+    that restarts (OnFailure, Always); empty otherwise. A real kubelet shows this for most of
+    the back-off, CrashLoopBackOff only for a moment before the next start (issue 46)."""
+    term = as_map(as_map(cs.get("state")).get("terminated"))
+    if (not term or not _ended_badly(term) or as_str(as_map(p.get("status")).get("phase"))
+            != "Running" or as_map(p.get("metadata")).get("deletionTimestamp")
+            or as_str(as_map(p.get("spec")).get("restartPolicy")) == "Never"):
+        return {}
+    return term
+
+
 def crash_loop(pod: Any) -> tuple[State, Cause] | None:
     """A container Kubernetes restarts in place (a runtime's ``restartPolicy: OnFailure``;
-    JobSet's webhook defaults it): restartCount > 0 and a last termination. Waiting again
-    (CrashLoopBackOff or any other wait): recovering, the cause read from that last termination
-    (exit code, reason, message); running again: running, the restarts in dispatch's note.
-    None when no container of the pod was restarted."""
+    JobSet's webhook defaults it). Between two runs (terminated in a Running pod, waiting
+    for its back-off, ``_between_restarts``; or waiting again: CrashLoopBackOff or any other
+    wait, after a restart): recovering, the cause read from its last termination (exit code,
+    reason, message), restartCount in the detail; running again after a restart: running, the
+    restarts in dispatch's note. None when no container of the pod is in a crash loop."""
     p = as_map(pod)
     for cs in _container_statuses(p):
         count = as_int(cs.get("restartCount")) or 0
-        term = as_map(as_map(cs.get("lastState")).get("terminated"))
-        if count <= 0 or not term:
-            continue
         state = as_map(cs.get("state"))
         note = (
             f"restarted in place by Kubernetes {count} time(s) (restartPolicy OnFailure),"
             " not by a dispatch rule"
         )
+        ended = _between_restarts(p, cs)
+        if ended:
+            sig = _terminated_signal(p, cs, ended)
+            if sig is not None:
+                _, _, last = sig
+                said = f"{pod_ref(p)} container {cs.get('name')}: restartCount={count}"
+                return State.RECOVERING, Cause(
+                    kind=last.kind, provenance=last.provenance,
+                    detail=f"{said}; {last.detail}", exit_code=last.exit_code,
+                    note=f"{note}; the kubelet restarts it after its back-off", at=last.at)
+        term = as_map(as_map(cs.get("lastState")).get("terminated"))
+        if count <= 0 or not term:
+            continue
         sig = _terminated_signal(p, cs, term)
         waiting = as_map(state.get("waiting"))
         if not waiting:

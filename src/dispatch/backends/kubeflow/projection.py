@@ -101,7 +101,7 @@ SHAPES: dict[str, dict[str, Shape]] = {
     "Pod": {
         "metadata": METADATA,
         DELETION_ASKED: WHOLE,  # the informer's own note (pods.carry_deletion), kept as it is
-        "spec": {"nodeName": WHOLE},
+        "spec": {"nodeName": WHOLE, "restartPolicy": WHOLE},
         "status": {
             "phase": WHOLE,
             "startTime": WHOLE,

@@ -1079,3 +1079,35 @@ def test_our_gate_is_gated_a_persons_suspend_is_a_hold_not_our_gate() -> None:
     assert persons.cause.kind is CauseKind.HELD
     assert persons.cause.provenance is Provenance.SCHEDULER
     assert "TrainJob is suspended" in persons.cause.detail
+
+
+def test_a_crash_loop_between_restarts_on_a_real_kubelet_is_recovering() -> None:
+    # Seen on the real nodes (issue 46): for most of the back-off the kubelet shows the
+    # container terminated (its last exit) in a pod still Running, restartCount counting the
+    # restarts so far; CrashLoopBackOff shows only for a moment before the next start. Read
+    # running before (goodput counted the back-off as running).
+    now = terminated("Error", 3)
+    now["terminated"]["message"] = "ValueError: loss is nan"
+    looping = crash_looping(1, terminated("Error", 3, at=T0), now)
+    looping["spec"]["restartPolicy"] = "OnFailure"
+    report = row(trainjob(), jobset(), [job()], [looping])
+    assert report.state is State.RECOVERING, report
+    assert (report.cause.kind, report.cause.exit_code) == (CauseKind.NON_ZERO_EXIT, 3)
+    assert report.cause.provenance is Provenance.APPLICATION
+    assert "restartCount=1" in report.cause.detail and "ValueError: loss is nan" in \
+        report.cause.detail, report.cause
+    assert "restarted in place by Kubernetes" in report.cause.note, report.cause
+    # its first crash, before the kubelet's first restart (restartCount 0): the same
+    first = crash_looping(0, {}, now)
+    first["status"]["containerStatuses"][0].pop("lastState")
+    first["spec"]["restartPolicy"] = "OnFailure"
+    assert row(trainjob(), jobset(), [job()], [first]).state is State.RECOVERING
+    # under restartPolicy Never nothing restarts it (its pod ends Failed): not a crash loop
+    never = crash_looping(1, terminated("Error", 3, at=T0), now)
+    never["spec"]["restartPolicy"] = "Never"
+    assert row(trainjob(), jobset(), [job()], [never]).state is not State.RECOVERING
+    # nor once the pod is being deleted (the Job's backoffLimit reached: its end follows)
+    deleting = crash_looping(1, terminated("Error", 3, at=T0), now)
+    deleting["spec"]["restartPolicy"] = "OnFailure"
+    deleting["metadata"]["deletionTimestamp"] = T1
+    assert row(trainjob(), jobset(), [job()], [deleting]).state is not State.RECOVERING
