@@ -359,7 +359,19 @@ def report_trainjob(
         if (cond := true_condition(obj, "Failed")) is not None
     ]
     if failed:
-        return ended(State.FAILED, failure_cause(failed, cur_jobs, run_pods))
+        cause = failure_cause(failed, cur_jobs, run_pods)
+        left = [p for p in cur_pods if pod_alive(p)]
+        if left:
+            # Trainer says Failed (its deadline) while pods of the run still go: the SIGTERM
+            # and the grace (seen on the real nodes: a process deaf to SIGTERM ran 30 s on).
+            # Not ended until they are (S11: a replacement's gate waits for them; the end is
+            # read once they are gone or ended).
+            names = ", ".join(sorted(name_of(p) + (" (Terminating)" if meta(p).get(
+                "deletionTimestamp") else "") for p in left))
+            return live(State.RUNNING, Cause(kind=CauseKind.NONE, at=cause.at, note=(
+                f"the TrainJob failed ({cause.kind.value}); {len(left)} of its pods not yet "
+                f"gone: {names}")))
+        return ended(State.FAILED, cause)
 
     # Held: suspended (our gate, or someone's). A Suspended=True the spec no longer asks for
     # (spec.suspend false: our gate opened, or a person resumed) is a resume in progress,

@@ -1111,3 +1111,21 @@ def test_a_crash_loop_between_restarts_on_a_real_kubelet_is_recovering() -> None
     deleting["spec"]["restartPolicy"] = "OnFailure"
     deleting["metadata"]["deletionTimestamp"] = T1
     assert row(trainjob(), jobset(), [job()], [deleting]).state is not State.RECOVERING
+
+
+def test_a_trainjob_failed_while_its_pods_still_go_is_not_ended_until_they_are() -> None:
+    # Seen on the real nodes (issue 46): at its deadline Trainer says Failed
+    # (DeadlineExceeded) and deletes the JobSet; the pod gets SIGTERM and its grace, and a
+    # process deaf to SIGTERM ran 30 s more while dispatch had committed failed (a
+    # replacement's gate, S11, would have opened beside it).
+    deadline = cond("Failed", reason="DeadlineExceeded", message="TrainJob exceeded its deadline")
+    going = pod(0, deleting=True)  # Running, Terminating
+    report = row(trainjob([deadline], active=0), None, [], [going])
+    assert (report.state, report.cause.kind) == (State.RUNNING, CauseKind.NONE), report
+    assert report.alive and "not yet gone" in report.cause.note, report.cause
+    assert going["metadata"]["name"] in report.cause.note
+    # once its pod has ended (killed at the grace's end), the end is read, as before
+    ended = pod(0, phase="Failed", deleting=True, state=terminated("Error", 137))
+    report = row(trainjob([deadline], active=0), None, [], [ended])
+    assert (report.state, report.cause.kind) == (State.FAILED, CauseKind.TIME_LIMIT), report
+    assert report.executions[-1].error is None
