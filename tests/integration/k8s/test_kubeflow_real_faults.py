@@ -91,15 +91,18 @@ def node_containers(node: str) -> list[Container]:
     ctr = ["nsenter", f"--mount=/proc/{pid}/ns/mnt", "--", str(state / "bin" / "ctr"),
            "--address", str(state / "nodes" / node / "containerd.sock"), "-n", "k8s.io"]
 
-    def said(*args: str) -> str:
-        return subprocess.run([*ctr, *args], capture_output=True, text=True, check=True,
+    def said(*args: str, check: bool = True) -> str:
+        return subprocess.run([*ctr, *args], capture_output=True, text=True, check=check,
                               timeout=60).stdout
 
     tasks = {line.split()[0]: line.split()[2] for line in said("tasks", "ls").splitlines()[1:]
              if len(line.split()) >= 3}
     out = []
     for cid in said("containers", "ls", "-q").split():
-        labels = json.loads(said("containers", "info", cid)).get("Labels") or {}
+        info = said("containers", "info", cid, check=False)
+        if not info.strip():
+            continue  # removed since the list (the kubelet's garbage collection)
+        labels = json.loads(info).get("Labels") or {}
         out.append(Container(cid, labels.get("io.kubernetes.pod.name", ""), tasks.get(cid)))
     return out
 

@@ -23,7 +23,7 @@ from dispatch.backends.kubeflow.objects import (
     name_of,
     parse_time,
 )
-from dispatch.backends.kubeflow.pods import ended_by_deletion, terminations
+from dispatch.backends.kubeflow.pods import terminations
 from dispatch.core.app_error import AppError, ErrorSource, from_output
 
 # The reasons under which ``terminated.message`` is what the container left (its
@@ -43,9 +43,9 @@ def _failed_terminations(pod: Any) -> list[tuple[datetime, Any, Any]]:
     for key in ("initContainerStatuses", "containerStatuses"):
         for cs in as_list(status.get(key)):
             c = as_map(cs)
-            for term in terminations(pod, c):
+            for term, deleted in terminations(pod, c):
                 code = as_int(term.get("exitCode"))
-                if ended_by_deletion(pod, term):
+                if deleted:
                     continue
                 if code not in (None, 0) or as_str(term.get("reason")) == "OOMKilled":
                     at = parse_time(term.get("finishedAt")) or datetime.max.replace(tzinfo=UTC)

@@ -134,30 +134,39 @@ def carry_deletion(old: Any, new: dict[str, Any]) -> dict[str, Any]:
     return {**new, DELETION_ASKED: _stamp(asked)}
 
 
+# The exit codes of the kubelet's own kill: SIGTERM (a handler's conventional 128 + 15) and
+# SIGKILL at the grace's end.
+KILL_CODES = frozenset({143, 137})
+
+
 def ended_by_deletion(pod: Any, term: Mapping[str, Any]) -> bool:
-    """Whether a container's bad end came from its pod's deletion: it finished at or after
-    the deletion was asked (the kubelet's SIGTERM, then SIGKILL at the grace's end: 143 or
-    137), not OOMKilled (the memory cgroup's own verdict stands). A person's ``kubectl delete
-    pod``, or the Job controller's delete of a crash-looping pod whose last restart was still
-    running when the Job reached its backoffLimit: never the application's own end."""
+    """Whether a container's current bad end came from its pod's deletion (the kubelet's
+    SIGTERM, then SIGKILL at the grace's end): it finished after the deletion was asked, or in
+    the same second with the kill's exit code (Kubernetes' times are whole seconds: a crash in
+    that second may be what the deletion answered, the Job controller's), not OOMKilled (the
+    memory cgroup's own verdict stands). A person's ``kubectl delete pod``, or the Job
+    controller's delete of a crash-looping pod whose last restart was still running when the
+    Job reached its backoffLimit: never the application's own end. A container's last state
+    ended before its current run began, so never by this deletion (``terminations``)."""
     asked = deletion_asked(pod)
     finished = parse_time(term.get("finishedAt"))
-    return (asked is not None and finished is not None and finished >= asked
-            and as_str(term.get("reason")) != "OOMKilled")
+    if asked is None or finished is None or as_str(term.get("reason")) == "OOMKilled":
+        return False
+    return finished > asked or (finished == asked and as_int(term.get("exitCode")) in KILL_CODES)
 
 
-def terminations(pod: Any, cs: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The terminations of one container that say how it ended: its state's, else its last
-    state's; both when the state's end came from the pod's deletion (the earlier failure
-    of a restarted container is why it was deleted)."""
-    out: list[Mapping[str, Any]] = []
-    for holder in (as_map(cs.get("state")), as_map(cs.get("lastState"))):
-        term = as_map(holder.get("terminated"))
-        if term:
-            out.append(term)
-            if not ended_by_deletion(pod, term):
-                break
-    return out
+def terminations(pod: Any, cs: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], bool]]:
+    """The terminations of one container that say how it ended, each with whether the pod's
+    deletion ended it: its state's, else its last state's; both when the state's end came
+    from the pod's deletion (the earlier failure of a restarted container is why the Job
+    controller deleted it)."""
+    now = as_map(as_map(cs.get("state")).get("terminated"))
+    last = as_map(as_map(cs.get("lastState")).get("terminated"))
+    if not now:
+        return [(last, False)] if last else []
+    if not ended_by_deletion(pod, now):
+        return [(now, False)]
+    return [(now, True), *([(last, False)] if last else [])]
 
 
 DELETED_NOTE = ("its pod was deleted before the container ended (a person or a controller: "
@@ -166,7 +175,8 @@ DELETED_NOTE = ("its pod was deleted before the container ended (a person or a c
 
 
 def _terminated_signal(
-    pod: Mapping[str, Any], cs: Mapping[str, Any], term: Mapping[str, Any]
+    pod: Mapping[str, Any], cs: Mapping[str, Any], term: Mapping[str, Any],
+    deleted: bool = False,
 ) -> tuple[int, datetime | None, Cause] | None:
     reason = as_str(term.get("reason")) or ""
     code = as_int(term.get("exitCode"))
@@ -188,7 +198,7 @@ def _terminated_signal(
         )
     if code is None or code == 0:
         return None
-    if ended_by_deletion(pod, term):
+    if deleted:
         md = as_map(pod.get("metadata"))
         said += (f"; deletionTimestamp={md.get('deletionTimestamp')}"
                  f" deletionGracePeriodSeconds={md.get('deletionGracePeriodSeconds')}")
@@ -264,8 +274,8 @@ def pod_end_signals(pod: Any) -> list[tuple[int, datetime | None, Cause]]:
             )
         )
     for cs in _container_statuses(p):
-        for term in terminations(p, cs):
-            sig = _terminated_signal(p, cs, term)
+        for term, deleted in terminations(p, cs):
+            sig = _terminated_signal(p, cs, term, deleted)
             if sig is not None:
                 found.append(sig)
     return found
@@ -500,7 +510,7 @@ def evidence_of(pod: Any) -> dict[str, Any] | None:
     for key in ("initContainerStatuses", "containerStatuses"):
         for cs in as_list(status.get(key)):
             c = as_map(cs)
-            terms = terminations(p, c)
+            terms = [t for t, _ in terminations(p, c)]
             if any(_ended_badly(t) for t in terms):
                 entry: dict[str, Any] = {"name": c.get("name"),
                                          "restartCount": c.get("restartCount"),

@@ -188,3 +188,26 @@ def test_the_kubelets_last_delete_does_not_hide_when_the_deletion_was_asked() ->
     # a version that never showed a deletion carries nothing
     assert carry_deletion(_pod(0, {"running": {"startedAt": STARTED}}, deleting=None),
                           final) is final
+
+
+def test_a_crash_in_the_second_its_pod_is_deleted_is_still_the_crash() -> None:
+    # The Job controller deletes a crash-looping pod in the very second its container exits 3
+    # (its backoffLimit reached): Kubernetes' whole seconds cannot order the two, and the
+    # deletion answered the crash; only the kill's own codes (143, 137) read as the
+    # deletion's end then (seen on the testbed's KWOK stages, which keep that exit as the
+    # state; a real kubelet shows it between two restarts).
+    crashed = _pod(0, _ended(3, ASKED, "ValueError: loss is nan"), restarts=6,
+                   last=_ended(3, ASKED, "ValueError: loss is nan"))
+    for pods in ([crashed], [evidence_of(crashed)]):
+        report = _read(pods)  # type: ignore[list-item]
+        assert (report.cause.kind, report.cause.exit_code) == (CauseKind.NON_ZERO_EXIT, 3), \
+            report.cause
+        error = report.executions[-1].error
+        assert error is not None and error.message == "ValueError: loss is nan"
+    # the kill's own code in that second is the deletion's
+    report = _read([_pod(0, _ended(143, ASKED))])
+    assert (report.cause.kind, report.cause.exit_code) == (CauseKind.UNKNOWN, 143)
+    # a last state ended before the current run began: never by this deletion
+    waiting = _pod(0, {"waiting": {"reason": "CrashLoopBackOff"}}, restarts=6,
+                   last=_ended(143, KILLED))
+    assert _read([waiting]).cause.kind is CauseKind.NON_ZERO_EXIT
