@@ -88,8 +88,9 @@ def node_containers(node: str) -> list[Container]:
     node's mount namespace (where its containerd runs), each with its pod and task."""
     state = state_dir()
     pid = (state / "run" / f"containerd-{node}.pid").read_text().strip()
+    # its socket where the node's namespace has it (scripts/k8s-testbed.d/real-nodes, nsctr)
     ctr = ["nsenter", f"--mount=/proc/{pid}/ns/mnt", "--", str(state / "bin" / "ctr"),
-           "--address", str(state / "nodes" / node / "containerd.sock"), "-n", "k8s.io"]
+           "--address", "/run/containerd/containerd.sock", "-n", "k8s.io"]
 
     def said(*args: str, check: bool = True) -> str:
         return subprocess.run([*ctr, *args], capture_output=True, text=True, check=check,
