@@ -1,5 +1,6 @@
 """The kubeflow backend's reading of what the real controllers wrote (Trainer v2.3.0, JobSet
-v0.12.0, Kubernetes v1.36.3's Job controller, KWOK pods), replayed: every watch event of
+v0.12.0, Kubernetes v1.36.3's Job controller, KWOK pods; time-limit and deleted on the real
+nodes' kubelets, issue 46), replayed: every watch event of
 scenarios 1-9 as dispatch's watches received them on the testbed, in that order across the
 watches (tests/fixtures/k8s-recorded/, recorded by tests/integration/k8s/record_fixtures.py).
 
