@@ -161,6 +161,18 @@ def delete_trainjob(run: Run) -> None:
     kubectl("delete", "trainjob", run.trainjobs()[0], "-n", run.namespace)
 
 
+def delete_rank_0(run: Run) -> None:
+    # A person's `kubectl delete pod` of rank 0 once both ranks run (issue 46, real nodes):
+    # its process gets SIGTERM (exit 143); the Job (backoffLimit 0) fails.
+    run.until("running", lambda: bool(run.trainjobs()))
+    tj = run.trainjobs()[0]
+    pods = ready_pods(run.namespace, f"jobset.sigs.k8s.io/jobset-name={tj}", count=2)
+    (rank0,) = [p["metadata"]["name"] for p in pods
+                if p["metadata"]["labels"].get("batch.kubernetes.io/job-completion-index") == "0"]
+    time.sleep(2)
+    kubectl("delete", "pod", rank0, "-n", run.namespace, "--wait=false")
+
+
 def suspend_resume(said_running: bool) -> Callable[[Run], None]:
     """Scenario 7': a person suspends the running TrainJob with kubectl (Trainer suspends the
     JobSet, the Job controller deletes the pod); once dispatch says held and the pod is gone,
@@ -215,6 +227,8 @@ SCENARIOS: dict[str, Scenario] = {
     "time-limit": Scenario({}, fields={"time_limit": "6s"}, real=("ignore", 600)),
     "deleted": Scenario({}, fields={"policy": RESUBMIT}, act=delete_trainjob,
                         real=("ignore", 600)),
+    "pod-deleted": Scenario({}, nodes=2, fields={"policy": RESUBMIT}, act=delete_rank_0,
+                            real=("run", 600)),
     "unschedulable": Scenario(LONG, nodes=5, runtime=OURS, kubeflow=WHOLE_NODE,
                               act=pods_say("Unschedulable")),
     "image-pull": Scenario({"DISPATCH_TESTBED_IMAGE_ERROR": "1"}, act=pods_say("ErrImagePull")),

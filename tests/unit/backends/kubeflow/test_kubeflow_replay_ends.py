@@ -185,3 +185,25 @@ def test_a_pod_the_job_does_not_count_failed_was_not_replaced_after_a_failure() 
                       and not (ln["object"].get("status") or {}).get("failed"))]
     assert replaced_pods([old, running], uncounted) == []
     assert replaced_pods([old, running], []) == []  # no Job seen: no restart claimed
+
+
+def test_a_persons_delete_of_one_rank_is_the_deletions_end_never_the_applications(
+        path: Path_) -> None:
+    # Recorded on the real nodes (issue 46): a person deletes rank 0's pod of a 2-node job;
+    # its process's SIGTERM handler exits 143 and the Job (backoffLimit 0) fails. Before,
+    # the end read non-zero-exit, exit 143, the application's, and a rule resubmitted it.
+    readings = replay("pod-deleted", path)
+    final = readings[-1]
+    assert final is not None and (final.state, final.cause.kind) == (
+        State.FAILED, CauseKind.UNKNOWN), final
+    assert final.cause.exit_code == 143 and "its pod was deleted" in final.cause.note
+    assert all(e.error is None for e in final.executions), final
+    assert not [k for k in kinds(readings) if k is not None and k[1] is CauseKind.NON_ZERO_EXIT]
+    # the pods' last versions alone could not tell: the kubelet's last delete (grace 0) moved
+    # their deletionTimestamp past the containers' end
+    last = [ln["object"] for ln in recorded("pod-deleted")
+            if ln["kind"] == "Pod" and ln["type"] == "DELETED"]
+    assert len(last) == 2 and all(
+        p["metadata"].get("deletionGracePeriodSeconds") == 0 for p in last), last
+    assert {t["exitCode"] for p in last for t in (
+        cs["state"].get("terminated") or {} for cs in p["status"]["containerStatuses"])} == {143}
