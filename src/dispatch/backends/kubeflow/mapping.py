@@ -456,5 +456,8 @@ def report_trainjob(
 
 def awaits_evidence(report: ObjectReport) -> bool:
     """A failed end that names no cause: its pods' evidence (an exit, an OOM, a disruption)
-    may still be on its way on another watch (M11), so it is not committed at once."""
-    return report.state is State.FAILED and report.cause.kind is CauseKind.UNKNOWN
+    may still be on its way on another watch (M11), so it is not committed at once. An
+    unknown end read from a container's exit (a SIGKILL from anywhere, a kill by its pod's
+    deletion) is that evidence: it does not wait."""
+    return (report.state is State.FAILED and report.cause.kind is CauseKind.UNKNOWN
+            and report.cause.exit_code is None)
