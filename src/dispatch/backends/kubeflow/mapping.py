@@ -360,7 +360,11 @@ def report_trainjob(
     ]
     if failed:
         cause = failure_cause(failed, cur_jobs, run_pods)
-        left = [p for p in cur_pods if pod_alive(p)]
+        # pods of the run still going: being deleted, or their JobSet gone or going (Trainer
+        # deletes it at its deadline; the garbage collector deletes the pods next)
+        torn_down = jobset is None or bool(meta(js).get("deletionTimestamp"))
+        left = [p for p in cur_pods if pod_alive(p)
+                and (torn_down or meta(p).get("deletionTimestamp"))]
         if left:
             # Trainer says Failed (its deadline) while pods of the run still go: the SIGTERM
             # and the grace (seen on the real nodes: a process deaf to SIGTERM ran 30 s on).
