@@ -101,6 +101,7 @@ _META = {
         "generation": {"type": "integer"},
         "creationTimestamp": _TIME,
         "deletionTimestamp": _TIME,
+        "deletionGracePeriodSeconds": {"type": "integer"},
         "finalizers": {"type": "array", "items": {"type": "string"}},
         "ownerReferences": {"type": "array", "items": _OWNER},
     },

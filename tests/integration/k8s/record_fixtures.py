@@ -38,6 +38,7 @@ from dispatch.backends.kubeflow.look import NODES, collections_of, events_of
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[3]))  # tests.*, for the real scenarios
 from k8s_helpers import TESTBED, get, items, kubectl, ready_pods  # noqa: E402
+from real_app import App  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 OUT = REPO / "tests" / "fixtures" / "k8s-recorded"
@@ -65,6 +66,10 @@ class Scenario:
     # shared one (its scripts written there), on the real runtime with that directory as
     # a volume and as kubeflow.shared_dir. None: KWOK's pods, whose env says what they do.
     real: Callable[[Path], list[str]] | None = None
+    # KWOK's scenarios recorded again on the real nodes where they differ (issue 46):
+    # real_app.APP's mode and argument, run on $DISPATCH_K8S_REAL_RUNTIME (``runtime`` and
+    # ``env`` unused)
+    real_app: tuple[str, int] | None = None
 
 
 class Run:
@@ -199,6 +204,18 @@ def delete_trainjob(run: Run) -> None:
     kubectl("delete", "trainjob", run.trainjobs()[0], "-n", run.namespace)
 
 
+def delete_rank_0(run: Run) -> None:
+    # A person's `kubectl delete pod` of rank 0 once both ranks run (issue 46, real nodes):
+    # its process gets SIGTERM (exit 143); the Job (backoffLimit 0) fails.
+    run.until("running", lambda: bool(run.trainjobs()))
+    tj = run.trainjobs()[0]
+    pods = ready_pods(run.namespace, f"jobset.sigs.k8s.io/jobset-name={tj}", count=2)
+    (rank0,) = [p["metadata"]["name"] for p in pods
+                if p["metadata"]["labels"].get("batch.kubernetes.io/job-completion-index") == "0"]
+    time.sleep(2)
+    kubectl("delete", "pod", rank0, "-n", run.namespace, "--wait=false")
+
+
 def suspend_resume(said_running: bool) -> Callable[[Run], None]:
     """Scenario 7': a person suspends the running TrainJob with kubectl (Trainer suspends the
     JobSet, the Job controller deletes the pod); once dispatch says held and the pod is gone,
@@ -249,8 +266,12 @@ SCENARIOS: dict[str, Scenario] = {
     "node-lost": Scenario(LONG, fields={"policy": RESUBMIT}, act=lose_node),
     "node-flap": Scenario({"DISPATCH_TESTBED_SECONDS": "45"}, fields={"policy": RESUBMIT},
                           act=flap_node),
-    "time-limit": Scenario(LONG, runtime=OURS, fields={"time_limit": "6s"}),
-    "deleted": Scenario(LONG, runtime=OURS, fields={"policy": RESUBMIT}, act=delete_trainjob),
+    # real containers: Python as PID 1 deaf to SIGTERM ends 137 at the grace's end (KWOK: 143)
+    "time-limit": Scenario({}, fields={"time_limit": "6s"}, real_app=("ignore", 600)),
+    "deleted": Scenario({}, fields={"policy": RESUBMIT}, act=delete_trainjob,
+                        real_app=("ignore", 600)),
+    "pod-deleted": Scenario({}, nodes=2, fields={"policy": RESUBMIT}, act=delete_rank_0,
+                            real_app=("run", 600)),
     "unschedulable": Scenario(LONG, nodes=5, runtime=OURS, kubeflow=WHOLE_NODE,
                               act=pods_say("Unschedulable")),
     "image-pull": Scenario({"DISPATCH_TESTBED_IMAGE_ERROR": "1"}, act=pods_say("ErrImagePull")),
@@ -348,6 +369,10 @@ def record(name: str, namespace: str) -> Path:
         spec = Path(tmp) / f"{name}.yaml"
         command, section = ["python", "train.py"], {"runtime": sc.runtime, **sc.kubeflow}
         work = None
+        if sc.real_app is not None:
+            command = App(Path(os.environ["DISPATCH_K8S_REAL_SHARED"])).command(*sc.real_app)
+            section = {**section, "runtime": os.environ["DISPATCH_K8S_REAL_RUNTIME"],
+                       "node_selector": {"dispatch.testbed/real": "true"}}
         if sc.real is not None:
             work = Path(os.environ["DISPATCH_K8S_REAL_SHARED"]) / f"rec-{name}"
             shutil.rmtree(work, ignore_errors=True)

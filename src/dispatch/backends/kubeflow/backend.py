@@ -60,7 +60,7 @@ from dispatch.backends.kubeflow.client import (
 )
 from dispatch.backends.kubeflow.failed_logs import FailedPodLogs
 from dispatch.backends.kubeflow.gone import SOMEONE_ELSE, deleted_by, report_gone, report_pods_left
-from dispatch.backends.kubeflow.informer import Informer, InformerSettings, Predicate, Watched
+from dispatch.backends.kubeflow.informer import Informer, InformerSettings, Predicate
 from dispatch.backends.kubeflow.look import Look, collections_of, look_cached, look_listed
 from dispatch.backends.kubeflow.manifest import build_trainjob, dry_run_trainjob, parse_section
 from dispatch.backends.kubeflow.mapping import awaits_evidence, current_objects, report_trainjob
@@ -74,8 +74,9 @@ from dispatch.backends.kubeflow.objects import (
     name_of,
 )
 from dispatch.backends.kubeflow.origin import check_context
+from dispatch.backends.kubeflow.pod_evidence import carry, keep_gone, with_evidence
 from dispatch.backends.kubeflow.podlogs import PodLog, pod_logs
-from dispatch.backends.kubeflow.pods import evidence_of, is_evidence, with_evidence
+from dispatch.backends.kubeflow.pods import is_evidence
 from dispatch.backends.kubeflow.refusals import Refusals
 from dispatch.backends.kubeflow.shared_files import with_shared_files
 from dispatch.core.model import (
@@ -93,11 +94,6 @@ from dispatch.support.deadline import deadline_seconds, read_deadline, tools_wit
 DEFAULT_NODE_LOSS_WINDOW = timedelta(minutes=5)
 # How long a failed end may wait for its pods' evidence to arrive on their own watch (M11).
 DEFAULT_EVIDENCE_GRACE = timedelta(seconds=10)
-
-
-def _keep_gone(watched: Watched, obj: dict[str, Any]) -> dict[str, Any] | None:
-    """A deleted pod's failure evidence, kept by the informer past the deletion (M2)."""
-    return evidence_of(obj) if watched.res is PodRes else None
 
 
 def _created(uid: str) -> Predicate:
@@ -223,8 +219,8 @@ class KubeflowBackend:
     def informer(self) -> Informer | None:
         """The list+watch cache, started by the first discover(); None with informer=False."""
         if self._use_informer and self._informer is None:
-            self._informer = Informer(self.kube, self._informer_settings, _keep_gone,
-                                      self._touched)
+            self._informer = Informer(self.kube, self._informer_settings, keep_gone,
+                                      carry=carry, touched=self._touched)
         return self._informer
 
     def _expect(self, namespace: str, name: str, seen: Predicate) -> None:

@@ -58,6 +58,9 @@ from dispatch.core.model import SchedulerUnreachable
 Predicate = Callable[[str, dict[str, Any]], bool]  # (event type, object) -> the write is seen
 # (collection, a deleted object) -> what to keep of it (None: nothing), shown with the cache
 KeepGone = Callable[["Watched", dict[str, Any]], dict[str, Any] | None]
+# (collection, the cached version, the next version) -> the next version as the cache keeps it
+# (what only an earlier version said, carried: when a pod's deletion was first asked)
+Carry = Callable[["Watched", dict[str, Any], dict[str, Any]], dict[str, Any]]
 GONE_KEPT = 4096
 
 
@@ -252,6 +255,9 @@ class Reflector:
         name = str(_meta(obj).get("name"))
         keep = self._informer.keep_gone
         obj = project(self.kind, obj)  # what the cache keeps: the fields read
+        carry, before = self._informer.carry, self.items.get(name)
+        if carry is not None and before is not None and etype in ("MODIFIED", "DELETED"):
+            obj = carry(self.watched, before, obj)
         touched = self._informer.touched
         if etype == "DELETED":
             # the object as it was known, else as it went (a delete of one never listed)
@@ -297,10 +303,12 @@ class Informer:
         kube: KubeClient,
         settings: InformerSettings = InformerSettings(),
         keep_gone: KeepGone | None = None,
+        carry: Carry | None = None,
         touched: Touched | None = None,
     ) -> None:
         self.kube = kube
         self.keep_gone = keep_gone
+        self.carry = carry
         # Told of every LIST and every change to a cached object, under the lock (changes.py)
         self.touched = touched
         self.settings = settings

@@ -129,6 +129,7 @@ def failure_cause(
         kind=found.kind,
         provenance=found.provenance,
         detail=join_words(said, found.detail),
+        note=found.note,
         exit_code=found.exit_code,
         at=found.at or at,
     )
@@ -358,7 +359,23 @@ def report_trainjob(
         if (cond := true_condition(obj, "Failed")) is not None
     ]
     if failed:
-        return ended(State.FAILED, failure_cause(failed, cur_jobs, run_pods))
+        cause = failure_cause(failed, cur_jobs, run_pods)
+        # pods of the run still going: being deleted, or their JobSet gone or going (Trainer
+        # deletes it at its deadline; the garbage collector deletes the pods next)
+        torn_down = jobset is None or bool(meta(js).get("deletionTimestamp"))
+        left = [p for p in cur_pods if pod_alive(p)
+                and (torn_down or meta(p).get("deletionTimestamp"))]
+        if left:
+            # Trainer says Failed (its deadline) while pods of the run still go: the SIGTERM
+            # and the grace (seen on the real nodes: a process deaf to SIGTERM ran 30 s on).
+            # Not ended until they are (S11: a replacement's gate waits for them; the end is
+            # read once they are gone or ended).
+            names = ", ".join(sorted(name_of(p) + (" (Terminating)" if meta(p).get(
+                "deletionTimestamp") else "") for p in left))
+            return live(State.RUNNING, Cause(kind=CauseKind.NONE, at=cause.at, note=(
+                f"the TrainJob failed ({cause.kind.value}); {len(left)} of its pods not yet "
+                f"gone: {names}")))
+        return ended(State.FAILED, cause)
 
     # Held: suspended (our gate, or someone's). A Suspended=True the spec no longer asks for
     # (spec.suspend false: our gate opened, or a person resumed) is a resume in progress,
@@ -443,5 +460,8 @@ def report_trainjob(
 
 def awaits_evidence(report: ObjectReport) -> bool:
     """A failed end that names no cause: its pods' evidence (an exit, an OOM, a disruption)
-    may still be on its way on another watch (M11), so it is not committed at once."""
-    return report.state is State.FAILED and report.cause.kind is CauseKind.UNKNOWN
+    may still be on its way on another watch (M11), so it is not committed at once. An
+    unknown end read from a container's exit (a SIGKILL from anywhere, a kill by its pod's
+    deletion) is that evidence: it does not wait."""
+    return (report.state is State.FAILED and report.cause.kind is CauseKind.UNKNOWN
+            and report.cause.exit_code is None)

@@ -23,6 +23,7 @@ from dispatch.backends.kubeflow.objects import (
     name_of,
     parse_time,
 )
+from dispatch.backends.kubeflow.pods import terminations
 from dispatch.core.app_error import AppError, ErrorSource, from_output
 
 # The reasons under which ``terminated.message`` is what the container left (its
@@ -34,21 +35,21 @@ APPLICATION_REASONS = frozenset({"", "Error", "Completed", "OOMKilled"})
 
 
 def _failed_terminations(pod: Any) -> list[tuple[datetime, Any, Any]]:
-    """(finished at, container status, terminated) of each container that ended badly."""
+    """(finished at, container status, terminated) of each container that ended badly by
+    itself: an end its pod's deletion caused (the kubelet's SIGTERM or SIGKILL: a person's
+    delete, the Job controller's) is not the application's error, the failure before it is."""
     status = as_map(as_map(pod).get("status"))
     out = []
     for key in ("initContainerStatuses", "containerStatuses"):
         for cs in as_list(status.get(key)):
             c = as_map(cs)
-            for holder in (as_map(c.get("state")), as_map(c.get("lastState"))):
-                term = as_map(holder.get("terminated"))
-                if not term:
-                    continue
+            for term, deleted in terminations(pod, c):
                 code = as_int(term.get("exitCode"))
+                if deleted:
+                    continue
                 if code not in (None, 0) or as_str(term.get("reason")) == "OOMKilled":
                     at = parse_time(term.get("finishedAt")) or datetime.max.replace(tzinfo=UTC)
                     out.append((at, c, term))
-                break
     return out
 
 

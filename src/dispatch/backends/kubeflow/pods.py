@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dispatch.backends.kubeflow.objects import (
@@ -95,8 +95,88 @@ def pod_ref(pod: Mapping[str, Any]) -> str:
     return f"pod {namespace_of(pod)}/{name_of(pod)}"
 
 
+# Set on a pod by the informer (``carry_deletion``) and kept in its evidence: when its
+# deletion was first asked. The pod's own metadata stops saying it once the kubelet has ended
+# the containers: its last delete (grace 0) moves ``deletionTimestamp`` to that moment, after
+# the containers' end (seen on the real nodes, issue 46).
+DELETION_ASKED = "dispatchDeletionAsked"
+
+
+def utc_stamp(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def deletion_asked(pod: Any) -> datetime | None:
+    """When the pod's deletion was asked, if it is being deleted: the API server sets
+    ``deletionTimestamp`` to the request's time plus the grace it gives the pod
+    (``deletionGracePeriodSeconds``); without the grace, the timestamp itself; the earlier
+    ask an earlier version of the pod showed (``DELETION_ASKED``) when known."""
+    p = as_map(pod)
+    md = as_map(p.get("metadata"))
+    at = parse_time(md.get("deletionTimestamp"))
+    if at is not None:
+        grace = as_int(md.get("deletionGracePeriodSeconds"))
+        at = at - timedelta(seconds=grace) if grace is not None and grace > 0 else at
+    first = parse_time(p.get(DELETION_ASKED))
+    known = [t for t in (at, first) if t is not None]
+    return min(known) if known else None
+
+
+def carry_deletion(old: Any, new: dict[str, Any]) -> dict[str, Any]:
+    """``new``, the next version of a pod, with when its deletion was first asked as ``old``
+    (the version before it) showed it, when that is earlier than what ``new`` says. Pure."""
+    asked = deletion_asked(old)
+    if asked is None:
+        return new
+    said = deletion_asked(new)
+    if said is not None and said <= asked:
+        return new
+    return {**new, DELETION_ASKED: utc_stamp(asked)}
+
+
+# The exit codes of the kubelet's own kill: SIGTERM (a handler's conventional 128 + 15) and
+# SIGKILL at the grace's end.
+KILL_CODES = frozenset({143, 137})
+
+
+def ended_by_deletion(pod: Any, term: Mapping[str, Any]) -> bool:
+    """Whether a container's current bad end came from its pod's deletion (the kubelet's
+    SIGTERM, then SIGKILL at the grace's end): it finished after the deletion was asked, or in
+    the same second with the kill's exit code (Kubernetes' times are whole seconds: a crash in
+    that second may be what the deletion answered, the Job controller's), not OOMKilled (the
+    memory cgroup's own verdict stands). A person's ``kubectl delete pod``, or the Job
+    controller's delete of a crash-looping pod whose last restart was still running when the
+    Job reached its backoffLimit: never the application's own end. A container's last state
+    ended before its current run began, so never by this deletion (``terminations``)."""
+    asked = deletion_asked(pod)
+    finished = parse_time(term.get("finishedAt"))
+    if asked is None or finished is None or as_str(term.get("reason")) == "OOMKilled":
+        return False
+    return finished > asked or (finished == asked and as_int(term.get("exitCode")) in KILL_CODES)
+
+
+def terminations(pod: Any, cs: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], bool]]:
+    """The terminations of one container that say how it ended, each with whether the pod's
+    deletion ended it: its state's, else its last state's; both when the state's end came
+    from the pod's deletion (the earlier failure of a restarted container is why the Job
+    controller deleted it)."""
+    now = as_map(as_map(cs.get("state")).get("terminated"))
+    last = as_map(as_map(cs.get("lastState")).get("terminated"))
+    if not now:
+        return [(last, False)] if last else []
+    if not ended_by_deletion(pod, now):
+        return [(now, False)]
+    return [(now, True), *([(last, False)] if last else [])]
+
+
+DELETED_NOTE = ("its pod was deleted before the container ended (a person or a controller: "
+                "the API server does not say who); the kill was the deletion's, not the "
+                "application's own end")
+
+
 def _terminated_signal(
-    pod: Mapping[str, Any], cs: Mapping[str, Any], term: Mapping[str, Any]
+    pod: Mapping[str, Any], cs: Mapping[str, Any], term: Mapping[str, Any],
+    deleted: bool = False,
 ) -> tuple[int, datetime | None, Cause] | None:
     reason = as_str(term.get("reason")) or ""
     code = as_int(term.get("exitCode"))
@@ -121,6 +201,15 @@ def _terminated_signal(
         )
     if code is None or code == 0:
         return None
+    if deleted:
+        md = as_map(pod.get("metadata"))
+        said += (f"; deletionTimestamp={md.get('deletionTimestamp')}"
+                 f" deletionGracePeriodSeconds={md.get('deletionGracePeriodSeconds')}")
+        asked = deletion_asked(pod)
+        note = DELETED_NOTE if asked is None else (
+            f"{DELETED_NOTE} (its deletion was asked at {utc_stamp(asked)})")
+        return RANK_EXIT, at, Cause(kind=CauseKind.UNKNOWN, detail=said, exit_code=code, at=at,
+                                    note=note)
     if code == 137:
         # SIGKILL without OOMKilled: a kill from anywhere; never guessed as the app's own exit.
         return RANK_EXIT, at, Cause(kind=CauseKind.UNKNOWN, detail=said, exit_code=code, at=at)
@@ -188,13 +277,10 @@ def pod_end_signals(pod: Any) -> list[tuple[int, datetime | None, Cause]]:
             )
         )
     for cs in _container_statuses(p):
-        for holder in (as_map(cs.get("state")), as_map(cs.get("lastState"))):
-            term = as_map(holder.get("terminated"))
-            if term:
-                sig = _terminated_signal(p, cs, term)
-                if sig is not None:
-                    found.append(sig)
-                break
+        for term, deleted in terminations(p, cs):
+            sig = _terminated_signal(p, cs, term, deleted)
+            if sig is not None:
+                found.append(sig)
     return found
 
 
@@ -225,23 +311,47 @@ def pending_signal(pod: Any) -> tuple[State, Cause] | None:
     return None
 
 
+def _between_restarts(p: Mapping[str, Any], cs: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The termination of a container the kubelet will restart in place after its back-off:
+    ended badly, in a pod that is still Running (not being deleted) under a restartPolicy
+    that restarts (OnFailure, Always); empty otherwise. A real kubelet shows this for most of
+    the back-off, CrashLoopBackOff only for a moment before the next start (issue 46)."""
+    term = as_map(as_map(cs.get("state")).get("terminated"))
+    if (not term or not ended_badly(term) or as_str(as_map(p.get("status")).get("phase"))
+            != "Running" or as_map(p.get("metadata")).get("deletionTimestamp")
+            or as_str(as_map(p.get("spec")).get("restartPolicy")) == "Never"):
+        return {}
+    return term
+
+
 def crash_loop(pod: Any) -> tuple[State, Cause] | None:
     """A container Kubernetes restarts in place (a runtime's ``restartPolicy: OnFailure``;
-    JobSet's webhook defaults it): restartCount > 0 and a last termination. Waiting again
-    (CrashLoopBackOff or any other wait): recovering, the cause read from that last termination
-    (exit code, reason, message); running again: running, the restarts in dispatch's note.
-    None when no container of the pod was restarted."""
+    JobSet's webhook defaults it). Between two runs (terminated in a Running pod, waiting
+    for its back-off, ``_between_restarts``; or waiting again: CrashLoopBackOff or any other
+    wait, after a restart): recovering, the cause read from its last termination (exit code,
+    reason, message), restartCount in the detail; running again after a restart: running, the
+    restarts in dispatch's note. None when no container of the pod is in a crash loop."""
     p = as_map(pod)
     for cs in _container_statuses(p):
         count = as_int(cs.get("restartCount")) or 0
-        term = as_map(as_map(cs.get("lastState")).get("terminated"))
-        if count <= 0 or not term:
-            continue
         state = as_map(cs.get("state"))
         note = (
             f"restarted in place by Kubernetes {count} time(s) (restartPolicy OnFailure),"
             " not by a dispatch rule"
         )
+        ended = _between_restarts(p, cs)
+        if ended:
+            sig = _terminated_signal(p, cs, ended)
+            if sig is not None:
+                _, _, last = sig
+                said = f"{pod_ref(p)} container {cs.get('name')}: restartCount={count}"
+                return State.RECOVERING, Cause(
+                    kind=last.kind, provenance=last.provenance,
+                    detail=f"{said}; {last.detail}", exit_code=last.exit_code,
+                    note=f"{note}; the kubelet restarts it after its back-off", at=last.at)
+        term = as_map(as_map(cs.get("lastState")).get("terminated"))
+        if count <= 0 or not term:
+            continue
         sig = _terminated_signal(p, cs, term)
         waiting = as_map(state.get("waiting"))
         if not waiting:
@@ -328,6 +438,16 @@ def job_slot(obj: Any) -> tuple[str, str]:
     return as_str(lab.get(REPLICATED_JOB_LABEL)) or "", as_str(lab.get(JOB_INDEX_LABEL)) or ""
 
 
+# Set on kept evidence (evidence_of): what a pod said before it was deleted, not a pod the API
+# server still has (the S11 fence counts only those: report_pods_left).
+GONE = "dispatchGone"
+
+
+def is_evidence(pod: Any) -> bool:
+    """Whether ``pod`` is kept evidence of a pod that is gone, not a pod that is there."""
+    return as_map(pod).get(GONE) is True
+
+
 def replaced_pods(pods: list[Any], jobs: Sequence[Any]) -> list[tuple[Any, Any]]:
     """(old, new) for each pod the Job controller replaced after a failure, with a pod that
     has started: the same Job (its uid) and completion index, ``new`` the newest pod there (by
@@ -370,88 +490,7 @@ def _controller(pod: Any) -> str | None:
 # -- the failure and the fence -----------------------------------------------------------------
 
 
-
-
-# -- the evidence kept past the pod (issue 35, M2) ----------------------------------------------
-
-
-def _ended_badly(term: Mapping[str, Any]) -> bool:
+def ended_badly(term: Mapping[str, Any]) -> bool:
+    """Whether a termination is a failure: a non-zero exit, or the memory cgroup's kill."""
     code = as_int(term.get("exitCode"))
     return code not in (None, 0) or as_str(term.get("reason")) == "OOMKilled"
-
-
-# Set on kept evidence (evidence_of): what a pod said before it was deleted, not a pod the API
-# server still has (the S11 fence counts only those: report_pods_left).
-GONE = "dispatchGone"
-
-
-def is_evidence(pod: Any) -> bool:
-    """Whether ``pod`` is kept evidence of a pod that is gone, not a pod that is there."""
-    return as_map(pod).get(GONE) is True
-
-
-def evidence_of(pod: Any) -> dict[str, Any] | None:
-    """What a pod says about a failure, kept as a pod that has ended (phase Failed) so the
-    mapping reads it the same way once the Job controller has deleted the pod: its
-    identifying metadata, node, disruption condition, the kubelet's status words, and each
-    container's last bad termination (exit code, reason, message) as its state. None when the
-    pod shows no failure. Pure."""
-    p = as_map(pod)
-    status = as_map(p.get("status"))
-    kept: dict[str, list[dict[str, Any]]] = {}
-    for key in ("initContainerStatuses", "containerStatuses"):
-        for cs in as_list(status.get(key)):
-            c = as_map(cs)
-            for holder in (as_map(c.get("state")), as_map(c.get("lastState"))):
-                term = as_map(holder.get("terminated"))
-                if term:
-                    if _ended_badly(term):
-                        kept.setdefault(key, []).append({
-                            "name": c.get("name"),
-                            "restartCount": c.get("restartCount"),
-                            "state": {"terminated": dict(term)},
-                        })
-                    break
-    disruption = true_condition(p, "DisruptionTarget")
-    kubelet = as_str(status.get("reason")) in KUBELET_POD_REASONS
-    if not kept and disruption is None and not kubelet:
-        return None
-    md = as_map(p.get("metadata"))
-    out_status: dict[str, Any] = {"phase": "Failed", **kept}
-    if status.get("startTime") is not None:  # it ran (the nodes an ended run names)
-        out_status["startTime"] = status.get("startTime")
-    if disruption is not None:
-        out_status["conditions"] = [dict(disruption)]
-    if kubelet:
-        out_status["reason"] = status.get("reason")
-        out_status["message"] = status.get("message")
-    return {
-        "metadata": {
-            key: md.get(key)
-            for key in ("name", "namespace", "uid", "labels", "annotations",
-                        "creationTimestamp")
-            if md.get(key) is not None
-        },
-        "spec": {"nodeName": pod_node(p)} if pod_node(p) else {},
-        "status": out_status,
-        GONE: True,
-    }
-
-
-def with_evidence(
-    pods: list[Any], kept: Mapping[str, Any]
-) -> tuple[list[Any], dict[str, Any]]:
-    """The pods to map (those the API server still has, plus the kept evidence of those it no
-    longer has) and the evidence to keep (by pod uid; the newest look of a pod wins). Pure."""
-    now_kept = dict(kept)
-    present = set()
-    for pod in pods:
-        uid = as_str(as_map(as_map(pod).get("metadata")).get("uid"))
-        if uid is None:
-            continue
-        present.add(uid)
-        found = evidence_of(pod)
-        if found is not None:
-            now_kept[uid] = found
-    gone = [ev for uid, ev in now_kept.items() if uid not in present]
-    return [*pods, *gone], now_kept

@@ -38,6 +38,7 @@ from dispatch.backends.kubeflow.objects import (
     STOP_ANNOTATION,
     TOKEN_LABEL,
 )
+from dispatch.backends.kubeflow.pods import DELETION_ASKED
 
 WHOLE = True  # a value kept as it is (a container's state, a scalar)
 SHORT = 64  # strings up to this long are interned (words, names, uids, timestamps)
@@ -68,7 +69,8 @@ ANNOTATIONS = Keys((GATE_ANNOTATION, STOP_ANNOTATION, SHARED_DIR_ANNOTATION,
                     JOB_RESTART_ATTEMPT_LABEL))
 METADATA: dict[str, Shape] = {"labels": LABELS, "annotations": ANNOTATIONS}
 METADATA.update((key, WHOLE) for key in ("name", "namespace", "uid", "resourceVersion",
-                                         "creationTimestamp", "deletionTimestamp"))
+                                         "creationTimestamp", "deletionTimestamp",
+                                         "deletionGracePeriodSeconds"))
 CONDITION: dict[str, Shape] = {
     key: WHOLE for key in ("type", "status", "reason", "message", "lastTransitionTime")
 }
@@ -100,7 +102,8 @@ SHAPES: dict[str, dict[str, Shape]] = {
     },
     "Pod": {
         "metadata": METADATA,
-        "spec": {"nodeName": WHOLE},
+        DELETION_ASKED: WHOLE,  # the informer's own note (pods.carry_deletion), kept as it is
+        "spec": {"nodeName": WHOLE, "restartPolicy": WHOLE},
         "status": {
             "phase": WHOLE,
             "startTime": WHOLE,

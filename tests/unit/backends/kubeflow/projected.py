@@ -45,7 +45,7 @@ NAMED: dict[str, Callable[[Any], Any]] = {
 
 def projected(kind: str, value: Any) -> Any:
     """``value`` as the informer's cache holds it: each object projected as its collection's
-    kind; kept evidence of a deleted pod is the backend's, never projected (pods.evidence_of)."""
+    kind; kept evidence of a deleted pod is the backend's, never projected (pod_evidence)."""
     if kind.startswith("["):
         if not isinstance(value, list | tuple):
             return value

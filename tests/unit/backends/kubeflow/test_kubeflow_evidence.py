@@ -18,12 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from dispatch.backends.kubeflow.events import creation_failure  # noqa: E402
 from dispatch.backends.kubeflow.gone import report_gone, report_pods_left  # noqa: E402
 from dispatch.backends.kubeflow.mapping import report_trainjob  # noqa: E402
-from dispatch.backends.kubeflow.pods import (  # noqa: E402
-    evidence_of,
-    is_evidence,
-    pod_end_signals,
-    with_evidence,
-)
+from dispatch.backends.kubeflow.pod_evidence import evidence_of, with_evidence  # noqa: E402
+from dispatch.backends.kubeflow.pods import is_evidence, pod_end_signals  # noqa: E402
 from dispatch.core.model import CauseKind, State  # noqa: E402
 from kube_fake import schemas  # noqa: E402
 from kube_fake.trainer import T1, event  # noqa: E402

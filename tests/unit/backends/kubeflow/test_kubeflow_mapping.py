@@ -1090,3 +1090,53 @@ def test_an_end_the_pod_tells_names_the_node_it_ran_on() -> None:
     assert report.cause.kind is CauseKind.OUT_OF_MEMORY and report.cause.exit_code == 137
     assert "(node real-node-2) container node: terminated reason=OOMKilled exitCode=137" in \
         report.cause.detail, report.cause.detail
+
+
+def test_a_crash_loop_between_restarts_on_a_real_kubelet_is_recovering() -> None:
+    # Seen on the real nodes (issue 46): for most of the back-off the kubelet shows the
+    # container terminated (its last exit) in a pod still Running, restartCount counting the
+    # restarts so far; CrashLoopBackOff shows only for a moment before the next start. Read
+    # running before (goodput counted the back-off as running).
+    now = terminated("Error", 3)
+    now["terminated"]["message"] = "ValueError: loss is nan"
+    looping = crash_looping(1, terminated("Error", 3, at=T0), now)
+    looping["spec"]["restartPolicy"] = "OnFailure"
+    report = row(trainjob(), jobset(), [job()], [looping])
+    assert report.state is State.RECOVERING, report
+    assert (report.cause.kind, report.cause.exit_code) == (CauseKind.NON_ZERO_EXIT, 3)
+    assert report.cause.provenance is Provenance.APPLICATION
+    assert "restartCount=1" in report.cause.detail and "ValueError: loss is nan" in \
+        report.cause.detail, report.cause
+    assert "restarted in place by Kubernetes" in report.cause.note, report.cause
+    # its first crash, before the kubelet's first restart (restartCount 0): the same
+    first = crash_looping(0, {}, now)
+    first["status"]["containerStatuses"][0].pop("lastState")
+    first["spec"]["restartPolicy"] = "OnFailure"
+    assert row(trainjob(), jobset(), [job()], [first]).state is State.RECOVERING
+    # under restartPolicy Never nothing restarts it (its pod ends Failed): not a crash loop
+    never = crash_looping(1, terminated("Error", 3, at=T0), now)
+    never["spec"]["restartPolicy"] = "Never"
+    assert row(trainjob(), jobset(), [job()], [never]).state is not State.RECOVERING
+    # nor once the pod is being deleted (the Job's backoffLimit reached: its end follows)
+    deleting = crash_looping(1, terminated("Error", 3, at=T0), now)
+    deleting["spec"]["restartPolicy"] = "OnFailure"
+    deleting["metadata"]["deletionTimestamp"] = T1
+    assert row(trainjob(), jobset(), [job()], [deleting]).state is not State.RECOVERING
+
+
+def test_a_trainjob_failed_while_its_pods_still_go_is_not_ended_until_they_are() -> None:
+    # Seen on the real nodes (issue 46): at its deadline Trainer says Failed
+    # (DeadlineExceeded) and deletes the JobSet; the pod gets SIGTERM and its grace, and a
+    # process deaf to SIGTERM ran 30 s more while dispatch had committed failed (a
+    # replacement's gate, S11, would have opened beside it).
+    deadline = cond("Failed", reason="DeadlineExceeded", message="TrainJob exceeded its deadline")
+    going = pod(0, deleting=True)  # Running, Terminating
+    report = row(trainjob([deadline], active=0), None, [], [going])
+    assert (report.state, report.cause.kind) == (State.RUNNING, CauseKind.NONE), report
+    assert report.alive and "not yet gone" in report.cause.note, report.cause
+    assert going["metadata"]["name"] in report.cause.note
+    # once its pod has ended (killed at the grace's end), the end is read, as before
+    ended = pod(0, phase="Failed", deleting=True, state=terminated("Error", 137))
+    report = row(trainjob([deadline], active=0), None, [], [ended])
+    assert (report.state, report.cause.kind) == (State.FAILED, CauseKind.TIME_LIMIT), report
+    assert report.executions[-1].error is None

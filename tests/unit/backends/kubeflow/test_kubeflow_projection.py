@@ -60,7 +60,8 @@ def test_the_cache_holds_only_the_fields_read(scenario: str) -> None:
         for obj in objects:
             assert obj == project(kind, obj), (kind, obj)  # nothing beyond the shape
     for pod in held["Pod"]:
-        assert set(pod["spec"]) <= {"nodeName"}  # no containers, volumes, tolerations
+        # no containers, volumes, tolerations: its node and restartPolicy (a crash loop)
+        assert set(pod["spec"]) <= {"nodeName", "restartPolicy"}
         assert set(pod["metadata"].get("labels", {})) <= set(LABELS.names)
         assert "managedFields" not in pod["metadata"]
     for job in held["Job"]:

@@ -13,19 +13,29 @@ from typing import Any
 from test_kubeflow_replay import Path_, before_the_stop, kinds, recorded, replay
 
 from dispatch.backends.kubeflow.gone import report_gone, report_pods_left
-from dispatch.backends.kubeflow.pods import evidence_of, replaced_pods
+from dispatch.backends.kubeflow.pod_evidence import evidence_of
+from dispatch.backends.kubeflow.pods import replaced_pods
 from dispatch.core.model import CauseKind, State
 
 
 def test_a_time_limit_end_carries_no_application_error(path: Path_) -> None:
-    # The deadline's SIGTERM (exit 143, no message) is how Kubernetes ended the pods, not the
-    # application's error: before, the end showed "killed by signal 15 (SIGTERM)" as its own.
+    # The deadline's kill is how Kubernetes ended the pods, not the application's error:
+    # before, the end showed "killed by signal 15 (SIGTERM)" as its own.
     final = replay("time-limit", path)[-1]
     assert final is not None and final.cause.kind is CauseKind.TIME_LIMIT
     assert [e.error for e in final.executions] == [None] * len(final.executions), final
-    # the pods did end by SIGTERM: the recording has it
+    # the pods did end by the kill: recorded on a real node, whose process (Python as PID 1,
+    # no SIGTERM handler) ignored the SIGTERM and got the kubelet's SIGKILL at the grace's end
+    # (137; KWOK, which recorded it before, always says 143)
     codes = {t["exitCode"] for t in terminations("time-limit")}
-    assert 143 in codes, codes
+    assert 137 in codes, codes
+    # and the end was read only once the pod had ended (issue 46): no look read the job
+    # failed while the killed process still ran
+    readings = replay("time-limit", path)
+    first = next(i for i, r in enumerate(readings) if r is not None and r.state.terminal)
+    assert all("not yet gone" not in (r.cause.note or "") for r in readings[first:]
+               if r is not None)
+    assert any(r is not None and "not yet gone" in r.cause.note for r in readings[:first])
 
 
 def test_a_preempted_end_carries_no_application_error(path: Path_) -> None:
@@ -176,3 +186,25 @@ def test_a_pod_the_job_does_not_count_failed_was_not_replaced_after_a_failure() 
                       and not (ln["object"].get("status") or {}).get("failed"))]
     assert replaced_pods([old, running], uncounted) == []
     assert replaced_pods([old, running], []) == []  # no Job seen: no restart claimed
+
+
+def test_a_persons_delete_of_one_rank_is_the_deletions_end_never_the_applications(
+        path: Path_) -> None:
+    # Recorded on the real nodes (issue 46): a person deletes rank 0's pod of a 2-node job;
+    # its process's SIGTERM handler exits 143 and the Job (backoffLimit 0) fails. Before,
+    # the end read non-zero-exit, exit 143, the application's, and a rule resubmitted it.
+    readings = replay("pod-deleted", path)
+    final = readings[-1]
+    assert final is not None and (final.state, final.cause.kind) == (
+        State.FAILED, CauseKind.UNKNOWN), final
+    assert final.cause.exit_code == 143 and "its pod was deleted" in final.cause.note
+    assert all(e.error is None for e in final.executions), final
+    assert not [k for k in kinds(readings) if k is not None and k[1] is CauseKind.NON_ZERO_EXIT]
+    # the pods' last versions alone could not tell: the kubelet's last delete (grace 0) moved
+    # their deletionTimestamp past the containers' end
+    last = [ln["object"] for ln in recorded("pod-deleted")
+            if ln["kind"] == "Pod" and ln["type"] == "DELETED"]
+    assert len(last) == 2 and all(
+        p["metadata"].get("deletionGracePeriodSeconds") == 0 for p in last), last
+    assert {t["exitCode"] for p in last for t in (
+        cs["state"].get("terminated") or {} for cs in p["status"]["containerStatuses"])} == {143}
