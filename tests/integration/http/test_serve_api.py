@@ -46,15 +46,32 @@ def test_a_running_jobs_status_has_its_running_execution_as_the_cli_says(
     assert by_cli["running"] == doc["running"]
 
 
-def test_logs_follow_streams_across_submissions(serve: Callable[..., Served]) -> None:
+# Submission 1 ends only once the follower has its line: a follow starts at the newest
+# submission, so a follower that arrived after the resubmission would never see the first.
+FAIL_FIRST_ON_GO = ("import os, sys, time\n"
+                    "print('submission', os.environ['DISPATCH_SUBMISSION'], flush=True)\n"
+                    "while os.environ['DISPATCH_SUBMISSION'] == '1' and "
+                    "not os.path.exists(os.environ['GO']):\n"
+                    "    time.sleep(0.05)\n"
+                    "sys.exit(3 if os.environ['DISPATCH_SUBMISSION'] == '1' else 0)\n")
+
+
+def test_logs_follow_streams_across_submissions(serve: Callable[..., Served],
+                                                tmp_path: Path) -> None:
     s = serve()
     policy = {"rules": [{"on": ["non-zero-exit"], "action": "resubmit", "budget": 1}]}
-    job = s.submit(spec("twice", FAIL_FIRST, policy=policy))
+    go = tmp_path / "go"
+    job = s.submit(spec("twice", FAIL_FIRST_ON_GO, policy=policy, env={"GO": str(go)}))
     lines: list[str] = []
-    with s.client.stream("GET", f"/api/jobs/{job}/logs", params={"follow": "1"}) as r:
-        assert r.status_code == 200
-        assert r.headers["content-type"].startswith("text/plain")
-        lines.extend(r.iter_lines())  # the stream ends at the committed outcome
+    try:
+        with s.client.stream("GET", f"/api/jobs/{job}/logs", params={"follow": "1"}) as r:
+            assert r.status_code == 200
+            assert r.headers["content-type"].startswith("text/plain")
+            for line in r.iter_lines():  # the stream ends at the committed outcome
+                lines.append(line)
+                go.touch()
+    finally:
+        go.touch()
     assert lines == ["submission 1", "== dispatch: submission 2 after non-zero-exit (exit 3)",
                      "submission 2"]
     st = s.status(job)

@@ -171,7 +171,10 @@ def test_a_person_deleting_the_trainjob_is_cancelled_never_resubmitted(
 
 def test_more_nodes_than_the_cluster_has_is_pending_with_the_schedulers_words(
         cli: Dispatch, namespace: str) -> None:
-    proc = cli.spawn("run", str(spec(cli, namespace, "big", {}, nodes=5,
+    # the four placed pods run on (600 s): the fifth stays unschedulable, a lasting state,
+    # not the two seconds KWOK's default run would leave before freeing a node
+    proc = cli.spawn("run", str(spec(cli, namespace, "big", {"DISPATCH_TESTBED_SECONDS": "600"},
+                                     nodes=5,
                                      runtime=DISPATCH_RUNTIME,
                                      kubeflow={"resourcesPerNode": {"requests": {"cpu": "8"}}})),
                      "--json", "--poll", "0.5")
