@@ -344,6 +344,11 @@ while step < steps:
             f.write(json.dumps({"step": step, "checkpoint": True, "time": time.time()}) + "\\n")
         if os.environ["DISPATCH_SUBMISSION"] == "1" and step == 10:
             open(os.path.join(here, "checkpointed"), "w").close()
+    if os.environ["DISPATCH_SUBMISSION"] == "1" and step == 13:
+        # 1.5 s of work past the checkpoint: what a preemption now loses (Kubernetes'
+        # times are whole seconds, so a preemption in the checkpoint's own second reads
+        # as having lost nothing)
+        open(os.path.join(here, "past-checkpoint"), "w").close()
 dist.destroy_process_group()
 print("done", flush=True)
 """
@@ -411,6 +416,7 @@ def test_a_preemption_is_preempted_resumed_from_its_checkpoint_and_its_lost_work
                    timeout=180)
         wait_until(lambda: "checkpoint at step 10" in cli("history", "--all", "pre").stdout,
                    "the checkpoint never reached the record", timeout=60)
+        wait_until(lambda: (work / "past-checkpoint").exists(), "no step 13", timeout=60)
         trainjob = st["objects"][-1].split("/")[-1]
         (pod,) = pods_of(namespace, trainjob)
         preemptor = high_priority_pod(high, namespace, pod, cpu)
