@@ -2,12 +2,16 @@
 (``GET /api/v1/namespaces/{ns}/pods/{pod}/log``), one ``LogReader`` per pod.
 
 Reading is incremental without re-reading a whole log each poll: every read asks with
-``timestamps=true`` and, after the first, ``sinceTime`` = the second of the last line taken.
-The API server forwards ``sinceTime`` to the kubelet at whole seconds, so the answer repeats
-the lines of that second already taken; the cursor (the last line's full RFC 3339 stamp and
-how many lines carry exactly that stamp) skips them. Each answer is bounded by
-``limitBytes``; a read cut there asks again from where it got, so a long log comes in pages
-(bigger ones when a page holds nothing new: a burst within one second, a very long line).
+``timestamps=true`` and, after the first, ``sinceTime`` = S, the whole second of the last line
+taken. The kubelet drops each line stamped before S, line by line, and gives the rest in the
+file's order: so the answer begins with exactly the lines taken before that are stamped S or
+later, and the cursor (S and how many those are) skips that many lines, whatever their stamps.
+Skipping by stamp instead lost lines: the container runtime stamps stdout and stderr in two
+threads, so a line can follow one stamped a little later (a print after torchrun's stderr, on
+a real node). One reordered across a second's boundary is still lost (the kubelet drops
+it). Each answer is bounded by ``limitBytes``; a read cut there asks again from where it got,
+so a long log comes in pages (bigger ones when a page holds nothing new: a burst within one
+second, a very long line).
 
 What is not an error: a pod whose container has not started (400 "is waiting to start"), a
 pod already gone (404) or one not yet scheduled (an empty log) reads as nothing this time.
@@ -47,7 +51,7 @@ READ_BYTES = 16 << 20  # one read stops past this much (``LogRead.more``): bound
 TRAINER_CONTAINER = "node"  # the container Kubeflow Trainer runs the trainer in
 
 Stamp = tuple[int, int]  # seconds since the epoch, nanoseconds
-Place = tuple[Stamp, int]  # the last stamp taken and how many lines carry exactly it
+Place = tuple[Stamp, int]  # the second asked from, and how many lines from it were taken
 
 _STAMP = re.compile(
     rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$"
@@ -99,37 +103,37 @@ class Taken:
 
 
 def take(body: bytes, place: Place | None, *, whole: bool) -> Taken:
-    """The lines of ``body`` (a log read with timestamps from ``place``'s second on) that come
-    after ``place``, without their stamps, and the place after them. A last line without its
-    end is taken only when ``whole`` (the log holds no more of it), else held back.
+    """The lines of ``body`` (a log read with timestamps from ``place``'s second on) not taken
+    before, without their stamps, and the place after them. A last line without its end is
+    taken only when ``whole`` (the log holds no more of it), else held back.
 
     A line whose stamp cannot be read is taken as written and counts with the stamp before it
     (the kubelet stamps every line; this only keeps a stranger answer from looping)."""
     out: list[bytes] = []
-    seen_at_place = 0
+    skip = place[1] if place is not None else 0
+    stamps: list[Stamp] = []  # every whole line of the answer, repeated ones first
     last: Stamp | None = place[0] if place is not None else None
-    count = place[1] if place is not None else 0
     held = False
     for entry in body.splitlines(keepends=True):
         if not entry.endswith(b"\n") and not whole:
-            # Fresh unless lines at the cursor's stamp remain to be skipped before it.
-            held = place is None or seen_at_place >= place[1]
+            # Fresh unless lines taken before remain to be skipped before it.
+            held = len(stamps) >= skip
             break
         head, sep, rest = entry.partition(b" ")
         stamp = parse_stamp(head) if sep else None
         if stamp is None:
             stamp, rest = last or (0, 0), entry
-        if place is not None:
-            if stamp < place[0]:
-                continue
-            if stamp == place[0] and seen_at_place < place[1]:
-                seen_at_place += 1
-                continue
-        out.append(rest if rest.endswith(b"\n") else rest + b"\n")
-        count = count + 1 if stamp == last else 1
         last = stamp
-    new = (last, count) if last is not None else None
-    return Taken(b"".join(out), new, held_fresh=held)
+        stamps.append(stamp)
+        if len(stamps) > skip:
+            out.append(rest if rest.endswith(b"\n") else rest + b"\n")
+    if last is None or len(stamps) <= skip:
+        return Taken(b"", place, held_fresh=held)  # nothing new: the same place
+    # The last line's second, never before the one this answer began at (the lines it holds
+    # are all of those stamped since)
+    since = last[0] if place is None else max(place[0][0], last[0])
+    return Taken(b"".join(out), ((since, 0), sum(1 for t in stamps if t >= (since, 0))),
+                 held_fresh=held)
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,28 @@ def test_take_skips_what_was_taken_and_holds_an_unended_line() -> None:
             b"2026-03-01T10:00:00.2Z c\n2026-03-01T10:00:00.3Z par")
     first = take(body, None, whole=False)
     assert first.data == b"a\nb\nc\n" and first.held_fresh
-    assert first.place == ((1772359200, 200_000_000), 1)
+    assert first.place == ((1772359200, 0), 3)  # the last line's second, 3 lines since
     again = take(body + b"tial\n", first.place, whole=False)
     assert again.data == b"partial\n" and not again.held_fresh
     assert take(body, first.place, whole=True).data == b"par\n"  # final: as it stands
     # two lines with one stamp, the first taken before: only the second now
     one_stamp = b"2026-03-01T10:00:00.1Z a\n2026-03-01T10:00:00.1Z b\n"
     assert take(one_stamp, ((1772359200, 100_000_000), 1), whole=False).data == b"b\n"
+
+
+def test_a_line_stamped_before_one_taken_earlier_is_not_lost() -> None:
+    # The runtime stamps stdout and stderr in two threads: a print can follow, in the file,
+    # a stderr line stamped a little later (seen on a real node). The kubelet gives every
+    # line stamped since the second asked from, in the file's order.
+    first = take(b"2026-03-01T10:00:00.5Z stderr\n", None, whole=False)
+    assert first.data == b"stderr\n"
+    later = (b"2026-03-01T10:00:00.5Z stderr\n2026-03-01T10:00:00.4Z print\n"
+             b"2026-03-01T10:00:01.2Z next\n")
+    again = take(later, first.place, whole=False)
+    assert again.data == b"print\nnext\n"
+    assert again.place == ((1772359201, 0), 1)
+    # asked again from that second, the kubelet repeats "next" only: nothing twice
+    assert take(b"2026-03-01T10:00:01.2Z next\n", again.place, whole=False).data == b""
+    # a page cut inside that repeated line: the same place, nothing new, nothing held fresh
+    cut = take(b"2026-03-01T10:00:01.2Z ne", again.place, whole=False)
+    assert cut.place == again.place and not cut.held_fresh
