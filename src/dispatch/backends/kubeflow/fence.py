@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from dispatch.backends.kubeflow.container_times import container_start
 from dispatch.backends.kubeflow.objects import (
     as_map,
     as_str,
@@ -24,7 +25,6 @@ from dispatch.backends.kubeflow.objects import (
 )
 from dispatch.backends.kubeflow.pods import (
     DISRUPTION_KINDS,
-    container_start,
     pod_alive,
     pod_node,
     pod_ref,

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from dispatch.backends.kubeflow.container_times import container_start, containers_ended
 from dispatch.backends.kubeflow.events import creation_failure
 from dispatch.backends.kubeflow.fence import node_lost
 from dispatch.backends.kubeflow.objects import (
@@ -39,7 +40,6 @@ from dispatch.backends.kubeflow.objects import (
 from dispatch.backends.kubeflow.pod_errors import first_pod_error
 from dispatch.backends.kubeflow.pods import (
     RANK_DEADLINE,
-    container_start,
     crash_loop,
     job_restart_attempt,
     job_slot,
@@ -191,10 +191,21 @@ def _replaced_run(index: int, old: Any, new: Any, kept_on: Sequence[Any]) -> Exe
     note = (f"pod {name_of(old)} replaced by {name_of(new)} on {pod_node(new) or 'a node'}: "
             "a restart Kubernetes made (the Job's backoffLimit), not a dispatch rule")
     found = first_cause(pod_end_signals(old))
-    cause = (Cause(kind=CauseKind.UNKNOWN, detail=header, note=note) if found is None
-             else _under(found, header, note))
+    cause = _at_real_end(Cause(kind=CauseKind.UNKNOWN, detail=header, note=note)
+                         if found is None else _under(found, header, note), [old, *kept_on])
     return Execution(index=index, started_at=_started([old, *kept_on]), ended_at=cause.at,
                      cause=cause, nodes=_ran_on([old, *kept_on]))
+
+
+def _at_real_end(cause: Cause, pods: Sequence[Any]) -> Cause:
+    """``cause`` dated when its run really ended: when the last container stopped, if that
+    is later than the signal's own time (a deadline or a disruption is stamped when decided;
+    the processes run on through their grace). Goodput counts that time as running, and the
+    work past the last checkpoint as lost (G3)."""
+    end = containers_ended(pods)
+    if end is None or (cause.at is not None and end <= cause.at):
+        return cause
+    return msgspec.structs.replace(cause, at=end)
 
 
 def _started(pods: Sequence[Any]) -> datetime | None:
@@ -315,6 +326,7 @@ def report_trainjob(
 
     def ended(state: State, cause: Cause) -> ObjectReport:
         ran_on = _ran_on(run_pods)
+        cause = _at_real_end(cause, run_pods)
         last = Execution(
             index=restarts, started_at=started, ended_at=cause.at, cause=cause, nodes=ran_on,
             # the first failing container's own words (issue 23), beside the cause; only

@@ -381,31 +381,6 @@ def crash_loop(pod: Any) -> tuple[State, Cause] | None:
     return None
 
 
-# What a container runtime writes as the start of a container that never started (a
-# StartError's startedAt is the Unix epoch): never a start.
-_NEVER = datetime(1970, 1, 2, tzinfo=UTC)
-
-
-def container_start(pod: Any) -> datetime | None:
-    """When a container of ``pod`` first ran: the earliest ``startedAt`` of a container that
-    runs or ran (state running, state or lastState terminated), never of one that could not
-    start (StartError, ContainerCannotRun). None while none has run (ContainerCreating, a
-    pull or an image error): the pod's ``status.startTime`` is not a start, since the kubelet
-    sets it when it admits the pod, before it pulls the image (issue 46)."""
-    times: list[datetime] = []
-    for cs in as_list(as_map(as_map(pod).get("status")).get("containerStatuses")):
-        c = as_map(cs)
-        for holder in (as_map(c.get("state")), as_map(c.get("lastState"))):
-            for key in ("running", "terminated"):
-                ran = as_map(holder.get(key))
-                if key == "terminated" and as_str(ran.get("reason")) in TERMINATED_LAUNCH_FAILED:
-                    continue
-                at = parse_time(ran.get("startedAt"))
-                if at is not None and at >= _NEVER:
-                    times.append(at)
-    return min(times) if times else None
-
-
 def pod_alive(pod: Any) -> bool:
     return as_str(as_map(as_map(pod).get("status")).get("phase")) in ALIVE_POD_PHASES
 

@@ -12,7 +12,7 @@ import pytest
 from test_kubeflow_mapping import job, jobset, pod, row, trainjob, waiting
 from test_kubeflow_replay import Path_, recorded, replay
 
-from dispatch.backends.kubeflow.pods import container_start
+from dispatch.backends.kubeflow.container_times import container_start
 from dispatch.core.model import CauseKind, State
 from kube_fake import schemas
 from kube_fake.trainer import builtin_cond
