@@ -203,3 +203,37 @@ def test_a_live_scope_answered_slower_than_the_start_wait_is_still_served(
             served, _ = scopes_to_serve([], store, slow)
         assert uid_scope(fake) in served, served
         backend.close()
+
+
+def test_a_named_scope_answered_slower_than_the_start_wait_is_ticked_by_one_pass(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`supervise --once --scope kubeflow` on a loaded machine (CI's k8s lane): the cluster's
+    UID came after RESOLVE_WAIT_S, the pass served the bare name and ticked none of the
+    cluster's jobs. One pass has no later tick: it waits for the backend's bounded answer."""
+    import json
+
+    from dispatch.cli.supervisors import serve_scopes
+    from dispatch.supervise.escalations import Notifier
+    from dispatch.supervise.scopes import RESOLVE_WAIT_S
+
+    with FakeApiServer() as fake:
+        backend = use(monkeypatch, kubeconfig(tmp_path / "k.yaml", fake.url))
+        spec = parse_spec({"name": "slow", "backend": "kubeflow", "command": ["true"],
+                           "kubeflow": {"runtime": "torch-distributed"}}, "<slow>")
+        with open_store(f"sqlite://{tmp_path / 'r.sqlite3'}") as store:
+            create_job(store, spec, backend.declarations(), datetime.now(UTC),
+                       scope=uid_scope(fake))
+
+            def slow(_name: str) -> KubeflowBackend:
+                time.sleep(RESOLVE_WAIT_S + 1.0)  # building it, on a loaded machine
+                return backend
+
+            said: list[str] = []
+            serve_scopes(store, slow, ["kubeflow"], poll=1.0, lease_s=30.0,
+                         notifier=Notifier(), once=True, echo=said.append, as_json=True)
+        summary = json.loads(said[-1])
+        # the cluster's scope, ticked with its job (and the bare name, for jobs recorded
+        # before scopes)
+        assert summary["scopes"][uid_scope(fake)] == {
+            "ticked": True, "jobs": 1, "decisions": 1, "unreachable": [], "errors": []}, summary
+        backend.close()
