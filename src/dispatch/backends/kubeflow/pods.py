@@ -142,17 +142,30 @@ KILL_CODES = frozenset({143, 137})
 def ended_by_deletion(pod: Any, term: Mapping[str, Any]) -> bool:
     """Whether a container's current bad end came from its pod's deletion (the kubelet's
     SIGTERM, then SIGKILL at the grace's end): it finished after the deletion was asked, or in
-    the same second with the kill's exit code (Kubernetes' times are whole seconds: a crash in
-    that second may be what the deletion answered, the Job controller's), not OOMKilled (the
-    memory cgroup's own verdict stands). A person's ``kubectl delete pod``, or the Job
-    controller's delete of a crash-looping pod whose last restart was still running when the
-    Job reached its backoffLimit: never the application's own end. A container's last state
-    ended before its current run began, so never by this deletion (``terminations``)."""
+    the same second with the kill's exit code or torchrun's words that it got SIGTERM
+    (Kubernetes' times are whole seconds: a crash in that second may be what the deletion
+    answered, the Job controller's), not OOMKilled (the memory cgroup's own verdict stands).
+    A person's ``kubectl delete pod``, or the Job controller's delete of a crash-looping pod
+    whose last restart was still running when the Job reached its backoffLimit: never the
+    application's own end. A container's last state ended before its current run began, so
+    never by this deletion (``terminations``)."""
     asked = deletion_asked(pod)
     finished = parse_time(term.get("finishedAt"))
     if asked is None or finished is None or as_str(term.get("reason")) == "OOMKilled":
         return False
-    return finished > asked or (finished == asked and as_int(term.get("exitCode")) in KILL_CODES)
+    return finished > asked or (finished == asked and (
+        as_int(term.get("exitCode")) in KILL_CODES or said_sigterm(term)))
+
+
+# torchrun's agent, stopped by a signal, exits 1 with this line (its launcher's own words,
+# in the termination message under FallbackToLogsOnError): never the application's failure.
+_LAUNCHER_SIGTERM = re.compile(r"SignalException: Process \d+ got signal: 15\b")
+
+
+def said_sigterm(term: Mapping[str, Any]) -> bool:
+    """Whether a container's termination message says its launcher was stopped by SIGTERM:
+    in the second of its pod's deletion, that end is the deletion's (torchrun exits 1)."""
+    return bool(_LAUNCHER_SIGTERM.search(as_str(term.get("message")) or ""))
 
 
 def terminations(pod: Any, cs: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], bool]]:

@@ -207,3 +207,27 @@ def test_a_crash_in_the_second_its_pod_is_deleted_is_still_the_crash() -> None:
     waiting = _pod(0, {"waiting": {"reason": "CrashLoopBackOff"}}, restarts=6,
                    last=_ended(143, KILLED))
     assert _read([waiting]).cause.kind is CauseKind.NON_ZERO_EXIT
+
+
+TORCHRUN_TERMED = (
+    "Traceback (most recent call last):\n  File \"/v/bin/torchrun\", line 8, in <module>\n"
+    "    sys.exit(main())\n"
+    "torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15\n")
+
+
+def test_torchrun_stopped_in_the_second_its_pod_is_deleted_is_the_deletions_end() -> None:
+    # A person's `kubectl delete pod` of a torchrun rank: its agent gets SIGTERM and exits 1
+    # (its SignalException), in the very second the deletion was asked. Its own words say
+    # what stopped it: the deletion's end, never the application's failure.
+    stopped = _pod(0, _ended(1, ASKED, TORCHRUN_TERMED))
+    for pods in ([stopped], [evidence_of(stopped)]):
+        report = _read(pods)  # type: ignore[list-item]
+        assert (report.cause.kind, report.cause.exit_code) == (CauseKind.UNKNOWN, 1), report
+        assert "deleted" in report.cause.note and report.executions[-1].error is None
+    # another signal, or no deletion, or an earlier end: the exit stands as the application's
+    for pod in (_pod(0, _ended(1, ASKED, TORCHRUN_TERMED.replace("signal: 15", "signal: 2"))),
+                _pod(0, _ended(1, ASKED, TORCHRUN_TERMED), deleting=None),
+                _pod(0, _ended(1, CRASHED, TORCHRUN_TERMED))):
+        report = _read([pod])
+        assert (report.cause.kind, report.cause.exit_code) == (CauseKind.NON_ZERO_EXIT, 1), \
+            report.cause
