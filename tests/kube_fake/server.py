@@ -34,6 +34,7 @@ finish deleting (no kubelet confirms), as on a real cluster that lost the node.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import re
@@ -810,7 +811,8 @@ class FakeApiServer:
         body = json.loads(raw) if raw else None
         if method == "GET" and name is None:
             return 200, self._list(
-                kind, ns, query.get("labelSelector", ""), query.get("fieldSelector", "")
+                kind, ns, query.get("labelSelector", ""), query.get("fieldSelector", ""),
+                limit=int(query.get("limit") or 0), cont=query.get("continue", ""),
             )
         if method == "GET":
             return 200, self._get(kind, ns, name)
@@ -839,20 +841,37 @@ class FakeApiServer:
             return 200, obj
         raise ApiFailure(405, "MethodNotAllowed", f"{method} {path}")
 
-    def _list(self, kind: Kind, ns: str, selector: str, fields: str = "") -> dict[str, Any]:
-        items = [
-            copy.deepcopy(obj)
-            for (plural, ons, _), obj in sorted(self._objects.items())
-            if plural == kind.plural
-            and (not kind.namespaced or ons == ns)
-            and selector_matches(selector, obj["metadata"].get("labels") or {})
-            and fields_match(fields, obj)
-        ]
+    def _list(self, kind: Kind, ns: str, selector: str, fields: str = "", *, limit: int = 0,
+              cont: str = "") -> dict[str, Any]:
+        """A LIST; with ``limit``, a page, and ``metadata.continue`` while more follow. The
+        continue token here names the last key served and the list's resourceVersion; the
+        next page is read from the objects as they are then (the real API server reads the
+        same snapshot from etcd: a stand-in's simplification)."""
+        after: list[str] | None = None
+        rv = str(self._rv)
+        if cont:
+            try:
+                token = json.loads(base64.urlsafe_b64decode(cont.encode()))
+                after, rv = [str(k) for k in token["after"]], str(token["rv"])
+            except (ValueError, KeyError, TypeError):
+                raise ApiFailure(400, "BadRequest", "invalid continue token") from None
+        keys = [key for key, obj in sorted(self._objects.items())
+                if key[0] == kind.plural
+                and (not kind.namespaced or key[1] == ns)
+                and selector_matches(selector, obj["metadata"].get("labels") or {})
+                and fields_match(fields, obj)
+                and (after is None or list(key) > after)]
+        more = limit > 0 and len(keys) > limit
+        keys = keys[:limit] if more else keys
+        meta: dict[str, Any] = {"resourceVersion": rv}
+        if more:
+            meta["continue"] = base64.urlsafe_b64encode(
+                json.dumps({"after": list(keys[-1]), "rv": rv}).encode()).decode()
         return {
             "kind": f"{kind.kind}List",
             "apiVersion": kind.api_version,
-            "metadata": {"resourceVersion": str(self._rv)},
-            "items": items,
+            "metadata": meta,
+            "items": [copy.deepcopy(self._objects[key]) for key in keys],
         }
 
     def _get(self, kind: Kind, ns: str, name: str) -> dict[str, Any]:

@@ -103,7 +103,8 @@ class Tap:
         self.add(kind, "FAILED", said)
 
     def list_versioned(self, res: ResourceType, namespace: str | None, labels: Any,
-                       fields: Any = None) -> tuple[list[dict[str, Any]], str]:
+                       fields: Any = None, keep: Any = None
+                       ) -> tuple[list[dict[str, Any]], str]:
         kind = res._api_info.resource.kind
         self._wait_if_held()
         try:
@@ -115,7 +116,8 @@ class Tap:
             self.add(kind, "LIST", {"metadata": {"resourceVersion": rv}})
             for obj in items:
                 self.add(kind, "LISTED", obj)
-        return items, rv
+        # recorded whole, handed on as the informer keeps them
+        return [keep(o) for o in items] if keep is not None else items, rv
 
     def open_watch(self, res: ResourceType, namespace: str | None, labels: Any,
                    resource_version: str, server_timeout_s: int,

@@ -312,3 +312,42 @@ def test_every_watch_silent_asks_the_server_and_no_answer_is_unreachable(
         assert eventually(recovered)
     finally:
         backend.close()
+
+
+def test_a_first_list_is_read_in_pages_and_keeps_only_the_projection(
+    fake: FakeApiServer, tmp_path: Path, clock: Clock
+) -> None:
+    """Issue 49: the first LIST of 5,000 TrainJobs held every full object at once (441 MiB
+    before the projection). It is read in pages of LIST_PAGE (``limit``, ``continue``), each
+    object projected as its page arrives; every page's objects reach the cache."""
+    from dispatch.backends.kubeflow.client import LIST_PAGE
+    from dispatch.backends.kubeflow.objects import MANAGED_LABEL
+
+    LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"  # noqa: N806 - kubectl's
+
+    for n in NODES:
+        fake.put(tr.node(n))
+    fresh = make_backend(fake, tmp_path, clock)
+    token, ns, name = submit(fresh)  # its TrainJob sorts after the others: the last page
+    others = 2 * LIST_PAGE + 7
+    for i in range(others):
+        tj = fake.get("TrainJob", ns, name)
+        assert tj is not None
+        tj = {**tj, "metadata": {"name": f"a-{i:05d}", "namespace": ns,
+                                 "labels": {MANAGED_LABEL: "true"},
+                                 "annotations": {LAST_APPLIED: "{...}" * 100}}}
+        fake.put(tj)
+    fake.reset_requests()
+    (report,) = fresh.discover([token], [f"{ns}/{name}"]).objects
+    assert report.ref == f"{ns}/{name}"
+    pages = [r for r in fake.requests if r.method == "GET" and "watch" not in r.query
+             and r.path.endswith("/trainjobs")]
+    assert [r.query.get("limit") for r in pages] == [str(LIST_PAGE)] * 3, pages
+    assert [bool(r.query.get("continue")) for r in pages] == [False, True, True]
+    informer = fresh._informer
+    assert informer is not None
+    (cached,) = [r.items for w, r in informer._reflectors.items()
+                 if w.what == f"TrainJob in {ns}"]
+    assert len(cached) == others + 1
+    assert not any(LAST_APPLIED in o["metadata"].get("annotations", {})
+                   for o in cached.values())

@@ -69,6 +69,9 @@ __all__ = ["ClusterRuntimeRes", "EventRes", "JobRes", "JobSetRes", "NodeRes", "P
 
 ResourceType = type[GenericNamespacedResource] | type[GenericGlobalResource]
 Objects = list[dict[str, Any]]  # an alias: inside KubeClient ``list`` names the method
+# Objects a LIST request returns at most (the API server's ``limit``); the rest follow by
+# ``continue`` from the same snapshot.
+LIST_PAGE = 500
 T = TypeVar("T")
 
 
@@ -318,16 +321,23 @@ class KubeClient:
         namespace: str | None,
         labels: Mapping[str, str | None],
         fields: Mapping[str, str] | None = None,
+        keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> tuple[Objects, str]:
-        """One list call, and the collection's resourceVersion (where a watch starts)."""
+        """One LIST, and the collection's resourceVersion (where a watch starts); read in
+        pages of LIST_PAGE objects (``limit`` and ``continue``: one consistent snapshot), each
+        object passed through ``keep`` as its page arrives, so that only one page is ever
+        held whole (the informer's projection: a first LIST of 5,000 TrainJobs held every
+        full object at once, 441 MiB)."""
         kind = res._api_info.resource.kind
 
         def run() -> tuple[Objects, str]:
             if namespace is None:
-                found = self._client.list(res, labels=labels, fields=fields)
+                found = self._client.list(res, labels=labels, fields=fields,
+                                          chunk_size=LIST_PAGE)
             else:
-                found = self._client.list(res, namespace=namespace, labels=labels, fields=fields)
-            items = [dict(item) for item in found]
+                found = self._client.list(res, namespace=namespace, labels=labels, fields=fields,
+                                          chunk_size=LIST_PAGE)
+            items = [dict(item) if keep is None else keep(dict(item)) for item in found]
             return items, str(found.resourceVersion)
 
         return self._call(f"list {kind} in {namespace or 'cluster'}", run)

@@ -166,9 +166,11 @@ class Reflector:
             try:
                 if need_list:
                     started = time.monotonic()
-                    items, rv = inf.kube.list_versioned(w.res, w.namespace, labels, fields)
-                    kept = {str(_meta(o).get("name")): project(self.kind, o) for o in items}
-                    del items  # the LIST's answer: only what is kept stays
+                    # each object projected as its page arrives: only what is kept stays
+                    items, rv = inf.kube.list_versioned(
+                        w.res, w.namespace, labels, fields, keep=self._project)
+                    kept = {str(_meta(o).get("name")): o for o in items}
+                    del items
                     with inf.cond:
                         self.items = kept
                         self._resource_version = rv
@@ -244,6 +246,9 @@ class Reflector:
         s = self._informer.settings
         delay = min(s.max_backoff_s, s.backoff_s * (2 ** (failures - 1)))
         self._informer.stopping.wait(delay)
+
+    def _project(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return project(self.kind, obj)
 
     def _apply(self, etype: str, obj: dict[str, Any]) -> None:
         rv = _meta(obj).get("resourceVersion")

@@ -90,11 +90,13 @@ class Replayed:
         return self.state(res, namespace)
 
     def list_versioned(
-        self, res: ResourceType, namespace: str | None, labels: Any, fields: Any = None
+        self, res: ResourceType, namespace: str | None, labels: Any, fields: Any = None,
+        keep: Any = None,
     ) -> tuple[Objects, str]:
         self.requests.append("LIST")
         self.wires.setdefault((res._api_info.resource.kind, namespace), Wire())
-        return json.loads(json.dumps(self.state(res, namespace))), "0"  # as on the wire
+        items = json.loads(json.dumps(self.state(res, namespace)))  # as on the wire
+        return [keep(o) for o in items] if keep is not None else items, "0"
 
     def open_watch(
         self, res: ResourceType, namespace: str | None, labels: Any, resource_version: str,

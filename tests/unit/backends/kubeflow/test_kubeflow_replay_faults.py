@@ -137,14 +137,16 @@ class FaultReplayed(Replayed):
         return SchedulerUnreachable(BACKEND, said["error"])
 
     def list_versioned(
-        self, res: ResourceType, namespace: str | None, labels: Any, fields: Any = None
+        self, res: ResourceType, namespace: str | None, labels: Any, fields: Any = None,
+        keep: Any = None,
     ) -> tuple[Objects, str]:
         self.requests.append("LIST")
         answer = self._answer(res._api_info.resource.kind, "LIST")
         if answer["type"] == "FAILED":
             raise self._failed(answer)
         items = json.loads(json.dumps(answer["items"]))  # as on the wire
-        return items, answer["object"]["metadata"]["resourceVersion"]
+        return ([keep(o) for o in items] if keep is not None else items,
+                answer["object"]["metadata"]["resourceVersion"])
 
     def open_watch(
         self, res: ResourceType, namespace: str | None, labels: Any, resource_version: str,
