@@ -4,7 +4,8 @@ It speaks the REST shapes the kubeflow backend uses, for TrainJobs, JobSets, bat
 Pods (namespaced) and Nodes (cluster-wide):
 
 - list (``labelSelector``: ``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``, ``k in (a,b)``,
-  ``k notin (a,b)``; the list carries ``metadata.resourceVersion``), get, create (POST),
+  ``k notin (a,b)``; the list carries ``metadata.resourceVersion``; ``limit`` and
+  ``continue`` page it, a continue from before a ``compact()`` is 410), get, create (POST),
   merge-patch (PATCH ``application/merge-patch+json``), delete (``propagationPolicy``
   Foreground / Background / Orphan, owners found by ``ownerReferences``);
 - watch (``?watch=1``, optionally ``resourceVersion=N``, ``labelSelector``, ``timeoutSeconds``,
@@ -237,6 +238,9 @@ class FakeApiServer:
     api_groups: dict[str, list[str]] = field(default_factory=lambda: {
         "trainer.kubeflow.org": ["v1alpha1"], "jobset.x-k8s.io": ["v1alpha2"]})
     user: str = "fake"
+    # Compact (``compact()``) right after the next LIST page that has more to follow: its
+    # continue token then names a snapshot etcd no longer has (410 Expired).
+    compact_after_page: bool = False
     # The kube-system namespace's UID: which cluster this is (backends/kubeflow/scope.py).
     cluster_uid: str = field(default_factory=lambda: str(uuid.uuid4()))
 
@@ -855,6 +859,10 @@ class FakeApiServer:
                 after, rv = [str(k) for k in token["after"]], str(token["rv"])
             except (ValueError, KeyError, TypeError):
                 raise ApiFailure(400, "BadRequest", "invalid continue token") from None
+            if int(rv) < self._compacted_rv:  # its snapshot compacted away, as etcd's is
+                raise ApiFailure(410, "Expired", "The provided continue parameter is too old "
+                                 "to display a consistent list result. You can start a new "
+                                 "list without the continue parameter.")
         keys = [key for key, obj in sorted(self._objects.items())
                 if key[0] == kind.plural
                 and (not kind.namespaced or key[1] == ns)
@@ -867,6 +875,9 @@ class FakeApiServer:
         if more:
             meta["continue"] = base64.urlsafe_b64encode(
                 json.dumps({"after": list(keys[-1]), "rv": rv}).encode()).decode()
+            if self.compact_after_page:
+                self.compact_after_page = False
+                self.compact()
         return {
             "kind": f"{kind.kind}List",
             "apiVersion": kind.api_version,

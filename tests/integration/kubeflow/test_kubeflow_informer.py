@@ -351,3 +351,35 @@ def test_a_first_list_is_read_in_pages_and_keeps_only_the_projection(
     assert len(cached) == others + 1
     assert not any(LAST_APPLIED in o["metadata"].get("annotations", {})
                    for o in cached.values())
+
+
+def test_a_list_whose_continue_expired_is_read_again_whole(
+    fake: FakeApiServer, tmp_path: Path, clock: Clock
+) -> None:
+    """etcd compacted the snapshot of a paged LIST while it was read (410 Expired on its
+    continue token): the list is asked again without pages, as client-go's reflector does,
+    never taken for a refusal (which would leave the namespace out of the look)."""
+    from dispatch.backends.kubeflow.client import LIST_PAGE
+    from dispatch.backends.kubeflow.objects import MANAGED_LABEL
+
+    for n in NODES:
+        fake.put(tr.node(n))
+    fresh = make_backend(fake, tmp_path, clock)
+    token, ns, name = submit(fresh)
+    for i in range(LIST_PAGE + 1):
+        tj = fake.get("TrainJob", ns, name)
+        assert tj is not None
+        fake.put({**tj, "metadata": {"name": f"a-{i:05d}", "namespace": ns,
+                                     "labels": {MANAGED_LABEL: "true"}}})
+    fake.reset_requests()
+    fake.compact_after_page = True
+    (report,) = fresh.discover([token], [f"{ns}/{name}"]).objects
+    assert report.ref == f"{ns}/{name}"
+    pages = [r for r in fake.requests if r.method == "GET" and "watch" not in r.query
+             and r.path.endswith("/trainjobs")]
+    assert [(r.query.get("limit"), bool(r.query.get("continue"))) for r in pages] == [
+        (str(LIST_PAGE), False), (str(LIST_PAGE), True), (None, False)], pages
+    informer = fresh._informer
+    assert informer is not None
+    (reflector,) = [r for w, r in informer._reflectors.items() if w.what == f"TrainJob in {ns}"]
+    assert reflector.refused is None and len(reflector.items) == LIST_PAGE + 2

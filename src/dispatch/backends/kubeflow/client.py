@@ -330,15 +330,24 @@ class KubeClient:
         full object at once, 441 MiB)."""
         kind = res._api_info.resource.kind
 
-        def run() -> tuple[Objects, str]:
+        def listed(page: int | None) -> tuple[Objects, str]:
             if namespace is None:
-                found = self._client.list(res, labels=labels, fields=fields,
-                                          chunk_size=LIST_PAGE)
+                found = self._client.list(res, labels=labels, fields=fields, chunk_size=page)
             else:
                 found = self._client.list(res, namespace=namespace, labels=labels, fields=fields,
-                                          chunk_size=LIST_PAGE)
+                                          chunk_size=page)
             items = [dict(item) if keep is None else keep(dict(item)) for item in found]
             return items, str(found.resourceVersion)
+
+        def run() -> tuple[Objects, str]:
+            try:
+                return listed(LIST_PAGE)
+            except ApiError as err:
+                if int(err.status.code or err.response.status_code) != 410:
+                    raise
+                # the snapshot of its continue token was compacted while it was read: the
+                # whole list in one answer, as client-go's reflector falls back to
+                return listed(None)
 
         return self._call(f"list {kind} in {namespace or 'cluster'}", run)
 
