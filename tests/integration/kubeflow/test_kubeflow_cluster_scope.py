@@ -7,8 +7,11 @@ tests/integration/k8s/test_k8s_two_clusters.py.)"""
 from __future__ import annotations
 
 import base64
+import contextlib
+import json
 import socket
 import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,7 @@ from dispatch.cli import main
 from dispatch.core.model import SchedulerUnreachable
 from dispatch.errors import ClusterUnknown
 from dispatch.service.requests import create_job
+from dispatch.stores.base import RecordStore
 from dispatch.stores.select import open_store
 from dispatch.supervise.scopes import ScopeError, resolve_scopes, scope_at_submit, scopes_to_serve
 
@@ -181,11 +185,11 @@ def test_an_unreachable_api_server_is_unreachable_within_the_read_deadline(
     backend.close()
 
 
-def test_a_live_scope_answered_slower_than_the_start_wait_is_still_served(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A loaded machine's first request took longer than RESOLVE_WAIT_S (seen in CI's k8s
-    lane): the live job's scope was left out and `supervise --once` ticked none of its jobs.
-    It is waited for as long as the backend's own (bounded) answer takes."""
+@contextlib.contextmanager
+def slow_to_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                   ) -> Iterator[tuple[str, RecordStore, Callable[[str], KubeflowBackend]]]:
+    """A stand-in cluster with one live job recorded under its scope, and a backend factory
+    slower than RESOLVE_WAIT_S (building it, on a loaded machine): (scope, store, factory)."""
     from dispatch.supervise.scopes import RESOLVE_WAIT_S
 
     with FakeApiServer() as fake:
@@ -197,12 +201,21 @@ def test_a_live_scope_answered_slower_than_the_start_wait_is_still_served(
                        scope=uid_scope(fake))
 
             def slow(_name: str) -> KubeflowBackend:
-                time.sleep(RESOLVE_WAIT_S + 1.0)  # building it, on a loaded machine
+                time.sleep(RESOLVE_WAIT_S + 1.0)
                 return backend
 
-            served, _ = scopes_to_serve([], store, slow)
-        assert uid_scope(fake) in served, served
+            yield uid_scope(fake), store, slow
         backend.close()
+
+
+def test_a_live_scope_answered_slower_than_the_start_wait_is_still_served(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loaded machine's first request took longer than RESOLVE_WAIT_S (seen in CI's k8s
+    lane): the live job's scope was left out and `supervise --once` ticked none of its jobs.
+    It is waited for as long as the backend's own (bounded) answer takes."""
+    with slow_to_answer(tmp_path, monkeypatch) as (scope, store, slow):
+        served, _ = scopes_to_serve([], store, slow)
+    assert scope in served, served
 
 
 def test_a_named_scope_answered_slower_than_the_start_wait_is_ticked_by_one_pass(
@@ -210,30 +223,15 @@ def test_a_named_scope_answered_slower_than_the_start_wait_is_ticked_by_one_pass
     """`supervise --once --scope kubeflow` on a loaded machine (CI's k8s lane): the cluster's
     UID came after RESOLVE_WAIT_S, the pass served the bare name and ticked none of the
     cluster's jobs. One pass has no later tick: it waits for the backend's bounded answer."""
-    import json
-
     from dispatch.cli.supervisors import serve_scopes
     from dispatch.supervise.escalations import Notifier
-    from dispatch.supervise.scopes import RESOLVE_WAIT_S
 
-    with FakeApiServer() as fake:
-        backend = use(monkeypatch, kubeconfig(tmp_path / "k.yaml", fake.url))
-        spec = parse_spec({"name": "slow", "backend": "kubeflow", "command": ["true"],
-                           "kubeflow": {"runtime": "torch-distributed"}}, "<slow>")
-        with open_store(f"sqlite://{tmp_path / 'r.sqlite3'}") as store:
-            create_job(store, spec, backend.declarations(), datetime.now(UTC),
-                       scope=uid_scope(fake))
-
-            def slow(_name: str) -> KubeflowBackend:
-                time.sleep(RESOLVE_WAIT_S + 1.0)  # building it, on a loaded machine
-                return backend
-
-            said: list[str] = []
-            serve_scopes(store, slow, ["kubeflow"], poll=1.0, lease_s=30.0,
-                         notifier=Notifier(), once=True, echo=said.append, as_json=True)
-        summary = json.loads(said[-1])
-        # the cluster's scope, ticked with its job (and the bare name, for jobs recorded
-        # before scopes)
-        assert summary["scopes"][uid_scope(fake)] == {
-            "ticked": True, "jobs": 1, "decisions": 1, "unreachable": [], "errors": []}, summary
-        backend.close()
+    said: list[str] = []
+    with slow_to_answer(tmp_path, monkeypatch) as (scope, store, slow):
+        serve_scopes(store, slow, ["kubeflow"], poll=1.0, lease_s=30.0,
+                     notifier=Notifier(), once=True, echo=said.append, as_json=True)
+    summary = json.loads(said[-1])
+    # the cluster's scope, ticked with its job (and the bare name, for jobs recorded before
+    # scopes)
+    assert summary["scopes"][scope] == {
+        "ticked": True, "jobs": 1, "decisions": 1, "unreachable": [], "errors": []}, summary
