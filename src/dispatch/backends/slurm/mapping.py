@@ -410,10 +410,15 @@ def object_report(*, ref: str, token: str | None, job: SqueueJob | None,
                             gated=gated, unhealthy_units=units)
 
     if job is not None:  # squeue still shows it, ended
+        ran_on = job.nodes
         if latest is not None and is_ended(latest[0].state_word) \
                 and _same_execution(latest[0], job) and _steps_settled(*latest):
             sig = signal_from_sacct(latest[0], latest[1], squeue_exit=job.exit,
                                     restarts=job.restarts)
+            # the allocation as accounting keeps it: squeue's list shrinks while the job is
+            # COMPLETING, each node leaving as its epilog ends (Slurm 26.05 showed n2 of n2,n3)
+            if latest[0].nodes not in ("", "None assigned"):
+                ran_on = latest[0].nodes
         else:
             waiting = _awaiting_accounting(ref, token, job, execs, now)
             if waiting is not None:
@@ -422,7 +427,7 @@ def object_report(*, ref: str, token: str | None, job: SqueueJob | None,
         state, cause = classify(sig, preempt_mode=preempt_mode)
         return ObjectReport(ref=ref, token=token or job.comment or None, state=state,
                             cause=cause, executions=_close_last(execs, cause, job),
-                            nodes=_nodes(job.nodes))
+                            nodes=_nodes(ran_on))
 
     if latest is not None:  # only accounting knows it
         row, steps = latest

@@ -472,3 +472,17 @@ def test_recovering_keeps_both_executions_words_and_no_word_of_its_own() -> None
     _, cause = classify(sig("PENDING", "BeginTime", restarts=1), previous=preempted)
     assert cause.detail == "PREEMPTED; nodes=n1; PENDING; reason=BeginTime; restarts=1"
     assert "now" in cause.note
+
+
+def test_an_ended_job_squeue_still_shows_has_the_nodes_accounting_kept() -> None:
+    """While a job is COMPLETING squeue's node list shrinks, each node leaving as its epilog
+    ends (Slurm 26.05 in CI: a job on n2,n3 read as n2 only); the allocation is accounting's."""
+    import msgspec
+
+    jobs, _ = load("completed")
+    job = msgspec.structs.replace(jobs["19"], nodes="n2")  # type: ignore[type-var]
+    text = (FIX / "completed.sacct-D.txt").read_text().replace("|n3|", "|n[2-3]|")
+    groups = group_sacct(parse_sacct(text))["19"]
+    report = object_report(ref="19", token=None, job=job, groups=groups,  # type: ignore[arg-type]
+                           nodes={}, lost_since=None, now=NOW)
+    assert (report.state, report.nodes) == (S.SUCCEEDED, ("n2", "n3")), report
