@@ -31,10 +31,9 @@ HERE = Path(__file__).resolve().parents[1]
 def serve(jobs: int, annotation: int, ready: Path) -> None:
     """A child: the stand-in API server with ``jobs`` TrainJobs, until killed."""
     sys.path[:0] = [str(HERE / "tests"), str(HERE / "src"), str(HERE)]
+    from dispatch.backends.kubeflow.objects import MANAGED_LABEL, TOKEN_LABEL
     from kube_fake import FakeApiServer
     from kube_fake import trainer as tr
-
-    from dispatch.backends.kubeflow.objects import MANAGED_LABEL, TOKEN_LABEL
 
     fake = FakeApiServer().start()
     for n in ("n1", "n2"):
