@@ -18,9 +18,10 @@ from dispatch.core import events as ev
 from dispatch.core.goodput import ZERO
 from dispatch.core.model import CauseKind, State
 from dispatch.http.goodput_metrics import goodput_families
-from dispatch.http.metrics import RecordCollector, record_families
+from dispatch.http.metrics import RecordCollector, record_families, stored_family
 from dispatch.service import Service
 from dispatch.service.goodput import job_times
+from dispatch.stores.query import JobQuery
 from dispatch.stores.select import open_store
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -94,12 +95,17 @@ def from_scratch(service: Service) -> Samples:
         out[("dispatch_lost_work_seconds_total", (("backend", backend), ("cause", cause)))] = (
             d.total_seconds()
         )
+    # the store's own columns, counted anew
+    out.update(_samples([stored_family(service.store.count_jobs(JobQuery()))]))
     return out
 
 
 def kept(collector: RecordCollector, service: Service) -> Samples:
+    """The kept totals' families, and ``dispatch_jobs_stored`` from the counts their refresh
+    took (issue 49: one count per scrape, also what catches a prune)."""
     totals = collector.totals(service)
-    return _samples([*record_families(totals, {}), *goodput_families(totals)])
+    return _samples([*record_families(totals, {}), *goodput_families(totals),
+                     stored_family(collector._versions.counts)])
 
 
 def story(job_id: str, nodes: int, backend: str) -> list[Any]:

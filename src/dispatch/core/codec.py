@@ -53,6 +53,9 @@ def _enc_hook(value: Any) -> Any:
 
 _encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
 _event_decoder = msgspec.json.Decoder(Event)
+# For bulk readers that check what decode_event checks themselves and, on any failure, call
+# decode_event for its error (stores/bulk_decode.py): one decoder, so the same events.
+EVENT_DECODER = _event_decoder
 
 
 def _wrap(err: msgspec.DecodeError, job_id: str | None, seq: int | None) -> DecodeError:

@@ -29,10 +29,8 @@ from dispatch.backends.base import Backend
 from dispatch.core.model import CauseKind, State
 from dispatch.http.fleet_tally import UNUSABLE, Part, Totals, part_of
 from dispatch.http.goodput_metrics import goodput_families
-from dispatch.http.versions import JobVersions
+from dispatch.http.versions import EVERY_JOB, JobVersions
 from dispatch.service import Service
-from dispatch.stores.base import RecordStore
-from dispatch.stores.query import JobQuery
 from dispatch.stores.reading import fold_with_records
 from dispatch.stores.snapshot import fold_with_snapshots
 from dispatch.supervise.discovery import UNREACHABLE, look_all
@@ -280,7 +278,8 @@ class RecordCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         if self._warming and not self._ready.is_set():
             with self.open_service() as service:  # never waits for the build
-                families = [ready_family(False), stored_family(service.store)]
+                families = [ready_family(False),
+                            stored_family(service.store.count_jobs(EVERY_JOB))]
             yield from families
             return
         with self._lock, self.open_service() as service:
@@ -288,7 +287,7 @@ class RecordCollector(Collector):
             self._ready.set()
             families = [*record_families(self._totals, self._unreachable(service)),
                         *goodput_families(self._totals), ready_family(True),
-                        stored_family(service.store)]
+                        stored_family(self._versions.counts)]
         yield from families
 
 
@@ -302,12 +301,13 @@ def ready_family(ready: bool) -> Metric:
     return gauge
 
 
-def stored_family(store: RecordStore) -> Metric:
-    """Jobs by the store's own columns, one indexed count and no record read: a finished
-    job by its outcome column (``finished`` for one that ended before the store kept
-    outcomes), ``unfinished`` for the others. A record that cannot be used still counts
-    here by its column, while ``dispatch_jobs`` counts it as unusable."""
-    counts = store.count_jobs(JobQuery())
+def stored_family(counts: dict[str | None, int]) -> Metric:
+    """Jobs by the store's own columns (``counts``: the store's ``count_jobs`` of every job,
+    one indexed count and no record read): a finished job by its outcome column
+    (``finished`` for one that ended before the store kept outcomes), ``unfinished`` for
+    the others. A record that cannot be used still counts here by its column, while
+    ``dispatch_jobs`` counts it as unusable. Once the totals are built, the counts are those
+    their refresh took to catch a prune (http/versions.py): one count per scrape."""
     gauge = GaugeMetricFamily("dispatch_jobs_stored", "Jobs by the state the store's "
                               "columns hold (the outcome of a finished job, 'unfinished' "
                               "for the others): known at once, no record read.",

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from dispatch.core.events import Event
-from dispatch.stores.base import Change, JobNotFound, RecordDamaged, decode_tail
+from dispatch.stores.base import Change, JobNotFound, RecordDamaged
+from dispatch.stores.bulk_decode import tail_events
 
 SQLITE_NEXT_MARK = "(SELECT coalesce(max(changed), 0) + 1 FROM jobs)"
 PG_MARK = "pg_current_xact_id()"
@@ -84,11 +85,14 @@ def decode_tails(where: str, rows: Sequence[tuple[Any, ...]], versions: dict[str
     after ``after``, checked whole and decoded; JobNotFound naming the jobs with no row."""
     by_job: dict[str, tuple[int, object, list[tuple[Any, Any]]]] = {}
     for job_id, after, version, seq, body in rows:
-        entry = by_job.setdefault(str(job_id), (int(after), version, []))
+        key = job_id if type(job_id) is str else str(job_id)
+        entry = by_job.get(key)
+        if entry is None:  # a job's first row: its after and version (not built per row)
+            entry = by_job[key] = (int(after), version, [])
         if seq is not None:
             entry[2].append((seq, body))
     missing = [j for j in versions if j not in by_job]
     if missing:
         raise JobNotFound(missing)
-    return {j: decode_tail(where, j, after, version, stored)
+    return {j: tail_events(where, j, after, version, stored)
             for j, (after, version, stored) in by_job.items()}

@@ -15,7 +15,8 @@ from dispatch.core.codec import DecodeError
 from dispatch.core.events import Event
 from dispatch.core.record import Job, RecordError, fold
 from dispatch.errors import DispatchError
-from dispatch.stores.base import JobRow, RecordDamaged, RecordStore, decode_record
+from dispatch.stores.base import JobRow, RecordDamaged, RecordStore
+from dispatch.stores.bulk_decode import record_events
 
 # A record that cannot be decoded or folded: that job's problem, not the store's.
 RECORD_ERRORS = (DecodeError, RecordError, RecordDamaged)
@@ -69,11 +70,13 @@ def decode_rows(where: str, rows: Sequence[tuple[Any, ...]], out: dict[str, list
     a job without events has one row with seq NULL) into ``out``."""
     by_job: dict[str, tuple[Any, list[tuple[Any, Any]]]] = {}
     for job_id, version, seq, body in rows:
-        entry = by_job.setdefault(job_id, (version, []))
+        entry = by_job.get(job_id)
+        if entry is None:  # a job's first row (the default is not built for every row)
+            entry = by_job[job_id] = (version, [])
         if seq is not None:
             entry[1].append((seq, body))
     for job_id, (version, stored) in by_job.items():
-        out[job_id] = decode_record(where, job_id, version, stored)
+        out[job_id] = record_events(where, job_id, version, stored)
 
 
 def job_row(where: str, r: tuple[object, ...]) -> JobRow:

@@ -1,0 +1,104 @@
+"""Issue 49: stores/bulk_decode.py reads a record in one loop where base.decode_record and
+base.decode_tail take it step by step. Over drawn records, whole or damaged as a store can
+hold them (a seq missing, repeated, out of order or not an integer; a body that is not an
+event, or says another seq; seq 1 another job's or not a 'created' event; a second
+'created'; the job's version off or not an integer), both give the very same events, or
+the same error in the same words."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.strategies import records
+
+from dispatch.core import events as ev
+from dispatch.core.codec import encode_event
+from dispatch.stores.base import decode_record, decode_tail
+from dispatch.stores.bulk_decode import record_events, tail_events
+
+WHERE = "the test store"
+Stored = list[tuple[Any, Any]]
+
+
+def outcome(fn: Any, *args: Any) -> tuple[str, Any]:
+    try:
+        return "events", fn(*args)
+    except Exception as err:  # noqa: BLE001 - the error is what is compared
+        return type(err).__name__, str(err)
+
+
+@st.composite
+def damaged(draw: st.DrawFn) -> tuple[str, Stored, Any]:
+    """(job id asked for, stored (seq, body) rows, the job's version)."""
+    record = draw(records(job_id="j1", max_events=6))
+    stored: Stored = [(e.seq, encode_event(e)) for e in record]
+    version: Any = len(stored)
+    job_id = "j1"
+    for _ in range(draw(st.integers(0, 2))):
+        how = draw(st.sampled_from(["none", "drop", "repeat", "swap", "seq-text", "seq-bool",
+                                    "garbage", "says-other-seq", "other-job", "second-created",
+                                    "not-created-first", "version", "version-text",
+                                    "version-bool", "str-body"]))
+        i = draw(st.integers(0, len(stored) - 1)) if stored else 0
+        if not stored or how == "none":
+            continue
+        seq, body = stored[i]
+        if how == "drop":
+            del stored[i]
+        elif how == "repeat":
+            stored.insert(i, stored[i])
+        elif how == "swap" and i + 1 < len(stored):
+            stored[i], stored[i + 1] = stored[i + 1], stored[i]
+        elif how == "seq-text":
+            stored[i] = (str(seq), body)
+        elif how == "seq-bool":
+            stored[i] = (True, body)
+        elif how == "garbage":
+            stored[i] = (seq, b'{"type":"no-such-event","seq":' + str(seq).encode() + b"}")
+        elif how == "says-other-seq":
+            stored[i] = (seq, body.replace(b'"seq":' + str(seq).encode(),
+                                           b'"seq":' + str(seq + 7).encode()))
+        elif how == "other-job":
+            job_id = "j2"
+        elif how == "second-created":
+            created = record[0]
+            assert isinstance(created, ev.JobCreated)
+            stored[i] = (seq, encode_event(_created_at(created, seq)))
+        elif how == "not-created-first" and len(stored) > 1:
+            stored[0] = (1, stored[1][1].replace(b'"seq":2', b'"seq":1'))
+        elif how == "version":
+            version = draw(st.integers(0, len(stored) + 2))
+        elif how == "version-text":
+            version = str(version)
+        elif how == "version-bool":
+            version = True
+        elif how == "str-body":
+            stored[i] = (seq, body.decode())
+    return job_id, stored, version
+
+
+def _created_at(created: ev.JobCreated, seq: int) -> ev.JobCreated:
+    import msgspec
+
+    return msgspec.structs.replace(created, seq=seq)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=damaged())
+def test_a_whole_record_reads_as_the_step_by_step_read(case: tuple[str, Stored, Any]) -> None:
+    job_id, stored, version = case
+    assert outcome(record_events, WHERE, job_id, version, stored) == outcome(
+        decode_record, WHERE, job_id, version, stored)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=damaged(), cut=st.integers(0, 8))
+def test_a_tail_reads_as_the_step_by_step_read(case: tuple[str, Stored, Any],
+                                               cut: int) -> None:
+    job_id, stored, version = case
+    after = min(cut, len(stored))
+    tail = stored[after:]
+    assert outcome(tail_events, WHERE, job_id, after, version, tail) == outcome(
+        decode_tail, WHERE, job_id, after, version, tail)
