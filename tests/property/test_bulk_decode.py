@@ -45,6 +45,8 @@ def damaged(draw: st.DrawFn) -> tuple[str, Stored, Any]:
         if not stored or how == "none":
             continue
         seq, body = stored[i]
+        # an earlier damage may have left a text body: these edits work on bytes
+        raw = body if isinstance(body, bytes) else body.encode()
         if how == "drop":
             del stored[i]
         elif how == "repeat":
@@ -58,7 +60,7 @@ def damaged(draw: st.DrawFn) -> tuple[str, Stored, Any]:
         elif how == "garbage":
             stored[i] = (seq, b'{"type":"no-such-event","seq":' + str(seq).encode() + b"}")
         elif how == "says-other-seq":
-            stored[i] = (seq, body.replace(b'"seq":' + str(seq).encode(),
+            stored[i] = (seq, raw.replace(b'"seq":' + str(seq).encode(),
                                            b'"seq":' + str(seq + 7).encode()))
         elif how == "other-job":
             job_id = "j2"
@@ -67,7 +69,9 @@ def damaged(draw: st.DrawFn) -> tuple[str, Stored, Any]:
             assert isinstance(created, ev.JobCreated)
             stored[i] = (seq, encode_event(_created_at(created, seq)))
         elif how == "not-created-first" and len(stored) > 1:
-            stored[0] = (1, stored[1][1].replace(b'"seq":2', b'"seq":1'))
+            second = stored[1][1]
+            second = second if isinstance(second, bytes) else second.encode()
+            stored[0] = (1, second.replace(b'"seq":2', b'"seq":1'))
         elif how == "version":
             version = draw(st.integers(0, len(stored) + 2))
         elif how == "version-text":
@@ -75,7 +79,7 @@ def damaged(draw: st.DrawFn) -> tuple[str, Stored, Any]:
         elif how == "version-bool":
             version = True
         elif how == "str-body":
-            stored[i] = (seq, body.decode())
+            stored[i] = (seq, raw.decode())
     return job_id, stored, version
 
 
