@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dispatch.core.events import Event
-from dispatch.stores.base import Change, JobNotFound, RecordDamaged, decode_tail
+from dispatch.stores.base import Change, JobNotFound, RecordDamaged, decode_stored
 
 SQLITE_NEXT_MARK = "(SELECT coalesce(max(changed), 0) + 1 FROM jobs)"
 PG_MARK = "pg_current_xact_id()"
@@ -92,3 +92,21 @@ def decode_tails(where: str, rows: Sequence[tuple[Any, ...]], versions: dict[str
         raise JobNotFound(missing)
     return {j: decode_tail(where, j, after, version, stored)
             for j, (after, version, stored) in by_job.items()}
+
+
+def decode_tail(where: str, job_id: str, after: int, version: object,
+                stored: Sequence[tuple[Any, bytes | str]]) -> list[Event]:
+    """A job's stored events after seq ``after``, checked whole (after+1 .. the job's
+    version, no gap) and decoded. RecordDamaged when the job's version is below ``after``
+    (the reader's state is ahead of the store: it must read the whole record again)."""
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise RecordDamaged(where, job_id, None, f"the job's version is {version!r}, "
+                            "not an integer")
+    if version < after:
+        raise RecordDamaged(where, job_id, None, f"the job's version is {version}, behind "
+                            f"seq {after} that was read before")
+    seqs = [s for s, _ in stored]
+    if seqs != list(range(after + 1, version + 1)):
+        raise RecordDamaged(where, job_id, after + 1, f"the events after seq {after} are "
+                            f"seqs {seqs[:5]}, not {after + 1}..{version}")
+    return [decode_stored(where, body, job_id, seq) for seq, body in stored]
