@@ -20,7 +20,6 @@ from dispatch.stores import attempts, causes
 from dispatch.stores.base import ConflictError, Fence, Fenced, JobNotFound, outcome_of
 from dispatch.stores.batch import Append, Outcome
 from dispatch.stores.changes import PG_MARK
-from dispatch.stores.lease import check_fence_pg
 
 # A writer the version check did not catch (the events' key), or one the server refused to
 # order (a stricter isolation): a conflict, nothing written.
@@ -29,14 +28,11 @@ RETRYABLE = (pg_errors.UniqueViolation, pg_errors.SerializationFailure,
 
 
 def append_rows(cur: Any, job_id: str, events: Sequence[Event], bodies: Sequence[str],
-                expected_version: int, terminal: bool, fence: Fence | None, *,
-                check_lease: bool = True) -> int:
+                expected_version: int, terminal: bool, fence: Fence | None) -> int:
     """Write one job's ``events`` (encoded as ``bodies``) at ``expected_version``; its new
-    version. ``check_lease`` False: the caller checked the fence's lease (FOR SHARE) in this
-    transaction already; the job's scope is checked here all the same."""
+    version. The caller checked the fence's lease (check_fence_pg: the lease row FOR SHARE,
+    held to the commit) in this transaction; the job's scope is checked here."""
     new_version = expected_version + len(events)
-    if fence is not None and check_lease:
-        check_fence_pg(cur, job_id, fence)
     cur.execute(
         "UPDATE dispatch_jobs SET version = %s, terminal = terminal OR %s, changed = "
         + PG_MARK + ", outcome = coalesce(outcome, %s)"
@@ -65,17 +61,16 @@ def append_rows(cur: Any, job_id: str, events: Sequence[Event], bodies: Sequence
 def append_each(cur: Any, appends: Sequence[Append], ok: Sequence[bool | Exception],
                 todo: Sequence[int], bodies: dict[int, list[str]], fence: Fence | None,
                 out: list[Outcome]) -> list[int]:
-    """append_many's work, inside its transaction: the appends ``todo`` in that order, each
-    in a savepoint of its own, their outcomes set in ``out``; the indexes written."""
+    """append_many's work, inside its transaction (its lease checked): the appends ``todo``
+    in that order, each in a savepoint of its own, their outcomes set in ``out``; the
+    indexes written."""
     written: list[int] = []
-    if fence is not None:  # the lease row FOR SHARE once, held to the commit
-        check_fence_pg(cur, appends[todo[0]].job_id, fence)
     for i in todo:
         a = appends[i]
         cur.execute("SAVEPOINT job")  # this job's conflict undoes this job's rows only
         try:
             out[i] = append_rows(cur, a.job_id, a.events, bodies[i], a.expected_version,
-                                 ok[i] is True, fence, check_lease=False)
+                                 ok[i] is True, fence)
             written.append(i)
         except (ConflictError, JobNotFound, *RETRYABLE) as err:
             cur.execute("ROLLBACK TO SAVEPOINT job")

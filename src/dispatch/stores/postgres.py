@@ -57,7 +57,7 @@ from dispatch.stores.changes import (
     changes_sql,
     decode_tails,
 )
-from dispatch.stores.lease import PostgresLeases
+from dispatch.stores.lease import PostgresLeases, check_fence_pg
 from dispatch.stores.pg_append import RETRYABLE, append_each, append_rows
 from dispatch.stores.postgres_schema import set_up
 from dispatch.stores.prune import pg_prune_steps
@@ -320,6 +320,8 @@ class PostgresStore(RecordStore):
         bodies = [encode_event(e).decode() for e in events]
 
         def work(cur: Cursor) -> int:
+            if fence is not None:
+                check_fence_pg(cur, job_id, fence)
             return append_rows(cur, job_id, events, bodies, expected_version, terminal, fence)
 
         def landed(cur: Cursor) -> bool:
@@ -344,6 +346,8 @@ class PostgresStore(RecordStore):
         written: list[int] = []
 
         def work(cur: Cursor) -> None:
+            if fence is not None:  # the lease row FOR SHARE once, held to the commit
+                check_fence_pg(cur, appends[todo[0]].job_id, fence)
             written.extend(append_each(cur, appends, ok, todo, bodies, fence, out))
 
         def landed(cur: Cursor) -> bool:  # all or nothing: one job's first event says
