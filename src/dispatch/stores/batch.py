@@ -2,8 +2,10 @@
 (one fsync), not one per job (issue 49: the tick in which 1 % of 100,000 jobs ended).
 
 Each job's append is still checked on its own (RecordStore.append_many): its seqs before any
-I/O, then, inside a savepoint of its own, its expected version, so one job's conflict or bad
-batch never keeps another job's events out, and nothing of the refused job is written. A
+I/O, then its expected version (SQLite: in a savepoint of its own; PostgreSQL: in one UPDATE
+for the batch, and job by job in savepoints when a statement fails, stores/pg_append.py),
+so one job's conflict or bad record never keeps another job's events out, and nothing of
+the refused job is written. A
 fence that is not current refuses the whole transaction (no job of the scope is the caller's
 any more), as does a fault of the store itself (nothing is written).
 """

@@ -58,7 +58,7 @@ from dispatch.stores.changes import (
     decode_tails,
 )
 from dispatch.stores.lease import PostgresLeases, check_fence_pg
-from dispatch.stores.pg_append import RETRYABLE, append_each, append_rows
+from dispatch.stores.pg_append import RETRYABLE, append_each, append_rows, append_set
 from dispatch.stores.postgres_schema import set_up
 from dispatch.stores.prune import pg_prune_steps
 from dispatch.stores.query import JobQuery, count_rows, count_sql, matches_sql, query_sql, stamp_sql
@@ -348,7 +348,9 @@ class PostgresStore(RecordStore):
         def work(cur: Cursor) -> None:
             if fence is not None:  # the lease row FOR SHARE once, held to the commit
                 check_fence_pg(cur, appends[todo[0]].job_id, fence)
-            written.extend(append_each(cur, appends, ok, todo, bodies, fence, out))
+            done = append_set(cur, appends, ok, todo, bodies, fence, out)
+            written.extend(done if done is not None else append_each(
+                cur, appends, ok, todo, bodies, fence, out))
 
         def landed(cur: Cursor) -> bool:  # all or nothing: one job's first event says
             return bool(written) and self._has_event(

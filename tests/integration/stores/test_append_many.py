@@ -12,6 +12,7 @@ import sqlite3
 from datetime import UTC, datetime
 
 import pytest
+from tests.integration.stores.helpers import Backdoor
 
 from dispatch.core.events import EscalationRaised, JobCreated, OutcomeCommitted
 from dispatch.core.model import Cause, CauseKind, State
@@ -74,6 +75,28 @@ def test_a_missing_job_or_a_bad_batch_refuses_that_job_only(store: RecordStore) 
     assert messages(store, "a") == ["JobCreated", "note 2"]
     assert messages(store, "c") == ["JobCreated"]
     assert store.append_many([]) == []
+
+
+def test_a_damaged_record_keeps_no_other_job_out(store: RecordStore,
+                                                 backdoor: Backdoor) -> None:
+    """b's events run past its version (a damaged store): its rows are refused by the
+    events' key, after its version check passed. That refuses b's append alone (a
+    conflict, nothing of it written); a's and c's are written in the same transaction."""
+    for j in ("a", "b", "c"):
+        store.create(created(j))
+    body = '{"type":"escalation-raised","seq":2,"at":"2026-01-01T00:00:00+00:00",' \
+           '"message":"planted"}'
+    backdoor.execute("INSERT INTO events (job_id, seq, body) VALUES ('b', 2, ?)",
+                     "INSERT INTO dispatch_events (job_id, seq, body) VALUES ('b', 2, %s)",
+                     (body,))
+    got = store.append_many([Append("a", note(2), 1), Append("b", note(2), 1),
+                             Append("c", [ended(2)], 1)])
+    assert got[0] == 2 and got[2] == 2, got
+    assert isinstance(got[1], ConflictError), got
+    assert messages(store, "a") == ["JobCreated", "note 2"]
+    assert messages(store, "c") == ["JobCreated", "OutcomeCommitted"]
+    assert backdoor.query("SELECT version FROM jobs WHERE job_id = 'b'",
+                          "SELECT version FROM dispatch_jobs WHERE job_id = 'b'") == [(1,)]
 
 
 def test_the_same_job_twice_writes_nothing(store: RecordStore) -> None:

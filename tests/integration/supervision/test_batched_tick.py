@@ -47,8 +47,9 @@ class Interfering:
         self.ticking = False  # only a tick's writes meet the other writer
 
     def append_many(self, appends: Sequence[Append], **kw: Any) -> list[Outcome]:
-        if self.ticking and any(a.job_id == self.target for a in appends):
-            job, self.target = self.target, None
+        job = self.target
+        if self.ticking and job is not None and any(a.job_id == job for a in appends):
+            self.target = None
             version = self._store.version(job)
             self._store.append(job, [ev.CancelRequested(seq=version + 1, at=T0,
                                                         actor="someone")], version)
