@@ -291,8 +291,11 @@ class Supervisor(Acting):
             report.conflicts += 1
             self._retry(fold(self.store.read(d.job.id), d.now), d.backend, d.discovery,
                         d.gone, report, attempts=2)
-        elif isinstance(written, Exception):
-            raise written  # this job's append refused (the others' stand)
+        elif isinstance(written, DispatchError):
+            raise written  # this job's append refused (the others' stand): reported
+        elif isinstance(written, Exception):  # a batch of events made wrong: this job's only
+            report.errors.append(f"job {d.job.id}: {written}")
+            log.error("job %s: its decisions could not be recorded: %s", d.job.id, written)
         else:
             self._done(d, written, report)
 

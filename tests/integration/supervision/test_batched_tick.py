@@ -212,3 +212,42 @@ def test_a_conflict_in_a_batch_keeps_the_others_and_is_decided_again(
         commits = [q for q in statements if q.strip().upper() == "COMMIT"]
         assert len(commits) == 3, statements
         assert not store.list_jobs(live_only=True)
+
+
+# Before the tick: (what, which) steps applied to both sides, after three jobs... were
+# submitted and seen running.
+TABLE = {
+    "all end": [("end-ok", 0), ("end-ok", 1), ("end-failed", 2), ("end-ok", 3), ("end-ok", 4)],
+    "some end, a cancel asked": [("end-ok", 0), ("cancel", 1), ("end-failed", 3)],
+    "objects vanish": [("vanish", 0), ("vanish", 2), ("end-ok", 4)],
+    "new jobs and ends": [("create", 0), ("create", 0), ("end-ok", 1), ("end-ok", 2)],
+}
+
+
+@pytest.mark.parametrize("case", sorted(TABLE))
+def test_one_tick_of_n_changed_jobs_records_what_n_single_job_ticks_record(
+        tmp_path: Path, case: str) -> None:
+    """Five running jobs; then what ``case`` does; then one tick of every job on one side,
+    and on the other a tick of each job alone (``tick(job_ids=[job])``, in id order): the
+    records are the same, event for event."""
+    with open_store(f"sqlite://{tmp_path / 'a.sqlite3'}") as a, \
+            open_store(f"sqlite://{tmp_path / 'b.sqlite3'}") as b:
+        sides = [Side(a, True), Side(b, True)]
+        jobs: list[str] = []
+        for _ in range(5):
+            for s in sides:
+                s.apply("create", 0, 1, jobs)
+            jobs.append(f"job{len(jobs):03d}")
+        for _ in range(3):
+            for s in sides:
+                s.sup.tick()  # submit, bind, see running
+        for what, which in TABLE[case]:
+            for s in sides:
+                s.apply(what, which, 1, jobs)
+            if what == "create":
+                jobs.append(f"job{len(jobs):03d}")
+        together = sides[0].sup.tick()
+        alone = [sides[1].sup.tick(job_ids=[j]) for j in sorted(jobs)]
+        assert together.decisions == sum(r.decisions for r in alone) > 0
+        assert together.appended == sum(r.appended for r in alone)
+        assert records(a, jobs) == records(b, jobs)
