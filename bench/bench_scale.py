@@ -55,7 +55,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
+# DISPATCH_BENCH_SRC: measure another tree's code (--ticks --before DIR) with this bench.
+sys.path[:0] = [os.environ.get("DISPATCH_BENCH_SRC", str(ROOT / "src")), str(ROOT)]
 
 from dispatch.backends.base import ChangeJournal, Submission  # noqa: E402
 from dispatch.core import events as ev  # noqa: E402
@@ -422,7 +423,22 @@ def main() -> None:
     ap.add_argument("--local", action="store_true")  # the local backend's ticks only
     ap.add_argument("--nofile", type=int, default=1 << 20)  # 0: the machine's own limit
     ap.add_argument("--measure-local", nargs=4)  # url live root nofile (a child)
+    ap.add_argument("--ticks", action="store_true")  # the 1 % ended tick only (scale_ticks)
+    ap.add_argument("--before")  # --ticks: also measure the code under this tree's src/
+    ap.add_argument("--fill-running", nargs=4)  # url live finished objects (a child)
+    ap.add_argument("--measure-ticks", nargs=3)  # url live objects (a child)
     a = ap.parse_args()
+    if a.fill_running or a.measure_ticks:
+        from bench import scale_ticks
+
+        me = sys.modules[__name__]
+        if a.fill_running:
+            u, n, f, o = a.fill_running
+            scale_ticks.fill_running(me, u, int(n), int(f), o)
+        else:
+            u, n, o = a.measure_ticks
+            print(json.dumps(scale_ticks.measure_ticks(me, u, int(n), o)))
+        return
     if a.measure_local:
         from bench.scale_local import measure_local
 
@@ -449,6 +465,15 @@ def main() -> None:
         cluster = ThrowawayPostgres(fast=False).start()
         stores.append(("PostgreSQL", cluster))
     print(f"bench_scale on {os.cpu_count()} CPUs, python {sys.version.split()[0]}")
+    if a.ticks:
+        from bench.scale_ticks import ticks_table
+
+        try:
+            ticks_table(Path(__file__), stores, lives, finisheds, a.before)
+        finally:
+            if cluster is not None:
+                cluster.stop()
+        return
     if a.local:
         try:
             local_table(stores, lives, finisheds, a.nofile)

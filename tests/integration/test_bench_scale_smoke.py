@@ -30,3 +30,16 @@ def test_bench_scale_local_runs_at_tiny_sizes() -> None:
     rows = [line for line in res.stdout.splitlines() if line.startswith("| SQLite |")]
     assert [r.split("|")[2].strip() for r in rows] == ["1,000"]
     assert "(1 of 1, 0)" in rows[0]  # the one SIGKILLed runner seen, by no full look
+
+
+def test_bench_scale_ticks_runs_at_tiny_sizes() -> None:
+    """The tick with 1 % ended alone (issue 49), measured by this tree's code and, as
+    --before does for another tree, by the code under a given root (here this one)."""
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_scale.py"), "--ticks", "--no-postgres",
+         "--live", "200", "--finished", "10", "--before", str(ROOT)],
+        capture_output=True, text=True, timeout=600, check=False, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = [line for line in res.stdout.splitlines() if line.startswith("| SQLite |")]
+    assert [r.split("|")[3].strip() for r in rows] == ["before (batched)", "this (batched)"]
+    assert all("(2 ended)" in r for r in rows)

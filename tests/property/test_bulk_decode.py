@@ -1,6 +1,6 @@
 """Issue 49: stores/bulk_decode.py reads a record in one loop where base.decode_record and
-base.decode_tail take it step by step. Over drawn records, whole or damaged as a store can
-hold them (a seq missing, repeated, out of order or not an integer; a body that is not an
+bulk_decode.decode_tail take it step by step. Over drawn records, whole or damaged as a store
+can hold them (a seq missing, repeated, out of order or not an integer; a body that is not an
 event, or says another seq; seq 1 another job's or not a 'created' event; a second
 'created'; the job's version off or not an integer), both give the very same events, or
 the same error in the same words."""
@@ -15,8 +15,8 @@ from tests.strategies import records
 
 from dispatch.core import events as ev
 from dispatch.core.codec import encode_event
-from dispatch.stores.base import decode_record, decode_tail
-from dispatch.stores.bulk_decode import record_events, tail_events
+from dispatch.stores.base import decode_record
+from dispatch.stores.bulk_decode import decode_tail, record_events, tail_events
 
 WHERE = "the test store"
 Stored = list[tuple[Any, Any]]

@@ -46,6 +46,7 @@ from dispatch.support.name_glob import natural_key
 
 if TYPE_CHECKING:
     from dispatch.core.record import Job
+    from dispatch.stores.batch import Append, Outcome
     from dispatch.stores.fence import LeaseBook
     from dispatch.stores.snapshot_sql import Stored
 
@@ -283,24 +284,6 @@ def decode_stored(where: str, body: bytes | str, job_id: str, seq: int) -> Event
                           job_id=job_id, seq=seq) from None
 
 
-def decode_tail(where: str, job_id: str, after: int, version: object,
-                stored: Sequence[tuple[Any, bytes | str]]) -> list[Event]:
-    """A job's stored events after seq ``after``, checked whole (after+1 .. the job's
-    version, no gap) and decoded. RecordDamaged when the job's version is below ``after``
-    (the reader's state is ahead of the store: it must read the whole record again)."""
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise RecordDamaged(where, job_id, None, f"the job's version is {version!r}, "
-                            "not an integer")
-    if version < after:
-        raise RecordDamaged(where, job_id, None, f"the job's version is {version}, behind "
-                            f"seq {after} that was read before")
-    seqs = [s for s, _ in stored]
-    if seqs != list(range(after + 1, version + 1)):
-        raise RecordDamaged(where, job_id, after + 1, f"the events after seq {after} are "
-                            f"seqs {seqs[:5]}, not {after + 1}..{version}")
-    return [decode_stored(where, body, job_id, seq) for seq, body in stored]
-
-
 def decode_record(where: str, job_id: str, version: object,
                   stored: Sequence[tuple[Any, bytes | str]]) -> list[Event]:
     """A job's stored ``(seq, body)`` rows, checked whole (seq 1..n, the job's version n),
@@ -379,6 +362,14 @@ class RecordStore(abc.ABC):
         ``expected_version``; JobNotFound when there is no such job; ValueError for a batch
         whose seqs do not follow on; Fenced (nothing written) when ``fence`` is given and is
         not the current, unexpired lease on the job's scope."""
+
+    @abc.abstractmethod
+    def append_many(self, appends: Sequence[Append], *, fence: Fence | None = None
+                    ) -> list[Outcome]:
+        """Several jobs' appends in one transaction (stores/batch.py), each checked as
+        ``append`` checks it, in a savepoint of its own: per append, its new version or
+        what refused it (ConflictError, JobNotFound, ValueError: nothing of that job
+        written, the others kept). Fenced or a StoreError is raised: nothing written."""
 
     @abc.abstractmethod
     def read(self, job_id: str) -> list[Event]:

@@ -96,3 +96,4 @@ def decode_tails(where: str, rows: Sequence[tuple[Any, ...]], versions: dict[str
         raise JobNotFound(missing)
     return {j: tail_events(where, j, after, version, stored)
             for j, (after, version, stored) in by_job.items()}
+

@@ -27,7 +27,7 @@ from psycopg.conninfo import conninfo_to_dict
 from dispatch.core.codec import encode_event
 from dispatch.core.events import Event, JobCreated, Superseded
 from dispatch.core.record import Job
-from dispatch.stores import attempts, causes, schema
+from dispatch.stores import attempts, schema
 from dispatch.stores import snapshot_sql as snap
 from dispatch.stores.base import (
     MIN_PREFIX,
@@ -36,7 +36,6 @@ from dispatch.stores.base import (
     ConflictError,
     Encoder,
     Fence,
-    Fenced,
     JobExists,
     JobMatch,
     JobNotFound,
@@ -48,8 +47,8 @@ from dispatch.stores.base import (
     check_successor,
     created_columns,
     match_row,
-    outcome_of,
 )
+from dispatch.stores.batch import Append, Outcome, checked, in_lock_order
 from dispatch.stores.changes import (
     PG_LOOK_MARK,
     PG_MARK,
@@ -59,6 +58,7 @@ from dispatch.stores.changes import (
     decode_tails,
 )
 from dispatch.stores.lease import PostgresLeases, check_fence_pg
+from dispatch.stores.pg_append import RETRYABLE, append_each, append_rows, append_set
 from dispatch.stores.postgres_schema import set_up
 from dispatch.stores.prune import pg_prune_steps
 from dispatch.stores.query import JobQuery, count_rows, count_sql, matches_sql, query_sql, stamp_sql
@@ -73,9 +73,6 @@ client that stopped or lost the network (the longest a takeover can be held up b
 ACQUIRE_LOCK_TIMEOUT_MS = 200
 """How long taking a lease waits for the row (a stale append's FOR SHARE) before it tries
 again at the next poll, so a standby's loop never hangs on it."""
-
-_RETRYABLE = (pg_errors.UniqueViolation, pg_errors.SerializationFailure,
-              pg_errors.DeadlockDetected)
 
 T = TypeVar("T")
 Cursor = psycopg.Cursor[Any]
@@ -319,43 +316,13 @@ class PostgresStore(RecordStore):
     def append(self, job_id: str, events: Sequence[Event], expected_version: int, *,
                fence: Fence | None = None) -> int:
         terminal = check_batch(job_id, events, expected_version)
-        new_version = expected_version + len(events)
-        # Encoded before the transaction, and inserted by one statement: every statement of a
-        # fenced append ends with a Sync, so a client stopped between two of them (SIGSTOP) is
-        # "idle in transaction" and the server ends its session after IDLE_IN_TXN_TIMEOUT_MS,
-        # freeing the lease row it holds FOR SHARE. An executemany (a pipeline, one Sync at
-        # its end) stopped halfway left the session waiting for the rest with no timeout
-        # armed, and no standby could take the scope over until it was continued.
-        seqs = [e.seq for e in events]
+        # Encoded before the transaction: one statement each (stores/pg_append.py).
         bodies = [encode_event(e).decode() for e in events]
 
         def work(cur: Cursor) -> int:
             if fence is not None:
                 check_fence_pg(cur, job_id, fence)
-            cur.execute(
-                "UPDATE dispatch_jobs SET version = %s, terminal = terminal OR %s, changed = "
-                + PG_MARK + ", outcome = coalesce(outcome, %s)"
-                " WHERE job_id = %s AND version = %s AND scope = coalesce(%s, scope)",
-                (new_version, terminal, outcome_of(events) if terminal else None, job_id,
-                 expected_version, None if fence is None else fence.scope),
-            )
-            if cur.rowcount != 1:
-                cur.execute("SELECT version, scope FROM dispatch_jobs WHERE job_id = %s",
-                            (job_id,))
-                row = cur.fetchone()
-                if row is None:
-                    raise JobNotFound(job_id)
-                if fence is not None and row[1] != fence.scope:
-                    raise Fenced(job_id, fence, f"the job belongs to scope {row[1]}")
-                raise ConflictError(job_id, expected_version, row[0])
-            cur.execute(
-                "INSERT INTO dispatch_events (job_id, seq, body)"
-                " SELECT %s, s, b FROM unnest(%s::integer[], %s::text[]) AS t(s, b)",
-                (job_id, seqs, bodies))
-            if kinds := causes.history_causes(events):
-                cur.execute(causes.PG_INSERT, (job_id, kinds))
-            attempts.pg_write(cur, job_id, events)
-            return new_version
+            return append_rows(cur, job_id, events, bodies, expected_version, terminal, fence)
 
         def landed(cur: Cursor) -> bool:
             return bool(bodies) and self._has_event(cur, job_id, expected_version + 1, bodies[0])
@@ -363,10 +330,42 @@ class PostgresStore(RecordStore):
         what = f"append to job {job_id}"
         try:
             return self._write(what, work, landed)
-        except _RETRYABLE:
+        except RETRYABLE:
             raise ConflictError(job_id, expected_version, None) from None
         except psycopg.Error as err:
             raise self._fail(what, err) from None
+
+    def append_many(self, appends: Sequence[Append], *, fence: Fence | None = None
+                    ) -> list[Outcome]:
+        ok = checked(appends)
+        out: list[Outcome] = [r if isinstance(r, Exception) else 0 for r in ok]
+        todo = in_lock_order(appends, ok)
+        if not todo:
+            return out
+        bodies = {i: [encode_event(e).decode() for e in appends[i].events] for i in todo}
+        written: list[int] = []
+
+        def work(cur: Cursor) -> None:
+            if fence is not None:  # the lease row FOR SHARE once, held to the commit
+                check_fence_pg(cur, appends[todo[0]].job_id, fence)
+            done = append_set(cur, appends, ok, todo, bodies, fence, out)
+            written.extend(done if done is not None else append_each(
+                cur, appends, ok, todo, bodies, fence, out))
+
+        def landed(cur: Cursor) -> bool:  # all or nothing: one job's first event says
+            return bool(written) and self._has_event(
+                cur, appends[written[0]].job_id, appends[written[0]].expected_version + 1,
+                bodies[written[0]][0])
+
+        what = f"append to {len(todo)} jobs ({appends[todo[0]].job_id} ...)"
+        try:
+            self._write(what, work, landed)
+        except RETRYABLE:  # at COMMIT (a stricter isolation): nothing written, each retried
+            return [r if isinstance(r, Exception) else ConflictError(
+                a.job_id, a.expected_version, None) for a, r in zip(appends, ok, strict=True)]
+        except psycopg.Error as err:
+            raise self._fail(what, err) from None
+        return out
 
     # -- reads ----------------------------------------------------------------------------
 

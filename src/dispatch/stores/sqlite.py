@@ -47,6 +47,7 @@ from dispatch.stores.base import (
     match_row,
     outcome_of,
 )
+from dispatch.stores.batch import Append, Outcome, checked, in_lock_order
 from dispatch.stores.changes import (
     SQLITE_NEXT_MARK,
     SQLITE_READ_AFTER,
@@ -307,37 +308,65 @@ class SQLiteStore(RecordStore):
     def append(self, job_id: str, events: Sequence[Event], expected_version: int, *,
                fence: Fence | None = None) -> int:
         terminal = check_batch(job_id, events, expected_version)
+        with self._guard(f"append to job {job_id}") as c:
+            self._begin("append")  # the write lock: a concurrent writer waits, then sees ours
+            version = self._append_rows(c, job_id, events, expected_version, terminal, fence)
+            c.execute("COMMIT")
+        return version
+
+    def append_many(self, appends: Sequence[Append], *, fence: Fence | None = None
+                    ) -> list[Outcome]:
+        ok = checked(appends)
+        out: list[Outcome] = [r if isinstance(r, Exception) else 0 for r in ok]
+        todo = in_lock_order(appends, ok)
+        if not todo:
+            return out
+        with self._guard(f"append to {len(todo)} jobs ({appends[todo[0]].job_id} ...)") as c:
+            self._begin("append")
+            for i in todo:
+                a = appends[i]
+                c.execute("SAVEPOINT job")  # this job's conflict undoes this job's rows only
+                try:
+                    out[i] = self._append_rows(c, a.job_id, a.events, a.expected_version,
+                                               ok[i] is True, fence)
+                except (ConflictError, JobNotFound) as err:
+                    c.execute("ROLLBACK TO job")
+                    out[i] = err
+                c.execute("RELEASE job")
+            c.execute("COMMIT")  # one commit, one fsync for every job of the batch
+        return out
+
+    def _append_rows(self, c: sqlite3.Connection, job_id: str, events: Sequence[Event],
+                     expected_version: int, terminal: bool, fence: Fence | None) -> int:
+        """One job's append inside the caller's write transaction; its new version."""
         new_version = expected_version + len(events)
         # Encoded lazily, inside the transaction: nothing is visible until COMMIT.
         rows: Iterator[tuple[str, int, bytes]] = (
             (job_id, e.seq, encode_event(e)) for e in events
         )
-        with self._guard(f"append to job {job_id}") as c:
-            self._begin("append")  # the write lock: a concurrent writer waits, then sees ours
-            row = c.execute("SELECT version, scope FROM jobs WHERE job_id = ?",
-                            (job_id,)).fetchone()
-            if row is None:
-                raise JobNotFound(job_id)
-            if fence is not None:  # under the write lock: no takeover can slip in
-                check_fence_sqlite(c, job_id, row[1], fence)
-            if row[0] != expected_version:
-                raise ConflictError(job_id, expected_version, row[0])
-            try:
-                c.executemany("INSERT INTO events (job_id, seq, body) VALUES (?, ?, ?)", rows)
-            except sqlite3.IntegrityError:
-                # The unique (job_id, seq) key caught a writer the version check did not.
-                raise ConflictError(job_id, expected_version, None) from None
-            c.execute(
-                "UPDATE jobs SET version = ?, terminal = max(terminal, ?), changed = "
-                + SQLITE_NEXT_MARK + ", outcome = coalesce(outcome, ?) WHERE job_id = ?",
-                (new_version, int(terminal), outcome_of(events) if terminal else None, job_id),
-            )
-            c.executemany(causes.SQLITE_INSERT,
-                          [(kind, job_id) for kind in causes.history_causes(events)])
-            opened, resolved = attempts.changes(events)
-            c.executemany(attempts.SQLITE_OPEN, [(job_id, *r) for r in opened])
-            c.executemany(attempts.SQLITE_RESOLVE, [(job_id, n) for n in resolved])
-            c.execute("COMMIT")
+        row = c.execute("SELECT version, scope FROM jobs WHERE job_id = ?",
+                        (job_id,)).fetchone()
+        if row is None:
+            raise JobNotFound(job_id)
+        if fence is not None:  # under the write lock: no takeover can slip in
+            check_fence_sqlite(c, job_id, row[1], fence)
+        if row[0] != expected_version:
+            raise ConflictError(job_id, expected_version, row[0])
+        try:
+            c.executemany("INSERT INTO events (job_id, seq, body) VALUES (?, ?, ?)", rows)
+        except sqlite3.IntegrityError:
+            # The unique (job_id, seq) key caught a writer the version check did not.
+            raise ConflictError(job_id, expected_version, None) from None
+        c.execute(
+            "UPDATE jobs SET version = ?, terminal = max(terminal, ?), changed = "
+            + SQLITE_NEXT_MARK + ", outcome = coalesce(outcome, ?) WHERE job_id = ?",
+            (new_version, int(terminal), outcome_of(events) if terminal else None, job_id),
+        )
+        c.executemany(causes.SQLITE_INSERT,
+                      [(kind, job_id) for kind in causes.history_causes(events)])
+        opened, resolved = attempts.changes(events)
+        c.executemany(attempts.SQLITE_OPEN, [(job_id, *r) for r in opened])
+        c.executemany(attempts.SQLITE_RESOLVE, [(job_id, n) for n in resolved])
         return new_version
 
     # -- reads ----------------------------------------------------------------------------

@@ -2,10 +2,11 @@
 
 Per tick: one batched read of what changed in the live jobs' records since the last tick
 (stores/live.py: the jobs stay folded between ticks), one discover() per backend for all
-of them, then per job: fold, decide, append the decision events (intent before action,
-with optimistic concurrency), act on the backend, append the results. A supervisor that
-loses a race re-reads and re-decides; one that cannot reach its scheduler makes no
-transition that needs it (R3) and backs off.
+of them, then per job: fold and decide; the decision events of up to BATCH_JOBS jobs are
+appended in one transaction, each job's against its own version (batch.py: intent before
+action, optimistic concurrency), then each job is acted on (acting.py) and the results
+appended. A job whose append lost a race is re-read and decided again; a supervisor that
+cannot reach its scheduler makes no transition that needs it (R3) and backs off.
 
 Under a lease (leases.py) a supervisor serves one scope: it ticks that scope's jobs only,
 every append carries its lease's fence (the store refuses a stale one, stores/lease.py) and
@@ -22,22 +23,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-import msgspec
-
-from dispatch.backends.base import Backend, Submission, SubmitRejected
+from dispatch.backends.base import Backend
 from dispatch.core import decide as dc
 from dispatch.core import events as ev
-from dispatch.core.model import (
-    Cause,
-    CauseKind,
-    Changes,
-    Discovery,
-    Provenance,
-    SchedulerUnreachable,
-)
+from dispatch.core.model import Changes, Discovery
 from dispatch.core.next_due import next_due, objects_seen
 from dispatch.core.observe import observe
-from dispatch.core.record import Job, SegmentDecision, fold
+from dispatch.core.record import Job, fold
 from dispatch.core.status import plan_of
 from dispatch.errors import DispatchError
 from dispatch.stores.base import (
@@ -45,12 +37,14 @@ from dispatch.stores.base import (
     Fence,
     Fenced,
     RecordStore,
-    append_fact,
     sort_key_us,
 )
+from dispatch.stores.batch import Outcome
 from dispatch.stores.fence import LeaseLost
 from dispatch.stores.live import LiveFolds
 from dispatch.stores.reading import fold_records
+from dispatch.supervise.acting import NEEDS_BACKEND, Acting
+from dispatch.supervise.batch import BATCH_JOBS, Decided, Visit, write
 from dispatch.supervise.discovery import OK, UNREACHABLE, Lookout, by_backend
 from dispatch.supervise.escalations import Notifier
 from dispatch.supervise.holders import holder, look_at_holders, this_process
@@ -74,7 +68,7 @@ class TickReport:
     skipped: int = 0  # jobs not decided again: nothing changed and nothing was due
 
 
-class Supervisor:
+class Supervisor(Acting):
     def __init__(
         self,
         store: RecordStore,
@@ -177,22 +171,20 @@ class Supervisor:
             if ids is not None:
                 todo = Visits.pick(ids, name, find)
                 report.skipped, group = report.skipped + len(group) - len(todo), todo
+            decided: list[Visit] = []  # written together, then acted on (batch.py)
             for job in group:
                 if self.stopping.is_set():
+                    self._finish(decided, report, chosen is not None)
                     return report
-                before = self.quiet.get(job.id)
-                try:
-                    self._step(job, seen.backend, seen.discovery, report, changes)
-                except (Fenced, LeaseLost):
-                    raise  # the scope is not ours any more: no job of it is (leases.py)
-                except DispatchError as err:
-                    report.errors.append(f"job {job.id}: {err}")
-                    log.error("job %s: %s", job.id, err)
-                if job.spec.segment_health is not None:
-                    self._reconcile_segments(job, report)
-                if chosen is not None:
-                    self.visits.visited(job, before, self.quiet.get(job.id),
-                                        job.id in self.chasing)
+                visit = self._visit(job, seen.backend, seen.discovery, report, changes)
+                if visit.decided is None:
+                    self._visited(visit, report, chosen is not None)
+                    continue
+                decided.append(visit)
+                if len(decided) >= BATCH_JOBS:
+                    self._finish(decided, report, chosen is not None)
+                    decided = []
+            self._finish(decided, report, chosen is not None)
             if chosen is not None:
                 self.visits.consumed(name, changes, complete)
         if chosen is not None:
@@ -203,195 +195,141 @@ class Supervisor:
             self.visits.forget(ticked)
         return report
 
-    def _step(self, job: Job, backend: Backend | None, discovery: Discovery | None,
-              report: TickReport, changes: Changes | None = None, attempts: int = 3) -> None:
-        """Decide, append, act. ``backend`` None: it cannot be built here, so only decisions
-        that need no scheduler are made (e.g. cancelling a job that never reached one)."""
+    def _visit(self, job: Job, backend: Backend | None, discovery: Discovery | None,
+               report: TickReport, changes: Changes | None) -> Visit:
+        """``job``'s decisions of this tick, not yet written (``_finish`` writes and carries
+        them out). ``backend`` None: it cannot be built here, so only decisions that need no
+        scheduler are made (e.g. cancelling a job that never reached one)."""
+        visit = Visit(job, self.quiet.get(job.id))
+        try:
+            gone = self._settle(job, backend, discovery, report, changes)
+            if gone is not None:
+                visit.decided = self._decide(job, backend, discovery, gone)
+        except (Fenced, LeaseLost):
+            raise  # the scope is not ours any more: no job of it is (leases.py)
+        except DispatchError as err:
+            report.errors.append(f"job {job.id}: {err}")
+            log.error("job %s: %s", job.id, err)
+        return visit
+
+    def _settle(self, job: Job, backend: Backend | None, discovery: Discovery | None,
+                report: TickReport, changes: Changes | None) -> dc.Gone | None:
+        """The holders' answer for ``job``, or None when it has nothing to decide: watched
+        to its end, or the same quiet answer as last tick (next_due.py)."""
         gone = self._gone_for(job, backend)
         if job.terminal and discovery is not None and not _any_alive(job, discovery):
             now = self.clock()
             until = dc.watch_until(job, gone, now)
             if until is None or now > until:
                 self.chasing.discard(job.id)  # nothing of it alive, nothing may appear: done
-                return
+                return None
             # A submit attempt never resolved may still publish an object: watched on.
         complete = discovery is not None and discovery.complete
         quiet = self.quiet.pop(job.id, None)
         if quiet is not None and quiet.holds(job, discovery, changes, complete, gone.holders,
                                              self.clock()):
-            self.quiet[job.id] = quiet  # the same answer as last tick: nothing (next_due.py)
+            self.quiet[job.id] = quiet  # the same answer as last tick: nothing to decide
             report.skipped += 1
+            return None
+        return gone
+
+    def _decide(self, job: Job, backend: Backend | None, discovery: Discovery | None,
+                gone: dc.Gone) -> Decided | None:
+        """One attempt's decisions and their events; None: nothing to write (quiet noted)."""
+        now = self.clock()
+        complete = discovery is not None and discovery.complete
+        # observe(): starts and checkpoints, for goodput (G1, G3); decide(): the rest.
+        plan = plan_of(job)
+        takeover = self._takeover(backend)
+        decisions = observe(job, discovery) + dc.decide(
+            job, discovery, plan, now, attempt_lease=self.attempt_lease,
+            resend_after=self.resend_after, takeover=takeover, gone=gone)
+        if not decisions:
+            self.quiet[job.id] = Quiet(
+                at=now, version=job.version, objects=objects_seen(job, discovery),
+                complete=complete, gone=gone.holders, look=look_of(discovery), due=next_due(
+                    job, discovery, plan, now, attempt_lease=self.attempt_lease,
+                    resend_after=self.resend_after, takeover=takeover, gone=gone))
+            return None
+        if backend is None and any(isinstance(d, NEEDS_BACKEND) for d in decisions):
+            return None  # waits until its backend can be used; the tick reported why
+        events = dc.to_events(decisions, job, now, self.name, stop_by=self.stop_by,
+                              holder=holder())
+        return Decided(job, decisions, events, now, backend, discovery, gone)
+
+    def _finish(self, visits: Sequence[Visit], report: TickReport, chosen: bool) -> None:
+        """Write the visits' decisions in one transaction (batch.py), then per job in turn:
+        act on what was written (intent before action) or decide again alone what
+        conflicted, then its segment files and its visit."""
+        if not visits:
             return
+        written = write(self.store, [v.decided for v in visits if v.decided is not None],
+                        self._fence())
+        for v in visits:
+            try:
+                if v.decided is not None:
+                    self._carry_out(v.decided, written[v.job.id], report)
+            except (Fenced, LeaseLost):
+                raise
+            except DispatchError as err:
+                report.errors.append(f"job {v.job.id}: {err}")
+                log.error("job %s: %s", v.job.id, err)
+            self._visited(v, report, chosen)
+
+    def _visited(self, v: Visit, report: TickReport, chosen: bool) -> None:
+        """After a job's decisions were carried out (or none made): its segment files, and
+        its visit noted (visits.py)."""
+        if v.job.spec.segment_health is not None:
+            self._reconcile_segments(v.job, report)
+        if chosen:
+            self.visits.visited(v.job, v.before, self.quiet.get(v.job.id),
+                                v.job.id in self.chasing)
+
+    def _carry_out(self, d: Decided, written: Outcome, report: TickReport) -> None:
+        if isinstance(written, ConflictError):
+            # Another supervisor decided first: re-read, re-decide on what it wrote, alone.
+            report.conflicts += 1
+            self._retry(fold(self.store.read(d.job.id), d.now), d.backend, d.discovery,
+                        d.gone, report, attempts=2)
+        elif isinstance(written, DispatchError):
+            raise written  # this job's append refused (the others' stand): reported
+        elif isinstance(written, Exception):  # a batch of events made wrong: this job's only
+            report.errors.append(f"job {d.job.id}: {written}")
+            log.error("job %s: its decisions could not be recorded: %s", d.job.id, written)
+        else:
+            self._done(d, written, report)
+
+    def _retry(self, job: Job, backend: Backend | None, discovery: Discovery | None,
+               gone: dc.Gone, report: TickReport, attempts: int) -> None:
+        """Decide, append, act, for one job alone (after its batched append conflicted)."""
         for _ in range(attempts):
-            now = self.clock()
-            # observe(): starts and checkpoints, for goodput (G1, G3); decide(): the rest.
-            plan = plan_of(job)
-            takeover = self._takeover(backend)
-            decisions = observe(job, discovery) + dc.decide(
-                job, discovery, plan, now, attempt_lease=self.attempt_lease,
-                resend_after=self.resend_after, takeover=takeover, gone=gone)
-            if not decisions:
-                self.quiet[job.id] = Quiet(
-                    at=now, version=job.version, objects=objects_seen(job, discovery),
-                    complete=complete, gone=gone.holders, look=look_of(discovery), due=next_due(
-                        job, discovery, plan, now, attempt_lease=self.attempt_lease,
-                        resend_after=self.resend_after, takeover=takeover, gone=gone))
+            d = self._decide(job, backend, discovery, gone)
+            if d is None:
                 return
-            if backend is None and any(isinstance(d, _NEEDS_BACKEND) for d in decisions):
-                return  # waits until its backend can be used; the tick reported why
-            events = dc.to_events(decisions, job, now, self.name, stop_by=self.stop_by,
-                                  holder=holder())
             try:
-                version = self.store.append(job.id, events, job.version,
-                                            fence=self._fence()) if events else job.version
+                version = self.store.append(job.id, d.events, job.version,
+                                            fence=self._fence()) if d.events else job.version
             except ConflictError:
-                # Another supervisor decided first: re-read, re-decide on what it wrote.
                 report.conflicts += 1
-                job = fold(self.store.read(job.id), now)
+                job = fold(self.store.read(job.id), d.now)
                 continue
-            if fp.ARMED:  # a test's crash window: the intent is recorded, nothing acted
-                fp.appended(events)
-            report.decisions += len(decisions)
-            report.appended += len(events)
-            if any(isinstance(d, dc.Commit) for d in decisions) and (any(
-                    isinstance(d, (dc.Stop, dc.StopDuplicate, dc.CancelObject))
-                    for d in decisions) or any(s.unresolved for s in job.submissions)):
-                # Make sure the stop lands even after the commit, and watch for an object a
-                # submit attempt never resolved may still publish (dc.watch_until).
-                self.chasing.add(job.id)
-            self._act(job, version, decisions, backend, report)
+            self._done(d, version, report)
             return
 
-    # ---- actions, after the intent is in the record ----------------------------------
-    def _act(self, job: Job, version: int, decisions: Sequence[dc.Decision],
-             backend: Backend | None, report: TickReport) -> None:
-        for d in decisions:
-            if self.on_decision is not None:
-                self.on_decision(job, d)
-            self._fence()  # a lease lost since the intent was written: act no more
-            try:
-                if isinstance(d, _NEEDS_BACKEND):
-                    if backend is not None:  # _step made none of these without one
-                        self._on_scheduler(job, d, backend)
-                elif isinstance(d, dc.PublishSegment):
-                    self._publish_segment(job, d, report)
-                    if fp.ARMED:
-                        fp.hit("acted:publish-segment")
-                elif isinstance(d, dc.Escalate):
-                    self.notifier.escalate(job, d.message, d.cause, self.clock(), d.error)
-                elif isinstance(d, dc.Commit):
-                    log.info("job %s (%s) committed %s: %s", job.id, job.name, d.state.value,
-                             d.cause.kind.value)
-                    if job.spec.env_from_host and d.state.terminal:
-                        _forget_host_env(job.id)
-            except SchedulerUnreachable as err:
-                # The intent stays in the record; the next tick carries it out (idempotent).
-                report.unreachable.append(str(err))
-                log.warning("job %s: %s; will retry", job.id, err)
-                return
-
-    def _on_scheduler(self, job: Job, d: dc.Decision, backend: Backend) -> None:
-        if isinstance(d, (dc.Submit, dc.RetrySubmit)):
-            intended = job.submission(d.submission)
-            avoid = d.exclude_nodes if isinstance(d, dc.Submit) else (
-                intended.exclude_nodes if intended is not None else ())
-            self._submit(job, d.submission, d.token, d.gated, backend, avoid)
-        elif isinstance(d, (dc.Stop, dc.StopDuplicate)):
-            backend.stop(d.ref)
-            if fp.ARMED:
-                fp.hit("acted:stop")
-        elif isinstance(d, dc.CancelObject):
-            backend.cancel(d.ref)
-            if fp.ARMED:
-                fp.hit("acted:cancel")
-        elif isinstance(d, dc.OpenGate):
-            if fp.ARMED:
-                fp.hit("gate:opening")
-            backend.open_gate(d.ref)
-            if fp.ARMED:
-                fp.hit("acted:open-gate")
-            self._append_fact(job.id, _gate_opened(d))
-
-    def _publish_segment(self, job: Job, d: dc.PublishSegment, report: TickReport) -> None:
-        # SegmentPublished is in the record (the intent): write what the record says now.
-        # reconcile re-reads the record under the directory's lock before it writes; a
-        # failure here is retried by the per-tick reconcile until the files match (an outbox).
-        decided = SegmentDecision(unit_job_id=d.unit_job_id, task_id=d.task_id,
-                                  reason=d.reason, at=self.clock(), actor=self.name,
-                                  nodes=d.nodes)
-        self._reconcile_segments(msgspec.structs.replace(job, segments=(*job.segments, decided)),
-                                 report, {(d.unit_job_id, d.task_id): d.cause})
-        log.warning("job %s: segment health: unit %s.%s marked unavailable: %s",
-                    job.id, d.unit_job_id, d.task_id, d.reason)
-
-    def _reconcile_segments(self, job: Job, report: TickReport | None,
-                            causes: dict[tuple[str, str], str] | None = None) -> None:
-        """Issue 12 item 4: make the decision files match the record; never raises.
-
-        A refusal (a planted link) or a state line over its limit is escalated once per
-        message through the notifier; a disk or store error is logged, retried next tick.
-        """
-        if job.terminal or job.spec.segment_health is None or not job.segments:
-            return
-        from dispatch.segment_health.artifact import SegmentHealthError
-        from dispatch.segment_health.reconcile import reconcile
-
-        def reread() -> Job:
-            return fold(self.store.read(job.id), self.clock())
-
-        try:
-            try:
-                messages = reconcile(job, reread=reread, causes=causes).escalations
-            except SegmentHealthError as err:  # e.g. a planted link under the lock's name
-                messages = [f"segment health: {err}"]
-            known = {e.message for e in job.escalations}
-            for message in dict.fromkeys(messages):
-                if message not in known:
-                    self._append_fact(job.id, _escalation_raised(message))
-                    self.notifier.escalate(job, message, None, self.clock())
-        except (Fenced, LeaseLost):
-            raise  # the lease is gone: the supervisor stops acting on the scope
-        except Exception as err:  # noqa: BLE001 - one job's files never stop the tick
-            log.warning("job %s: segment health files not yet in step: %s", job.id, err)
-            if report is not None:
-                report.errors.append(f"job {job.id}: segment health: {err}")
-
-    def _submit(self, job: Job, number: int, token: str, gated: bool, backend: Backend,
-                exclude_nodes: tuple[str, ...] = ()) -> None:
-        spec = job.spec
-        try:
-            if spec.env_from_host:  # kept beside the record at submission, never in it
-                from dispatch.backends import hostenv
-
-                values = hostenv.load(job.id, spec.env_from_host)
-                spec = msgspec.structs.replace(spec, env={**spec.env, **values})
-        except DispatchError as err:
-            cause = Cause(kind=CauseKind.LAUNCH_FAILED, provenance=Provenance.SCHEDULER,
-                          note=str(err), at=self.clock())
-            self._append_fact(job.id, lambda seq, now: ev.SubmissionRejected(
-                seq=seq, at=now, submission=number, cause=cause))
-            return
-        submission = Submission(job_id=job.id, number=number, token=token, spec=spec,
-                                gated=gated, exclude_nodes=exclude_nodes)
-        try:
-            ref = backend.submit(submission)
-            if fp.ARMED:
-                fp.hit("acted:submit")
-        except SubmitRejected as err:
-            cause = Cause(kind=CauseKind.LAUNCH_FAILED, provenance=Provenance.SCHEDULER,
-                          detail=err.detail, at=self.clock())
-            self._append_fact(job.id, lambda seq, now: ev.SubmissionRejected(
-                seq=seq, at=now, submission=number, cause=cause))
-            return
-        self._append_fact(job.id, lambda seq, now: ev.SubmissionBound(
-            seq=seq, at=now, submission=number, ref=ref))
-
-    def _append_fact(self, job_id: str, make: Callable[[int, datetime], ev.Event]) -> None:
-        """Append a fact learnt from the backend; a conflict only means others wrote first."""
-        append_fact(self.store, job_id, lambda seq: make(seq, self.clock()),
-                    fence=self._fence())
-        if fp.ARMED:
-            fp.appended([make(0, self.clock())])
+    def _done(self, d: Decided, version: int, report: TickReport) -> None:
+        """``d``'s events are in the record at ``version``: carry its decisions out."""
+        job, decisions = d.job, d.decisions
+        if fp.ARMED:  # a test's crash window: the intent is recorded, nothing acted
+            fp.appended(d.events)
+        report.decisions += len(decisions)
+        report.appended += len(d.events)
+        if any(isinstance(x, dc.Commit) for x in decisions) and (any(
+                isinstance(x, (dc.Stop, dc.StopDuplicate, dc.CancelObject))
+                for x in decisions) or any(s.unresolved for s in job.submissions)):
+            # Make sure the stop lands even after the commit, and watch for an object a
+            # submit attempt never resolved may still publish (dc.watch_until).
+            self.chasing.add(job.id)
+        self._act(job, version, decisions, d.backend, report)
 
     def _fence(self) -> Fence | None:
         return self.lease_guard() if self.lease_guard is not None else None
@@ -462,33 +400,6 @@ WATCH_RELOOK = timedelta(minutes=5)
 
 # The holders' answer when no attempt's holder was judged this tick, per submit bound.
 _NONE_GONE: dict[timedelta, dc.Gone] = {}
-
-# Decisions carried out on the scheduler: not made while the backend cannot be used.
-_NEEDS_BACKEND = (dc.Submit, dc.RetrySubmit, dc.Stop, dc.StopDuplicate, dc.CancelObject,
-                  dc.OpenGate)
-
-
-def _forget_host_env(job_id: str) -> None:
-    """The job is finished: its env_from_host values are needed no more (a supersede reads
-    them again from its own environment)."""
-    from dispatch.backends import hostenv
-
-    try:
-        hostenv.forget(job_id)
-    except (OSError, DispatchError) as err:
-        log.warning("job %s: cannot remove its env_from_host values: %s", job_id, err)
-
-
-def _gate_opened(d: dc.OpenGate) -> Callable[[int, datetime], ev.Event]:
-    def make(seq: int, now: datetime) -> ev.Event:
-        return ev.GateOpened(seq=seq, at=now, submission=d.submission, ref=d.ref)
-    return make
-
-
-def _escalation_raised(message: str) -> Callable[[int, datetime], ev.Event]:
-    def make(seq: int, now: datetime) -> ev.Event:
-        return ev.EscalationRaised(seq=seq, at=now, message=message)
-    return make
 
 
 def _any_alive(job: Job, discovery: Discovery) -> bool:

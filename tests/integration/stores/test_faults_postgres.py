@@ -24,6 +24,7 @@ from dispatch.core.policy import Declarations
 from dispatch.core.spec import JobSpec
 from dispatch.errors import StoreUnusable
 from dispatch.stores.base import JobNotFound, RecordStore
+from dispatch.stores.batch import Append
 from dispatch.stores.select import open_store
 
 pytestmark = pytest.mark.postgres
@@ -140,7 +141,7 @@ SLOW_COMMIT = [
 ]
 
 
-@pytest.mark.parametrize("write", ["create", "append", "create_successor"])
+@pytest.mark.parametrize("write", ["create", "append", "create_successor", "append_many"])
 def test_a_connection_lost_while_committing_is_checked_and_reported_truly(
     postgres_url: str, write: str,
 ) -> None:
@@ -157,6 +158,7 @@ def test_a_connection_lost_while_committing_is_checked_and_reported_truly(
             "append": lambda: s.append("old", esc(3), 2),
             "create_successor": lambda: s.create_successor(
                 created("new", supersedes="old"), Superseded(seq=3, at=T0, by="new"), 2),
+            "append_many": lambda: s.append_many([Append("old", esc(3), 2)]),
         }
         t, box = in_thread(calls[write])
         wait_for(lambda: store_waiting_on(postgres_url, "PgSleep"), "the commit to start")
@@ -192,8 +194,14 @@ def test_a_commit_that_landed_before_the_connection_was_lost_is_not_a_failure(
         monkeypatch.setattr(psycopg.Cursor, "execute", execute)
         s.create(created("a"))  # no error: the store looked and found it written
         assert not armed
+        s.create(created("b"))
+        armed.append(True)  # a batch of appends, one of them refused: the others landed
+        assert s.append_many([Append("a", esc(2), 1), Append("b", esc(3), 1),
+                              Append("nope", esc(2), 1)])[0] == 2
+        assert not armed
         monkeypatch.undo()
-        assert [e.seq for e in s.read("a")] == [1]
+        assert [e.seq for e in s.read("a")] == [1, 2]
+        assert [e.seq for e in s.read("b")] == [1]
 
 
 # -- the server restarted, stopped, read-only --------------------------------------------------

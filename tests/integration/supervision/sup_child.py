@@ -34,6 +34,7 @@ from dispatch.backends.local import LocalBackend
 from dispatch.core.events import Event
 from dispatch.core.model import Discovery
 from dispatch.stores.base import Fence, Fenced, RecordStore
+from dispatch.stores.batch import Append, Outcome
 from dispatch.stores.fence import Lease
 from dispatch.stores.select import open_store
 from dispatch.supervise.leases import Supervision
@@ -72,8 +73,7 @@ class PausingStore:
     def __init__(self, store: RecordStore, go: Path | None) -> None:
         self._store, self._go, self._paused = store, go, False
 
-    def append(self, job_id: str, events: Sequence[Event], expected_version: int, *,
-               fence: Fence | None = None) -> int:
+    def _pause(self, job_id: str, expected_version: int, fence: Fence | None) -> None:
         if (fence is not None and self._go is not None and not self._paused
                 and self._go.exists()):
             self._paused = True
@@ -83,15 +83,38 @@ class PausingStore:
             # (seen here: into the append, whose write lock then stayed held while stopped).
             signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
             say("resumed", job_id)
+
+    @staticmethod
+    def _appended(job_id: str, version: int, fence: Fence | None) -> None:
+        # when it committed: a stop between the commit and this line prints it after SIGCONT
+        say("appended", job_id, version, "at", f"{time.monotonic():.6f}", "epoch",
+            fence.epoch if fence else "-")
+
+    def append(self, job_id: str, events: Sequence[Event], expected_version: int, *,
+               fence: Fence | None = None) -> int:
+        self._pause(job_id, expected_version, fence)
         try:
             version = self._store.append(job_id, events, expected_version, fence=fence)
         except Fenced:
             say("fenced", job_id)
             raise
-        # when it committed: a stop between the commit and this line prints it after SIGCONT
-        say("appended", job_id, version, "at", f"{time.monotonic():.6f}", "epoch",
-            fence.epoch if fence else "-")
+        self._appended(job_id, version, fence)
         return version
+
+    def append_many(self, appends: Sequence[Append], *, fence: Fence | None = None
+                    ) -> list[Outcome]:
+        """A tick's decisions, several jobs in one transaction (supervise/batch.py)."""
+        self._pause(appends[0].job_id, appends[0].expected_version, fence)
+        try:
+            outcomes = self._store.append_many(appends, fence=fence)
+        except Fenced:
+            for a in appends:
+                say("fenced", a.job_id)
+            raise
+        for a, out in zip(appends, outcomes, strict=True):
+            if isinstance(out, int):
+                self._appended(a.job_id, out, fence)
+        return outcomes
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)

@@ -286,13 +286,13 @@ def test_a_steady_tick_compares_no_objects_when_the_scheduler_says_what_changed(
 
         monkeypatch.setattr(quiet, "objects_seen", counting)
         visited: list[str] = []
-        step = side.sup._step
+        visit = side.sup._visit
 
         def visiting(job, *args, **kwargs):  # type: ignore[no-untyped-def]
             visited.append(job.id)
-            return step(job, *args, **kwargs)
+            return visit(job, *args, **kwargs)
 
-        monkeypatch.setattr(side.sup, "_step", visiting)
+        monkeypatch.setattr(side.sup, "_visit", visiting)
         decided, appended, _ = side.tick()
         # no job visited at all (issue 49: supervise/visits.py), and each counted as skipped
         assert (decided, appended, compared, visited) == ([], 0, [], [])
