@@ -25,9 +25,8 @@ shuts the socket down so a reader blocked on it wakes at once.
 from __future__ import annotations
 
 import json
-import socket
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -40,6 +39,12 @@ from lightkube.generic_resource import GenericGlobalResource, GenericNamespacedR
 from lightkube.resources.core_v1 import PodLog as PodLogRes
 from lightkube.types import CascadeType, PatchType
 
+# What the API server says back lives in api_answers.py; re-exported for the modules here.
+from dispatch.backends.kubeflow.api_answers import BACKEND as BACKEND
+from dispatch.backends.kubeflow.api_answers import ApiAnswer as ApiAnswer
+from dispatch.backends.kubeflow.api_answers import WatchExpired as WatchExpired
+from dispatch.backends.kubeflow.api_answers import WatchStream as WatchStream
+from dispatch.backends.kubeflow.api_answers import transient
 from dispatch.backends.kubeflow.exec_credential import ExecCredentialAuth
 from dispatch.backends.kubeflow.kubeconfig import (
     SERVICE_ACCOUNT_DIR,
@@ -57,11 +62,9 @@ from dispatch.backends.kubeflow.resources import (
     TrainJobRes,
 )
 from dispatch.core.model import SchedulerUnreachable
-from dispatch.errors import BackendError
 from dispatch.support.deadline import READ_DEADLINE_ENV, deadline_seconds, time_left
 from dispatch.support.retry import with_backoff
 
-BACKEND = "kubeflow"
 # The resources live in resources.py; the backend's modules import them from here.
 __all__ = ["ClusterRuntimeRes", "EventRes", "JobRes", "JobSetRes", "NodeRes", "PodRes",
            "RuntimeRes", "TrainJobRes"]
@@ -73,22 +76,6 @@ Objects = list[dict[str, Any]]  # an alias: inside KubeClient ``list`` names the
 # ``continue`` from the same snapshot.
 LIST_PAGE = 500
 T = TypeVar("T")
-
-
-class ApiAnswer(BackendError):
-    """The API server answered and said no (404, 409, 422, 403...). Carries its words."""
-    verb = "list"  # the read refused, when a look's read was: "watch" for a refused watch
-
-    def __init__(self, code: int, reason: str, message: str) -> None:
-        super().__init__(f"{code} {reason}: {message}")
-        self.code = code
-        self.reason = reason
-        self.message = message
-
-
-class WatchExpired(BackendError):
-    """410 Gone: the resourceVersion a watch asked for is older than the server keeps; the
-    only way on is a fresh list."""
 
 
 class _Transient(Exception):
@@ -106,56 +93,6 @@ class _PastDeadline(Exception):
 # A request inside a deadline waits at least this long (a deadline all but spent still lets
 # one request say why it failed, rather than none).
 MIN_REQUEST_S = 0.05
-
-
-def _transient(code: int) -> bool:
-    return code >= 500 or code == 429
-
-
-class WatchStream:
-    """One open watch: ``events()`` yields (type, object) until the server ends the stream
-    cleanly; ``abort()`` (from any thread) ends it at once."""
-
-    def __init__(self, response: Any, what: str) -> None:
-        self._response = response
-        self._what = what
-
-    def events(self) -> Iterator[tuple[str, dict[str, Any]]]:
-        try:
-            for line in self._response.iter_lines():
-                if not line.strip():
-                    continue
-                try:
-                    event = json.loads(line)
-                    etype, obj = event["type"], event["object"]
-                except (ValueError, KeyError, TypeError):
-                    raise SchedulerUnreachable(
-                        BACKEND, f"{self._what}: not a watch event: {line[:200]!r}"
-                    ) from None
-                if etype == "ERROR":
-                    code = int(obj.get("code") or 0)
-                    message = str(obj.get("message") or "")
-                    if code == 410:
-                        raise WatchExpired(f"{self._what}: {message}")
-                    if _transient(code):
-                        raise SchedulerUnreachable(BACKEND, f"{self._what}: {code} {message}")
-                    raise ApiAnswer(code, str(obj.get("reason") or ""), message)
-                yield str(etype), obj
-        except httpx2.TransportError as err:
-            raise SchedulerUnreachable(
-                BACKEND, f"{self._what}: {type(err).__name__}: {err}"
-            ) from None
-        finally:
-            self._response.close()
-
-    def abort(self) -> None:
-        stream = self._response.extensions.get("network_stream")
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)  # wakes a reader blocked in recv()
-            except OSError:
-                pass
 
 
 @dataclass(frozen=True)
@@ -251,13 +188,13 @@ class KubeClient:
                 return fn()
             except ApiError as err:
                 code = int(err.status.code or err.response.status_code)
-                if not _transient(code):
+                if not transient(code):
                     status = err.status
                     raise ApiAnswer(code, status.reason or "", status.message or "") from None
                 raise _Transient(f"{what}: {code} {err.status.message or ''}".strip()) from None
             except httpx2.HTTPStatusError as err:
                 code = err.response.status_code
-                if not _transient(code):
+                if not transient(code):
                     raise ApiAnswer(code, err.response.reason_phrase, err.response.text) from None
                 raise _Transient(f"{what}: {code} {err.response.text[:200]}") from None
             except httpx2.TransportError as err:
@@ -399,7 +336,7 @@ class KubeClient:
             code = response.status_code
             if code == 410:
                 raise WatchExpired(f"{what}: {message}")
-            if _transient(code):
+            if transient(code):
                 raise SchedulerUnreachable(BACKEND, f"{what}: {code} {message}")
             raise ApiAnswer(code, str(body.get("reason") or ""), message)
         return WatchStream(response, what)
@@ -434,7 +371,7 @@ class KubeClient:
             code = response.status_code
             if code >= 300:
                 message = str(data.get("message") or response.reason_phrase)
-                if _transient(code):
+                if transient(code):
                     raise _Transient(f"{method} {path}: {code} {message}")
                 raise ApiAnswer(code, str(data.get("reason") or ""), message)
             return data if isinstance(data, dict) else {}
