@@ -39,7 +39,7 @@ from dispatch.supervise.leases import (
     unresolved_note,
 )
 from dispatch.supervise.loop import TickReport
-from dispatch.supervise.scopes import LIVE_SCOPE_WAIT_S
+from dispatch.supervise.scopes import ONCE_SCOPE_WAIT_S
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -70,12 +70,9 @@ def serve_scopes(store: RecordStore, backends: Callable[[str], Backend],
     back). ``once``: take each free scope, tick it once, hand it back, print a summary: JSON
     with ``as_json`` (None: when stdout is not a terminal), else lines for a person."""
     try:
-        # One pass has no later tick to take a late answer in: a scope named here is waited
-        # for as long as its backend's own bounded answer takes (CI's k8s lane, loaded: the
-        # UID read took over RESOLVE_WAIT_S and `--once --scope kubeflow` ticked the bare
-        # name, none of the cluster's jobs).
+        # One pass has no later tick to take a late answer in (scopes.ONCE_SCOPE_WAIT_S).
         resolved, unresolved = (resolve_scopes(scopes, backends,
-                                               wait_s=LIVE_SCOPE_WAIT_S if once else None)
+                                               wait_s=ONCE_SCOPE_WAIT_S if once else None)
                                 if scopes else scopes_to_serve([], store, backends))
     except ScopeError as err:  # exit 2 with the reason, whichever CLI mounts this
         raise click.BadParameter(str(err), param_hint="--scope") from None

@@ -51,6 +51,11 @@ NO_SCHEDULER_WAIT_S = 60.0
 # machine's first TLS request left the scope out and `supervise --once` ticked none of its
 # jobs (seen in CI's k8s lane).
 LIVE_SCOPE_WAIT_S = 30.0
+# One pass (`supervise --once --scope NAME`) has no later tick to take a late answer in, so
+# it waits this long for a named backend's cluster: past RESOLVE_WAIT_S (under load the
+# kube-system UID read took longer and the pass ticked none of the cluster's jobs, CI's k8s
+# lane), never long enough for a hung controller to hold the pass (served by its bare name).
+ONCE_SCOPE_WAIT_S = 10.0
 
 
 def backends() -> tuple[str, ...]:
