@@ -380,13 +380,17 @@ def object_report(*, ref: str, token: str | None, job: SqueueJob | None,
     if job is not None and not is_ended(job.state):
         sig = signal_from_squeue(job)
         state, cause = classify(sig, preempt_mode=preempt_mode, previous=previous)
+        job_nodes = _nodes(job.nodes)
         if state is State.RUNNING and job.state == "COMPLETING" and latest is not None \
                 and is_ended(latest[0].state_word) and _same_execution(latest[0], job) \
                 and _steps_settled(*latest):
-            # Accounting already says how it ended: that is the answer, not "running".
+            # Accounting already says how it ended: that is the answer, not "running"; and
+            # its nodes, since squeue's list shrinks as each node's epilog ends (CI: n2,n3
+            # read as n2).
             state, cause = classify(signal_from_sacct(latest[0], latest[1], restarts=job.restarts),
                                     preempt_mode=preempt_mode)
-        job_nodes = _nodes(job.nodes)
+            if latest[0].nodes not in ("", "None assigned"):
+                job_nodes = _nodes(latest[0].nodes)
         gated = state is State.HELD and job.reason == "JobHeldUser" and not sig.eligible \
             and job.restarts == 0
         if state is State.PENDING and cause.kind is CauseKind.NONE and was_held:

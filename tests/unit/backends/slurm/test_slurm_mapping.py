@@ -486,3 +486,20 @@ def test_an_ended_job_squeue_still_shows_has_the_nodes_accounting_kept() -> None
     report = object_report(ref="19", token=None, job=job, groups=groups,  # type: ignore[arg-type]
                            nodes={}, lost_since=None, now=NOW)
     assert (report.state, report.nodes) == (S.SUCCEEDED, ("n2", "n3")), report
+
+
+
+def test_a_completing_job_accounting_says_ended_has_the_nodes_accounting_kept() -> None:
+    """squeue still says COMPLETING (its node list down to the nodes whose epilog runs) while
+    accounting says how it ended: the end is accounting's, and so are its nodes (CI, Slurm
+    22.05: a job on n2,n3 read as n2)."""
+    import msgspec
+
+    jobs, _ = load("completed")
+    job = msgspec.structs.replace(jobs["19"], nodes="n2", state="COMPLETING",  # type: ignore[type-var]
+                                  states=("COMPLETING",))
+    text = (FIX / "completed.sacct-D.txt").read_text().replace("|n3|", "|n[2-3]|")
+    groups = group_sacct(parse_sacct(text))["19"]
+    report = object_report(ref="19", token=None, job=job, groups=groups,  # type: ignore[arg-type]
+                           nodes={}, lost_since=None, now=NOW)
+    assert (report.state, report.nodes) == (S.SUCCEEDED, ("n2", "n3")), report
