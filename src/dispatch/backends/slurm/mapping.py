@@ -15,13 +15,13 @@ from datetime import datetime, timedelta
 
 import msgspec
 
+from dispatch.backends.slurm.allocation import allocation, node_names
 from dispatch.backends.slurm.node_health import lost_nodes, node_unhealthy, node_words
 from dispatch.backends.slurm.parse import (
     ExitStatus,
     NodeInfo,
     SacctRow,
     SqueueJob,
-    expand_nodelist,
 )
 from dispatch.backends.slurm.stop_mark import marked_comment
 from dispatch.core.app_error import killed_by
@@ -343,21 +343,28 @@ def executions(groups: Sequence[tuple[SacctRow, Sequence[SacctRow]]], job: Squeu
         sig = signal_from_sacct(row, steps, squeue_exit=squeue_exit)
         ended = row.state_word in EXECUTION_END_WORDS
         cause = classify(sig, preempt_mode=preempt_mode)[1] if ended else None
+        views = [row.nodes, *(s.nodes for s in steps)]
+        if last and job is not None and row.start == job.start_time:
+            views.append(job.nodes)
         out.append(Execution(index=i, started_at=row.start, ended_at=row.end if ended else None,
-                             cause=cause, nodes=_nodes(row.nodes)))
+                             cause=cause, nodes=allocation(views)))
     if job is not None and job.state in RUNNING_WORDS - {"COMPLETING"} \
             and job.start_time is not None:
         if not out or (out[-1].ended and out[-1].started_at != job.start_time):
             out.append(Execution(index=len(out), started_at=job.start_time,
-                                 nodes=_nodes(job.nodes)))
+                                 nodes=node_names(job.nodes)))
     return tuple(out)
 
 
-def _nodes(text: str) -> tuple[str, ...]:
-    try:
-        return expand_nodelist(text)
-    except ValueError:
-        return (text,)  # keep the words rather than guess at names
+def _ran_on(job: SqueueJob | None,
+            latest: tuple[SacctRow, Sequence[SacctRow]] | None) -> tuple[str, ...]:
+    """The nodes of the execution squeue shows (or, without squeue, accounting's latest):
+    every view of it, since each can be short while it ends (backends/slurm/allocation.py)."""
+    views = [] if job is None else [job.nodes]
+    if latest is not None and latest[0].start is not None \
+            and (job is None or latest[0].start == job.start_time):
+        views += [latest[0].nodes, *(s.nodes for s in latest[1])]
+    return allocation(views)
 
 
 # --------------------------------------------------------------------------- one object
@@ -380,17 +387,13 @@ def object_report(*, ref: str, token: str | None, job: SqueueJob | None,
     if job is not None and not is_ended(job.state):
         sig = signal_from_squeue(job)
         state, cause = classify(sig, preempt_mode=preempt_mode, previous=previous)
-        job_nodes = _nodes(job.nodes)
+        job_nodes = _ran_on(job, latest)
         if state is State.RUNNING and job.state == "COMPLETING" and latest is not None \
                 and is_ended(latest[0].state_word) and _same_execution(latest[0], job) \
                 and _steps_settled(*latest):
-            # Accounting already says how it ended: that is the answer, not "running"; and
-            # its nodes, since squeue's list shrinks as each node's epilog ends (CI: n2,n3
-            # read as n2).
+            # Accounting already says how it ended: that is the answer, not "running".
             state, cause = classify(signal_from_sacct(latest[0], latest[1], restarts=job.restarts),
                                     preempt_mode=preempt_mode)
-            if latest[0].nodes not in ("", "None assigned"):
-                job_nodes = _nodes(latest[0].nodes)
         gated = state is State.HELD and job.reason == "JobHeldUser" and not sig.eligible \
             and job.restarts == 0
         if state is State.PENDING and cause.kind is CauseKind.NONE and was_held:
@@ -414,24 +417,19 @@ def object_report(*, ref: str, token: str | None, job: SqueueJob | None,
                             gated=gated, unhealthy_units=units)
 
     if job is not None:  # squeue still shows it, ended
-        ran_on = job.nodes
         if latest is not None and is_ended(latest[0].state_word) \
                 and _same_execution(latest[0], job) and _steps_settled(*latest):
             sig = signal_from_sacct(latest[0], latest[1], squeue_exit=job.exit,
                                     restarts=job.restarts)
-            # the allocation as accounting keeps it: squeue's list shrinks while the job is
-            # COMPLETING, each node leaving as its epilog ends (Slurm 26.05 showed n2 of n2,n3)
-            if latest[0].nodes not in ("", "None assigned"):
-                ran_on = latest[0].nodes
         else:
-            waiting = _awaiting_accounting(ref, token, job, execs, now)
+            waiting = _awaiting_accounting(ref, token, job, execs, _ran_on(job, latest), now)
             if waiting is not None:
                 return waiting
             sig = signal_from_squeue(job)
         state, cause = classify(sig, preempt_mode=preempt_mode)
         return ObjectReport(ref=ref, token=token or job.comment or None, state=state,
                             cause=cause, executions=_close_last(execs, cause, job),
-                            nodes=_nodes(ran_on))
+                            nodes=_ran_on(job, latest))
 
     if latest is not None:  # only accounting knows it
         row, steps = latest
@@ -440,7 +438,7 @@ def object_report(*, ref: str, token: str | None, job: SqueueJob | None,
                                 preempt_mode=preempt_mode, previous=previous)
         comment = next((r.comment for r, _ in reversed(groups) if r.comment), None)
         return ObjectReport(ref=ref, token=token or comment, state=state,
-                            cause=cause, executions=execs, nodes=_nodes(row.nodes))
+                            cause=cause, executions=execs, nodes=_ran_on(None, latest))
 
     return None
 
@@ -461,7 +459,8 @@ def _steps_settled(row: SacctRow, steps: Sequence[SacctRow]) -> bool:
 
 
 def _awaiting_accounting(ref: str, token: str | None, job: SqueueJob,
-                         execs: tuple[Execution, ...], now: datetime) -> ObjectReport | None:
+                         execs: tuple[Execution, ...], ran_on: tuple[str, ...],
+                         now: datetime) -> ObjectReport | None:
     """squeue says the job ended, accounting has not said how yet: within the grace the
     object still counts as running (like COMPLETING), so no end is recorded on half the
     words. None once the grace has passed."""
@@ -471,7 +470,7 @@ def _awaiting_accounting(ref: str, token: str | None, job: SqueueJob,
         ref=ref, token=token or job.comment or None, state=State.RUNNING,
         cause=Cause(kind=CauseKind.NONE, detail=detail(signal_from_squeue(job)),
                     note="squeue says it ended; waiting for accounting to say how"),
-        executions=execs, nodes=_nodes(job.nodes))
+        executions=execs, nodes=ran_on)
 
 
 def _same_execution(row: SacctRow, job: SqueueJob) -> bool:
@@ -487,5 +486,5 @@ def _close_last(execs: tuple[Execution, ...], cause: Cause,
         return (*execs[:-1], last)
     if not execs and job.start_time is not None:
         return (Execution(index=0, started_at=job.start_time, ended_at=job.end_time,
-                          cause=cause, nodes=_nodes(job.nodes)),)
+                          cause=cause, nodes=node_names(job.nodes)),)
     return execs

@@ -503,3 +503,28 @@ def test_a_completing_job_accounting_says_ended_has_the_nodes_accounting_kept() 
     report = object_report(ref="19", token=None, job=job, groups=groups,  # type: ignore[arg-type]
                            nodes={}, lost_since=None, now=NOW)
     assert (report.state, report.nodes) == (S.SUCCEEDED, ("n2", "n3")), report
+
+
+def _shrunken_accounting() -> list:  # type: ignore[type-arg]
+    """As 22.05 printed it in the seconds after a 2-node job ended (seen on the testbed):
+    the job row and its batch step on n2 only, its srun step on both nodes."""
+    text = (FIX / "completed.sacct-D.txt").read_text()
+    lines = [ln.replace("|n3|", "|n2|") if ln.startswith(("19|", "19.batch|"))
+             else ln.replace("|n3|", "|n[2-3]|") for ln in text.splitlines()]
+    return group_sacct(parse_sacct("\n".join(lines) + "\n"))["19"]
+
+
+def test_an_ended_job_has_every_node_any_view_shows() -> None:
+    """Accounting's job row can be as short as squeue's list while a job ends (22.05: the job
+    row n2, its srun step n[2-3], squeue n[2-3]): the nodes are the union of the views."""
+    import msgspec
+
+    jobs, _ = load("completed")
+    job = msgspec.structs.replace(jobs["19"], nodes="n[2-3]")  # type: ignore[type-var]
+    groups = _shrunken_accounting()
+    assert groups[-1][0].nodes == "n2"
+    for seen in (job, None):  # squeue still shows it, or only accounting knows it
+        report = object_report(ref="19", token=None, job=seen, groups=groups,  # type: ignore[arg-type]
+                               nodes={}, lost_since=None, now=NOW)
+        assert (report.state, report.nodes) == (S.SUCCEEDED, ("n2", "n3")), report
+        assert [e.nodes for e in report.executions] == [("n2", "n3")]
