@@ -21,6 +21,7 @@ both (it uses only Supervisor and the stores' public calls).
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -87,9 +88,11 @@ def measure_ticks(b: Any, url: str, live: int, objects: str) -> dict[str, Any]:
             if hasattr(store, name):
                 setattr(store, name, _timed(getattr(store, name), writes))
         sup = Supervisor(store, lambda name: standin, name="bench")
+        collector = CollectorTime()
         start = time.perf_counter()
         sup.tick()  # the first look: every job folded and compared
         out["first_tick_s"] = time.perf_counter() - start
+        out["first_tick_gc_ms"] = collector.cpu * 1000
         for _ in range(2):
             sup.tick()
         refs = sorted(standin.objects)
@@ -99,11 +102,14 @@ def measure_ticks(b: Any, url: str, live: int, objects: str) -> dict[str, Any]:
             steady = [_tick(sup, standin, writes)[0] for _ in range(5)]
             for ref in refs[r * changed:(r + 1) * changed]:
                 standin.end(ref)
+            gc_before, full_before = collector.cpu, collector.full
             cpu, wall, wrote, appended = _tick(sup, standin, writes)
             assert appended >= changed, f"the tick appended {appended} events"
             rounds.append({"steady_ms": statistics.median(steady) * 1000,
                            "ended_ms": cpu * 1000, "ended_wall_ms": wall * 1000,
-                           "writes_ms": wrote * 1000})
+                           "writes_ms": wrote * 1000,
+                           "gc_ms": (collector.cpu - gc_before) * 1000,
+                           "gc_full": collector.full - full_before})
         out["changed"] = changed
         out["rounds"] = rounds
     return out
@@ -117,6 +123,26 @@ def _timed(fn: Any, acc: list[float]) -> Any:
         finally:
             acc[0] += time.process_time() - start
     return timed
+
+
+class CollectorTime:
+    """CPU spent in the cyclic garbage collector's collections of the oldest generation
+    (gc.callbacks), which scan every object the process keeps: the folded live jobs too."""
+
+    def __init__(self) -> None:
+        self.cpu = 0.0
+        self.full = 0
+        self._start = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._start = time.process_time()
+        else:
+            self.cpu += time.process_time() - self._start
+            self.full += 1
 
 
 def _tick(sup: Any, standin: Any, writes: list[float]) -> tuple[float, float, float, int]:
@@ -146,8 +172,9 @@ def ticks_table(bench: Path, stores: list[tuple[str, Any]], lives: list[int],
 
     print("| store | live | tree (code) | load before | first tick (wall) "
           "| steady tick CPU (median of rounds) | 1 % ended: tick CPU (each round) "
-          "| of it in the store's appends | tick wall | per changed job |")
-    print("|---" * 10 + "|")
+          "| of it in the store's appends | of it in full collections (count) | tick wall "
+          "| per changed job |")
+    print("|---" * 11 + "|")
     trees = ([("before", f"{before}/src")] if before else []) + [("this", None)]
     for store_name, pg in stores:
         for finished in finisheds:
@@ -171,8 +198,10 @@ def _row(store_name: str, live: int, tree: str, load: str, r: dict[str, Any]) ->
     def each(key: str) -> str:
         return ", ".join(f"{x[key]:.0f}" for x in rounds) + " ms"
 
+    gc_each = ", ".join(f"{x.get('gc_ms', 0):.0f} ({x.get('gc_full', 0)})" for x in rounds) + " ms"
     per = (statistics.median(x["ended_ms"] for x in rounds) - steady) / r["changed"] * 1000
     how = "batched" if r["batched"] else "one append a job"
     print(f"| {store_name} | {live:,} | {tree} ({how}) | {load} | {r['first_tick_s']:.1f} s "
           f"| {steady:.1f} ms | {each('ended_ms')} ({r['changed']:,} ended) "
-          f"| {each('writes_ms')} | {each('ended_wall_ms')} | {per:.0f} µs |", flush=True)
+          f"| {each('writes_ms')} | {gc_each} | {each('ended_wall_ms')} | {per:.0f} µs |",
+          flush=True)
