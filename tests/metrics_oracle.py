@@ -8,8 +8,9 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from hypothesis import strategies as st
@@ -110,6 +111,7 @@ def kept(collector: RecordCollector, service: Service) -> Samples:
     """The kept totals' families, and ``dispatch_jobs_stored`` from the counts their refresh
     took (issue 49: one count per scrape, also what catches a prune)."""
     totals = collector.totals(service)
+    collector.parts_writer.flush()  # and what it computed is in the cache, for what follows
     return _samples([*record_families(totals, {}), *goodput_families(totals),
                      stored_family(collector._versions.counts)])
 
@@ -124,7 +126,7 @@ class Life:
 
     def __init__(self, service: Service) -> None:
         self.service = service
-        self.collector = RecordCollector(lambda: service)
+        self.collector = RecordCollector(self.opened)
         self.full: dict[str, list[Any]] = {}  # job -> the record it will have in the end
         self.written: dict[str, int] = {}  # job -> events written so far
         self.pruned = 0
@@ -155,12 +157,20 @@ class Life:
 
     def restart(self) -> None:
         """A new collector, as a restarted serve's: its first scrape takes the parts the
-        store keeps (stores/part_cache.py) and reads only the other records."""
-        self.collector = RecordCollector(lambda: self.service)
+        store keeps (stores/part_cache.py) and reads only the other records. The collector
+        before it has written what it computed (its writer's thread is waited for)."""
+        self.collector.parts_writer.flush()
+        self.collector = RecordCollector(self.opened)
+
+    def opened(self) -> Service:
+        """The life's service, for a collector that opens one (its scrapes, its writer)
+        and closes it after: left open here."""
+        return cast(Service, nullcontext(self.service))
 
     def damage(self, how: str, pick: int) -> None:
         """Spoil the cached part of the ``pick``-th job that has one, as a hand, a torn
         write or another build could (``how``: DAMAGES), or drop every part."""
+        self.collector.parts_writer.flush()  # what it computed is in the cache
         store = self.service.store
         rows = sorted(cache_sql(store, "SELECT job_id, body FROM metric_parts",
                                 "SELECT job_id, body FROM dispatch_metric_parts"))

@@ -29,7 +29,7 @@ from dispatch.backends.base import Backend
 from dispatch.core.model import CauseKind, State
 from dispatch.http.fleet_tally import UNUSABLE, Part, Totals, part_of
 from dispatch.http.goodput_metrics import goodput_families
-from dispatch.http.kept_parts import cached_parts, keep_parts
+from dispatch.http.kept_parts import PartWriter, cached_parts
 from dispatch.http.versions import EVERY_JOB, JobVersions
 from dispatch.service import Service
 from dispatch.stores.reading import fold_with_records
@@ -198,6 +198,7 @@ class RecordCollector(Collector):
         self._unusable: set[str] = set()  # jobs whose record could not be used: read again
         self._ready = threading.Event()  # the totals were built once
         self._warming = False  # the background build runs: a scrape does not wait for it
+        self.parts_writer = PartWriter(open_service)  # the parts computed, kept in the store
 
     def describe(self) -> Iterable[Metric]:
         return []  # registering must not read the record or ask a scheduler
@@ -231,8 +232,9 @@ class RecordCollector(Collector):
             for gone in self._parts.keys() - rows.keys():
                 self._totals.take(gone, self._parts.pop(gone)[1])
             changed = set(rows)
+        parts = self._parts
         stale = [j for j in (changed | self._unusable) if j in rows
-                 and self._parts.get(j, (-1,))[0] != rows[j][0]]
+                 and (j not in parts or parts[j][0] != rows[j][0])]
         if not stale:
             return
         now = service.clock()
@@ -258,7 +260,7 @@ class RecordCollector(Collector):
             if new is not None:
                 self._parts[job_id] = new
                 self._totals.add(job_id, new[1])
-        keep_parts(service.store, computed)
+        self.parts_writer.put(computed)  # kept in the store, off the scrape's path
 
     def _unreachable(self, service: Service) -> dict[str, int]:
         """1 for each backend with unfinished jobs whose scheduler cannot be asked now: one

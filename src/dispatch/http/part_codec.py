@@ -1,14 +1,12 @@
 """A job's /metrics part (http/fleet_tally.py ``Part``) as the store caches it
 (stores/part_cache.py, issue 49): msgspec JSON, an array of the job's id, the version it
-was computed at and the part's fields in order, decoded strictly. A body this build cannot
+was computed at and the part (an array of its fields in order), decoded strictly. A body this build cannot
 decode into exactly those types, one that names another job or version than its row (a row
 copied or edited by hand), or whose state is not a state, is no part: the job is read and
 folded instead, and its part written again.
 """
 
 from __future__ import annotations
-
-from datetime import timedelta
 
 import msgspec
 
@@ -21,22 +19,13 @@ computes from the same events, bumps it; cached parts of another format are igno
 written again as their jobs are read)."""
 
 
-class _Body(msgspec.Struct, array_like=True, forbid_unknown_fields=True):
-    """The job, its version and ``Part``'s fields in its order, every one required."""
+class _Body(msgspec.Struct, array_like=True, forbid_unknown_fields=True, gc=False):
+    """The job, the version its part was computed at, and the part (an array of
+    ``Part``'s fields in its order, every one required: ``forbid_unknown_fields``)."""
 
     job_id: str
     version: int
-    state: str
-    outcomes: tuple[tuple[str, str], ...]
-    recoveries: tuple[str, ...]
-    escalations: tuple[str, ...]
-    app_error: str | None
-    budget: tuple[tuple[str, str, int], ...]
-    backend: str
-    live: bool
-    submitted: bool
-    seconds: tuple[tuple[tuple[str, str, str], timedelta], ...]
-    lost: tuple[tuple[tuple[str, str], timedelta], ...]
+    part: Part
 
 
 _ENCODER = msgspec.json.Encoder()
@@ -49,22 +38,19 @@ def encode(job_id: str, version: int, p: Part) -> bytes | None:
     (never cached: such a record is read again at every scrape)."""
     if p.state is None:
         return None
-    return _ENCODER.encode(_Body(job_id, version, p.state, p.outcomes, p.recoveries, p.escalations,
-                                 p.app_error, p.budget, p.backend, p.live, p.submitted,
-                                 p.seconds, p.lost))
+    return _ENCODER.encode(_Body(job_id, version, p))
 
 
-def decode(job_id: str, version: int, body: bytes) -> Part | None:
+def decode(job_id: object, version: object, body: bytes | str) -> Part | None:
     """The part ``body`` holds for ``job_id`` at ``version``, or None when it is not one
     this build wrote for them."""
     try:
         b = _DECODER.decode(body)
     except (msgspec.DecodeError, ValueError, TypeError):
         return None
-    if b.job_id != job_id or b.version != version or b.state not in _STATES:
+    if b.job_id != job_id or b.version != version or b.part.state not in _STATES:
         return None
-    return Part(b.state, b.outcomes, b.recoveries, b.escalations, b.app_error, b.budget,
-                b.backend, b.live, b.submitted, b.seconds, b.lost)
+    return b.part
 
 
 __all__ = ["FORMAT", "decode", "encode"]

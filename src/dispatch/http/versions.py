@@ -18,7 +18,7 @@ from collections import Counter
 
 from dispatch.stores.base import RecordStore
 from dispatch.stores.query import JobQuery
-from dispatch.stores.removals import JobColumns, every_job, removed
+from dispatch.stores.removals import every_job, removed
 
 EVERY_JOB = JobQuery()
 
@@ -69,13 +69,20 @@ class JobVersions:
             if sum(self._counted.values()) == len(self.rows):
                 return self.rows, {c.job_id for c in changes}
         # The mark is taken before the table is read: nothing written after it is missed.
-        _, mark = store.changes(None)
-        listed: list[JobColumns] | None = every_job(store)
-        if listed is None:
+        found = every_job(store)
+        if found is None:
+            _, mark = store.changes(None)
             listed = [(r.job_id, r.version, r.terminal, None) for r in store.list_jobs()]
-        self.rows, self._outcomes, self._tally = {}, {}, Counter()
-        for job_id, version, terminal, outcome in listed:
-            self._keep(job_id, version, terminal, outcome)
+        else:
+            listed, mark = found
+        self.rows = {job_id: (version, bool(terminal))
+                     for job_id, version, terminal, _ in listed}
+        self._outcomes = {job_id: outcome for job_id, _, _, outcome in listed
+                          if outcome is not None}
+        self._tally = Counter(outcome for _, _, _, outcome in listed)
+        live = sum(1 for _, _, terminal, _ in listed if not terminal)
+        self._tally[""] += live
+        self._tally[None] -= live
         self.mark, self._removed = mark, gone
         self._counted = None if gone is not None else store.count_jobs(EVERY_JOB)
         return self.rows, None

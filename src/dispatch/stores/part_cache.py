@@ -52,25 +52,23 @@ _WRITE = ("INSERT INTO {parts} (job_id, version, format, body)"
 SQLITE_WRITE = _WRITE.format(parts="metric_parts", jobs="jobs", m="?")
 PG_WRITE = _WRITE.format(parts="dispatch_metric_parts", jobs="dispatch_jobs", m="%s")
 
+CHUNK = 1000  # parts written in one SQLite transaction
 # A part to write: (job id, the version it was computed at, its body).
 Written = tuple[str, int, bytes]
 
 
-def read_parts(store: RecordStore, format: int) -> dict[str, tuple[int, bytes]] | None:
-    """Every job's cached part that may be used (see the module): job -> (version, body);
-    None for a store that keeps none."""
+def read_parts(store: RecordStore, format: int) -> list[tuple[str, int, bytes | str]] | None:
+    """Every job's cached part that may be used (see the module): (job, version, body) as
+    the driver gives them; None for a store that keeps none."""
     from dispatch.stores.sqlite import SQLiteStore
 
     if isinstance(store, SQLiteStore):
         with store._guard("read the cached /metrics parts") as conn:
-            rows = conn.execute(SQLITE_READ, (format,)).fetchall()
-        return {str(j): (int(v), b if isinstance(b, bytes) else str(b).encode())
-                for j, v, b in rows}
+            return conn.execute(SQLITE_READ, (format,)).fetchall()
     from dispatch.stores.postgres import PostgresStore
 
     if isinstance(store, PostgresStore):
-        rows = store._query("read the cached /metrics parts", PG_READ, (format,))
-        return {str(j): (int(v), str(b).encode()) for j, v, b in rows}
+        return store._query("read the cached /metrics parts", PG_READ, (format,))
     return None
 
 
@@ -82,10 +80,15 @@ def write_parts(store: RecordStore, format: int, parts: Sequence[Written]) -> No
     from dispatch.stores.sqlite import SQLiteStore
 
     if isinstance(store, SQLiteStore):
-        with store._guard(f"write {len(parts)} cached /metrics parts") as conn:
-            store._begin("cache /metrics parts")
-            conn.executemany(SQLITE_WRITE, [(v, format, b, j, v) for j, v, b in parts])
-            conn.execute("COMMIT")
+        # SQLite has one writer at a time: a transaction per CHUNK parts, so that a
+        # collector's first build (every job's part) never holds the store's writers up
+        # for longer than a few milliseconds at a time
+        for at in range(0, len(parts), CHUNK):
+            with store._guard(f"write {len(parts)} cached /metrics parts") as conn:
+                store._begin("cache /metrics parts")
+                conn.executemany(SQLITE_WRITE, [(v, format, b, j, v)
+                                                for j, v, b in parts[at: at + CHUNK]])
+                conn.execute("COMMIT")
         return
     from dispatch.stores.postgres import PostgresStore
 

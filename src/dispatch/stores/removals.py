@@ -38,6 +38,9 @@ PG_V7 = [
 
 SQLITE_COUNT = "SELECT jobs FROM removals"
 PG_COUNT = "SELECT jobs FROM dispatch_removals"
+# The mark a look that reads every job passes to its next ``changes``, taken before it reads
+# them (stores/changes.py): SQLite's highest mark, PostgreSQL's oldest running transaction.
+SQLITE_MARK = "SELECT coalesce(max(changed), 0) FROM jobs"
 # (job_id, version, terminal, outcome) of every job: what /metrics keeps of each.
 SQLITE_EVERY_JOB = "SELECT job_id, version, terminal, outcome FROM jobs"
 PG_EVERY_JOB = "SELECT job_id, version, terminal, outcome FROM dispatch_jobs"
@@ -65,31 +68,33 @@ def removed(store: RecordStore) -> int | None:
     return None
 
 
-JobColumns = tuple[str, int, bool, str | None]  # job, version, finished, outcome column
+JobColumns = tuple[str, int, bool | int, str | None]  # job, version, finished, outcome
 
 
-def every_job(store: RecordStore) -> list[JobColumns] | None:
-    """Every job's (id, version, finished, outcome column), one scan and no record read;
-    None for a store that cannot say."""
+def every_job(store: RecordStore) -> tuple[list[JobColumns], int] | None:
+    """Every job's (id, version, finished, outcome column), one scan and no record read,
+    and the mark to pass to the next ``changes`` (taken before the scan: nothing written
+    after it is missed); None for a store that cannot say. ``changes(None)`` gives a mark
+    too, but lists every live job to give it."""
+    from dispatch.stores.changes import PG_LOOK_MARK
     from dispatch.stores.sqlite import SQLiteStore
 
     if isinstance(store, SQLiteStore):
         with store._guard("list every job") as conn:
+            mark = int(conn.execute(SQLITE_MARK).fetchone()[0])
             rows = conn.execute(SQLITE_EVERY_JOB).fetchall()
     else:
         from dispatch.stores.postgres import PostgresStore
 
         if not isinstance(store, PostgresStore):
             return None
+        mark = int(store._query("look for changed jobs", PG_LOOK_MARK)[0][0])
         rows = store._query("list every job", PG_EVERY_JOB)
-    where = store.describe()
-    out: list[JobColumns] = []
-    for job_id, version, terminal, outcome in rows:
-        if isinstance(version, bool) or not isinstance(version, int):
-            raise RecordDamaged(where, str(job_id), None, f"the job's version is {version!r}")
-        out.append((str(job_id), version, bool(terminal),
-                    None if outcome is None else str(outcome)))
-    return out
+    for job_id, version, _, _ in rows:  # both drivers give str and int for these columns
+        if type(version) is not int:
+            raise RecordDamaged(store.describe(), str(job_id),
+                                None, f"the job's version is {version!r}")
+    return rows, mark
 
 
 __all__ = ["PG_V7", "SQLITE_V7", "JobColumns", "every_job", "removed"]
