@@ -23,9 +23,10 @@ count in the peak RSS):
   scrape (``RecordCollector`` never warmed: its first ``collect`` reads every record, or
   since issue 49 takes the parts the store keeps), CPU and wall, with no part kept (the
   first ever) and then, in another process on the same copy, with the parts the first one
-  left (a restarted serve or collector); and a supervisor's first tick over the live jobs (``Supervisor.tick`` with
-  bench_scale's stand-in scheduler answering every job's object as running: it folds every
-  live record and decides nothing), CPU and wall, and its process's peak RSS.
+  left (a restarted serve or collector); and a supervisor's first tick over the live jobs
+  (``Supervisor.tick`` with bench_scale's stand-in scheduler answering every job's object
+  as running: it folds every live record and decides nothing), CPU and wall, and its
+  process's peak RSS.
 
 Wall times on a shared machine are noisy; CPU (this process, all threads) less so. The store
 is filled by the ``--before`` tree when one is given (an older build refuses a newer schema;

@@ -4,11 +4,11 @@
 A cold collector's first scrape used to read, fold, project and compute goodput for every
 record (about 65 µs a job: 6 s at 100,000 jobs). A job's part depends only on its committed
 events, so the collector writes each part it computed (in a thread of its own, after the
-scrape has folded it into the totals: ``PartWriter``), and a collector that starts later takes every cached part whose version is the
-job's current one (the store checks that, the format and the edit mark in the read) and
-reads only the other records. A part that does not decode is ignored: its job is read, and
-its part written again. Writing is a cache's: its own transaction, after the fact, a
-failure logged and nothing else.
+scrape has folded it into the totals: ``PartWriter``), and a collector that starts later
+takes every cached part whose version is the job's current one (the store checks that, the
+format and the edit mark in the read) and reads only the other records. A part that does
+not decode is ignored: its job is read, and its part written again. Writing is a cache's:
+its own transaction, after the fact, a failure logged and nothing else.
 """
 
 from __future__ import annotations

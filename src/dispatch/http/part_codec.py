@@ -1,9 +1,9 @@
 """A job's /metrics part (http/fleet_tally.py ``Part``) as the store caches it
 (stores/part_cache.py, issue 49): msgspec JSON, an array of the job's id, the version it
-was computed at and the part (an array of its fields in order), decoded strictly. A body this build cannot
-decode into exactly those types, one that names another job or version than its row (a row
-copied or edited by hand), or whose state is not a state, is no part: the job is read and
-folded instead, and its part written again.
+was computed at and the part (an array of its fields in order), decoded strictly. A body
+this build cannot decode into exactly those types, one that names another job or version
+than its row (a row copied or edited by hand), or whose state is not a state, is no part:
+the job is read and folded instead, and its part written again.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from collections import Counter
 
 from dispatch.stores.base import RecordStore
 from dispatch.stores.query import JobQuery
-from dispatch.stores.removals import every_job, removed
+from dispatch.stores.removals import JobColumns, every_job, removed
 
 EVERY_JOB = JobQuery()
 
@@ -70,6 +70,7 @@ class JobVersions:
                 return self.rows, {c.job_id for c in changes}
         # The mark is taken before the table is read: nothing written after it is missed.
         found = every_job(store)
+        listed: list[JobColumns]
         if found is None:
             _, mark = store.changes(None)
             listed = [(r.job_id, r.version, r.terminal, None) for r in store.list_jobs()]
