@@ -17,9 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.metrics_oracle import LIFE_STEPS, Life, cache_sql, run_life, story
 
-from dispatch.http import part_codec
+from dispatch.http import kept_parts, part_codec
 from dispatch.http.fleet_tally import Part
 from dispatch.service import Service
+from dispatch.stores.base import StoreError
 from dispatch.stores.sqlite import SQLiteStore
 
 
@@ -102,3 +103,20 @@ def test_a_part_round_trips_and_a_body_for_another_job_or_version_is_none() -> N
     assert part_codec.decode("j", 8, body) is None
     assert part_codec.decode("j", 7, body[:-1]) is None
     assert part_codec.encode("j", 7, Part(state=None)) is None
+
+
+def test_a_part_that_cannot_be_written_is_logged_and_the_scrape_answers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def refused(*args: Any) -> None:
+        raise StoreError("the disk is full")
+    monkeypatch.setattr(kept_parts, "write_parts", refused)
+    with Service(SQLiteStore(tmp_path / "r.sqlite3")) as service:
+        life = Life(service)
+        for i in range(3):
+            life.new(story(f"j{i}", 2, "local"))
+        life.check("a scrape whose parts are not kept")
+        assert "3 /metrics parts were not cached: the disk is full" in caplog.text
+        assert cache_sql(service.store, "SELECT job_id FROM metric_parts", "") == []
+        life.restart()
+        life.check("a restart: every record read again")
