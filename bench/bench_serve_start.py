@@ -20,12 +20,17 @@ count in the peak RSS):
   jobs ended (their outcomes appended through another connection); the resident set before
   the start and once both builds are done, per live job, and the peak;
 - **alone** (one process each): the held index's first build, and a cold collector's first
-  scrape (``RecordCollector`` never warmed: its first ``collect`` reads every record), CPU
-  and wall; and a supervisor's first tick over the live jobs (``Supervisor.tick`` with
-  bench_scale's stand-in scheduler answering every job's object as running: it folds every
-  live record and decides nothing), CPU and wall, and its process's peak RSS.
+  scrape (``RecordCollector`` never warmed: its first ``collect`` reads every record, or
+  since issue 49 takes the parts the store keeps), CPU and wall, with no part kept (the
+  first ever) and then, in another process on the same copy, with the parts the first one
+  left (a restarted serve or collector); and a supervisor's first tick over the live jobs
+  (``Supervisor.tick`` with bench_scale's stand-in scheduler answering every job's object
+  as running: it folds every live record and decides nothing), CPU and wall, and its
+  process's peak RSS.
 
-Wall times on a shared machine are noisy; CPU (this process, all threads) less so.
+Wall times on a shared machine are noisy; CPU (this process, all threads) less so. The store
+is filled by the ``--before`` tree when one is given (an older build refuses a newer schema;
+this tree migrates its copy when it opens it).
 """
 
 from __future__ import annotations
@@ -145,6 +150,10 @@ def serve_start(path: str, live: int) -> dict[str, Any]:
     if totals_build is not None:
         totals_build.join()
     out["totals_built_s"] = time.perf_counter() - t0
+    keeper = parts_writer(server.registry)
+    if keeper is not None:  # the parts the build computed, written to the store's cache
+        keeper.flush()
+    out["parts_kept_s"] = time.perf_counter() - t0
     out["builds_cpu_s"] = time.process_time() - cpu0
     out["rss_built_per_job"] = (rss_now() - rss0) / live
     _, out["list_built_s"], _ = timed(listed)
@@ -160,9 +169,20 @@ def serve_start(path: str, live: int) -> dict[str, Any]:
                 seq=5, at=now, state=State.SUCCEEDED, cause=Cause(kind=CauseKind.NONE))], 4)
     _, out["metrics_ended_s"], out["metrics_ended_cpu_s"] = timed(
         lambda: generate_latest(server.registry))
+    # the parts of the jobs that ended, written by the collector's own thread after the
+    # scrape (issue 49): its CPU, apart (some of it may fall inside the scrape's window)
+    out["ended_kept_cpu_s"] = timed(keeper.flush)[2] if keeper is not None else 0.0
     out["ended"] = len(ending)
     out["peak_rss_mb"] = peak_mb()
     return out
+
+
+def parts_writer(registry: Any) -> Any:
+    """The record collector's writer of cached parts (issue 49), if this tree has one."""
+    for collector in list(registry._collector_to_names):
+        if hasattr(collector, "parts_writer"):
+            return collector.parts_writer
+    return None
 
 
 def alone(path: str, what: str) -> dict[str, Any]:
@@ -183,11 +203,13 @@ def alone(path: str, what: str) -> dict[str, Any]:
         with SQLiteStore(Path(path)) as store:
             index = HeldIndex()
             _, out["wall_s"], out["cpu_s"] = timed(lambda: index.live(store, utcnow()))
-    elif what == "cold":
+    elif what in ("cold", "cached"):
         registry = CollectorRegistry(auto_describe=False)
         registry.register(RecordCollector(
             lambda: Service(open_store(f"sqlite://{path}"), Backends(lambda n: standin))))
         _, out["wall_s"], out["cpu_s"] = timed(lambda: generate_latest(registry))
+        writer = parts_writer(registry)  # the parts it computed, kept: wait, and time it
+        out["kept_cpu_s"] = timed(writer.flush)[2] if writer is not None else 0.0
     else:  # a supervisor's first tick
         from dispatch.supervise.loop import Supervisor
 
@@ -207,7 +229,11 @@ def alone(path: str, what: str) -> dict[str, Any]:
 
 def child(args: list[str], src: str | None) -> dict[str, Any]:
     cmd = [sys.executable, __file__, *args] + (["--src", src] if src else [])
-    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    # bench_scale puts its own tree's src/ first on import unless told which: without
+    # this, a child of another tree that imports it (the fill, every "alone" part) ran this
+    # tree's dispatch (runs 14 to 19 in bench/RESULTS.md measured that)
+    env = dict(os.environ, DISPATCH_BENCH_SRC=str(Path(src) / "src")) if src else None
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if res.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed:\n{res.stderr[-3000:]}")
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -215,26 +241,29 @@ def child(args: list[str], src: str | None) -> dict[str, Any]:
 
 def measure_tree(template: str, live: int, src: str | None, tmp: str) -> dict[str, Any]:
     r: dict[str, Any] = {}
-    for part in ("serve", "held", "cold", "tick"):
-        copy = f"{tmp}/copy.sqlite3"
-        shutil.copyfile(template, copy)
+    copy = f"{tmp}/copy.sqlite3"
+    for part in ("serve", "held", "cold", "cached", "tick"):
+        if part != "cached":  # the cold collector's copy, with the parts it left
+            shutil.copyfile(template, copy)
         args = ["--serve", copy, str(live)] if part == "serve" else ["--alone", copy, part]
         r[part] = child(args, src)
-        os.remove(copy)
+    os.remove(copy)
     return r
 
 
 def row(name: str, live: int, r: dict[str, Any]) -> str:
-    s, h, c, t = r["serve"], r["held"], r["cold"], r["tick"]
+    s, h, c, k, t = r["serve"], r["held"], r["cold"], r["cached"], r["tick"]
     return (f"| {name} | {live:,} | {s['list_first_s'] * 1000:.0f} ms ({s['list_first_held']}) "
             f"| {s['metrics_first_s'] * 1000:.0f} ms ({s['metrics_first_ready']}) "
             f"| {s['held_built_s']:.2f} s | {s['totals_built_s']:.2f} s "
             f"| {s['builds_cpu_s']:.2f} s | {s['list_built_s'] * 1000:.0f} ms "
             f"| {s['metrics_built_s'] * 1000:.0f} ms | {s['metrics_steady_s'] * 1000:.0f} ms "
             f"| {s['metrics_ended_s'] * 1000:.0f} ms ({s['metrics_ended_cpu_s'] * 1000:.0f} ms "
-            f"CPU) | {s['rss_built_per_job']:,.0f} B | {s['peak_rss_mb']:.0f} MB "
+            f"CPU; then {s.get('ended_kept_cpu_s', 0) * 1000:.0f} ms writing parts) "
+            f"| {s['rss_built_per_job']:,.0f} B | {s['peak_rss_mb']:.0f} MB "
             f"| {h['wall_s']:.2f} s ({h['cpu_s']:.2f} s CPU) "
-            f"| {c['wall_s']:.2f} s ({c['cpu_s']:.2f} s CPU) "
+            f"| {c['wall_s']:.2f} s ({c['cpu_s']:.2f} s CPU; then {c.get('kept_cpu_s', 0):.2f} s "
+            f"writing parts) | {k['wall_s']:.2f} s ({k['cpu_s']:.2f} s CPU) "
             f"| {t['wall_s']:.2f} s ({t['cpu_s']:.2f} s CPU, {t['appended']} appended), "
             f"{t['peak_rss_mb']:.0f} MB |")
 
@@ -269,13 +298,13 @@ def main() -> None:
           "| held index built | totals built | CPU of both builds | list, built "
           "| /metrics, built | /metrics | /metrics after 1 % ended | RSS per live job "
           "(built) | peak RSS (serve) | held index alone | cold collector's first scrape "
-          "| supervisor's first tick, its peak RSS |")
-    print("|---" * 16 + "|")
+          "| the same, parts left by the one before | supervisor's first tick, its peak RSS |")
+    print("|---" * 17 + "|")
     trees = [("this", None)] + ([("before", a.before)] if a.before else [])
     for live in lives:
         with tempfile.TemporaryDirectory(prefix="bench-serve-start-") as tmp:
             template = f"{tmp}/r.sqlite3"
-            child(["--fill", template, str(live), str(finished)], None)
+            child(["--fill", template, str(live), str(finished)], a.before)
             for name, src in trees:
                 print(row(name, live, measure_tree(template, live, src, tmp)), flush=True)
         print(f"(load {os.getloadavg()[0]:.1f})", flush=True)

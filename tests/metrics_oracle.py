@@ -7,22 +7,29 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
-from datetime import timedelta
-from typing import Any
+from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
+import msgspec
+from hypothesis import strategies as st
 from prometheus_client.core import Metric
 from tests.goodput_stories import preempted_once
+from tests.strategies import records
 
 from dispatch.core import events as ev
 from dispatch.core.goodput import ZERO
 from dispatch.core.model import CauseKind, State
+from dispatch.http import part_codec
 from dispatch.http.goodput_metrics import goodput_families
 from dispatch.http.metrics import RecordCollector, record_families, stored_family
 from dispatch.service import Service
 from dispatch.service.goodput import job_times
+from dispatch.stores import part_cache
 from dispatch.stores.query import JobQuery
 from dispatch.stores.select import open_store
+from dispatch.stores.sqlite import SQLiteStore
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -104,6 +111,7 @@ def kept(collector: RecordCollector, service: Service) -> Samples:
     """The kept totals' families, and ``dispatch_jobs_stored`` from the counts their refresh
     took (issue 49: one count per scrape, also what catches a prune)."""
     totals = collector.totals(service)
+    collector.parts_writer.flush()  # and what it computed is in the cache, for what follows
     return _samples([*record_families(totals, {}), *goodput_families(totals),
                      stored_family(collector._versions.counts)])
 
@@ -118,7 +126,7 @@ class Life:
 
     def __init__(self, service: Service) -> None:
         self.service = service
-        self.collector = RecordCollector(lambda: service)
+        self.collector = RecordCollector(self.opened)
         self.full: dict[str, list[Any]] = {}  # job -> the record it will have in the end
         self.written: dict[str, int] = {}  # job -> events written so far
         self.pruned = 0
@@ -146,6 +154,141 @@ class Life:
         want = from_scratch(self.service)
         assert kept(self.collector, self.service) == want, f"after {what}"
         self.unusable = max(self.unusable, int(want[("dispatch_jobs_record_unusable", ())]))
+
+    def restart(self) -> None:
+        """A new collector, as a restarted serve's: its first scrape takes the parts the
+        store keeps (stores/part_cache.py) and reads only the other records. The collector
+        before it has written what it computed (its writer's thread is waited for)."""
+        self.collector.parts_writer.flush()
+        self.collector = RecordCollector(self.opened)
+
+    def opened(self) -> Service:
+        """The life's service, for a collector that opens one (its scrapes, its writer)
+        and closes it after: left open here."""
+        return cast(Service, nullcontext(self.service))
+
+    def damage(self, how: str, pick: int) -> None:
+        """Spoil the cached part of the ``pick``-th job that has one, as a hand, a torn
+        write or another build could (``how``: DAMAGES), or drop every part."""
+        self.collector.parts_writer.flush()  # what it computed is in the cache
+        store = self.service.store
+        rows = sorted(cache_sql(store, "SELECT job_id, body FROM metric_parts",
+                                "SELECT job_id, body FROM dispatch_metric_parts"))
+        if how == "drop":
+            part_cache.drop_all(store)
+        if how == "drop" or not rows:
+            return
+        job_id, body = rows[pick % len(rows)]
+        other = rows[(pick + 1) % len(rows)][1]
+        raw = body if isinstance(body, bytes) else str(body).encode()
+        new = {"garbage": b"not a part", "torn": raw[: len(raw) // 2], "other": other,
+               "renamed": raw.replace(job_id.encode(), b"x" + job_id.encode(), 1)}.get(how)
+        if new is not None:
+            new_s: object = new if isinstance(store, SQLiteStore) else (
+                new.decode() if isinstance(new, bytes) else new)
+            cache_sql(store, "UPDATE metric_parts SET body = ? WHERE job_id = ?",
+                      "UPDATE dispatch_metric_parts SET body = %s WHERE job_id = %s",
+                      (new_s, job_id))
+        elif how == "format":
+            cache_sql(store, "UPDATE metric_parts SET format = format + 1 WHERE job_id = ?",
+                      "UPDATE dispatch_metric_parts SET format = format + 1 WHERE job_id = %s",
+                      (job_id,))
+        elif how == "older":  # the body of a part the job has moved past, in a current row
+            cache_sql(store, "UPDATE metric_parts SET body = ? WHERE job_id = ?",
+                      "UPDATE dispatch_metric_parts SET body = %s WHERE job_id = %s",
+                      (_older(store, job_id, raw), job_id))
+
+    def edit(self, job_id: str) -> None:
+        """Swap the bodies of the job's first two events in place (by hand, under every
+        reader): the trigger marks the job edited, and its record no longer reads."""
+        store = self.service.store
+        pg = not isinstance(store, SQLiteStore)
+        bodies = cache_sql(
+            store, "SELECT seq, body FROM events WHERE job_id = ? AND seq <= 2 ORDER BY seq",
+            "SELECT seq, body FROM dispatch_events WHERE job_id = %s AND seq <= 2"
+            " ORDER BY seq", (job_id,))
+        if len(bodies) < 2:
+            return
+        for seq, body in ((1, bodies[1][1]), (2, bodies[0][1])):
+            cache_sql(store, "UPDATE events SET body = ? WHERE job_id = ? AND seq = ?",
+                      "UPDATE dispatch_events SET body = %s WHERE job_id = %s AND seq = %s",
+                      (str(body) if pg else body, job_id, seq))
+
+
+DAMAGES = ("garbage", "torn", "other", "renamed", "format", "older", "drop")
+
+
+def _older(store: Any, job_id: str, raw: bytes) -> object:
+    """The body of the job's part as it was one version back (the row's version column is
+    left at the current one, as a hand that edited it would leave it)."""
+    from dispatch.core.record import fold
+    from dispatch.http.fleet_tally import part_of
+    from dispatch.stores.reading import RECORD_ERRORS
+
+    now = datetime.now(UTC)
+    try:
+        events = store.read(job_id)
+        part = part_of(fold(events[:-1], now, job_id=job_id), events[:-1], now)
+    except (*RECORD_ERRORS, IndexError):  # a record that cannot be read: left as it is
+        return raw if isinstance(store, SQLiteStore) else raw.decode()
+    body = part_codec.encode(job_id, len(events) - 1, part) or raw
+    return body if isinstance(store, SQLiteStore) else body.decode()
+
+
+def cache_sql(store: Any, sqlite_sql: str, pg_sql: str, params: tuple[Any, ...] = ()
+              ) -> list[Any]:
+    """Raw SQL on the store's own connection (what dispatch never does to a cache)."""
+    if isinstance(store, SQLiteStore):
+        with store._guard("test") as conn:
+            return conn.execute(sqlite_sql, params).fetchall()
+    return list(store._query("test", pg_sql + ("" if pg_sql.startswith("SELECT")
+                                               else " RETURNING 1"), params))
+
+
+# A step of a store's life: a job created (a story, or a drawn record), advanced, a prune,
+# a restart of the collector, a cached part spoilt, a record edited in place.
+LIFE_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("story"), st.integers(1, 64), st.sampled_from(["local", "slurm"])),
+        st.tuples(st.just("drawn"), st.integers(0, 10**6)),
+        st.tuples(st.just("advance"), st.integers(0, 50), st.integers(1, 12)),
+        st.tuples(st.just("prune")),
+        st.tuples(st.just("restart")),
+        st.tuples(st.just("damage"), st.sampled_from(DAMAGES), st.integers(0, 50)),
+        st.tuples(st.just("edit"), st.integers(0, 50)),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+def run_life(life: Life, steps: Sequence[tuple[Any, ...]], data: st.DataObject,
+             prefix: str = "j") -> None:
+    """``LIFE_STEPS`` through ``life``, its jobs named ``prefix`` and the step's number,
+    checked after every step. Every collector a restart starts is a cold one: its first
+    scrape takes what the cache holds, spoilt or not."""
+    for n, step in enumerate(steps):
+        if step[0] == "story":
+            life.new(story(f"{prefix}{n}", step[1], step[2]))
+        elif step[0] == "drawn":
+            drawn = data.draw(records(job_id=f"{prefix}{n}", max_events=12))
+            # no supersede chains: the store refuses one to a job it does not hold
+            life.new([msgspec.structs.replace(drawn[0], supersedes=None), *drawn[1:]])
+        elif step[0] == "advance" and life.full:
+            life.advance(sorted(life.full)[step[1] % len(life.full)], step[2])
+        elif step[0] == "prune":
+            life.prune()
+        elif step[0] == "restart":
+            life.restart()
+        elif step[0] == "damage":
+            life.damage(step[1], step[2])
+            life.restart()
+        elif step[0] == "edit" and life.full:
+            life.edit(sorted(life.full)[step[1] % len(life.full)])
+            # a collector already running keeps the part it read (the edit kept the
+            # version); one started after it must not take it from the cache
+            life.restart()
+        life.check(f"step {n}: {step}")
 
 
 STORED = "dispatch_jobs_stored"

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Generic, TypeVar
+
+import msgspec
 
 from dispatch.core.events import Event
 from dispatch.core.goodput import ZERO, job_time
@@ -28,9 +29,11 @@ K = TypeVar("K", bound=Hashable)
 V = TypeVar("V", int, timedelta)
 
 
-@dataclass(frozen=True, slots=True)
-class Part:
-    """What one job adds to the record's metrics."""
+class Part(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_fields=True,
+           gc=False):
+    """What one job adds to the record's metrics. A msgspec struct (of strings, numbers and
+    tuples of them, so never in a cycle: ``gc=False``), so that the store's cached parts
+    decode straight into it (http/part_codec.py)."""
 
     state: str | None  # None: the record cannot be used
     outcomes: tuple[tuple[str, str], ...] = ()  # (state, cause kind)

@@ -29,6 +29,7 @@ from dispatch.backends.base import Backend
 from dispatch.core.model import CauseKind, State
 from dispatch.http.fleet_tally import UNUSABLE, Part, Totals, part_of
 from dispatch.http.goodput_metrics import goodput_families
+from dispatch.http.kept_parts import PartWriter, cached_parts
 from dispatch.http.versions import EVERY_JOB, JobVersions
 from dispatch.service import Service
 from dispatch.stores.reading import fold_with_records
@@ -197,6 +198,7 @@ class RecordCollector(Collector):
         self._unusable: set[str] = set()  # jobs whose record could not be used: read again
         self._ready = threading.Event()  # the totals were built once
         self._warming = False  # the background build runs: a scrape does not wait for it
+        self.parts_writer = PartWriter(open_service)  # the parts computed, kept in the store
 
     def describe(self) -> Iterable[Metric]:
         return []  # registering must not read the record or ask a scheduler
@@ -230,18 +232,23 @@ class RecordCollector(Collector):
             for gone in self._parts.keys() - rows.keys():
                 self._totals.take(gone, self._parts.pop(gone)[1])
             changed = set(rows)
+        parts = self._parts
         stale = [j for j in (changed | self._unusable) if j in rows
-                 and self._parts.get(j, (-1,))[0] != rows[j][0]]
+                 and (j not in parts or parts[j][0] != rows[j][0])]
         if not stale:
             return
         now = service.clock()
         # Reading every record (the first build, or the table read whole): the cyclic
         # collector would cost about as much CPU as the reading (support/gc_pause.py).
         with gc_paused() if whole else nullcontext():
-            folded, errors = fold_with_records(service.store, stale, now)
-            fresh: dict[str, tuple[int, Part]] = {
-                job.id: (rows[job.id][0], part_of(job, events, now))
-                for job, events in folded}
+            # A cold collector takes the parts the store keeps at each job's version
+            # (stores/part_cache.py) and reads only the other records.
+            fresh = cached_parts(service.store, rows) if whole and not self._parts else {}
+            todo = [j for j in stale if j not in fresh]
+            folded, errors = fold_with_records(service.store, todo, now)
+            computed = [(job, part_of(job, events, now)) for job, events in folded]
+            for job, part in computed:
+                fresh[job.id] = (rows[job.id][0], part)
         for job_id in errors:
             fresh[job_id] = (-1, UNUSABLE)  # read again at the next scrape
         self._unusable = set(errors)
@@ -253,6 +260,7 @@ class RecordCollector(Collector):
             if new is not None:
                 self._parts[job_id] = new
                 self._totals.add(job_id, new[1])
+        self.parts_writer.put(computed)  # kept in the store, off the scrape's path
 
     def _unreachable(self, service: Service) -> dict[str, int]:
         """1 for each backend with unfinished jobs whose scheduler cannot be asked now: one

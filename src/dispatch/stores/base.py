@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 # snapshot.encode: (the snapshot's body, its digest) of a Job and its last event's body.
 Encoder = Callable[["Job", bytes], tuple[bytes, str]]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The schema this build writes and reads. A store whose schema is newer is refused; an
 older one is migrated in place, step by step, under the store's write lock
 (stores/schema.py): 1 -> 2 one successor per job (``supersedes`` UNIQUE); 2 -> 3 each job's
@@ -63,7 +63,8 @@ a tick that reads only what changed) and the snapshot cache (stores/snapshot.py)
 snapshot outlives an edit of the events under it (stores/schema.py); 5 -> 6 the causes each
 job's history holds (stores/causes.py), so a list finds jobs by a cause they recovered
 from, the submit attempts never resolved (stores/attempts.py), and the supervisors' presence
-rows (standbys, refused reads: stores/presence.py)."""
+rows (standbys, refused reads: stores/presence.py); 6 -> 7 each job's /metrics part, cached
+(stores/part_cache.py), and the count of jobs ever removed (stores/removals.py)."""
 
 
 class StoreError(StoreUnusable):
@@ -176,6 +177,7 @@ class Change:
     job_id: str
     version: int
     terminal: bool
+    outcome: str | None = None  # the outcome column (/metrics counts jobs by it)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,8 +29,8 @@ PG_LOOK_MARK = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
 
 def changes_sql(since: int | None, scope: str | None, table: str, mark: str,
                 pg: bool) -> tuple[str, list[object]]:
-    """(job_id, version, terminal, changed) of the jobs changed since ``since`` (every live
-    job when None), in ``scope`` when given."""
+    """(job_id, version, terminal, changed, outcome) of the jobs changed since ``since``
+    (every live job when None), in ``scope`` when given."""
     where: list[str] = []
     params: list[object] = []
     if since is None:
@@ -48,7 +48,7 @@ def changes_sql(since: int | None, scope: str | None, table: str, mark: str,
     # The first look in creation order; later ones unordered, so that the planner walks the
     # change-mark index and never the whole table in creation order.
     order = " ORDER BY created_us, job_id" if since is None else ""
-    return (f"SELECT job_id, version, terminal, {changed} FROM {table} WHERE "
+    return (f"SELECT job_id, version, terminal, {changed}, outcome FROM {table} WHERE "
             + " AND ".join(where) + order, params)
 
 
@@ -57,10 +57,11 @@ def change_rows(where: str, rows: Sequence[tuple[Any, ...]], since: int | None
     """The rows as Changes, and SQLite's next mark (the highest seen)."""
     out: list[Change] = []
     top = since or 0
-    for job_id, version, terminal, changed in rows:
+    for job_id, version, terminal, changed, outcome in rows:
         if isinstance(version, bool) or not isinstance(version, int):
             raise RecordDamaged(where, str(job_id), None, f"the job's version is {version!r}")
-        out.append(Change(job_id=str(job_id), version=version, terminal=bool(terminal)))
+        out.append(Change(job_id=str(job_id), version=version, terminal=bool(terminal),
+                          outcome=None if outcome is None else str(outcome)))
         if isinstance(changed, int) and changed > top:
             top = changed
     return out, top

@@ -2,7 +2,8 @@
 SCHEMA_VERSION (1 -> 2: the supersedes column and its unique index; 2 -> 3: scopes and
 leases; 3 -> 4: change marks and snapshots; 4 -> 5: the mark of a job whose events
 were edited in place, and its triggers; 5 -> 6: the causes each job's history holds
-and the submit attempts never resolved),
+and the submit attempts never resolved; 6 -> 7: the cached /metrics parts and the count of
+jobs removed),
 inside one transaction under an advisory lock (re-checked inside it) so that two processes
 starting at once never both create or migrate, and neither refuses what the other made. The
 statements themselves are in stores/schema.py."""
@@ -112,5 +113,8 @@ def migrate(conn: psycopg.Connection[Any], where: str, found: int) -> None:
                                 "SELECT job_id, name FROM dispatch_jobs").fetchall()))
             cur.executemany(attempts.PG_OPEN_ROW, attempts.from_bodies(conn.execute(
                 attempts.fill_sql("dispatch_events", "%s"), attempts.FILL_TAGS)))
+    if found < 7:
+        for stmt in schema.PG_V7:
+            conn.execute(stmt)
     if found < SCHEMA_VERSION:
         conn.execute("UPDATE dispatch_schema SET version = %s", (SCHEMA_VERSION,))

@@ -1,7 +1,8 @@
 """Forgetting old finished jobs (``dispatch prune``, issue 36; docs/semantics.md).
 
-A job is pruned whole or not at all: its row, every event and its snapshot go in one
-transaction, with every other job pruned at the same time (all or none). A supersede chain
+A job is pruned whole or not at all: its row, every event, its snapshot and its cached
+/metrics part go in one transaction, with every other job pruned at the same time (all or
+none); the store's count of removals moves with them (stores/removals.py). A supersede chain
 is one unit: it is pruned only when every job of it is finished and was created before the
 cutoff, so no kept job ever names a job that is gone (``supersedes``, ``superseded_by``).
 
@@ -63,7 +64,8 @@ def sqlite_prune(conn: sqlite3.Connection, before_us: int, act: bool) -> list[st
                                     "job_id").fetchall()), before_us)
     if act and ids:
         doc = json.dumps(ids)
-        for table in ("events", "snapshots", "job_causes", "open_attempts", "jobs"):
+        for table in ("events", "snapshots", "job_causes", "open_attempts", "metric_parts",
+                      "jobs"):
             conn.execute(f"DELETE FROM {table} WHERE job_id IN "  # noqa: S608 (fixed names)
                          "(SELECT value FROM json_each(?))", (doc,))
     return ids
@@ -79,7 +81,7 @@ def pg_prune(cur: Any, before_us: int, act: bool) -> list[str]:
     ids = chosen(_rows(cur.fetchall()), before_us)
     if act and ids:
         for table in ("dispatch_events", "dispatch_snapshots", "dispatch_job_causes",
-                      "dispatch_open_attempts", "dispatch_jobs"):
+                      "dispatch_open_attempts", "dispatch_metric_parts", "dispatch_jobs"):
             cur.execute(f"DELETE FROM {table} WHERE job_id = ANY(%s)", (ids,))
     return ids
 

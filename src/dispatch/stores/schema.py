@@ -19,7 +19,9 @@ Version 4 (issue 27): change marks and the snapshot cache (below). Version 5 (is
 item 7): ``jobs.edited`` and the triggers that set it (below). Version 6 (issue 48 item 2):
 the causes each job's history holds, a table of its own (below); (issue 45 item 12) the
 submit attempts never resolved (stores/attempts.py); and the supervisors' presence rows
-(issue 48 item 10: standbys and refused reads, stores/presence.py).
+(issue 48 item 10: standbys and refused reads, stores/presence.py). Version 7 (issue 49):
+each job's /metrics part, cached (stores/part_cache.py), and the count of jobs ever
+removed, kept by a trigger (stores/removals.py).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 
-from dispatch.stores import attempts, presence
+from dispatch.stores import attempts, part_cache, presence, removals
 from dispatch.stores.base import SCHEMA_VERSION, SchemaInvalid, SchemaTooNew
 from dispatch.stores.lease import PG_DDL, SQLITE_DDL
 from dispatch.support.name_glob import natural_key
@@ -78,9 +80,10 @@ PG_V1 = [
 SQLITE_TABLES = ("schema", "jobs", "events")
 PG_TABLES = ("dispatch_schema", "dispatch_jobs", "dispatch_events")
 SQLITE_TABLES_NOW = (*SQLITE_TABLES, "leases", "snapshots", "job_causes", "open_attempts",
-                     "supervisor_presence")
+                     "supervisor_presence", "metric_parts", "removals")
 PG_TABLES_NOW = (*PG_TABLES, "dispatch_leases", "dispatch_snapshots", "dispatch_job_causes",
-                 "dispatch_open_attempts", "dispatch_supervisor_presence")
+                 "dispatch_open_attempts", "dispatch_supervisor_presence",
+                 "dispatch_metric_parts", "dispatch_removals")
 
 # Version 2: one successor per job. The statements run after the backfill's column exists.
 SQLITE_V2_COLUMN = "ALTER TABLE jobs ADD COLUMN supersedes TEXT"
@@ -232,6 +235,16 @@ PG_V6 = [
     *attempts.PG_V6,
     presence.PG_DDL,
 ]
+
+
+# Version 7 (issue 49): each job's /metrics part, a cache a cold collector reads instead of
+# every record (stores/part_cache.py), and the count of jobs ever removed, which a trigger
+# keeps, so that a reader that keeps every job's row notices a prune by reading one row
+# (stores/removals.py). New tables and a trigger: no row is rewritten, and the cache starts
+# empty. An older build's prune would not delete a job's part (the foreign key would refuse
+# it): the version keeps such a build out.
+SQLITE_V7 = [part_cache.SQLITE_DDL, *removals.SQLITE_V7]
+PG_V7 = [part_cache.PG_DDL, *removals.PG_V7]
 
 
 def name_keys(rows: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -208,6 +208,9 @@ class SQLiteStore(RecordStore):
                           schema.name_keys(c.execute("SELECT job_id, name FROM jobs")))
             c.executemany(attempts.SQLITE_OPEN, attempts.from_bodies(c.execute(
                 attempts.fill_sql("events", "?"), attempts.FILL_TAGS)))
+        if found < 7:
+            for stmt in schema.SQLITE_V7:
+                c.execute(stmt)
         if found < SCHEMA_VERSION:
             c.execute("UPDATE schema SET version = ?", (SCHEMA_VERSION,))
 

@@ -81,7 +81,7 @@ def test_appends_keep_each_jobs_history_causes(store: RecordStore) -> None:
 def test_a_store_from_before_version_6_is_filled_by_its_migration(store_url: str) -> None:
     build_v1_store(store_url, RECORDS)
     with open_store(store_url) as store:
-        assert Backdoor(store_url).schema_version() == SCHEMA_VERSION == 6
+        assert Backdoor(store_url).schema_version() == SCHEMA_VERSION == 7
         check(store)
 
 

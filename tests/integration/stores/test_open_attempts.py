@@ -123,7 +123,7 @@ def test_one_batch_that_attempts_and_resolves_leaves_nothing(store: RecordStore)
 def test_a_store_from_before_version_6_is_filled_by_its_migration(store_url: str) -> None:
     build_v1_store(store_url, RECORDS)
     with open_store(store_url) as store:
-        assert Backdoor(store_url).schema_version() == SCHEMA_VERSION == 6
+        assert Backdoor(store_url).schema_version() == SCHEMA_VERSION == 7
         check(store)
         # The live job's submit was in flight at the upgrade: when it finishes unresolved,
         # the row the migration wrote is what finds it.

@@ -230,6 +230,12 @@ def test_snapshots_from_before_version_5_are_dropped_by_the_upgrade(
     backdoor.execute("SELECT 1", "DROP FUNCTION dispatch_events_edited()")
     backdoor.execute("ALTER TABLE jobs DROP COLUMN edited",
                      "ALTER TABLE dispatch_jobs DROP COLUMN edited")
+    backdoor.execute("DROP TABLE metric_parts", "DROP TABLE dispatch_metric_parts")  # 7
+    backdoor.execute("DROP TABLE removals", "DROP TABLE dispatch_removals")
+    backdoor.execute("DROP TRIGGER jobs_removed",
+                     "DROP TRIGGER dispatch_jobs_removed ON dispatch_jobs")
+    backdoor.execute("SELECT 1", "DROP TRIGGER dispatch_jobs_truncated ON dispatch_jobs")
+    backdoor.execute("SELECT 1", "DROP FUNCTION dispatch_jobs_removed()")
     backdoor.execute("DROP TABLE job_causes", "DROP TABLE dispatch_job_causes")  # version 6
     backdoor.execute("DROP TABLE open_attempts", "DROP TABLE dispatch_open_attempts")
     backdoor.execute("DROP TABLE supervisor_presence", "DROP TABLE dispatch_supervisor_presence")
@@ -241,7 +247,7 @@ def test_snapshots_from_before_version_5_are_dropped_by_the_upgrade(
     assert len(backdoor.query("SELECT job_id FROM snapshots",
                               "SELECT job_id FROM dispatch_snapshots")) == 2
     with open_store(store_url) as store:
-        assert backdoor.schema_version() == SCHEMA_VERSION == 6
+        assert backdoor.schema_version() == SCHEMA_VERSION == 7
         jobs, errors = snapshot.fold_with_snapshots(store, ["a", "b"], T0)
         assert set(errors) == {"a"} and str(errors["a"]) == refusal(store, "a")
         assert jobs == [truth_b]

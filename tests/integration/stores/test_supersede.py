@@ -257,7 +257,7 @@ def test_a_version_1_store_is_migrated_in_place(store_url: str) -> None:
     for t in threads:
         t.join()
     assert threads_done == [5, 5]
-    assert Backdoor(store_url).schema_version() == SCHEMA_VERSION == 6
+    assert Backdoor(store_url).schema_version() == SCHEMA_VERSION == 7
     assert Backdoor(store_url).supersedes_column() == {
         "old": None, "early": None, "late": "old", "other": None, "single": "other"}
     with open_store(store_url) as s:

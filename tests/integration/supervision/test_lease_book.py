@@ -177,9 +177,10 @@ def _v1_store(url: str) -> None:
 def test_a_schema_1_store_is_migrated_and_its_jobs_get_their_backend_as_scope(
         store_url: str) -> None:
     _v1_store(store_url)
-    assert SCHEMA_VERSION == 6  # 3 added scopes; 4 (issue 27) change marks and snapshots;
+    assert SCHEMA_VERSION == 7  # 3 added scopes; 4 (issue 27) change marks and snapshots;
     # 5 (issue 32) the mark of a job whose events were edited in place; 6 (issue 48) the
-    # causes each job's history holds and the name's natural sort key
+    # causes each job's history holds and the name's natural sort key; 7 (issue 49) the
+    # cached /metrics parts and the count of removals
     with open_store(store_url) as store:
         assert [(r.job_id, r.scope) for r in store.list_jobs(scope="local")] == [
             ("old", "local")]

@@ -76,7 +76,7 @@ def test_a_store_from_before_version_6_gets_the_presence_table_by_its_migration(
         store_url: str) -> None:
     build_v1_store(store_url, {})
     with open_store(store_url) as store:
-        assert Backdoor(store_url).schema_version() == 6
+        assert Backdoor(store_url).schema_version() == 7
         book = store.leases().presence()
         assert book.current() == []
         book.announce("s", "A", "standby", started_at=STARTED, stale_after_s=60)
