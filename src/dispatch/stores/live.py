@@ -6,11 +6,22 @@ and reads, for those only, the events after the version already folded (one quer
 ``record.advance`` folds on: the same Job a whole fold gives (tests/property/
 test_incremental_fold.py). A job that ends leaves the set; one whose record cannot be used
 is set aside with its error, as ``reading.fold_records`` does, and read whole again next time.
+
+A read of many jobs (a first look: every live job) runs with the cyclic collector paused
+(support/gc_pause.py): it allocates millions of objects that all stay alive, and the
+collector rescanning them cost a supervisor's first tick about 40 % of its CPU at 100,000
+live jobs (issue 49). The LiveFolds of one process over one store may share their folded
+jobs (``SharedFolds``): serve keeps the live jobs folded for its held index and its
+supervisors for their ticks, and each job folded at a version is then folded, and kept,
+once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from datetime import datetime
 
 from dispatch.core.events import Event
@@ -18,14 +29,58 @@ from dispatch.core.record import Job, advance, fold
 from dispatch.errors import DispatchError
 from dispatch.stores.base import RecordStore
 from dispatch.stores.reading import RECORD_ERRORS
+from dispatch.support.gc_pause import gc_paused
+
+BULK = 1000  # a read of this many jobs or more runs with the cyclic collector paused
+CHUNK = 2000  # jobs read and folded at a time
+
+
+class SharedFolds:
+    """The folded live jobs of the LiveFolds that share it, each kept while one of them
+    keeps it (weak references): a job folded by one at the version another wants is that
+    other's too, unread. Only for LiveFolds over one store. A folded job is a pure function
+    of its record's events up to its version, which are never rewritten (an edit in place
+    is refused by every read, docs/scale.md), so it is the same job whoever folded it (issue
+    49: serve's held index and an in-process supervisor, 100,000 live jobs folded once).
+
+    A cache, never the truth: a job is taken only at exactly the version the taker's own
+    look asked for, so a race between two threads (each dict operation is atomic) can only
+    make one fold a job itself."""
+
+    def __init__(self) -> None:
+        self._jobs: weakref.WeakValueDictionary[str, Job] = weakref.WeakValueDictionary()
+        # A read of many jobs at a time: the second waits, then finds the first's jobs.
+        self.reading = threading.Lock()
+
+    def find(self, ids: Iterable[str], versions: Mapping[str, int]) -> dict[str, Job]:
+        """The jobs of ``ids`` kept at exactly their ``versions``."""
+        if not self._jobs:
+            return {}
+        get = self._jobs.get
+        out: dict[str, Job] = {}
+        for job_id in ids:
+            job = get(job_id)
+            if job is not None and job.version == versions[job_id]:
+                out[job_id] = job
+        return out
+
+    def keep(self, job: Job) -> Job:
+        """The job kept at ``job``'s version (``job`` itself, now kept, if none is)."""
+        kept = self._jobs.get(job.id)
+        if kept is not None and kept.version >= job.version:
+            return kept if kept.version == job.version else job
+        self._jobs[job.id] = job
+        return job
 
 
 class LiveFolds:
     """The live jobs of ``scope`` (None: every scope), folded at the version last read."""
 
-    def __init__(self, store: RecordStore, scope: str | None = None) -> None:
+    def __init__(self, store: RecordStore, scope: str | None = None,
+                 shared: SharedFolds | None = None) -> None:
         self.store = store
         self.scope = scope
+        self.shared = shared
         self.mark: int | None = None
         self.wanted: dict[str, int] = {}  # live job -> its version as the store last said
         self.folded: dict[str, Job] = {}
@@ -61,29 +116,53 @@ class LiveFolds:
         return [self.folded[j] for j in self.wanted if j in self.folded], errors
 
     def _catch_up(self, stale: dict[str, int], now: datetime) -> dict[str, DispatchError]:
+        if len(stale) < BULK:
+            return self._read(stale, now)
+        with (self.shared.reading if self.shared is not None else nullcontext()), \
+                gc_paused():
+            return self._read(stale, now)
+
+    def _read(self, stale: dict[str, int], now: datetime) -> dict[str, DispatchError]:
+        """Read and fold ``stale`` in chunks of ``CHUNK`` jobs: the rows and events of one
+        chunk are dropped once folded, so a first look never holds every live record's
+        stored and decoded events at once (issue 49: most of its peak memory)."""
         errors: dict[str, DispatchError] = {}
-        if not stale:
-            return errors
-        try:
-            tails = self.store.read_after(stale)
-        except RECORD_ERRORS:
-            tails = {}
-            for job_id, after in stale.items():  # one bad record never hides the others
-                try:
-                    tails.update(self.store.read_after({job_id: after}))
-                except RECORD_ERRORS as err:
-                    errors[job_id] = err
+        ids = list(stale)
+        for start in range(0, len(ids), CHUNK):
+            self._read_chunk({j: stale[j] for j in ids[start:start + CHUNK]}, now, errors)
+        for job_id in errors:
+            self.folded.pop(job_id, None)  # read whole next time
+        return errors
+
+    def _read_chunk(self, stale: dict[str, int], now: datetime,
+                    errors: dict[str, DispatchError]) -> None:
+        shared = self.shared
+        # folded by another LiveFolds at the version wanted
+        found = shared.find(stale, self.wanted) if shared is not None else {}
+        unread = {j: a for j, a in stale.items() if j not in found} if found else stale
+        tails: dict[str, list[Event]] = {}
+        if unread:
+            try:
+                tails = self.store.read_after(unread)
+            except RECORD_ERRORS:
+                for job_id, after in unread.items():  # one bad record never hides the others
+                    try:
+                        tails.update(self.store.read_after({job_id: after}))
+                    except RECORD_ERRORS as err:
+                        errors[job_id] = err
         for job_id in stale:  # in the order they were found (the live jobs' order)
+            kept = found.get(job_id)
+            if kept is not None:
+                self.folded[job_id] = kept
+                continue
             events = tails.get(job_id)
             if events is None:
                 continue
             try:
-                self.folded[job_id] = self._fold_on(job_id, stale[job_id], events, now)
+                job = self._fold_on(job_id, stale[job_id], events, now)
+                self.folded[job_id] = job if shared is None else shared.keep(job)
             except RECORD_ERRORS as err:
                 errors[job_id] = err
-        for job_id in errors:
-            self.folded.pop(job_id, None)  # read whole next time
-        return errors
 
     def _fold_on(self, job_id: str, after: int, events: Sequence[Event], now: datetime
                  ) -> Job:
