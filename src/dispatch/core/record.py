@@ -138,11 +138,10 @@ class DeferredSubmissions(Deferred[Submission]):
         self.refs = refs
 
 
-class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, weakref=True):
+class Job(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A job as its record says it is at ``version``. Read through a snapshot, its
     ``submissions``, ``history`` and ``escalations`` are Deferred (decoded when first
-    used); folded, they are tuples. Either way they compare and hash as tuples. Weakly
-    referable: the live jobs a process keeps folded may be shared (stores/live.py)."""
+    used); folded, they are tuples. Either way they compare and hash as tuples."""
 
     id: str
     spec: JobSpec

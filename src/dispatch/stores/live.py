@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from datetime import datetime
 
@@ -36,41 +36,46 @@ CHUNK = 2000  # jobs read and folded at a time
 
 
 class SharedFolds:
-    """The folded live jobs of the LiveFolds that share it, each kept while one of them
-    keeps it (weak references): a job folded by one at the version another wants is that
-    other's too, unread. Only for LiveFolds over one store. A folded job is a pure function
-    of its record's events up to its version, which are never rewritten (an edit in place
-    is refused by every read, docs/scale.md), so it is the same job whoever folded it (issue
-    49: serve's held index and an in-process supervisor, 100,000 live jobs folded once).
+    """The LiveFolds of one process over one store that may take each other's folded jobs:
+    a job another one folded at the very version this one's look asks for is taken as it
+    is, unread, and both then keep the one object (issue 49: serve's held index and its
+    in-process supervisors fold 100,000 live jobs once). A folded job is a pure function of
+    its record's events up to its version, which are never rewritten (an edit in place is
+    refused by every read, docs/scale.md), so it is the same job whoever folded it.
 
-    A cache, never the truth: a job is taken only at exactly the version the taker's own
-    look asked for, so a race between two threads (each dict operation is atomic) can only
-    make one fold a job itself."""
+    Nothing is copied or kept here: the jobs are looked up in the others' own tables, so a
+    LiveFolds that shares pays nothing until another one has jobs to give. A lookup is one
+    dict read, atomic under the interpreter lock, and a job is taken only at exactly the
+    version asked for, so a race with the other's thread can only make this one fold the
+    job itself."""
 
     def __init__(self) -> None:
-        self._jobs: weakref.WeakValueDictionary[str, Job] = weakref.WeakValueDictionary()
-        # A read of many jobs at a time: the second waits, then finds the first's jobs.
+        self._members: weakref.WeakSet[LiveFolds] = weakref.WeakSet()
+        self._lock = threading.Lock()  # members join from their own threads
+        # A read of many jobs at a time: the second waits, then takes the first's jobs.
         self.reading = threading.Lock()
 
-    def find(self, ids: Iterable[str], versions: Mapping[str, int]) -> dict[str, Job]:
-        """The jobs of ``ids`` kept at exactly their ``versions``."""
-        if not self._jobs:
+    def join(self, member: LiveFolds) -> None:
+        with self._lock:
+            self._members.add(member)
+
+    def find(self, asking: LiveFolds, ids: Iterable[str]) -> dict[str, Job]:
+        """The jobs of ``ids`` another member holds at exactly the versions ``asking``
+        wants."""
+        with self._lock:
+            others = [m for m in self._members if m is not asking]
+        tables = [m.folded for m in others if m.folded]
+        if not tables:
             return {}
-        get = self._jobs.get
+        wanted = asking.wanted
         out: dict[str, Job] = {}
         for job_id in ids:
-            job = get(job_id)
-            if job is not None and job.version == versions[job_id]:
-                out[job_id] = job
+            for table in tables:
+                job = table.get(job_id)
+                if job is not None and job.version == wanted[job_id]:
+                    out[job_id] = job
+                    break
         return out
-
-    def keep(self, job: Job) -> Job:
-        """The job kept at ``job``'s version (``job`` itself, now kept, if none is)."""
-        kept = self._jobs.get(job.id)
-        if kept is not None and kept.version >= job.version:
-            return kept if kept.version == job.version else job
-        self._jobs[job.id] = job
-        return job
 
 
 class LiveFolds:
@@ -86,6 +91,8 @@ class LiveFolds:
         self.folded: dict[str, Job] = {}
         self.unfolded: set[str] = set()  # live jobs whose record could not be used
         self.fresh: set[str] = set()  # the jobs read at the last refresh
+        if shared is not None:
+            shared.join(self)
 
     def refresh(self, now: datetime) -> tuple[list[Job], dict[str, DispatchError]]:
         """The live jobs, folded at their current versions (creation order), and the ones
@@ -138,7 +145,7 @@ class LiveFolds:
                     errors: dict[str, DispatchError]) -> None:
         shared = self.shared
         # folded by another LiveFolds at the version wanted
-        found = shared.find(stale, self.wanted) if shared is not None else {}
+        found = shared.find(self, stale) if shared is not None else {}
         unread = {j: a for j, a in stale.items() if j not in found} if found else stale
         tails: dict[str, list[Event]] = {}
         if unread:
@@ -159,8 +166,7 @@ class LiveFolds:
             if events is None:
                 continue
             try:
-                job = self._fold_on(job_id, stale[job_id], events, now)
-                self.folded[job_id] = job if shared is None else shared.keep(job)
+                self.folded[job_id] = self._fold_on(job_id, stale[job_id], events, now)
             except RECORD_ERRORS as err:
                 errors[job_id] = err
 
