@@ -83,9 +83,13 @@ def test_jobs_keep_one_copy_of_what_they_share() -> None:
 def test_the_table_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(interning, "LIMIT", 3)
     monkeypatch.setattr(interning, "_kept", {})
+    monkeypatch.setattr(interning, "_last", {})
     for i in range(10):
         assert interning.interned((i,)) == (i,)
-        assert len(interning._kept) <= 3
+        assert len(interning._kept[tuple]) <= 3
     one = interning.interned(frozenset({1}))
+    assert interning.interned((1,)) == (1,)
+    assert interning.interned(frozenset({1})) is one  # kept, and not only as the last one
+    assert interning.interned((1,)) is not one  # equal sets and tuples are kept apart
+    assert interning.interned(frozenset({1, 2})) == frozenset({1, 2})
     assert interning.interned(frozenset({1})) is one
-    assert interning.interned((1,)) == (1,)  # equal values of another type kept apart

@@ -9,10 +9,12 @@ often just {0}). ``interned`` returns the copy already kept of a value equal to 
 is given, else keeps that one: the same value, so every answer is the same (a Job compares
 by value), at one copy's cost. Only frozen, hashable values of a few types pass through it.
 
-The table forgets everything once it holds ``LIMIT`` values, so a stream of values that
-never repeat costs a bounded table, never a leak; a value forgotten is kept again the next
-time it is seen. Reads and writes are single dict operations, atomic under the interpreter
-lock, so threads may share it (the core takes no lock: it does no I/O).
+Each type's table forgets everything once it holds ``LIMIT`` values, so a stream of values
+that never repeat costs a bounded table, never a leak; a value forgotten is kept again the
+next time it is seen. The value last given of each type is tried first, by equality (live
+jobs come in runs of one backend, one supervisor): an equality test costs less than a hash
+of the decoder's new objects. Reads and writes are single dict operations, atomic under the
+interpreter lock, so threads may share it (the core takes no lock: it does no I/O).
 """
 
 from __future__ import annotations
@@ -21,21 +23,29 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-LIMIT = 4096  # distinct values kept at most (backends' declarations, holders, small sets)
+LIMIT = 4096  # distinct values of one type kept at most
 
-_kept: dict[object, object] = {}
+_kept: dict[type, dict[object, object]] = {}  # per type: equal values of two types differ
+_last: dict[type, object] = {}  # per type, the value last given: most often the next one
 EMPTY: frozenset[str] = frozenset()  # one empty set for every job that stopped no duplicate
 
 
 def interned(value: T) -> T:
     """The kept value equal to ``value`` (of the same type), else ``value``, now kept."""
-    key = (type(value), value)
-    kept = _kept.get(key)
-    if kept is not None:
-        return kept  # type: ignore[return-value]  # equal, and of the same type
-    if len(_kept) >= LIMIT:
-        _kept.clear()
-    return _kept.setdefault(key, value)  # type: ignore[return-value]
+    kind = type(value)
+    last = _last.get(kind)
+    if last is not None and last == value:  # an equality test costs less than a hash
+        return last  # equal, and of the same type
+    table = _kept.get(kind)
+    if table is None:
+        table = _kept.setdefault(kind, {})
+    kept = table.get(value)
+    if kept is None:
+        if len(table) >= LIMIT:
+            table.clear()
+        kept = table.setdefault(value, value)
+    _last[kind] = kept
+    return kept  # type: ignore[return-value]
 
 
 __all__ = ["EMPTY", "LIMIT", "interned"]
