@@ -40,8 +40,10 @@ class SharedFolds:
     a job another one folded at the very version this one's look asks for is taken as it
     is, unread, and both then keep the one object (issue 49: serve's held index and its
     in-process supervisors fold 100,000 live jobs once). A folded job is a pure function of
-    its record's events up to its version, which are never rewritten (an edit in place is
-    refused by every read, docs/scale.md), so it is the same job whoever folded it.
+    its record's events up to its version, and events are append-only, so it is the same
+    job whoever folded it. (A stored event edited in place by hand, which marks its job,
+    docs/scale.md, is no more seen by a LiveFolds that already holds the job at that
+    version than before: each reads a job again only when its version moves.)
 
     Nothing is copied or kept here: the jobs are looked up in the others' own tables, so a
     LiveFolds that shares pays nothing until another one has jobs to give. A lookup is one
