@@ -17,6 +17,7 @@ import msgspec
 from dispatch.core import events as ev
 from dispatch.core.app_error import AppError
 from dispatch.core.deferred import Deferred
+from dispatch.core.interned import EMPTY, interned
 from dispatch.core.model import Cause, CauseKind, Escalation, Provenance, State, Transition
 from dispatch.core.policy import Declarations, rule_name
 from dispatch.core.spec import JobSpec
@@ -273,7 +274,7 @@ class _Builder:
     def __init__(self, created: ev.JobCreated) -> None:
         self.job_id = created.job_id
         self.spec = created.spec
-        self.declarations = created.declarations
+        self.declarations = interned(created.declarations)  # core/interned.py
         self.created_at = created.at
         self.version = created.seq
         self.subs: list[Submission] = []
@@ -343,13 +344,15 @@ class _Builder:
                 return
             self.subs.append(Submission(number=e.submission, token=e.token, intended_at=e.at,
                                         attempted_at=e.at, gated=e.gated, cause=e.cause,
-                                        exclude_nodes=e.exclude_nodes, holders=(e.holder,)))
+                                        exclude_nodes=e.exclude_nodes,
+                                        holders=interned((e.holder,))))
             self.awaiting = None
             self.resubmit = None
         elif isinstance(e, ev.SubmissionAttempted):
             s = self._sub(e.submission)
             if s is not None:
-                held = s.holders if e.holder in s.holders else (*s.holders, e.holder)
+                held = (s.holders if e.holder in s.holders
+                        else interned((*s.holders, e.holder)))
                 self._set(e.submission, replace(s, attempted_at=e.at, holders=held))
         elif isinstance(e, ev.SubmissionBound):
             s = self._sub(e.submission)
@@ -365,7 +368,7 @@ class _Builder:
             s = self._sub(e.submission)
             if s is None or e.execution in s.executions_recorded:
                 return
-            recorded = s.executions_recorded | {e.execution}
+            recorded = interned(s.executions_recorded | {e.execution})
             if e.final and not s.ended:
                 s = replace(s, ended=True, end_cause=e.cause, executions_recorded=recorded)
                 if e.submission == len(self.subs) and self.outcome is None:
@@ -389,7 +392,7 @@ class _Builder:
             s = self._sub(e.submission)
             if s is not None:
                 self._set(e.submission, replace(
-                    s, executions_started=s.executions_started | {e.execution}))
+                    s, executions_started=interned(s.executions_started | {e.execution})))
         elif isinstance(e, ev.CheckpointRecorded):
             s = self._sub(e.submission)
             if s is not None and (s.checkpoint is None
@@ -474,11 +477,13 @@ class _Builder:
         return Job(
             id=self.job_id, spec=self.spec, declarations=self.declarations,
             created_at=self.created_at, version=self.version, submissions=tuple(self.subs),
-            budget_used=tuple(self.budget), hold=self.hold, resubmit_requested=self.resubmit,
+            budget_used=interned(tuple(self.budget)), hold=self.hold,
+            resubmit_requested=self.resubmit,
             awaiting=self.awaiting, cancel_requested=self.cancel, give_up_requested=self.give_up,
             outcome=self.outcome, escalations=tuple(self.escalations),
             history=tuple(self.history), supersedes=self.supersedes,
-            superseded_by=self.superseded_by, duplicates_stopped=frozenset(self.duplicates),
+            superseded_by=self.superseded_by,
+            duplicates_stopped=frozenset(self.duplicates) if self.duplicates else EMPTY,
             duplicate_stops=tuple(self.duplicate_stops.items()),
             segments=tuple(self.segments.values()), recovered=self.recovered,
             scope=self.scope, errors=tuple(self.errors), last_end=self.last_end,

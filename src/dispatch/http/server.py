@@ -20,6 +20,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import uvicorn
@@ -43,7 +44,7 @@ from dispatch.supervise.leases import (
     scopes_to_serve,
     unresolved_note,
 )
-from dispatch.supervise.loop import TickReport
+from dispatch.supervise.loop import Supervisor, TickReport
 
 log = logging.getLogger("dispatch.http")
 
@@ -143,10 +144,13 @@ class SupervisorLoop:
     def _run(self) -> None:
         try:
             with self.server.service() as service:
+                # Its supervisors' live jobs are the held index's, folded once (issue 49).
+                make = partial(Supervisor, shared_folds=self.server.held_index.shared)
                 self.sup = sup = Supervision(service.store, service.backends, self.scopes,
                                              lease_s=self.lease_s, poll=self.poll,
                                              notifier=self.notifier,
-                                             unresolved=self.unresolved)
+                                             unresolved=self.unresolved,
+                                             make_supervisor=make)
                 sup.on_change = say_role
                 if self.stopping.is_set():
                     sup.stop()

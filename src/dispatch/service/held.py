@@ -28,7 +28,7 @@ from dispatch.core.record import Job
 from dispatch.core.status import record_state
 from dispatch.stores.base import RecordStore, sort_key_us
 from dispatch.stores.held_candidates import may_be_held
-from dispatch.stores.live import LiveFolds
+from dispatch.stores.live import LiveFolds, SharedFolds
 from dispatch.stores.snapshot import fold_with_snapshots
 from dispatch.support.gc_pause import gc_paused
 
@@ -48,6 +48,9 @@ class HeldIndex:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._live: LiveFolds | None = None
+        # Shared with this server's in-process supervisors (http/server.py): each live job
+        # folded once, kept once (stores/live.py, issue 49).
+        self.shared = SharedFolds()
         self._built = threading.Event()
         self._warming = False  # the background build runs: requests do not wait for it
         # The last refresh's jobs and what they give: reused while a refresh returns the
@@ -69,7 +72,7 @@ class HeldIndex:
         held ones' ids, newest first."""
         with self._lock:
             if self._live is None:
-                self._live = LiveFolds(store)
+                self._live = LiveFolds(store, shared=self.shared)
             self._live.store = store  # the asking request's connection to the same store
             # The first build folds every live job: the cyclic collector would spend about
             # as much CPU as the fold, rescanning what is kept (support/gc_pause.py).

@@ -6,11 +6,22 @@ and reads, for those only, the events after the version already folded (one quer
 ``record.advance`` folds on: the same Job a whole fold gives (tests/property/
 test_incremental_fold.py). A job that ends leaves the set; one whose record cannot be used
 is set aside with its error, as ``reading.fold_records`` does, and read whole again next time.
+
+A read of many jobs (a first look: every live job) runs with the cyclic collector paused
+(support/gc_pause.py): it allocates millions of objects that all stay alive, and the
+collector rescanning them cost a supervisor's first tick about 40 % of its CPU at 100,000
+live jobs (issue 49). The LiveFolds of one process over one store may share their folded
+jobs (``SharedFolds``): serve keeps the live jobs folded for its held index and its
+supervisors for their ticks, and each job folded at a version is then folded, and kept,
+once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+import weakref
+from collections.abc import Iterable, Sequence
+from contextlib import nullcontext
 from datetime import datetime
 
 from dispatch.core.events import Event
@@ -18,19 +29,72 @@ from dispatch.core.record import Job, advance, fold
 from dispatch.errors import DispatchError
 from dispatch.stores.base import RecordStore
 from dispatch.stores.reading import RECORD_ERRORS
+from dispatch.support.gc_pause import gc_paused
+
+BULK = 1000  # a read of this many jobs or more runs with the cyclic collector paused
+CHUNK = 2000  # jobs read and folded at a time
+
+
+class SharedFolds:
+    """The LiveFolds of one process over one store that may take each other's folded jobs:
+    a job another one folded at the very version this one's look asks for is taken as it
+    is, unread, and both then keep the one object (issue 49: serve's held index and its
+    in-process supervisors fold 100,000 live jobs once). A folded job is a pure function of
+    its record's events up to its version, and events are append-only, so it is the same
+    job whoever folded it. (A stored event edited in place by hand, which marks its job,
+    docs/scale.md, is no more seen by a LiveFolds that already holds the job at that
+    version than before: each reads a job again only when its version moves.)
+
+    Nothing is copied or kept here: the jobs are looked up in the others' own tables, so a
+    LiveFolds that shares pays nothing until another one has jobs to give. A lookup is one
+    dict read, atomic under the interpreter lock, and a job is taken only at exactly the
+    version asked for, so a race with the other's thread can only make this one fold the
+    job itself."""
+
+    def __init__(self) -> None:
+        self._members: weakref.WeakSet[LiveFolds] = weakref.WeakSet()
+        self._lock = threading.Lock()  # members join from their own threads
+        # A read of many jobs at a time: the second waits, then takes the first's jobs.
+        self.reading = threading.Lock()
+
+    def join(self, member: LiveFolds) -> None:
+        with self._lock:
+            self._members.add(member)
+
+    def find(self, asking: LiveFolds, ids: Iterable[str]) -> dict[str, Job]:
+        """The jobs of ``ids`` another member holds at exactly the versions ``asking``
+        wants."""
+        with self._lock:
+            others = [m for m in self._members if m is not asking]
+        tables = [m.folded for m in others if m.folded]
+        if not tables:
+            return {}
+        wanted = asking.wanted
+        out: dict[str, Job] = {}
+        for job_id in ids:
+            for table in tables:
+                job = table.get(job_id)
+                if job is not None and job.version == wanted[job_id]:
+                    out[job_id] = job
+                    break
+        return out
 
 
 class LiveFolds:
     """The live jobs of ``scope`` (None: every scope), folded at the version last read."""
 
-    def __init__(self, store: RecordStore, scope: str | None = None) -> None:
+    def __init__(self, store: RecordStore, scope: str | None = None,
+                 shared: SharedFolds | None = None) -> None:
         self.store = store
         self.scope = scope
+        self.shared = shared
         self.mark: int | None = None
         self.wanted: dict[str, int] = {}  # live job -> its version as the store last said
         self.folded: dict[str, Job] = {}
         self.unfolded: set[str] = set()  # live jobs whose record could not be used
         self.fresh: set[str] = set()  # the jobs read at the last refresh
+        if shared is not None:
+            shared.join(self)
 
     def refresh(self, now: datetime) -> tuple[list[Job], dict[str, DispatchError]]:
         """The live jobs, folded at their current versions (creation order), and the ones
@@ -61,19 +125,45 @@ class LiveFolds:
         return [self.folded[j] for j in self.wanted if j in self.folded], errors
 
     def _catch_up(self, stale: dict[str, int], now: datetime) -> dict[str, DispatchError]:
+        if len(stale) < BULK:
+            return self._read(stale, now)
+        with (self.shared.reading if self.shared is not None else nullcontext()), \
+                gc_paused():
+            return self._read(stale, now)
+
+    def _read(self, stale: dict[str, int], now: datetime) -> dict[str, DispatchError]:
+        """Read and fold ``stale`` in chunks of ``CHUNK`` jobs: the rows and events of one
+        chunk are dropped once folded, so a first look never holds every live record's
+        stored and decoded events at once (issue 49: most of its peak memory)."""
         errors: dict[str, DispatchError] = {}
-        if not stale:
-            return errors
-        try:
-            tails = self.store.read_after(stale)
-        except RECORD_ERRORS:
-            tails = {}
-            for job_id, after in stale.items():  # one bad record never hides the others
-                try:
-                    tails.update(self.store.read_after({job_id: after}))
-                except RECORD_ERRORS as err:
-                    errors[job_id] = err
+        ids = list(stale)
+        for start in range(0, len(ids), CHUNK):
+            self._read_chunk({j: stale[j] for j in ids[start:start + CHUNK]}, now, errors)
+        for job_id in errors:
+            self.folded.pop(job_id, None)  # read whole next time
+        return errors
+
+    def _read_chunk(self, stale: dict[str, int], now: datetime,
+                    errors: dict[str, DispatchError]) -> None:
+        shared = self.shared
+        # folded by another LiveFolds at the version wanted
+        found = shared.find(self, stale) if shared is not None else {}
+        unread = {j: a for j, a in stale.items() if j not in found} if found else stale
+        tails: dict[str, list[Event]] = {}
+        if unread:
+            try:
+                tails = self.store.read_after(unread)
+            except RECORD_ERRORS:
+                for job_id, after in unread.items():  # one bad record never hides the others
+                    try:
+                        tails.update(self.store.read_after({job_id: after}))
+                    except RECORD_ERRORS as err:
+                        errors[job_id] = err
         for job_id in stale:  # in the order they were found (the live jobs' order)
+            kept = found.get(job_id)
+            if kept is not None:
+                self.folded[job_id] = kept
+                continue
             events = tails.get(job_id)
             if events is None:
                 continue
@@ -81,9 +171,6 @@ class LiveFolds:
                 self.folded[job_id] = self._fold_on(job_id, stale[job_id], events, now)
             except RECORD_ERRORS as err:
                 errors[job_id] = err
-        for job_id in errors:
-            self.folded.pop(job_id, None)  # read whole next time
-        return errors
 
     def _fold_on(self, job_id: str, after: int, events: Sequence[Event], now: datetime
                  ) -> Job:

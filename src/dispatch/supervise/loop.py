@@ -41,7 +41,7 @@ from dispatch.stores.base import (
 )
 from dispatch.stores.batch import Outcome
 from dispatch.stores.fence import LeaseLost
-from dispatch.stores.live import LiveFolds
+from dispatch.stores.live import LiveFolds, SharedFolds
 from dispatch.stores.reading import fold_records
 from dispatch.supervise.acting import NEEDS_BACKEND, Acting
 from dispatch.supervise.batch import BATCH_JOBS, Decided, Visit, write
@@ -83,6 +83,7 @@ class Supervisor(Acting):
         scope: str | None = None,
         lease_guard: Callable[[], Fence] | None = None,
         lookout: Lookout | None = None,
+        shared_folds: SharedFolds | None = None,
     ) -> None:
         self.store = store
         self.backend_for = backend_for
@@ -108,8 +109,9 @@ class Supervisor(Acting):
         # scope are looked up in the store at each takeover, _find_watched): ticked until
         # the scheduler shows none alive and none may appear (core/waits.watch_until).
         self.chasing: set[str] = set()
-        # The scope's live jobs, folded, kept between ticks: a tick reads what changed only.
-        self.live = LiveFolds(store, scope)
+        # The scope's live jobs, folded, kept between ticks: a tick reads what changed only;
+        # in serve, shared with its held index (stores/live.py).
+        self.live = LiveFolds(store, scope, shared_folds)
         # Jobs decide() and observe() had nothing for, kept between ticks: not decided again
         # while their record and objects stay the same and no time-based decision is due.
         self.quiet: dict[str, Quiet] = {}
