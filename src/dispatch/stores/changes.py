@@ -67,11 +67,14 @@ def change_rows(where: str, rows: Sequence[tuple[Any, ...]], since: int | None
     return out, top
 
 
+# No ORDER BY: the rows are grouped by job in Python, and each job's events come by its
+# primary key (job_id, seq), in seq order; bulk_decode.tail_events sorts a job's rows that
+# do not. Sorting all rows by job (a temporary B-tree) cost about 0.19 s of CPU at 100,000
+# live jobs, 400,000 events, of a first look's read (issue 49).
 SQLITE_READ_AFTER = (
     "SELECT j.job_id, w.value, j.version, e.seq, e.body FROM json_each(?) w"
     " JOIN jobs j ON j.job_id = w.key"
-    " LEFT JOIN events e ON e.job_id = j.job_id AND e.seq > w.value"
-    " ORDER BY j.job_id, e.seq")
+    " LEFT JOIN events e ON e.job_id = j.job_id AND e.seq > w.value")
 PG_READ_AFTER = (
     "SELECT j.job_id, w.after, j.version, e.seq, e.body"
     " FROM unnest(%s::text[], %s::int[]) AS w(job_id, after)"
