@@ -83,10 +83,26 @@ def peak_mb() -> float:
 
 # ---- filling ----------------------------------------------------------------------------
 
-def fill(path: str, live: int, finished: int) -> None:
-    from bench_scale import BACKEND, bulk_finished, created
+def running_record(i: int, finished: int) -> tuple[Any, list[Any]]:
+    """Live job ``i``'s record as a supervisor leaves a running job: created, submission
+    intended and bound, execution started (its created event, its 4 events)."""
+    from bench_scale import created
 
     from dispatch.core import events as ev
+
+    c = created(f"live{i:07d}", finished + i)
+    at = c.at + timedelta(minutes=1)
+    holder = ev.Holder(host="bench", boot_id="bench", pid=1, start_ticks=1)
+    return c, [c,
+               ev.SubmissionIntended(seq=2, at=at, submission=1, token=f"{c.job_id}.1",
+                                     holder=holder),
+               ev.SubmissionBound(seq=3, at=at, submission=1, ref=f"obj-{c.job_id}"),
+               ev.ExecutionStarted(seq=4, at=at, submission=1, execution=0, started=c.at)]
+
+
+def fill(path: str, live: int, finished: int) -> None:
+    from bench_scale import BACKEND, bulk_finished
+
     from dispatch.core.codec import encode_event
     from dispatch.stores.base import sort_key_us
     from dispatch.stores.sqlite import SQLiteStore
@@ -94,19 +110,11 @@ def fill(path: str, live: int, finished: int) -> None:
     with SQLiteStore(Path(path)) as store:
         bulk_finished(store, finished)
         conn = store._conn
-        holder = ev.Holder(host="bench", boot_id="bench", pid=1, start_ticks=1)
         mark = conn.execute("SELECT coalesce(max(changed), 0) FROM jobs").fetchone()[0]
         for start in range(0, live, 20000):
             jobs, events = [], []
             for i in range(start, min(live, start + 20000)):
-                c = created(f"live{i:07d}", finished + i)
-                at = c.at + timedelta(minutes=1)
-                record = [c,
-                          ev.SubmissionIntended(seq=2, at=at, submission=1,
-                                                token=f"{c.job_id}.1", holder=holder),
-                          ev.SubmissionBound(seq=3, at=at, submission=1, ref=f"obj-{c.job_id}"),
-                          ev.ExecutionStarted(seq=4, at=at, submission=1, execution=0,
-                                              started=c.at)]
+                c, record = running_record(i, finished)
                 mark += 1
                 jobs.append((c.job_id, c.spec.name, BACKEND, c.at.isoformat(),
                              sort_key_us(c.at), 4, 0, BACKEND, mark))
@@ -122,9 +130,8 @@ def fill(path: str, live: int, finished: int) -> None:
 def fill_pg(url: str, live: int, finished: int) -> None:
     """``fill`` on PostgreSQL: the same jobs and records, each batch's jobs stamped with its
     transaction's change mark as an append stamps them."""
-    from bench_scale import BACKEND, bulk_finished, created
+    from bench_scale import BACKEND, bulk_finished
 
-    from dispatch.core import events as ev
     from dispatch.core.codec import encode_event
     from dispatch.stores.base import sort_key_us
     from dispatch.stores.select import open_store
@@ -132,18 +139,10 @@ def fill_pg(url: str, live: int, finished: int) -> None:
     with open_store(url) as store:
         bulk_finished(store, finished)
         db = store._db  # type: ignore[attr-defined]
-        holder = ev.Holder(host="bench", boot_id="bench", pid=1, start_ticks=1)
         for start in range(0, live, 20000):
             jobs, events = [], []
             for i in range(start, min(live, start + 20000)):
-                c = created(f"live{i:07d}", finished + i)
-                at = c.at + timedelta(minutes=1)
-                record = [c,
-                          ev.SubmissionIntended(seq=2, at=at, submission=1,
-                                                token=f"{c.job_id}.1", holder=holder),
-                          ev.SubmissionBound(seq=3, at=at, submission=1, ref=f"obj-{c.job_id}"),
-                          ev.ExecutionStarted(seq=4, at=at, submission=1, execution=0,
-                                              started=c.at)]
+                c, record = running_record(i, finished)
                 jobs.append((c.job_id, c.spec.name, BACKEND, c.at.isoformat(),
                              sort_key_us(c.at), 4, False, BACKEND))
                 events += [(c.job_id, e.seq, encode_event(e).decode()) for e in record]
