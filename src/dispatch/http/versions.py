@@ -8,8 +8,7 @@ ever removed (stores/removals.py, kept by a trigger: one row) and reads the tabl
 again when it moved. The store's counts by outcome, which /metrics shows as
 ``dispatch_jobs_stored``, are kept from the same rows: each job's outcome column comes with
 its change, so a scrape counts nothing (issue 49; before, it counted the whole table once
-per scrape, about 10 ms of CPU at 101,000 jobs, which also caught a prune). A store that
-cannot say how many jobs it removed is counted at every look, as before.
+per scrape, about 10 ms of CPU at 101,000 jobs, which also caught a prune).
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from collections import Counter
 
 from dispatch.stores.base import RecordStore
 from dispatch.stores.query import JobQuery
-from dispatch.stores.removals import JobColumns, every_job, removed
+from dispatch.stores.removals import every_job, removed
 
 EVERY_JOB = JobQuery()
 
@@ -40,13 +39,10 @@ class JobVersions:
         self._outcomes: dict[str, str] = {}  # job -> its outcome column, where it has one
         self._tally: Counter[str | None] = Counter()  # count_jobs' groups, kept
         self._removed: int | None = None  # the store's count of removals at the last look
-        self._counted: dict[str | None, int] | None = None  # a store that cannot say
 
     @property
     def counts(self) -> dict[str | None, int]:
         """The store's counts by outcome at the last look, as ``count_jobs`` answers them."""
-        if self._counted is not None:
-            return self._counted
         return {k: n for k, n in self._tally.items() if n}
 
     def refresh(self, store: RecordStore) -> tuple[dict[str, tuple[int, bool]], set[str] | None]:
@@ -54,7 +50,7 @@ class JobVersions:
         the last look (None: the table was read whole, any job may have changed or gone).
         ``counts`` is then the store's counts by outcome."""
         gone = removed(store)  # before the changes: a prune after it moves it for next time
-        if self.mark is not None and (gone is None or gone == self._removed):
+        if self.mark is not None and gone == self._removed:
             changes, mark = store.changes(self.mark)
             for c in changes:
                 old = self.rows.get(c.job_id)
@@ -62,20 +58,9 @@ class JobVersions:
                     _move(self._tally, old[1], self._outcomes.get(c.job_id), -1)
                 self._keep(c.job_id, c.version, c.terminal, c.outcome)
             self.mark = mark
-            if gone is not None:
-                return self.rows, {c.job_id for c in changes}
-            # Every job is counted once, under its outcome or '' or None (count_jobs).
-            self._counted = store.count_jobs(EVERY_JOB)
-            if sum(self._counted.values()) == len(self.rows):
-                return self.rows, {c.job_id for c in changes}
+            return self.rows, {c.job_id for c in changes}
         # The mark is taken before the table is read: nothing written after it is missed.
-        found = every_job(store)
-        listed: list[JobColumns]
-        if found is None:
-            _, mark = store.changes(None)
-            listed = [(r.job_id, r.version, r.terminal, None) for r in store.list_jobs()]
-        else:
-            listed, mark = found
+        listed, mark = every_job(store)
         self.rows = {job_id: (version, bool(terminal))
                      for job_id, version, terminal, _ in listed}
         self._outcomes = {job_id: outcome for job_id, _, _, outcome in listed
@@ -85,7 +70,6 @@ class JobVersions:
         self._tally[""] += live
         self._tally[None] -= live
         self.mark, self._removed = mark, gone
-        self._counted = None if gone is not None else store.count_jobs(EVERY_JOB)
         return self.rows, None
 
     def _keep(self, job_id: str, version: int, terminal: bool, outcome: str | None) -> None:

@@ -13,7 +13,12 @@ saw last: one row read, where it counted the whole table before.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dispatch.stores.base import RecordDamaged, RecordStore
+
+if TYPE_CHECKING:
+    from dispatch.stores.postgres import PostgresStore
 
 SQLITE_V7 = [
     "CREATE TABLE removals (jobs INTEGER NOT NULL)",  # one row: jobs removed, ever
@@ -53,29 +58,34 @@ def _count(where: str, rows: list[tuple[object, ...]]) -> int:
     return rows[0][0]
 
 
-def removed(store: RecordStore) -> int | None:
-    """How many jobs were ever removed from ``store``; None for a store that cannot say
-    (its reader then counts the jobs)."""
+def removed(store: RecordStore) -> int:
+    """How many jobs were ever removed from ``store``."""
     from dispatch.stores.sqlite import SQLiteStore
 
     if isinstance(store, SQLiteStore):
         with store._guard("count the jobs removed") as conn:
             return _count(store.describe(), conn.execute(SQLITE_COUNT).fetchall())
+    return _count(store.describe(), _postgres(store)._query("count the jobs removed",
+                                                            PG_COUNT))
+
+
+def _postgres(store: RecordStore) -> PostgresStore:
+    """The store as PostgreSQL: the only kind besides SQLite."""
     from dispatch.stores.postgres import PostgresStore
 
-    if isinstance(store, PostgresStore):
-        return _count(store.describe(), store._query("count the jobs removed", PG_COUNT))
-    return None
+    if not isinstance(store, PostgresStore):
+        raise TypeError(f"no such store kind: {type(store).__name__}")
+    return store
 
 
 JobColumns = tuple[str, int, bool | int, str | None]  # job, version, finished, outcome
 
 
-def every_job(store: RecordStore) -> tuple[list[JobColumns], int] | None:
+def every_job(store: RecordStore) -> tuple[list[JobColumns], int]:
     """Every job's (id, version, finished, outcome column), one scan and no record read,
     and the mark to pass to the next ``changes`` (taken before the scan: nothing written
-    after it is missed); None for a store that cannot say. ``changes(None)`` gives a mark
-    too, but lists every live job to give it."""
+    after it is missed). ``changes(None)`` gives a mark too, but lists every live job to
+    give it."""
     from dispatch.stores.changes import PG_LOOK_MARK
     from dispatch.stores.sqlite import SQLiteStore
 
@@ -84,12 +94,9 @@ def every_job(store: RecordStore) -> tuple[list[JobColumns], int] | None:
             mark = int(conn.execute(SQLITE_MARK).fetchone()[0])
             rows = conn.execute(SQLITE_EVERY_JOB).fetchall()
     else:
-        from dispatch.stores.postgres import PostgresStore
-
-        if not isinstance(store, PostgresStore):
-            return None
-        mark = int(store._query("look for changed jobs", PG_LOOK_MARK)[0][0])
-        rows = store._query("list every job", PG_EVERY_JOB)
+        pg = _postgres(store)
+        mark = int(pg._query("look for changed jobs", PG_LOOK_MARK)[0][0])
+        rows = pg._query("list every job", PG_EVERY_JOB)
     for job_id, version, _, _ in rows:  # both drivers give str and int for these columns
         if type(version) is not int:
             raise RecordDamaged(store.describe(), str(job_id),
