@@ -118,3 +118,45 @@ def test_a_tail_in_any_row_order_reads_as_in_seq_order(record: list[ev.Event], c
     after = min(cut, len(stored))
     rows = data.draw(st.permutations(stored[after:]))
     assert tail_events(WHERE, "j1", after, len(stored), rows) == list(record[after:])
+
+
+def grouped_then_each(rows: list[tuple[Any, ...]], versions: dict[str, int]) -> Any:
+    """decode_tails as it was before its one pass: the rows grouped by job (in the order of
+    each job's first row), then each job's tail read by tail_events."""
+    from dispatch.stores.base import JobNotFound
+
+    by_job: dict[str, tuple[int, Any, Stored]] = {}
+    for job_id, after, version, seq, body in rows:
+        entry = by_job.setdefault(str(job_id), (int(after), version, []))
+        if seq is not None:
+            entry[2].append((seq, body))
+    missing = [j for j in versions if j not in by_job]
+    if missing:
+        raise JobNotFound(missing)
+    return {j: tail_events(WHERE, j, a, v, s) for j, (a, v, s) in by_job.items()}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases=st.lists(st.tuples(damaged(), st.integers(0, 8)), min_size=1, max_size=4),
+       data=st.data())
+def test_many_tails_in_one_pass_read_as_each_tail_alone(
+        cases: list[tuple[tuple[str, Stored, Any], int]], data: st.DataObject) -> None:
+    """decode_tails reads the rows of many jobs in one pass: the same events, in the same
+    order, or the same first refusal, as grouping them and reading each job's tail alone.
+    The rows come grouped by job, as the stores' queries give them, or in any order."""
+    from dispatch.stores.changes import decode_tails
+
+    rows: list[tuple[Any, ...]] = []
+    versions: dict[str, int] = {}
+    for n, ((_, stored, version), cut) in enumerate(cases):
+        job_id = f"j{n}"
+        after = min(cut, len(stored))
+        versions[job_id] = after
+        tail = stored[after:] or [(None, None)]  # the outer join's row for no event
+        rows.extend((job_id, after, version, seq, body) for seq, body in tail)
+    if data.draw(st.booleans()):
+        rows = data.draw(st.permutations(rows))
+    if data.draw(st.booleans()):
+        versions[f"j{len(cases)}"] = 0  # a job the store does not hold
+    assert outcome(decode_tails, WHERE, rows, versions) == outcome(
+        grouped_then_each, rows, versions)

@@ -20,7 +20,7 @@ from typing import Any
 
 from dispatch.core.events import Event
 from dispatch.stores.base import Change, JobNotFound, RecordDamaged
-from dispatch.stores.bulk_decode import tail_events
+from dispatch.stores.bulk_decode import tail_events, tails_in_one_pass
 
 SQLITE_NEXT_MARK = "(SELECT coalesce(max(changed), 0) + 1 FROM jobs)"
 PG_MARK = "pg_current_xact_id()"
@@ -87,17 +87,22 @@ def decode_tails(where: str, rows: Sequence[tuple[Any, ...]], versions: dict[str
                  ) -> dict[str, list[Event]]:
     """``(job_id, after, version, seq, body)`` rows (seq order per job) as each job's events
     after ``after``, checked whole and decoded; JobNotFound naming the jobs with no row."""
-    by_job: dict[str, tuple[int, object, list[tuple[Any, Any]]]] = {}
-    for job_id, after, version, seq, body in rows:
-        key = job_id if type(job_id) is str else str(job_id)
-        entry = by_job.get(key)
-        if entry is None:  # a job's first row: its after and version (not built per row)
-            entry = by_job[key] = (int(after), version, [])
-        if seq is not None:
-            entry[2].append((seq, body))
-    missing = [j for j in versions if j not in by_job]
+    out, unsure = tails_in_one_pass(rows)  # every job with a row is a key of ``out``
+    missing = [j for j in versions if j not in out]
     if missing:
         raise JobNotFound(missing)
-    return {j: tail_events(where, j, after, version, stored)
-            for j, (after, version, stored) in by_job.items()}
-
+    if unsure:  # read as tail_events reads them: its events, or its refusal in its words
+        by_job: dict[str, tuple[int, object, list[tuple[Any, Any]]]] = {}
+        for job_id, after, version, seq, body in rows:
+            key = job_id if type(job_id) is str else str(job_id)
+            if key not in unsure:
+                continue
+            entry = by_job.get(key)
+            if entry is None:  # a job's first row: its after and version
+                entry = by_job[key] = (int(after), version, [])
+            if seq is not None:
+                entry[2].append((seq, body))
+        # in the order of their first rows: the first refusal is the one raised before
+        for j, (after, version, stored) in by_job.items():
+            out[j] = tail_events(where, j, after, version, stored)
+    return out
