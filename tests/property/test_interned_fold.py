@@ -46,7 +46,7 @@ def test_interning_changes_no_folded_job(record: list[Any], data: st.DataObject)
     split = data.draw(st.integers(min_value=1, max_value=len(record)), label="split")
     kept = (folded(record), folded(record, split))
     with pytest.MonkeyPatch.context() as mp:  # each record's own objects, as before
-        mp.setattr(record_module, "interned", lambda value: value)
+        mp.setattr(record_module, "interned", lambda value, kind=None: value)
         mp.setattr(record_module, "EMPTY", frozenset())
         own = (folded(decoded(record)), folded(decoded(record), split))
     assert kept == own
@@ -93,3 +93,15 @@ def test_the_table_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert interning.interned((1,)) is not one  # equal sets and tuples are kept apart
     assert interning.interned(frozenset({1, 2})) == frozenset({1, 2})
     assert interning.interned(frozenset({1})) is one
+
+
+def test_a_kind_keeps_its_own_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job's holders and its budget are both tuples: each kind is kept apart, so that the
+    last value of one is not forever compared with the other's (a hash per job)."""
+    monkeypatch.setattr(interning, "_kept", {})
+    monkeypatch.setattr(interning, "_last", {})
+    holders, budget = interning.interned(("h",), "holders"), interning.interned((0,), "budget")
+    assert interning.interned(("h",), "holders") is holders
+    assert interning.interned((0,), "budget") is budget
+    assert interning._last == {"holders": holders, "budget": budget}
+    assert tuple not in interning._kept

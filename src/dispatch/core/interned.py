@@ -9,9 +9,9 @@ often just {0}). ``interned`` returns the copy already kept of a value equal to 
 is given, else keeps that one: the same value, so every answer is the same (a Job compares
 by value), at one copy's cost. Only frozen, hashable values of a few types pass through it.
 
-Each type's table forgets everything once it holds ``LIMIT`` values, so a stream of values
+Each kind's table forgets everything once it holds ``LIMIT`` values, so a stream of values
 that never repeat costs a bounded table, never a leak; a value forgotten is kept again the
-next time it is seen. The value last given of each type is tried first, by equality (live
+next time it is seen. The value last given of each kind is tried first, by equality (live
 jobs come in runs of one backend, one supervisor): an equality test costs less than a hash
 of the decoder's new objects. Reads and writes are single dict operations, atomic under the
 interpreter lock, so threads may share it (the core takes no lock: it does no I/O).
@@ -25,26 +25,30 @@ T = TypeVar("T")
 
 LIMIT = 4096  # distinct values of one type kept at most
 
-_kept: dict[type, dict[object, object]] = {}  # per type: equal values of two types differ
-_last: dict[type, object] = {}  # per type, the value last given: most often the next one
+# per kind: a type (equal values of two types differ), or the name a caller gives values of
+# one type that mean different things (a job's holders and its budget are both tuples: kept
+# apart, each kind's last value is the next one's far more often)
+_kept: dict[object, dict[object, object]] = {}
+_last: dict[object, object] = {}  # per kind, the value last given: most often the next one
 EMPTY: frozenset[str] = frozenset()  # one empty set for every job that stopped no duplicate
 
 
-def interned(value: T) -> T:
-    """The kept value equal to ``value`` (of the same type), else ``value``, now kept."""
-    kind = type(value)
-    last = _last.get(kind)
+def interned(value: T, kind: str | None = None) -> T:
+    """The kept value equal to ``value`` (of the same type), else ``value``, now kept.
+    ``kind``: the values' own table (each caller passes values of one type under it)."""
+    kind_: object = type(value) if kind is None else kind
+    last = _last.get(kind_)
     if last is not None and last == value:  # an equality test costs less than a hash
         return last  # equal, and of the same type
-    table = _kept.get(kind)
+    table = _kept.get(kind_)
     if table is None:
-        table = _kept.setdefault(kind, {})
+        table = _kept.setdefault(kind_, {})
     kept = table.get(value)
     if kept is None:
         if len(table) >= LIMIT:
             table.clear()
         kept = table.setdefault(value, value)
-    _last[kind] = kept
+    _last[kind_] = kept
     return kept  # type: ignore[return-value]
 
 

@@ -345,14 +345,14 @@ class _Builder:
             self.subs.append(Submission(number=e.submission, token=e.token, intended_at=e.at,
                                         attempted_at=e.at, gated=e.gated, cause=e.cause,
                                         exclude_nodes=e.exclude_nodes,
-                                        holders=interned((e.holder,))))
+                                        holders=interned((e.holder,), "holders")))
             self.awaiting = None
             self.resubmit = None
         elif isinstance(e, ev.SubmissionAttempted):
             s = self._sub(e.submission)
             if s is not None:
                 held = (s.holders if e.holder in s.holders
-                        else interned((*s.holders, e.holder)))
+                        else interned((*s.holders, e.holder), "holders"))
                 self._set(e.submission, replace(s, attempted_at=e.at, holders=held))
         elif isinstance(e, ev.SubmissionBound):
             s = self._sub(e.submission)
@@ -368,7 +368,7 @@ class _Builder:
             s = self._sub(e.submission)
             if s is None or e.execution in s.executions_recorded:
                 return
-            recorded = interned(s.executions_recorded | {e.execution})
+            recorded = interned(s.executions_recorded | {e.execution}, "recorded")
             if e.final and not s.ended:
                 s = replace(s, ended=True, end_cause=e.cause, executions_recorded=recorded)
                 if e.submission == len(self.subs) and self.outcome is None:
@@ -392,7 +392,8 @@ class _Builder:
             s = self._sub(e.submission)
             if s is not None:
                 self._set(e.submission, replace(
-                    s, executions_started=interned(s.executions_started | {e.execution})))
+                    s, executions_started=interned(s.executions_started | {e.execution},
+                                                 "started")))
         elif isinstance(e, ev.CheckpointRecorded):
             s = self._sub(e.submission)
             if s is not None and (s.checkpoint is None
@@ -477,7 +478,7 @@ class _Builder:
         return Job(
             id=self.job_id, spec=self.spec, declarations=self.declarations,
             created_at=self.created_at, version=self.version, submissions=tuple(self.subs),
-            budget_used=interned(tuple(self.budget)), hold=self.hold,
+            budget_used=interned(tuple(self.budget), "budget"), hold=self.hold,
             resubmit_requested=self.resubmit,
             awaiting=self.awaiting, cancel_requested=self.cancel, give_up_requested=self.give_up,
             outcome=self.outcome, escalations=tuple(self.escalations),
