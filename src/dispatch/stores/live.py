@@ -25,7 +25,7 @@ from contextlib import nullcontext
 from datetime import datetime
 
 from dispatch.core.events import Event
-from dispatch.core.record import Job, advance, fold
+from dispatch.core.record import Job, advance, fold_own
 from dispatch.errors import DispatchError
 from dispatch.stores.base import RecordStore
 from dispatch.stores.reading import RECORD_ERRORS
@@ -175,8 +175,5 @@ class LiveFolds:
     def _fold_on(self, job_id: str, after: int, events: Sequence[Event], now: datetime
                  ) -> Job:
         if after == 0:
-            from dispatch.core.record import check_record
-
-            check_record(events, job_id)
-            return fold(events, now, job_id=job_id)
+            return fold_own(events, now, job_id)
         return advance(self.folded[job_id], events)

@@ -40,8 +40,7 @@ from dispatch.core.record import (
     RecordError,
     Submission,
     advance,
-    check_record,
-    fold,
+    fold_own,
 )
 from dispatch.errors import DispatchError
 from dispatch.stores.base import RecordStore, StoreError
@@ -225,8 +224,7 @@ def fold_with_snapshots(store: RecordStore, job_ids: Sequence[str], now: datetim
                 tail = tails.get(job_id)
                 job = advance(base[job_id], tail) if tail else base[job_id]
             elif job_id in whole:
-                check_record(whole[job_id], job_id)
-                job = fold(whole[job_id], now, job_id=job_id)
+                job = fold_own(whole[job_id], now, job_id)
             else:
                 continue
         except RECORD_ERRORS as err:

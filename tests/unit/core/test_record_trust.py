@@ -5,16 +5,20 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.strategies import records
 from tests.strategies_core import SLURM, T0, Sim, rule
 
 from dispatch.core import events as ev
 from dispatch.core.model import CauseKind
 from dispatch.core.policy import Action
-from dispatch.core.record import RecordError, check_record, fold
+from dispatch.core.record import Job, RecordError, check_record, fold, fold_own
 from dispatch.errors import EXIT_STORE
 from dispatch.stores.reading import fold_records
 from dispatch.stores.sqlite import SQLiteStore
@@ -72,3 +76,42 @@ def test_the_sqlite_store_refuses_a_swapped_record_and_reads_its_neighbour(
     jobs, errors = fold_records(store, ["a", "b"], T0)
     assert [j.id for j in jobs] == ["b"] and set(errors) == {"a"}
     store.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(a=records(job_id="a", max_events=6), b=records(job_id="b", max_events=3),
+       data=st.data())
+def test_fold_own_folds_or_refuses_as_check_then_fold(a: list[ev.Event], b: list[ev.Event],
+                                                      data: st.DataObject) -> None:
+    """record.fold_own checks a record only to word a refusal (issue 49): over records
+    whole or damaged as a store can hold them (another job's or a second 'created', a seq
+    off, an event missing, another job asked for), the same job or the same refusal in the
+    same words as check_record then fold."""
+    rec = list(a)
+    how = data.draw(st.sampled_from(["none", "swapped", "second-created", "drop", "empty",
+                                     "seq-off", "other-job"]))
+    i = data.draw(st.integers(0, len(rec) - 1))
+    if how == "swapped":
+        rec[0] = b[0]
+    elif how == "second-created":
+        rec.insert(i + 1, msgspec.structs.replace(b[0], seq=i + 2))
+    elif how == "drop":
+        del rec[i]
+    elif how == "empty":
+        rec = []
+    elif how == "seq-off":
+        rec[i] = msgspec.structs.replace(rec[i], seq=rec[i].seq + 3)
+    job_id = "b" if how == "other-job" else "a"
+
+    def checked_then_folded() -> Job:
+        check_record(rec, job_id)
+        return fold(rec, T0, job_id=job_id)
+
+    assert outcome(lambda: fold_own(rec, T0, job_id)) == outcome(checked_then_folded)
+
+
+def outcome(fn: Callable[[], Job]) -> tuple[str, object]:
+    try:
+        return "job", fn()
+    except RecordError as err:
+        return "refused", str(err)
