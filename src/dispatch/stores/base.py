@@ -32,6 +32,8 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from dispatch.core.codec import DecodeError, decode_event
 from dispatch.core.events import Event, JobCreated, OutcomeCommitted, Superseded
 from dispatch.core.record import check_record
@@ -170,9 +172,10 @@ class JobRow:
     scope: str = ""  # JobCreated.scope, else the backend's name
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
-    """A job written to since a supervisor's last look (``RecordStore.changes``)."""
+class Change(msgspec.Struct, frozen=True, gc=False):
+    """A job written to since a supervisor's last look (``RecordStore.changes``). A msgspec
+    struct: a first look makes one per live job, and a frozen dataclass cost ten times as
+    much to make (0.07 s of a first look at 100,000 live jobs)."""
 
     job_id: str
     version: int
