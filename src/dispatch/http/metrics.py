@@ -27,11 +27,14 @@ from prometheus_client.registry import Collector
 
 from dispatch.backends.base import Backend
 from dispatch.core.model import CauseKind, State
+from dispatch.core.record import Job
+from dispatch.errors import DispatchError
 from dispatch.http.fleet_tally import UNUSABLE, Part, Totals, part_of
 from dispatch.http.goodput_metrics import goodput_families
 from dispatch.http.kept_parts import PartWriter, cached_parts
 from dispatch.http.versions import EVERY_JOB, JobVersions
 from dispatch.service import Service
+from dispatch.stores.live import CHUNK
 from dispatch.stores.reading import fold_with_records
 from dispatch.stores.snapshot import fold_with_snapshots
 from dispatch.supervise.discovery import UNREACHABLE, look_all
@@ -244,9 +247,15 @@ class RecordCollector(Collector):
             # A cold collector takes the parts the store keeps at each job's version
             # (stores/part_cache.py) and reads only the other records.
             fresh = cached_parts(service.store, rows) if whole and not self._parts else {}
-            todo = [j for j in stale if j not in fresh]
-            folded, errors = fold_with_records(service.store, todo, now)
-            computed = [(job, part_of(job, events, now)) for job, events in folded]
+            todo = sorted(j for j in stale if j not in fresh)
+            computed: list[tuple[Job, Part]] = []
+            errors: dict[str, DispatchError] = {}
+            # in chunks, as stores/live.py reads: each chunk's events are folded, counted
+            # and freed while in the CPU's caches, and never every record's at once
+            for at in range(0, len(todo), CHUNK):
+                folded, errs = fold_with_records(service.store, todo[at:at + CHUNK], now)
+                errors.update(errs)
+                computed.extend((job, part_of(job, events, now)) for job, events in folded)
             for job, part in computed:
                 fresh[job.id] = (rows[job.id][0], part)
         for job_id in errors:

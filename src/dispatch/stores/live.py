@@ -136,11 +136,19 @@ class LiveFolds:
         chunk are dropped once folded, so a first look never holds every live record's
         stored and decoded events at once (issue 49: most of its peak memory)."""
         errors: dict[str, DispatchError] = {}
-        ids = list(stale)
+        # Many jobs are read in the order of their ids, the key of the stores' tables. Ids
+        # are random (service/requests.py), so the live jobs in creation order lie on pages
+        # all over the tables, and each chunk read most of its pages again: 3x the CPU of
+        # the reading's SQL at 100,000 live jobs (the first /metrics scrape measured it).
+        many = len(stale) >= BULK
+        ids = sorted(stale) if many else list(stale)
         for start in range(0, len(ids), CHUNK):
             self._read_chunk({j: stale[j] for j in ids[start:start + CHUNK]}, now, errors)
         for job_id in errors:
             self.folded.pop(job_id, None)  # read whole next time
+        if many:  # kept in the live jobs' order again, which refresh answers in
+            folded = self.folded
+            self.folded = {j: folded[j] for j in self.wanted if j in folded}
         return errors
 
     def _read_chunk(self, stale: dict[str, int], now: datetime,
