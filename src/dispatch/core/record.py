@@ -248,18 +248,6 @@ def fold(record: Sequence[ev.Event] | Iterable[ev.Event], now: datetime, *,
     return b.build()
 
 
-def fold_own(record: Sequence[ev.Event], now: datetime, job_id: str) -> Job:
-    """``check_record`` and then ``fold``: the same job, or the same refusal in the same
-    words. ``fold`` refuses every record that ``check_record`` refuses, so the check runs
-    only to word a refusal (issue 49: a first look folds 100,000 records, and checking each
-    first cost a pass over its events)."""
-    try:
-        return fold(record, now, job_id=job_id)
-    except RecordError:
-        check_record(record, job_id)
-        raise
-
-
 def advance(job: Job, more: Iterable[ev.Event]) -> Job:
     """Fold further events onto an already-folded job (same result as a full fold, and
     the same refusals: the first new event must be seq ``job.version + 1``)."""

@@ -25,10 +25,10 @@ from contextlib import nullcontext
 from datetime import datetime
 
 from dispatch.core.events import Event
-from dispatch.core.record import Job, advance, fold_own
+from dispatch.core.record import Job, advance
 from dispatch.errors import DispatchError
 from dispatch.stores.base import RecordStore
-from dispatch.stores.reading import RECORD_ERRORS
+from dispatch.stores.reading import RECORD_ERRORS, fold_own
 from dispatch.support.gc_pause import gc_paused
 
 BULK = 1000  # a read of this many jobs or more runs with the cyclic collector paused

@@ -40,11 +40,10 @@ from dispatch.core.record import (
     RecordError,
     Submission,
     advance,
-    fold_own,
 )
 from dispatch.errors import DispatchError
 from dispatch.stores.base import RecordStore, StoreError
-from dispatch.stores.reading import RECORD_ERRORS, read_records
+from dispatch.stores.reading import RECORD_ERRORS, fold_own, read_records
 from dispatch.stores.snapshot_sql import Stored
 
 log = logging.getLogger("dispatch.snapshot")

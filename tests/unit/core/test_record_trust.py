@@ -18,9 +18,9 @@ from tests.strategies_core import SLURM, T0, Sim, rule
 from dispatch.core import events as ev
 from dispatch.core.model import CauseKind
 from dispatch.core.policy import Action
-from dispatch.core.record import Job, RecordError, check_record, fold, fold_own
+from dispatch.core.record import Job, RecordError, check_record, fold
 from dispatch.errors import EXIT_STORE
-from dispatch.stores.reading import fold_records
+from dispatch.stores.reading import fold_own, fold_records
 from dispatch.stores.sqlite import SQLiteStore
 
 
@@ -83,7 +83,7 @@ def test_the_sqlite_store_refuses_a_swapped_record_and_reads_its_neighbour(
        data=st.data())
 def test_fold_own_folds_or_refuses_as_check_then_fold(a: list[ev.Event], b: list[ev.Event],
                                                       data: st.DataObject) -> None:
-    """record.fold_own checks a record only to word a refusal (issue 49): over records
+    """reading.fold_own checks a record only to word a refusal (issue 49): over records
     whole or damaged as a store can hold them (another job's or a second 'created', a seq
     off, an event missing, another job asked for), the same job or the same refusal in the
     same words as check_record then fold."""
