@@ -27,14 +27,11 @@ from prometheus_client.registry import Collector
 
 from dispatch.backends.base import Backend
 from dispatch.core.model import CauseKind, State
-from dispatch.core.record import Job
-from dispatch.errors import DispatchError
 from dispatch.http.fleet_tally import UNUSABLE, Part, Totals, part_of
 from dispatch.http.goodput_metrics import goodput_families
 from dispatch.http.kept_parts import PartWriter, cached_parts
 from dispatch.http.versions import EVERY_JOB, JobVersions
 from dispatch.service import Service
-from dispatch.stores.live import CHUNK
 from dispatch.stores.reading import fold_with_records
 from dispatch.stores.snapshot import fold_with_snapshots
 from dispatch.supervise.discovery import UNREACHABLE, look_all
@@ -247,15 +244,14 @@ class RecordCollector(Collector):
             # A cold collector takes the parts the store keeps at each job's version
             # (stores/part_cache.py) and reads only the other records.
             fresh = cached_parts(service.store, rows) if whole and not self._parts else {}
+            # In the tables' key order: ids are random, and reading them in any other order
+            # touched the tables' pages all over (its SQL: 1.13 s against 0.46 s of CPU at
+            # 100,000 jobs). In one read, not in chunks: chunks lowered the peak, but the
+            # parts kept from each chunk pinned the memory of its freed events (a resident
+            # set of 4.4 KB a live job after serve's builds, against 2.8 KB).
             todo = sorted(j for j in stale if j not in fresh)
-            computed: list[tuple[Job, Part]] = []
-            errors: dict[str, DispatchError] = {}
-            # in chunks, as stores/live.py reads: each chunk's events are folded, counted
-            # and freed while in the CPU's caches, and never every record's at once
-            for at in range(0, len(todo), CHUNK):
-                folded, errs = fold_with_records(service.store, todo[at:at + CHUNK], now)
-                errors.update(errs)
-                computed.extend((job, part_of(job, events, now)) for job, events in folded)
+            folded, errors = fold_with_records(service.store, todo, now)
+            computed = [(job, part_of(job, events, now)) for job, events in folded]
             for job, part in computed:
                 fresh[job.id] = (rows[job.id][0], part)
         for job_id in errors:
