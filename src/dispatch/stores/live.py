@@ -142,13 +142,17 @@ class LiveFolds:
         # the reading's SQL at 100,000 live jobs (the first /metrics scrape measured it).
         many = len(stale) >= BULK
         ids = sorted(stale) if many else list(stale)
+        # the jobs not held yet: read in key order, they go where ``stale`` has them after
+        new = [j for j in stale if j not in self.folded] if many else []
         for start in range(0, len(ids), CHUNK):
             self._read_chunk({j: stale[j] for j in ids[start:start + CHUNK]}, now, errors)
         for job_id in errors:
             self.folded.pop(job_id, None)  # read whole next time
-        if many:  # kept in the live jobs' order again, which refresh answers in
-            folded = self.folded
-            self.folded = {j: folded[j] for j in self.wanted if j in folded}
+        folded = self.folded
+        for job_id in new:  # in the order refresh answers in (a job held keeps its place)
+            job = folded.pop(job_id, None)
+            if job is not None:
+                folded[job_id] = job
         return errors
 
     def _read_chunk(self, stale: dict[str, int], now: datetime,

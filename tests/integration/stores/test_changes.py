@@ -5,8 +5,9 @@ the events after a version are that record's tail, checked; an old store migrate
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
 from tests.integration.stores.helpers import Backdoor, build_v1_store
 
@@ -122,6 +123,37 @@ def test_live_folds_fold_on_what_changed_only(store: RecordStore) -> None:
     assert [j.id for j in jobs] == ["a", "b"] and errors == {}
     assert jobs[0] is held["a"]  # unchanged: not read, not folded again
     assert jobs[1] == fold(store.read("b"), T0) and jobs[1].version == 2
+
+
+def test_live_folds_read_many_jobs_in_key_order_and_answer_in_creation_order(
+        store: RecordStore) -> None:
+    """A read of BULK jobs or more goes in the tables' key order (ids are random, issue 49);
+    refresh still answers in creation order, a job already held keeps its place, and new
+    jobs come after, in creation order."""
+    from dispatch.stores.live import BULK
+
+    def made(i: int) -> JobCreated:  # ids in no order: creation order is not key order
+        job = created(f"{(i * 7919) % 10007:05d}-{i}")
+        return msgspec.structs.replace(job, at=T0 + timedelta(seconds=i))
+
+    n = BULK + 50
+    store.create_many([made(i) for i in range(n)])
+    order = [made(i).job_id for i in range(n)]
+    assert order != sorted(order)
+    live = LiveFolds(store)
+    jobs, errors = live.refresh(T0)
+    assert [j.id for j in jobs] == order and errors == {}
+    kept = {j.id: j for j in jobs}
+    # BULK changed jobs again, and new ones: a bulk read of jobs held and jobs not held
+    for job_id in order[: BULK]:
+        store.append(job_id, [note(2)], 1)
+    store.create_many([made(n + i) for i in range(3)])
+    jobs, errors = live.refresh(T0)
+    assert [j.id for j in jobs] == order + [made(n + i).job_id for i in range(3)]
+    assert errors == {}
+    assert all(j.version == 2 for j in jobs[:BULK])
+    assert all(j is kept[j.id] for j in jobs[BULK:n])  # not changed: not read again
+    assert list(live.folded) == [j.id for j in jobs]
 
 
 def test_live_folds_set_a_bad_record_aside_and_keep_the_others(
