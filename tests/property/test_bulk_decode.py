@@ -59,7 +59,8 @@ def damaged(draw: st.DrawFn) -> tuple[str, Stored, Any]:
             stored[i] = (True, body)
         elif how == "garbage":
             stored[i] = (seq, b'{"type":"no-such-event","seq":' + str(seq).encode() + b"}")
-        elif how == "says-other-seq":
+        elif how == "says-other-seq" and type(seq) is int:  # (an earlier damage may have
+            # made the seq text or a bool: then this damage is not drawn)
             stored[i] = (seq, raw.replace(b'"seq":' + str(seq).encode(),
                                            b'"seq":' + str(seq + 7).encode()))
         elif how == "other-job":
