@@ -138,8 +138,8 @@ class LiveFolds:
         errors: dict[str, DispatchError] = {}
         # Many jobs are read in the order of their ids, the key of the stores' tables. Ids
         # are random (service/requests.py), so the live jobs in creation order lie on pages
-        # all over the tables, and each chunk read most of its pages again: 3x the CPU of
-        # the reading's SQL at 100,000 live jobs (the first /metrics scrape measured it).
+        # all over the tables, and each chunk read most of its pages again (the first
+        # look's SQL at 100,000 live jobs: 0.76 s of CPU in creation order, 0.53 s sorted).
         many = len(stale) >= BULK
         ids = sorted(stale) if many else list(stale)
         # the jobs not held yet: read in key order, they go where ``stale`` has them after
